@@ -1,0 +1,107 @@
+# kvwire build. `make` builds the library and every program into bin/;
+# `make test` runs the unit tests then the bats tests; `make demo` runs the
+# main job. SANITIZE=address,undefined or SANITIZE=thread builds a separate
+# tree under build/<variant>/ (binaries in build/<variant>/bin).
+
+comma := ,
+SANITIZE ?=
+ifeq ($(SANITIZE),)
+VARIANT := default
+BINDIR := bin
+LIBDIR := lib
+else
+VARIANT := $(subst $(comma),-,$(SANITIZE))
+BINDIR := build/$(VARIANT)/bin
+LIBDIR := build/$(VARIANT)/lib
+endif
+B := build/$(VARIANT)
+
+CC ?= cc
+WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+	-Wmissing-prototypes -Wcast-qual -Wsign-compare
+OPT ?= -O2 -g
+CPPFLAGS += -Ilib -D_GNU_SOURCE
+CFLAGS += -std=c17 $(OPT) $(WARN) -fPIC -pthread
+LDLIBS += -lzmq -lbsd -ldl -lrt -lm -pthread
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+LIB_SRC := $(sort $(wildcard lib/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
+CMDS := $(notdir $(wildcard cmd/*))
+PROGS := $(CMDS:%=$(BINDIR)/%)
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+UNITS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+BENCH_SRC := $(sort $(wildcard tests/bench/*.c))
+BENCHES := $(BENCH_SRC:tests/bench/%.c=$(B)/bench/%)
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
+DEPS_OK := build/.deps-ok
+
+.PHONY: all deps test unit bats demo fuzz bench clean
+# Keep objects of tests and programs: they are not throwaway intermediates.
+.SECONDARY:
+all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS)
+
+# Installs missing Debian packages (as root) once; delete the stamp to recheck.
+$(DEPS_OK): mk/deps.sh
+	@./mk/deps.sh
+	@mkdir -p $(@D) && touch $@
+deps: $(DEPS_OK)
+
+$(B)/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(LIBDIR)/libkvwire.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBDIR)/libkvwire.so: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+.SECONDEXPANSION:
+$(BINDIR)/%: $$(subst .c,.o,$$(addprefix $(B)/,$$(wildcard cmd/$$*/*.c))) $(LIBDIR)/libkvwire.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBDIR)/libkvwire.a $(LDLIBS)
+
+$(B)/tests/%: $(B)/tests/unit/%.o $(LIBDIR)/libkvwire.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBDIR)/libkvwire.a -lcmocka $(LDLIBS)
+
+$(B)/bench/%: $(B)/tests/bench/%.o $(LIBDIR)/libkvwire.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBDIR)/libkvwire.a $(LDLIBS)
+
+# TSAN cannot see inside the uninstrumented libzmq: suppress its reports.
+export TSAN_OPTIONS ?= suppressions=$(CURDIR)/mk/tsan.supp halt_on_error=1 second_deadlock_stack=1
+export ASAN_OPTIONS ?= detect_leaks=1 abort_on_error=1
+export UBSAN_OPTIONS ?= print_stacktrace=1 halt_on_error=1
+
+unit: $(UNITS)
+	@./tests/unit/run.sh $(UNITS)
+
+bats: all
+	@KVW_BIN=$(CURDIR)/$(BINDIR) ./tests/bats/run.sh
+
+test: all unit bats
+
+bench: $(BENCHES)
+
+demo: all
+	@./bin/kv-demo
+
+# libFuzzer targets: clang, every lib source compiled into each target.
+FUZZ_CFLAGS := -std=c17 -g -O1 -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
+fuzz: $(FUZZERS)
+build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) lib/*.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(LDLIBS)
+
+clean:
+	rm -rf build lib/libkvwire.a lib/libkvwire.so $(CMDS:%=bin/%)
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,68 @@
+/*
+ * kv-probe - says which kvwire transports this machine can use. For each
+ * TRANSPORT named it prints one line, "shm: available" or "rdma: not
+ * available: <why>", and exits 0 when all are available, 77 when any is not
+ * (the "skipped" code scripts and bats tests act on), 100 on a usage error.
+ * With no TRANSPORT it lists every known one and exits 0.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kvw.h"
+#include "xport.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kv-probe [--help] [TRANSPORT...]\n"
+		"Probes kvwire transports (shm, tcp, rdma, cuda) and prints one\n"
+		"line each. Exit: 0 all available, 77 any not available,\n"
+		"100 usage error. No TRANSPORT: list all, exit 0.\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct xport_avail av[16];
+	char msg[256];
+	int i, first = 1, skip = 0;
+	size_t n, k;
+
+	if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+		usage(stdout);
+		return KVW_EXIT_OK;
+	}
+	if (argc > 1 && strcmp(argv[1], "--") == 0)
+		first = 2;
+	/* Check every name before probing any: a typo is a usage error. */
+	for (i = first; i < argc; i++) {
+		if (argv[i][0] == '-' && first == 1) {
+			fprintf(stderr, "kv-probe: fatal: unknown option: %s\n",
+				argv[i]);
+			usage(stderr);
+			return KVW_EXIT_USAGE;
+		}
+		if (xport_find(argv[i]) == NULL) {
+			fprintf(stderr, "kv-probe: fatal: unknown transport: "
+				"%s (known: shm, tcp, rdma, cuda)\n", argv[i]);
+			return KVW_EXIT_USAGE;
+		}
+	}
+	if (first >= argc) {
+		n = xport_probe_all(av, sizeof av / sizeof av[0]);
+		for (k = 0; k < n && k < sizeof av / sizeof av[0]; k++)
+			printf("%s\n", av[k].msg);
+		return KVW_EXIT_OK;
+	}
+	for (i = first; i < argc; i++) {
+		const struct xport_ops *ops = xport_find(argv[i]);
+
+		msg[0] = '\0';
+		if (ops->probe(msg, sizeof msg) == 0) {
+			printf("%s: available\n", ops->name);
+		} else {
+			printf("%s\n", msg[0] ? msg : "not available");
+			skip = 1;
+		}
+	}
+	return skip ? KVW_EXIT_SKIP : KVW_EXIT_OK;
+}

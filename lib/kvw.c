@@ -1,0 +1,37 @@
+/*
+ * kvw.c - names for the shared codes of kvw.h, for logs and tools.
+ */
+#include "kvw.h"
+
+const char *kvw_strerror(int err)
+{
+	static const char *const names[] = {
+		"OK", "EINVAL", "ENOMEM", "ESYS", "ENOENT", "EEXIST", "ESTALE",
+		"ESTATE", "EVERSION", "ETIMEDOUT", "EAGAIN", "ENODEV", "ERANGE",
+	};
+	unsigned i = err <= 0 ? (unsigned)-err : 0xffffu;
+
+	return i < sizeof names / sizeof names[0] ? names[i] : "E?";
+}
+
+const char *kvw_state_str(unsigned state)
+{
+	static const char *const names[KVW_NSTATES] = {
+		"Failed", "Bootstrapping", "WaitingForInput", "Transferring",
+		"Success", "Cleared",
+	};
+
+	return state < KVW_NSTATES ? names[state] : "?";
+}
+
+const char *kvw_reason_str(unsigned reason)
+{
+	static const char *const names[KVW_NREASONS] = {
+		"none", "aborted", "timeout", "peer dead", "peer restarted",
+		"transfer error", "page index out of range", "layout mismatch",
+		"worker died", "owner restarted", "bootstrap lookup failed",
+		"cleared while active",
+	};
+
+	return reason < KVW_NREASONS ? names[reason] : "?";
+}

@@ -1,0 +1,115 @@
+/*
+ * layout.c - builders for the standard KV layouts of layout.h, in the
+ * order an engine registers them (target K, target V, draft K, draft V,
+ * AUX), packed back to back in one pool.
+ */
+#include "layout.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+uint32_t layout_item_len(const struct kvw_model *m)
+{
+	uint64_t heads, len;
+
+	if (m == NULL)
+		return 0;
+	heads = (m->flags & KVW_MODEL_MLA) ? 1 : m->rank_kv_heads;
+	len = (uint64_t)m->page_tokens * heads * m->head_bytes;
+	return len > UINT32_MAX ? 0 : (uint32_t)len;
+}
+
+/* Appends one buffer at *off if there is room; counts it either way. */
+static int put(struct kvw_buf *out, uint32_t cap, uint32_t *k, uint64_t *off,
+	       uint32_t layer, uint8_t role, uint8_t pool, uint32_t item,
+	       uint32_t pages)
+{
+	uint64_t len = (uint64_t)item * pages;
+
+	if (*k < cap)
+		out[*k] = (struct kvw_buf){.layer_id = layer,
+					   .role = role,
+					   .pool = pool,
+					   .offset = *off,
+					   .item_len = item,
+					   .pages = pages};
+	(*k)++;
+	if (__builtin_add_overflow(*off, len, off))
+		return KVW_EINVAL;
+	return 0;
+}
+
+int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
+		uint32_t *n, uint64_t *end, char *err, size_t errlen)
+{
+	uint8_t r0 = KVW_ROLE_K;
+	uint32_t k = 0, nroles;
+	uint64_t off;
+	int rc = 0;
+
+	if (s == NULL || n == NULL || (cap && out == NULL)) {
+		seterr(err, errlen, "layout_make: missing argument");
+		return KVW_EINVAL;
+	}
+	*n = 0;
+	if ((s->layers || s->draft_layers) &&
+	    (s->item_len == 0 || s->pages == 0)) {
+		seterr(err, errlen,
+		       "layout: item length %u and pages %u must be > 0",
+		       s->item_len, s->pages);
+		return KVW_EINVAL;
+	}
+	if (s->aux_slots && s->aux_item_len == 0) {
+		seterr(err, errlen, "layout: aux item length must be > 0");
+		return KVW_EINVAL;
+	}
+	if ((uint64_t)s->first_layer + s->layers > LAYOUT_DRAFT_BASE ||
+	    s->draft_layers > UINT32_MAX - LAYOUT_DRAFT_BASE) {
+		seterr(err, errlen,
+		       "layout: layer ids overrun the draft id range");
+		return KVW_EINVAL;
+	}
+	if (s->mla)
+		r0 = KVW_ROLE_KV;
+	nroles = s->mla ? 1 : 2;
+	off = s->base;
+	for (uint32_t r = 0; r < nroles; r++)
+		for (uint32_t i = 0; i < s->layers && rc == 0; i++)
+			rc = put(out, cap, &k, &off, s->first_layer + i,
+				 (uint8_t)(r0 + r), s->pool, s->item_len,
+				 s->pages);
+	for (uint32_t r = 0; r < nroles; r++)
+		for (uint32_t i = 0; i < s->draft_layers && rc == 0; i++)
+			rc = put(out, cap, &k, &off, LAYOUT_DRAFT_BASE + i,
+				 (uint8_t)(r0 + r), s->pool, s->item_len,
+				 s->pages);
+	if (s->aux_slots && rc == 0)
+		rc = put(out, cap, &k, &off, 0, KVW_ROLE_AUX, s->pool,
+			 s->aux_item_len, s->aux_slots);
+	if (rc < 0) {
+		seterr(err, errlen, "layout: offsets overflow");
+		return rc;
+	}
+	*n = k;
+	if (k > cap) {
+		seterr(err, errlen, "layout needs %u buffers, room for %u", k,
+		       cap);
+		return KVW_ENOMEM;
+	}
+	if (end != NULL)
+		*end = off;
+	return 0;
+}

@@ -1,0 +1,42 @@
+/*
+ * plan_impl.h - the planner's private state, shared by plan.c (pairing,
+ * plan_build), plan_chunk.c (emitting copies) and plan_params.c (head
+ * slice, model checks, CP share). Not for use outside these files.
+ */
+#ifndef KVW_PLAN_IMPL_H
+#define KVW_PLAN_IMPL_H
+
+#include "plan.h"
+
+/* One source buffer and its partner. Buffer extents were checked against
+ * their pools at build time, so any page index < pages is in bounds. */
+struct pair {
+	uint64_t src_base, dst_base;
+	uint64_t src_end, dst_end; /* offset + pages * item_len */
+	uint32_t src_item, dst_item;
+	uint32_t layer_id;
+	uint8_t role, sliced, src_pool, dst_pool;
+};
+
+struct plan {
+	uint32_t npairs; /* page-indexed pairs, then naux AUX pairs */
+	uint32_t naux;
+	uint32_t nsliced; /* page-indexed pairs that are head-sliced */
+	uint32_t page_tokens;
+	struct plan_heads heads;
+	/* Smallest paired page-indexed buffer on each side (its index into
+	 * pairs[] for error text); UINT32_MAX pages when there is none. */
+	uint32_t src_min_pages, dst_min_pages;
+	uint32_t src_min_at, dst_min_at;
+	uint32_t src_aux_min, dst_aux_min; /* AUX slots, same idea */
+	struct pair pairs[];
+};
+
+/* "K", "V", "KV", "AUX", "STATE" or "?". */
+const char *plan_role_str(unsigned role);
+
+/* snprintf into a caller's error buffer (NULL or 0 length: nothing). */
+void plan_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,231 @@
+/*
+ * pool.c - KV pools as shared-memory files. Creation is exclusive and
+ * reserves the whole size with posix_fallocate before mapping, so a pool
+ * that exists is fully backed: a later copy into it never faults for lack of
+ * space in /dev/shm. Any failure unwinds completely (no half-made file).
+ */
+#include "pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct pool {
+	int fd;
+	void *base;
+	uint64_t size;
+	char path[POOL_PATH_MAX + 1];
+};
+
+__attribute__((format(printf, 4, 5)))
+static int pool_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err != NULL && errlen > 0) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
+}
+
+int pool_path_for(const char *name, char *buf, size_t len)
+{
+	int n;
+
+	if (name == NULL || name[0] == '\0' || buf == NULL || len == 0)
+		return KVW_EINVAL;
+	if (strchr(name, '/') != NULL)
+		n = snprintf(buf, len, "%s", name);
+	else
+		n = snprintf(buf, len, "/dev/shm/kvwire.%s.pool", name);
+	if (n < 0 || (size_t)n >= len || (size_t)n > POOL_PATH_MAX)
+		return KVW_EINVAL;
+	return 0;
+}
+
+/* Allocates a pool with its path filled and nothing open. */
+static int pool_new(const char *name, struct pool **out, char *err,
+		    size_t errlen)
+{
+	struct pool *p;
+
+	*out = NULL;
+	p = calloc(1, sizeof *p);
+	if (p == NULL)
+		return pool_errf(err, errlen, KVW_ENOMEM, "pool: out of memory");
+	p->fd = -1;
+	p->base = MAP_FAILED;
+	if (pool_path_for(name, p->path, sizeof p->path) != 0) {
+		free(p);
+		return pool_errf(err, errlen, KVW_EINVAL,
+				 "pool: bad name or path too long");
+	}
+	*out = p;
+	return 0;
+}
+
+int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
+		size_t errlen)
+{
+	struct pool *p;
+	int rc, e;
+
+	*out = NULL;
+	if (size == 0 || size > (uint64_t)INT64_MAX || size > SIZE_MAX)
+		return pool_errf(err, errlen, KVW_EINVAL,
+				 "pool: invalid size %llu",
+				 (unsigned long long)size);
+	rc = pool_new(path, &p, err, errlen);
+	if (rc != 0)
+		return rc;
+	p->size = size;
+
+	p->fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (p->fd < 0) {
+		e = errno;
+		rc = pool_errf(err, errlen, e == EEXIST ? KVW_EEXIST : KVW_ESYS,
+			       "pool: unable to create %s: %s", p->path,
+			       strerror(e));
+		goto fail_free;
+	}
+	if (fchmod(p->fd, 0600) != 0) { /* umask may have taken bits away */
+		e = errno;
+		rc = pool_errf(err, errlen, KVW_ESYS, "pool: chmod %s: %s",
+			       p->path, strerror(e));
+		goto fail_unlink;
+	}
+	/* Reserve every page now: a full /dev/shm fails here, not as a SIGBUS
+	 * on the first copy. posix_fallocate returns the error number. */
+	e = posix_fallocate(p->fd, 0, (off_t)size);
+	if (e != 0) {
+		rc = pool_errf(err, errlen,
+			       e == ENOSPC || e == EFBIG ? KVW_ENOMEM : KVW_ESYS,
+			       "pool: unable to reserve %llu bytes for %s: %s",
+			       (unsigned long long)size, p->path, strerror(e));
+		goto fail_unlink;
+	}
+	p->base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED,
+		       p->fd, 0);
+	if (p->base == MAP_FAILED) {
+		e = errno;
+		rc = pool_errf(err, errlen, e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,
+			       "pool: unable to map %s: %s", p->path,
+			       strerror(e));
+		goto fail_unlink;
+	}
+	*out = p;
+	return 0;
+
+fail_unlink:
+	unlink(p->path);
+fail_free:
+	pool_close(&p);
+	errno = e;
+	return rc;
+}
+
+int pool_open(const char *path, int writable, struct pool **out, char *err,
+	      size_t errlen)
+{
+	struct pool *p;
+	struct stat st;
+	int rc, e;
+
+	*out = NULL;
+	rc = pool_new(path, &p, err, errlen);
+	if (rc != 0)
+		return rc;
+	p->fd = open(p->path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC |
+			     O_NOFOLLOW);
+	if (p->fd < 0) {
+		e = errno;
+		rc = pool_errf(err, errlen, e == ENOENT ? KVW_ENOENT : KVW_ESYS,
+			       "pool: unable to open %s: %s", p->path,
+			       strerror(e));
+		goto fail;
+	}
+	if (fstat(p->fd, &st) != 0) {
+		e = errno;
+		rc = pool_errf(err, errlen, KVW_ESYS, "pool: stat %s: %s",
+			       p->path, strerror(e));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    (uint64_t)st.st_size > SIZE_MAX) {
+		rc = pool_errf(err, errlen, KVW_EINVAL,
+			       "pool: %s is not a non-empty regular file",
+			       p->path);
+		goto fail;
+	}
+	p->size = (uint64_t)st.st_size;
+	p->base = mmap(NULL, (size_t)p->size,
+		       PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED,
+		       p->fd, 0);
+	if (p->base == MAP_FAILED) {
+		e = errno;
+		rc = pool_errf(err, errlen, e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,
+			       "pool: unable to map %s: %s", p->path,
+			       strerror(e));
+		goto fail;
+	}
+	*out = p;
+	return 0;
+
+fail:
+	pool_close(&p);
+	return rc;
+}
+
+void *pool_base(const struct pool *p)
+{
+	return p->base;
+}
+
+uint64_t pool_size(const struct pool *p)
+{
+	return p->size;
+}
+
+const char *pool_path(const struct pool *p)
+{
+	return p->path;
+}
+
+int pool_fd(const struct pool *p)
+{
+	return p->fd;
+}
+
+void pool_close(struct pool **pp)
+{
+	struct pool *p;
+
+	if (pp == NULL || *pp == NULL)
+		return;
+	p = *pp;
+	if (p->base != MAP_FAILED)
+		munmap(p->base, (size_t)p->size);
+	if (p->fd >= 0)
+		close(p->fd);
+	free(p);
+	*pp = NULL;
+}
+
+int pool_unlink(const char *path)
+{
+	char buf[POOL_PATH_MAX + 1];
+
+	if (pool_path_for(path, buf, sizeof buf) != 0)
+		return KVW_EINVAL;
+	if (unlink(buf) != 0)
+		return errno == ENOENT ? KVW_ENOENT : KVW_ESYS;
+	return 0;
+}

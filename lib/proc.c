@@ -1,0 +1,106 @@
+/*
+ * proc.c - see proc.h. Signal handlers only store to sig_atomic_t flags;
+ * all work happens in the loops that read them.
+ */
+#include "proc.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvw.h"
+
+static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t chld_flag;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+static void on_chld(int sig)
+{
+	(void)sig;
+	chld_flag = 1;
+}
+
+int proc_signals_init(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof sa);
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = on_stop;
+	if (sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL))
+		return KVW_ESYS;
+	sa.sa_handler = on_chld;
+	sa.sa_flags = SA_NOCLDSTOP;
+	if (sigaction(SIGCHLD, &sa, NULL))
+		return KVW_ESYS;
+	sa.sa_handler = SIG_IGN;
+	sa.sa_flags = 0;
+	if (sigaction(SIGPIPE, &sa, NULL))
+		return KVW_ESYS;
+	return 0;
+}
+
+int proc_stopping(void)
+{
+	return stop_flag != 0;
+}
+
+int proc_take_sigchld(void)
+{
+	int was = chld_flag != 0;
+
+	chld_flag = 0;
+	return was;
+}
+
+int proc_ready(int fd)
+{
+	static const char line[] = "READY\n";
+	ssize_t n;
+
+	if (fd < 0)
+		return 0;
+	do
+		n = write(fd, line, sizeof line - 1);
+	while (n < 0 && errno == EINTR);
+	close(fd);
+	return n == (ssize_t)(sizeof line - 1) ? 0 : KVW_ESYS;
+}
+
+uint64_t proc_epoch(void)
+{
+	uint64_t e = 0;
+
+	while (e == 0)
+		if (getrandom(&e, sizeof e, 0) != sizeof e)
+			e = proc_now_ns() ^ ((uint64_t)getpid() << 32);
+	return e;
+}
+
+uint64_t proc_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+long proc_poll_ms(uint64_t deadline_ns, uint64_t now_ns, long cap_ms)
+{
+	uint64_t ms;
+
+	if (deadline_ns == 0)
+		return cap_ms;
+	if (deadline_ns <= now_ns)
+		return 0;
+	/* Round up so a loop never wakes just before its deadline and spins. */
+	ms = (deadline_ns - now_ns + 999999u) / 1000000u;
+	return ms < (uint64_t)cap_ms ? (long)ms : cap_ms;
+}

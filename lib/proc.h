@@ -1,0 +1,36 @@
+/*
+ * proc.h - what every kvwire process does the same way: signals that only
+ * set flags, the s6-style readiness line, a random incarnation epoch and
+ * the poll timeout that wakes a loop at its nearest deadline.
+ */
+#ifndef KVW_PROC_H
+#define KVW_PROC_H
+
+#include <signal.h>
+#include <stdint.h>
+
+/* Installs handlers: SIGTERM/SIGINT set the stop flag, SIGCHLD sets the
+ * child flag, SIGPIPE is ignored. Returns 0 or KVW_ESYS. */
+int proc_signals_init(void);
+
+/* Nonzero once SIGTERM or SIGINT arrived. */
+int proc_stopping(void);
+
+/* Returns and clears the SIGCHLD flag. */
+int proc_take_sigchld(void);
+
+/* Writes "READY\n" to fd (the --ready-fd of s6 and kv-up) and closes it.
+ * fd < 0 does nothing. Returns 0 or KVW_ESYS. */
+int proc_ready(int fd);
+
+/* A random non-zero 64-bit incarnation id (getrandom). */
+uint64_t proc_epoch(void);
+
+/* CLOCK_MONOTONIC in ns. */
+uint64_t proc_now_ns(void);
+
+/* Milliseconds from now until deadline_ns, clamped to [0, cap_ms];
+ * deadline 0 means none (cap_ms). For zmq_poll's timeout. */
+long proc_poll_ms(uint64_t deadline_ns, uint64_t now_ns, long cap_ms);
+
+#endif

@@ -1,0 +1,151 @@
+/*
+ * shape.c - model shape options and the layouts they imply; see shape.h.
+ */
+#include "shape.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout.h"
+
+void shape_default(struct shape *s)
+{
+	*s = (struct shape){
+		.layers = 32, .draft_layers = 0, .page_tokens = 16,
+		.kv_heads = 8, .head_dim = 128, .dtype_bytes = 2,
+		.pages = 512, .aux_slots = 256, .aux_bytes = 64, .mla = 0,
+	};
+}
+
+static int parse_u32(const char *v, uint32_t min, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long long x;
+
+	if (!v || !*v)
+		return -1;
+	errno = 0;
+	x = strtoull(v, &end, 10);
+	if (errno || *end || v[0] == '-' || x < min || x > max)
+		return -1;
+	*out = (uint32_t)x;
+	return 0;
+}
+
+int shape_option(struct shape *s, const char *name, const char *value,
+		 char *err, size_t errlen)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+		uint32_t min, max;
+	} opts[] = {
+		{ "layers", offsetof(struct shape, layers), 1, 4096 },
+		{ "draft-layers", offsetof(struct shape, draft_layers), 0, 64 },
+		{ "page-tokens", offsetof(struct shape, page_tokens), 1, 4096 },
+		{ "heads", offsetof(struct shape, kv_heads), 1, 1024 },
+		{ "head-dim", offsetof(struct shape, head_dim), 1, 65536 },
+		{ "dtype-bytes", offsetof(struct shape, dtype_bytes), 1, 8 },
+		{ "pages", offsetof(struct shape, pages), 1, 1u << 22 },
+		{ "aux-slots", offsetof(struct shape, aux_slots), 1, 1u << 20 },
+		{ "aux-bytes", offsetof(struct shape, aux_bytes), 1, 1u << 20 },
+	};
+
+	if (strcmp(name, "mla") == 0) {
+		s->mla = 1;
+		return 1;
+	}
+	for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+		if (strcmp(name, opts[i].name) != 0)
+			continue;
+		if (parse_u32(value, opts[i].min, opts[i].max,
+			      (uint32_t *)((char *)s + opts[i].off))) {
+			snprintf(err, errlen, "--%s: want an integer in "
+				 "[%u, %u], got '%s'", name, opts[i].min,
+				 opts[i].max, value ? value : "");
+			return KVW_EINVAL;
+		}
+		return 1;
+	}
+	return 0;
+}
+
+const char *shape_usage(void)
+{
+	return "model shape: --layers N --draft-layers N --page-tokens N "
+	       "--heads N --head-dim N --dtype-bytes N --pages N "
+	       "--aux-slots N --aux-bytes N --mla";
+}
+
+void shape_model(const struct shape *s, const struct kvw_topo *t,
+		 const struct kvw_coord *c, struct kvw_model *m)
+{
+	uint32_t tp = t->tp ? t->tp : 1;
+
+	(void)c;
+	memset(m, 0, sizeof *m);
+	m->page_tokens = s->page_tokens;
+	m->dtype = s->dtype_bytes;
+	m->total_kv_heads = s->mla ? 1 : s->kv_heads;
+	/* Fewer heads than ranks: each rank holds one replicated head. */
+	m->rank_kv_heads = s->mla ? 1 : (s->kv_heads >= tp ? s->kv_heads / tp : 1);
+	m->head_bytes = s->head_dim * s->dtype_bytes;
+	m->flags = s->mla ? KVW_MODEL_MLA : 0;
+}
+
+void shape_layers(const struct shape *s, const struct kvw_topo *t,
+		  const struct kvw_coord *c, uint32_t *first, uint32_t *count)
+{
+	uint32_t pp = t->pp ? t->pp : 1, base = s->layers / pp;
+	uint32_t rem = s->layers % pp, r = c->pp < pp ? c->pp : pp - 1;
+
+	*first = r * base + (r < rem ? r : rem);
+	*count = base + (r < rem);
+}
+
+int shape_layout(const struct shape *s, const struct kvw_topo *t,
+		 const struct kvw_coord *c, int with_draft,
+		 struct kvw_buf *out, uint32_t cap, uint32_t *n,
+		 uint64_t *pool_bytes, char *err, size_t errlen)
+{
+	struct kvw_model m;
+	struct layout_spec spec;
+
+	shape_model(s, t, c, &m);
+	memset(&spec, 0, sizeof spec);
+	shape_layers(s, t, c, &spec.first_layer, &spec.layers);
+	spec.draft_layers = with_draft ? s->draft_layers : 0;
+	spec.mla = s->mla;
+	spec.item_len = layout_item_len(&m);
+	spec.pages = s->pages;
+	spec.aux_slots = s->aux_slots;
+	spec.aux_item_len = s->aux_bytes;
+	if (spec.item_len == 0) {
+		snprintf(err, errlen, "page of %u tokens x %u heads x %u bytes "
+			 "does not fit 32 bits", m.page_tokens,
+			 m.rank_kv_heads, m.head_bytes);
+		return KVW_EINVAL;
+	}
+	return layout_make(&spec, out, cap, n, pool_bytes, err, errlen);
+}
+
+int shape_parse_quad(const char *s, uint32_t fill, uint32_t out[4])
+{
+	char buf[128], *save = NULL, *tok;
+	int i = 0;
+
+	if (!s || strlen(s) >= sizeof buf)
+		return KVW_EINVAL;
+	for (int k = 0; k < 4; k++)
+		out[k] = fill;
+	strcpy(buf, s);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (i == 4 || parse_u32(tok, 0, 1u << 20, &out[i]))
+			return KVW_EINVAL;
+		i++;
+	}
+	return i >= 1 ? 0 : KVW_EINVAL;
+}

@@ -1,0 +1,190 @@
+/*
+ * wire.c - the ZMQ side of the frame codec; see wire.h. The receive path
+ * reads at most KVW_MAX_FRAMES parts into fixed storage and drains the rest
+ * of an oversized message, so a hostile peer can never make it allocate
+ * per part or leave half a message in the socket.
+ */
+#include "wire.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void *wire_socket(void *ctx, int type, int linger_ms, char *err,
+		  size_t errlen)
+{
+	void *s = zmq_socket(ctx, type);
+	int one = 1;
+
+	if (!s) {
+		snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
+		return NULL;
+	}
+	if (zmq_setsockopt(s, ZMQ_LINGER, &linger_ms, sizeof linger_ms) ||
+	    (type == ZMQ_ROUTER &&
+	     zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one))) {
+		snprintf(err, errlen, "zmq_setsockopt: %s",
+			 zmq_strerror(errno));
+		zmq_close(s);
+		return NULL;
+	}
+	return s;
+}
+
+int wire_bind(void *sock, const char *endpoint, unsigned mode, char *err,
+	      size_t errlen)
+{
+	const char *path = NULL;
+
+	if (strncmp(endpoint, "ipc://", 6) == 0) {
+		path = endpoint + 6;
+		/* A socket file left by a dead process refuses the bind. */
+		unlink(path);
+	}
+	if (zmq_bind(sock, endpoint) != 0) {
+		snprintf(err, errlen, "bind %s: %s", endpoint,
+			 zmq_strerror(errno));
+		return KVW_ESYS;
+	}
+	if (path && mode && chmod(path, mode) != 0) {
+		snprintf(err, errlen, "chmod %s: %s", path, strerror(errno));
+		return KVW_ESYS;
+	}
+	return 0;
+}
+
+void wire_close(void **sock)
+{
+	if (sock && *sock) {
+		zmq_close(*sock);
+		*sock = NULL;
+	}
+}
+
+int wire_send(void *sock, const struct frame_msg *m, const void *id,
+	      size_t idlen, char *err, size_t errlen)
+{
+	struct frame_out out;
+	int rc = frame_encode(m, &out, err, errlen);
+
+	if (rc)
+		return rc;
+	if (id && zmq_send(sock, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+		goto fail;
+	for (size_t i = 0; i < out.nparts; i++) {
+		int more = i + 1 < out.nparts ? ZMQ_SNDMORE : 0;
+
+		/* libzmq accepts a whole multipart message or none of it:
+		 * once the first part is queued the rest cannot block. */
+		if (zmq_send(sock, out.parts[i].data, out.parts[i].len,
+			     more | ZMQ_DONTWAIT) < 0)
+			goto fail;
+	}
+	return 0;
+fail:
+	if (errno == EAGAIN || errno == EHOSTUNREACH) {
+		snprintf(err, errlen, "send %s: peer unreachable or busy",
+			 frame_type_str(m->hdr.type));
+		return KVW_EAGAIN;
+	}
+	snprintf(err, errlen, "send %s: %s", frame_type_str(m->hdr.type),
+		 zmq_strerror(errno));
+	return KVW_ESYS;
+}
+
+void wire_in_release(struct wire_in *in)
+{
+	for (size_t i = 0; i < in->n; i++)
+		zmq_msg_close(&in->parts[i]);
+	in->n = 0;
+	in->idlen = 0;
+}
+
+/* Reads and drops the remaining parts of a message. */
+static void drain(void *sock)
+{
+	zmq_msg_t junk;
+	int more = 1;
+
+	while (more) {
+		zmq_msg_init(&junk);
+		if (zmq_msg_recv(&junk, sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&junk);
+			return;
+		}
+		more = zmq_msg_more(&junk);
+		zmq_msg_close(&junk);
+	}
+}
+
+int wire_recv(void *sock, int router, struct wire_in *in,
+	      struct frame_msg *m, char *err, size_t errlen)
+{
+	struct frame_part parts[KVW_MAX_FRAMES];
+	int more = 1, rc;
+
+	in->n = 0;
+	in->idlen = 0;
+	if (router) {
+		zmq_msg_t id;
+
+		zmq_msg_init(&id);
+		if (zmq_msg_recv(&id, sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&id);
+			goto sys;
+		}
+		in->idlen = zmq_msg_size(&id);
+		if (in->idlen > WIRE_ID_MAX)
+			in->idlen = WIRE_ID_MAX;
+		memcpy(in->id, zmq_msg_data(&id), in->idlen);
+		more = zmq_msg_more(&id);
+		zmq_msg_close(&id);
+		if (!more) {
+			snprintf(err, errlen, "message with no parts");
+			return KVW_EINVAL;
+		}
+	}
+	while (more) {
+		zmq_msg_t *p = &in->parts[in->n];
+
+		if (in->n == KVW_MAX_FRAMES) {
+			drain(sock);
+			wire_in_release(in);
+			snprintf(err, errlen, "more than %u parts",
+				 KVW_MAX_FRAMES);
+			return KVW_EINVAL;
+		}
+		zmq_msg_init(p);
+		if (zmq_msg_recv(p, sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(p);
+			/* Parts of one message arrive together: only a dead
+			 * socket or context can interrupt one. */
+			if (in->n == 0 && !router)
+				goto sys;
+			wire_in_release(in);
+			snprintf(err, errlen, "recv: %s", zmq_strerror(errno));
+			return KVW_ESYS;
+		}
+		in->n++;
+		more = zmq_msg_more(p);
+	}
+	for (size_t i = 0; i < in->n; i++) {
+		parts[i].data = zmq_msg_data(&in->parts[i]);
+		parts[i].len = zmq_msg_size(&in->parts[i]);
+	}
+	rc = frame_decode(parts, in->n, m, err, errlen);
+	if (rc) {
+		size_t keep = in->idlen;
+
+		wire_in_release(in);
+		in->idlen = keep; /* callers may want to know who sent it */
+	}
+	return rc;
+sys:
+	if (errno == EAGAIN)
+		return KVW_EAGAIN;
+	snprintf(err, errlen, "recv: %s", zmq_strerror(errno));
+	return KVW_ESYS;
+}

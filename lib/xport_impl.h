@@ -1,0 +1,30 @@
+/*
+ * xport_impl.h - private to the transport files (xport*.c): the base every
+ * transport's instance struct starts with, the ops tables the registry
+ * lists, and the error-text helper. Callers of xport.h never include it.
+ */
+#ifndef KVW_XPORT_IMPL_H
+#define KVW_XPORT_IMPL_H
+
+#include <stddef.h>
+
+#include "xport.h"
+
+/* First member of every transport's instance struct; the transport sets ops
+ * in its open and gets its own struct back with XPORT_SELF. */
+struct xport {
+	const struct xport_ops *ops;
+};
+
+#define XPORT_SELF(type, x) ((type *)(void *)((char *)(x) - offsetof(type, base)))
+
+extern const struct xport_ops xport_shm_ops;
+extern const struct xport_ops xport_rdma_ops;
+extern const struct xport_ops xport_cuda_ops;
+
+/* snprintf into err[errlen] when err is non-NULL; returns rc, so a failure
+ * reads `return xport_errf(err, errlen, KVW_EINVAL, "...", ...);`. */
+int xport_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+#endif

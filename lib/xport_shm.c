@@ -1,0 +1,340 @@
+/*
+ * xport_shm.c - the one-host transport: the decode rank's pools are files in
+ * /dev/shm; a prefill worker maps each peer pool read-write once (connect)
+ * and a batch is a checked list of memcpy calls, with no system call or
+ * allocation per copy. A descriptor names the pool file by path, size and
+ * identity (st_dev, st_ino), so connect refuses a pool that disappeared,
+ * shrank or was replaced by a restarted peer.
+ *
+ * SIGBUS: connect checks the size with fstat and pool_create reserves every
+ * page, so the only way left to fault is another process truncating a pool
+ * while it is mapped. kvwire never truncates a pool; guarding each batch
+ * with a process-wide SIGBUS handler (sigsetjmp) would cost a signal-handler
+ * takeover inside a library, so it is not done. An unlinked pool stays valid
+ * memory while mapped (writes land in the orphaned file); the heartbeat and
+ * peer epochs, not this file, notice that the peer is gone.
+ */
+#include "xport_impl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pool.h"
+
+#define SHM_MAGIC "KVSH"
+#define SHM_VERSION 1u
+#define SHM_HDR 32u          /* magic 4, version 2, pathlen 2, size/dev/ino 8 each */
+#define SHM_MAX_REGIONS 1024u /* per instance, locals and remotes each */
+
+/* A local registration (pool borrowed from the caller) or a remote mapping
+ * (pool owned here). base == NULL marks a free slot. */
+struct xshm_region {
+	uint8_t *base;
+	uint64_t size;
+	struct pool *owned; /* remotes only */
+	uint64_t dev, ino;  /* remotes only */
+};
+
+struct xshm_xport {
+	struct xport base;
+	struct xshm_region *loc, *rmt;
+	uint32_t nloc, nrmt;     /* slots in use or freed, i.e. highest id + 1 */
+	uint32_t caploc, caprmt; /* allocated slots */
+};
+
+static int xshm_probe(char *err, size_t errlen)
+{
+	(void)err;
+	(void)errlen;
+	return 0;
+}
+
+static int xshm_open(struct xport **out, char *err, size_t errlen)
+{
+	struct xshm_xport *s;
+
+	*out = NULL;
+	s = calloc(1, sizeof *s);
+	if (s == NULL)
+		return xport_errf(err, errlen, KVW_ENOMEM, "shm: out of memory");
+	s->base.ops = &xport_shm_ops;
+	*out = &s->base;
+	return 0;
+}
+
+/* Finds a free slot in *arr (growing it up to SHM_MAX_REGIONS). Returns the
+ * id, or -1 when full or out of memory. */
+static int64_t xshm_slot(struct xshm_region **arr, uint32_t *n, uint32_t *cap)
+{
+	struct xshm_region *grown;
+	uint32_t i, ncap;
+
+	for (i = 0; i < *n; i++)
+		if ((*arr)[i].base == NULL)
+			return i;
+	if (*n == SHM_MAX_REGIONS)
+		return -1;
+	if (*n == *cap) {
+		ncap = *cap ? *cap * 2 : 8;
+		if (ncap > SHM_MAX_REGIONS)
+			ncap = SHM_MAX_REGIONS;
+		grown = realloc(*arr, ncap * sizeof *grown);
+		if (grown == NULL)
+			return -1;
+		*arr = grown;
+		*cap = ncap;
+	}
+	memset(&(*arr)[*n], 0, sizeof **arr);
+	return (*n)++;
+}
+
+/* Only files named kvwire.<name>.pool are pools: a descriptor is untrusted,
+ * and must never make this process write into some other file it can open. */
+static int xshm_pool_name_ok(const char *path)
+{
+	const char *b = strrchr(path, '/');
+	size_t n;
+
+	b = b ? b + 1 : path;
+	n = strlen(b);
+	return n > 12 && strncmp(b, "kvwire.", 7) == 0 &&
+	       strcmp(b + n - 5, ".pool") == 0;
+}
+
+static void put_le(uint8_t *p, uint64_t v, unsigned bytes)
+{
+	for (unsigned i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, unsigned bytes)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < bytes; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+static int xshm_reg(struct xport *x, const struct pool *p, uint32_t *id,
+		   uint8_t *desc, size_t desccap, size_t *desclen, char *err,
+		   size_t errlen)
+{
+	struct xshm_xport *s = XPORT_SELF(struct xshm_xport, x);
+	const char *path = pool_path(p);
+	size_t plen = strlen(path);
+	struct stat st;
+	int64_t slot;
+
+	if (!xshm_pool_name_ok(path) || path[0] != '/')
+		return xport_errf(err, errlen, KVW_EINVAL,
+				  "shm: %s: pool files must be absolute and "
+				  "named kvwire.<name>.pool", path);
+	if (SHM_HDR + plen > desccap || SHM_HDR + plen > KVW_MAX_DESC)
+		return xport_errf(err, errlen, KVW_EINVAL,
+				  "shm: descriptor for %s does not fit", path);
+	if (fstat(pool_fd(p), &st) != 0)
+		return xport_errf(err, errlen, KVW_ESYS, "shm: stat %s: %s",
+				  path, strerror(errno));
+	slot = xshm_slot(&s->loc, &s->nloc, &s->caploc);
+	if (slot < 0)
+		return xport_errf(err, errlen, KVW_ENOMEM,
+				  "shm: too many registered pools");
+	s->loc[slot].base = pool_base(p);
+	s->loc[slot].size = pool_size(p);
+
+	memcpy(desc, SHM_MAGIC, 4);
+	put_le(desc + 4, SHM_VERSION, 2);
+	put_le(desc + 6, plen, 2);
+	put_le(desc + 8, pool_size(p), 8);
+	put_le(desc + 16, (uint64_t)st.st_dev, 8);
+	put_le(desc + 24, (uint64_t)st.st_ino, 8);
+	memcpy(desc + SHM_HDR, path, plen);
+	*desclen = SHM_HDR + plen;
+	*id = (uint32_t)slot;
+	return 0;
+}
+
+/* Opens and maps the pool a descriptor names, checking it is the very file
+ * (dev, ino) and size the peer registered. On success *out owns the map. */
+static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
+			uint64_t *dev, uint64_t *ino, char *err, size_t errlen)
+{
+	char path[POOL_PATH_MAX + 1];
+	uint64_t plen, size;
+	struct stat st;
+	int rc;
+
+	*out = NULL;
+	if (desc == NULL || len < SHM_HDR || len > KVW_MAX_DESC ||
+	    memcmp(desc, SHM_MAGIC, 4) != 0)
+		return xport_errf(err, errlen, KVW_EINVAL,
+				  "shm: malformed descriptor (%zu bytes)", len);
+	if (get_le(desc + 4, 2) != SHM_VERSION)
+		return xport_errf(err, errlen, KVW_EVERSION,
+				  "shm: descriptor version %llu, expected %u",
+				  (unsigned long long)get_le(desc + 4, 2),
+				  SHM_VERSION);
+	plen = get_le(desc + 6, 2);
+	size = get_le(desc + 8, 8);
+	*dev = get_le(desc + 16, 8);
+	*ino = get_le(desc + 24, 8);
+	if (plen == 0 || plen > POOL_PATH_MAX || SHM_HDR + plen != len ||
+	    memchr(desc + SHM_HDR, '\0', plen) != NULL || size == 0)
+		return xport_errf(err, errlen, KVW_EINVAL,
+				  "shm: malformed descriptor (path or size)");
+	memcpy(path, desc + SHM_HDR, plen);
+	path[plen] = '\0';
+	if (path[0] != '/' || !xshm_pool_name_ok(path))
+		return xport_errf(err, errlen, KVW_EINVAL,
+				  "shm: descriptor path is not a kvwire pool");
+
+	/* pool_open does not follow a symlink in the last component; the
+	 * identity check then proves it is the very file the peer registered. */
+	rc = pool_open(path, 1, out, err, errlen);
+	if (rc != 0)
+		return rc;
+	if (fstat(pool_fd(*out), &st) != 0) {
+		rc = xport_errf(err, errlen, KVW_ESYS, "shm: stat %s: %s", path,
+				 strerror(errno));
+		pool_close(out);
+		return rc;
+	}
+	if ((uint64_t)st.st_dev != *dev || (uint64_t)st.st_ino != *ino) {
+		pool_close(out);
+		return xport_errf(err, errlen, KVW_ESTALE,
+				  "shm: peer pool %s was replaced", path);
+	}
+	if (pool_size(*out) != size) {
+		rc = xport_errf(err, errlen, KVW_ESTALE,
+				"shm: peer pool %s is %llu bytes, descriptor "
+				"says %llu", path,
+				(unsigned long long)pool_size(*out),
+				(unsigned long long)size);
+		pool_close(out);
+		return rc;
+	}
+	return 0;
+}
+
+static int xshm_connect(struct xport *x, const uint8_t *desc, size_t desclen,
+		       uint32_t *id, char *err, size_t errlen)
+{
+	struct xshm_xport *s = XPORT_SELF(struct xshm_xport, x);
+	struct pool *p;
+	uint64_t dev, ino;
+	int64_t slot;
+	uint32_t i;
+	int rc;
+
+	rc = xshm_map_peer(desc, desclen, &p, &dev, &ino, err, errlen);
+	if (rc != 0)
+		return rc;
+	/* The same pool connected twice keeps its first mapping and id. */
+	for (i = 0; i < s->nrmt; i++) {
+		if (s->rmt[i].base != NULL && s->rmt[i].dev == dev &&
+		    s->rmt[i].ino == ino) {
+			pool_close(&p);
+			*id = i;
+			return 0;
+		}
+	}
+	slot = xshm_slot(&s->rmt, &s->nrmt, &s->caprmt);
+	if (slot < 0) {
+		pool_close(&p);
+		return xport_errf(err, errlen, KVW_ENOMEM,
+				  "shm: too many connected pools");
+	}
+	s->rmt[slot] = (struct xshm_region){
+		.base = pool_base(p), .size = pool_size(p), .owned = p,
+		.dev = dev, .ino = ino,
+	};
+	*id = (uint32_t)slot;
+	return 0;
+}
+
+static void xshm_disconnect(struct xport *x, uint32_t id)
+{
+	struct xshm_xport *s = XPORT_SELF(struct xshm_xport, x);
+
+	if (id >= s->nrmt || s->rmt[id].base == NULL)
+		return;
+	pool_close(&s->rmt[id].owned);
+	memset(&s->rmt[id], 0, sizeof s->rmt[id]);
+}
+
+/* True when [off, off + len) lies inside a region of `size` bytes; written
+ * so that off + len cannot overflow. */
+static inline int xshm_in(uint64_t off, uint64_t len, uint64_t size)
+{
+	return len <= size && off <= size - len;
+}
+
+static int xshm_write_batch(struct xport *x, const struct xport_copy *c,
+			   size_t n, char *err, size_t errlen)
+{
+	struct xshm_xport *s = XPORT_SELF(struct xshm_xport, x);
+	size_t i;
+
+	/* Check everything first: a bad copy anywhere moves no byte at all. */
+	for (i = 0; i < n; i++) {
+		if (c[i].src >= s->nloc || s->loc[c[i].src].base == NULL ||
+		    c[i].dst >= s->nrmt || s->rmt[c[i].dst].base == NULL)
+			return xport_errf(err, errlen, KVW_EINVAL,
+					  "shm: copy %zu: unknown region "
+					  "(src %u, dst %u)", i, c[i].src,
+					  c[i].dst);
+		if (!xshm_in(c[i].src_off, c[i].len, s->loc[c[i].src].size) ||
+		    !xshm_in(c[i].dst_off, c[i].len, s->rmt[c[i].dst].size))
+			return xport_errf(err, errlen, KVW_ERANGE,
+					  "shm: copy %zu out of range (src_off "
+					  "%llu, dst_off %llu, len %llu)", i,
+					  (unsigned long long)c[i].src_off,
+					  (unsigned long long)c[i].dst_off,
+					  (unsigned long long)c[i].len);
+	}
+	for (i = 0; i < n; i++)
+		memcpy(s->rmt[c[i].dst].base + c[i].dst_off,
+		       s->loc[c[i].src].base + c[i].src_off, c[i].len);
+	return 0;
+}
+
+/* Copies are done when write_batch returns. */
+static int xshm_wait(struct xport *x, int timeout_ms, char *err, size_t errlen)
+{
+	(void)x;
+	(void)timeout_ms;
+	(void)err;
+	(void)errlen;
+	return 0;
+}
+
+static void xshm_close(struct xport **xp)
+{
+	struct xshm_xport *s;
+	uint32_t i;
+
+	if (xp == NULL || *xp == NULL)
+		return;
+	s = XPORT_SELF(struct xshm_xport, *xp);
+	for (i = 0; i < s->nrmt; i++)
+		pool_close(&s->rmt[i].owned);
+	free(s->rmt);
+	free(s->loc);
+	free(s);
+	*xp = NULL;
+}
+
+const struct xport_ops xport_shm_ops = {
+	.name = "shm",
+	.probe = xshm_probe,
+	.open = xshm_open,
+	.reg = xshm_reg,
+	.connect = xshm_connect,
+	.disconnect = xshm_disconnect,
+	.write_batch = xshm_write_batch,
+	.wait = xshm_wait,
+	.close = xshm_close,
+};

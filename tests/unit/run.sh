@@ -1,0 +1,23 @@
+#!/bin/sh
+# run.sh - runs every cmocka test binary given as arguments and prints one
+# closing line "unit: N passed, N failed" (test cases, summed over binaries).
+# Exit status is non-zero when any case failed or a binary crashed.
+passed=0
+failed=0
+status=0
+for t in "$@"; do
+	out=$("$t" 2>&1)
+	rc=$?
+	printf '%s\n' "$out"
+	p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
+	f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
+	passed=$((passed + p))
+	failed=$((failed + f))
+	if [ "$rc" -ne 0 ]; then
+		status=1
+		# A crash reports no FAILED line: count the binary itself.
+		[ "$f" -eq 0 ] && failed=$((failed + 1)) && echo "unit: $t exited $rc"
+	fi
+done
+echo "unit: $passed passed, $failed failed"
+exit $status

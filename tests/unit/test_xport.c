@@ -1,0 +1,443 @@
+/*
+ * test_xport.c - the transport registry and the shm transport on real pool
+ * files in /dev/shm (fresh names per test, removed at the end). A "decode"
+ * instance registers its pool and hands out a descriptor; a "prefill"
+ * instance registers its own pool, connects the descriptor and copies.
+ * Proved: bytes land exactly (pattern check) for coalesced and scattered
+ * copies, copies ending exactly at a pool's end pass; any copy out of range
+ * (past either pool, or with off + len overflowing) or naming an unknown id
+ * fails the whole batch with every canary byte intact; connect refuses a
+ * missing, replaced or shrunk pool and garbage, truncated, extended, too long
+ * or non-pool descriptors; rdma, cuda and tcp probes say "not available" on
+ * a machine without them (and are accepted as usable where present).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pool.h"
+#include "xport.h"
+
+#define SRC_SIZE (64u * 1024)
+#define DST_SIZE (48u * 1024)
+#define CANARY 0xA5
+
+struct fx {
+	char src_path[128], dst_path[128];
+	struct pool *src, *dst;
+	struct xport *pre, *dec;
+	uint32_t src_id, dst_id;
+	uint8_t desc[KVW_MAX_DESC];
+	size_t desclen;
+	char err[256];
+};
+
+static int fx_teardown(void **state)
+{
+	struct fx *f = *state;
+
+	xport_close(&f->pre);
+	xport_close(&f->dec);
+	pool_close(&f->src);
+	pool_close(&f->dst);
+	unlink(f->src_path);
+	unlink(f->dst_path);
+	test_free(f);
+	return 0;
+}
+
+/* Two pools (source pattern, destination canary) and two shm instances, the
+ * prefill one connected to the decode pool. A failed step cleans up itself:
+ * cmocka runs no teardown after a failed setup. */
+static int fx_setup(void **state)
+{
+	static unsigned n;
+	struct fx *f = test_calloc(1, sizeof *f);
+	const struct xport_ops *shm = xport_find("shm");
+	uint8_t d2[KVW_MAX_DESC];
+	uint32_t dec_id;
+	size_t l2;
+	uint8_t *s;
+
+	*state = f;
+	snprintf(f->src_path, sizeof f->src_path,
+		 "/dev/shm/kvwire.txport-src-%d-%u.pool", (int)getpid(), n);
+	snprintf(f->dst_path, sizeof f->dst_path,
+		 "/dev/shm/kvwire.txport-dst-%d-%u.pool", (int)getpid(), n++);
+	unlink(f->src_path);
+	unlink(f->dst_path);
+	if (pool_create(f->src_path, SRC_SIZE, &f->src, f->err, sizeof f->err) != 0 ||
+	    pool_create(f->dst_path, DST_SIZE, &f->dst, f->err, sizeof f->err) != 0)
+		goto fail;
+	s = pool_base(f->src);
+	for (size_t i = 0; i < SRC_SIZE; i++)
+		s[i] = (uint8_t)(i * 131 + (i >> 8));
+	memset(pool_base(f->dst), CANARY, DST_SIZE);
+
+	if (xport_open(shm, &f->dec, f->err, sizeof f->err) != 0 ||
+	    xport_register(f->dec, f->dst, &dec_id, f->desc, sizeof f->desc, &f->desclen,
+			   f->err, sizeof f->err) != 0 ||
+	    xport_open(shm, &f->pre, f->err, sizeof f->err) != 0 ||
+	    xport_register(f->pre, f->src, &f->src_id, d2, sizeof d2, &l2, f->err,
+			   sizeof f->err) != 0 ||
+	    xport_connect(f->pre, f->desc, f->desclen, &f->dst_id, f->err, sizeof f->err) != 0)
+		goto fail;
+	return 0;
+
+fail:
+	print_error("setup: %s\n", f->err);
+	fx_teardown(state);
+	return -1;
+}
+
+static const uint8_t *src_at(struct fx *f, uint64_t off)
+{
+	return (const uint8_t *)pool_base(f->src) + off;
+}
+
+static const uint8_t *dst_at(struct fx *f, uint64_t off)
+{
+	return (const uint8_t *)pool_base(f->dst) + off;
+}
+
+/* Every destination byte outside the given copies still holds the canary. */
+static void assert_only_copied(struct fx *f, const struct xport_copy *c, size_t n)
+{
+	for (uint64_t b = 0; b < DST_SIZE; b++) {
+		int inside = 0;
+
+		for (size_t i = 0; i < n; i++)
+			if (b >= c[i].dst_off && b - c[i].dst_off < c[i].len)
+				inside = 1;
+		if (!inside && *dst_at(f, b) != CANARY)
+			fail_msg("byte %llu changed outside every copy", (unsigned long long)b);
+	}
+}
+
+static void assert_untouched(struct fx *f)
+{
+	assert_only_copied(f, NULL, 0);
+}
+
+static struct xport_copy cp(struct fx *f, uint64_t so, uint64_t dof, uint64_t len)
+{
+	return (struct xport_copy){ .src_off = so, .dst_off = dof, .len = len,
+				    .src = f->src_id, .dst = f->dst_id };
+}
+
+static void shm_copy_lands_bytes_exactly(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c = cp(f, 1000, 3000, 5000);
+
+	assert_int_equal(xport_write_batch(f->pre, &c, 1, f->err, sizeof f->err), 0);
+	assert_int_equal(xport_wait(f->pre, 0, f->err, sizeof f->err), 0);
+	assert_memory_equal(dst_at(f, 3000), src_at(f, 1000), 5000);
+	assert_only_copied(f, &c, 1);
+}
+
+static void shm_coalesced_and_scattered_copies_all_land(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c[6];
+	size_t i;
+
+	c[0] = cp(f, 0, 0, 16384);                 /* one coalesced run */
+	c[1] = cp(f, 60 * 1024, 20 * 1024, 4096);  /* scattered pages, */
+	c[2] = cp(f, 32 * 1024, 36 * 1024, 4096);  /* out of order */
+	c[3] = cp(f, 5, 17 * 1024 + 3, 1);         /* single byte */
+	c[4] = cp(f, SRC_SIZE - 4096, DST_SIZE - 4096, 4096); /* both ends */
+	c[5] = cp(f, 7, 30 * 1024, 0);             /* empty copy: no-op */
+	assert_int_equal(xport_write_batch(f->pre, c, 6, f->err, sizeof f->err), 0);
+	for (i = 0; i < 6; i++)
+		assert_memory_equal(dst_at(f, c[i].dst_off), src_at(f, c[i].src_off), c[i].len);
+	assert_only_copied(f, c, 6);
+}
+
+static void shm_empty_batch_is_ok(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(xport_write_batch(f->pre, NULL, 0, f->err, sizeof f->err), 0);
+	assert_untouched(f);
+}
+
+/* Each bad copy sits after a good one: the good one must not land either. */
+static void expect_batch_refused(struct fx *f, struct xport_copy bad, int want)
+{
+	struct xport_copy c[2] = { cp(f, 0, 0, 4096), bad };
+
+	f->err[0] = '\0';
+	assert_int_equal(xport_write_batch(f->pre, c, 2, f->err, sizeof f->err), want);
+	assert_true(f->err[0] != '\0');
+	assert_untouched(f);
+}
+
+static void shm_out_of_range_copy_moves_nothing(void **state)
+{
+	struct fx *f = *state;
+
+	expect_batch_refused(f, cp(f, 0, DST_SIZE - 100, 101), KVW_ERANGE);
+	expect_batch_refused(f, cp(f, 0, DST_SIZE, 1), KVW_ERANGE);
+	expect_batch_refused(f, cp(f, SRC_SIZE - 10, 0, 11), KVW_ERANGE);
+	expect_batch_refused(f, cp(f, SRC_SIZE + 1, 0, 0), KVW_ERANGE);
+	expect_batch_refused(f, cp(f, 0, 0, DST_SIZE + 1), KVW_ERANGE);
+	/* off + len wraps around 2^64 and would look small. */
+	expect_batch_refused(f, cp(f, 0, UINT64_MAX - 10, 20), KVW_ERANGE);
+	expect_batch_refused(f, cp(f, UINT64_MAX - 10, 0, 20), KVW_ERANGE);
+	expect_batch_refused(f, cp(f, 16, 16, UINT64_MAX), KVW_ERANGE);
+}
+
+static void shm_unknown_region_id_moves_nothing(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy bad = cp(f, 0, 0, 1);
+
+	bad.src = f->src_id + 7;
+	expect_batch_refused(f, bad, KVW_EINVAL);
+	bad = cp(f, 0, 0, 1);
+	bad.dst = UINT32_MAX;
+	expect_batch_refused(f, bad, KVW_EINVAL);
+}
+
+static void shm_same_descriptor_connects_once_and_disconnect_drops_it(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c;
+	uint32_t id2;
+
+	assert_int_equal(xport_connect(f->pre, f->desc, f->desclen, &id2, f->err, sizeof f->err), 0);
+	assert_int_equal(id2, f->dst_id);
+	xport_disconnect(f->pre, f->dst_id);
+	xport_disconnect(f->pre, f->dst_id); /* unknown now: ignored */
+	c = cp(f, 0, 0, 1);
+	assert_int_equal(xport_write_batch(f->pre, &c, 1, f->err, sizeof f->err), KVW_EINVAL);
+	assert_untouched(f);
+	assert_int_equal(xport_connect(f->pre, f->desc, f->desclen, &id2, f->err, sizeof f->err), 0);
+	c.dst = id2;
+	assert_int_equal(xport_write_batch(f->pre, &c, 1, f->err, sizeof f->err), 0);
+	assert_int_equal(*dst_at(f, 0), *src_at(f, 0));
+}
+
+static void shm_connect_refuses_missing_replaced_or_shrunk_pool(void **state)
+{
+	struct fx *f = *state;
+	struct pool *p = NULL;
+	uint32_t id = 99;
+
+	/* Missing. */
+	unlink(f->dst_path);
+	assert_int_equal(xport_connect(f->dec, f->desc, f->desclen, &id, f->err, sizeof f->err),
+			 KVW_ENOENT);
+	assert_non_null(strstr(f->err, f->dst_path));
+	assert_int_equal(id, 99);
+
+	/* Replaced by a restarted peer: same path and size, another file. */
+	assert_int_equal(pool_create(f->dst_path, DST_SIZE, &p, f->err, sizeof f->err), 0);
+	assert_int_equal(xport_connect(f->dec, f->desc, f->desclen, &id, f->err, sizeof f->err),
+			 KVW_ESTALE);
+	assert_non_null(strstr(f->err, "replaced"));
+	pool_close(&p);
+	unlink(f->dst_path);
+
+	/* Shrunk: the registered file itself, truncated. */
+	{
+		char path2[160];
+		uint8_t d[KVW_MAX_DESC];
+		size_t l;
+		uint32_t rid;
+
+		snprintf(path2, sizeof path2, "%s.b.pool", f->dst_path);
+		assert_int_equal(pool_create(path2, 8192, &p, f->err, sizeof f->err), 0);
+		assert_int_equal(xport_register(f->dec, p, &rid, d, sizeof d, &l, f->err,
+						sizeof f->err), 0);
+		/* p stays open (registered) but is not touched past 4096. */
+		assert_int_equal(truncate(path2, 4096), 0);
+		assert_int_equal(xport_connect(f->pre, d, l, &id, f->err, sizeof f->err),
+				 KVW_ESTALE);
+		assert_non_null(strstr(f->err, "descriptor says 8192"));
+		xport_close(&f->dec); /* before the pool it borrowed */
+		pool_close(&p);
+		unlink(path2);
+	}
+	assert_int_equal(id, 99);
+}
+
+static void expect_bad_desc(struct fx *f, const uint8_t *d, size_t len, int want)
+{
+	uint32_t id = 77;
+
+	f->err[0] = '\0';
+	assert_int_equal(xport_connect(f->pre, d, len, &id, f->err, sizeof f->err), want);
+	assert_int_equal(id, 77);
+	assert_true(f->err[0] != '\0');
+}
+
+static void shm_connect_refuses_garbage_and_malformed_descriptors(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t big[KVW_MAX_DESC + 1];
+	uint8_t d[KVW_MAX_DESC + 1];
+	size_t i;
+
+	for (i = 0; i < sizeof big; i++)
+		big[i] = (uint8_t)(i * 37 + 11);
+	expect_bad_desc(f, big, 64, KVW_EINVAL);
+	expect_bad_desc(f, NULL, 0, KVW_EINVAL);
+	memcpy(big, f->desc, f->desclen);
+	expect_bad_desc(f, big, sizeof big, KVW_EINVAL); /* too long */
+	for (i = 0; i < f->desclen; i++)                 /* every truncation */
+		expect_bad_desc(f, f->desc, i, KVW_EINVAL);
+	memcpy(d, f->desc, f->desclen);
+	d[f->desclen] = '/';                              /* trailing byte */
+	expect_bad_desc(f, d, f->desclen + 1, KVW_EINVAL);
+	d[4] = 9;                                         /* version */
+	expect_bad_desc(f, d, f->desclen, KVW_EVERSION);
+	memcpy(d, f->desc, f->desclen);
+	d[f->desclen - 3] = '\0';                         /* NUL inside path */
+	expect_bad_desc(f, d, f->desclen, KVW_EINVAL);
+
+	/* A well-formed descriptor naming a file that is not a pool. */
+	{
+		const char *etc = "/etc/passwd";
+		size_t pl = strlen(etc);
+
+		const size_t hdr = 32; /* shm descriptor header, path follows */
+
+		memcpy(d, f->desc, hdr);
+		d[6] = (uint8_t)pl;
+		d[7] = 0;
+		memcpy(d + hdr, etc, pl);
+		expect_bad_desc(f, d, hdr + pl, KVW_EINVAL);
+		assert_non_null(strstr(f->err, "not a kvwire pool"));
+	}
+	assert_untouched(f);
+}
+
+static void shm_register_refuses_non_pool_name(void **state)
+{
+	struct fx *f = *state;
+	char path[128];
+	struct pool *p = NULL;
+	uint8_t d[KVW_MAX_DESC];
+	size_t l;
+	uint32_t id;
+
+	snprintf(path, sizeof path, "/dev/shm/notkvw-%d.bin", (int)getpid());
+	unlink(path);
+	assert_int_equal(pool_create(path, 4096, &p, f->err, sizeof f->err), 0);
+	assert_int_equal(xport_register(f->pre, p, &id, d, sizeof d, &l, f->err, sizeof f->err),
+			 KVW_EINVAL);
+	assert_non_null(strstr(f->err, "kvwire.<name>.pool"));
+	/* And a descriptor buffer too small for the path. */
+	assert_int_equal(xport_register(f->pre, f->src, &id, d, 20, &l, f->err, sizeof f->err),
+			 KVW_EINVAL);
+	pool_close(&p);
+	unlink(path);
+}
+
+/* Usable (0) where the hardware and code exist; otherwise KVW_ENODEV with
+ * "<name>: not available: ..." - both from probe and from open. */
+static void expect_usable_or_not_available(const char *name)
+{
+	const struct xport_ops *ops = xport_find(name);
+	struct xport *x = NULL;
+	char err[256] = "", want[64];
+	int rc;
+
+	assert_non_null(ops);
+	assert_string_equal(ops->name, name);
+	snprintf(want, sizeof want, "%s: not available", name);
+	rc = ops->probe(err, sizeof err);
+	if (rc != 0) {
+		assert_int_equal(rc, KVW_ENODEV);
+		assert_non_null(strstr(err, want));
+	}
+	print_message("%s probe: %s\n", name, rc == 0 ? "available" : err);
+	err[0] = '\0';
+	rc = xport_open(ops, &x, err, sizeof err);
+	if (rc != 0) {
+		assert_int_equal(rc, KVW_ENODEV);
+		assert_non_null(strstr(err, want));
+		assert_null(x);
+	}
+	xport_close(&x);
+	assert_null(x);
+}
+
+static void rdma_probe_and_open_say_not_available_without_devices(void **state)
+{
+	(void)state;
+	expect_usable_or_not_available("rdma");
+}
+
+static void cuda_probe_and_open_say_not_available_without_gpu(void **state)
+{
+	(void)state;
+	expect_usable_or_not_available("cuda");
+}
+
+static void tcp_is_a_stub_that_says_not_implemented(void **state)
+{
+	char err[256] = "";
+	struct xport *x = (struct xport *)&x;
+
+	(void)state;
+	assert_int_equal(xport_find("tcp")->probe(err, sizeof err), KVW_ENODEV);
+	assert_non_null(strstr(err, "tcp: not available: not implemented yet"));
+	assert_int_equal(xport_open(xport_find("tcp"), &x, err, sizeof err), KVW_ENODEV);
+	assert_null(x);
+}
+
+static void registry_finds_known_names_only(void **state)
+{
+	struct xport_avail av[8];
+	size_t n;
+
+	(void)state;
+	assert_null(xport_find("nope"));
+	assert_null(xport_find(""));
+	assert_null(xport_find(NULL));
+	assert_null(xport_find("SHM"));
+	assert_string_equal(xport_find("shm")->name, "shm");
+	assert_int_equal(xport_find("shm")->probe(NULL, 0), 0);
+
+	n = xport_probe_all(av, 8);
+	assert_int_equal(n, 4);
+	assert_string_equal(av[0].name, "shm");
+	assert_int_equal(av[0].rc, 0);
+	assert_string_equal(av[0].msg, "shm: available");
+	for (size_t i = 1; i < n; i++)
+		assert_true(av[i].rc == 0 || strstr(av[i].msg, "not available") != NULL);
+	assert_int_equal(xport_probe_all(av, 1), 4); /* cap respected */
+	assert_int_equal(xport_open(NULL, &(struct xport *){ NULL }, NULL, 0), KVW_EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
+		T(shm_copy_lands_bytes_exactly),
+		T(shm_coalesced_and_scattered_copies_all_land),
+		T(shm_empty_batch_is_ok),
+		T(shm_out_of_range_copy_moves_nothing),
+		T(shm_unknown_region_id_moves_nothing),
+		T(shm_same_descriptor_connects_once_and_disconnect_drops_it),
+		T(shm_connect_refuses_missing_replaced_or_shrunk_pool),
+		T(shm_connect_refuses_garbage_and_malformed_descriptors),
+		T(shm_register_refuses_non_pool_name),
+#undef T
+		cmocka_unit_test(rdma_probe_and_open_say_not_available_without_devices),
+		cmocka_unit_test(cuda_probe_and_open_say_not_available_without_gpu),
+		cmocka_unit_test(tcp_is_a_stub_that_says_not_implemented),
+		cmocka_unit_test(registry_finds_known_names_only),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
