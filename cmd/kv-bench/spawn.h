@@ -1,0 +1,32 @@
+/*
+ * spawn.h - kv-bench --spawn: start a private kvwire group through
+ * `kv-up --daemon` in a fresh temporary run directory (kv-up returns once
+ * every member is READY), and stop it with `kv-up --stop DIR` and remove
+ * the directory at the end.
+ */
+#ifndef KVBENCH_SPAWN_H
+#define KVBENCH_SPAWN_H
+
+#include <stddef.h>
+
+struct spawn {
+	char kv_up[4096]; /* the kv-up that started it */
+	char dir[256];    /* the run directory, "" when none */
+	int up;           /* kv-up --daemon succeeded */
+};
+
+/* Runs `kv_up --daemon --run-dir DIR ARGS...` (args NULL-terminated) and
+ * waits up to timeout_s for it to return. Returns 0, or -1 with err (the
+ * group is then stopped and the directory removed). */
+int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
+		double timeout_s, char *err, size_t errlen);
+
+/* `kv-up --stop DIR` (bounded wait), then removes the run directory.
+ * Accepts a struct that was never started (all zero). */
+void spawn_stop(struct spawn *s);
+
+/* Writes the kv-up that sits beside this program (/proc/self/exe's
+ * directory) into buf, or "bin/kv-up" when that cannot be read. */
+void spawn_default_kv_up(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,236 @@
+/*
+ * api.c - the engine-facing API (see api.h): engine commands become frames
+ * on a DEALER to the control process's engine socket, and room progress is
+ * read straight from the control process's mapped room table.
+ */
+#include "api.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "frame.h"
+#include "pool.h"
+#include "proc.h"
+#include "rtab.h"
+#include "wire.h"
+
+struct kvw_engine {
+	void *ctx;
+	void *sock;
+	struct rtab *tab;
+	struct pool *pool;
+	uint64_t epoch;
+	char err[256]; /* last send error */
+};
+
+_Static_assert(KVW_ROOM_F_ARMED == RTAB_F_ARMED, "flag bits match rtab");
+_Static_assert(KVW_ROOM_F_RELEASABLE == RTAB_F_RELEASABLE, "flag bits");
+_Static_assert(KVW_ROOM_F_DUMMY == RTAB_F_DUMMY, "flag bits match rtab");
+
+int kvw_engine_open(const char *engine_endpoint, const char *table_path,
+		    const char *pool_path, struct kvw_engine **out, char *err,
+		    size_t errlen)
+{
+	struct kvw_engine *e;
+	char dummy[8];
+	int rc;
+
+	if (err == NULL) {
+		err = dummy;
+		errlen = sizeof dummy;
+	}
+	if (out == NULL)
+		return KVW_EINVAL;
+	*out = NULL;
+	if (engine_endpoint == NULL || *engine_endpoint == '\0' ||
+	    table_path == NULL || pool_path == NULL) {
+		snprintf(err, errlen, "engine endpoint, table and pool are "
+			 "required");
+		return KVW_EINVAL;
+	}
+	e = calloc(1, sizeof *e);
+	if (e == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	e->epoch = proc_epoch();
+	rc = rtab_open(table_path, 0, &e->tab, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = pool_open(pool_path, 1, &e->pool, err, errlen);
+	if (rc < 0)
+		goto fail;
+	e->ctx = zmq_ctx_new();
+	if (e->ctx == NULL) {
+		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		rc = KVW_ESYS;
+		goto fail;
+	}
+	e->sock = wire_socket(e->ctx, ZMQ_DEALER, 0, err, errlen);
+	if (e->sock == NULL) {
+		rc = KVW_ESYS;
+		goto fail;
+	}
+	if (zmq_connect(e->sock, engine_endpoint) != 0) {
+		rc = errno == EINVAL || errno == EPROTONOSUPPORT ? KVW_EINVAL
+								  : KVW_ESYS;
+		snprintf(err, errlen, "connect %s: %s", engine_endpoint,
+			 zmq_strerror(errno));
+		goto fail;
+	}
+	*out = e;
+	return 0;
+fail:
+	kvw_engine_close(&e);
+	return rc;
+}
+
+void kvw_engine_close(struct kvw_engine **ep)
+{
+	struct kvw_engine *e;
+
+	if (ep == NULL || *ep == NULL)
+		return;
+	e = *ep;
+	wire_close(&e->sock);
+	if (e->ctx)
+		zmq_ctx_term(e->ctx);
+	rtab_close(&e->tab);
+	pool_close(&e->pool);
+	free(e);
+	*ep = NULL;
+}
+
+void *kvw_pool_base(const struct kvw_engine *e)
+{
+	return pool_base(e->pool);
+}
+
+uint64_t kvw_pool_size(const struct kvw_engine *e)
+{
+	return pool_size(e->pool);
+}
+
+const char *kvw_engine_error(const struct kvw_engine *e)
+{
+	return e->err;
+}
+
+/* Sends m; records the error text (or clears it). */
+static int send_msg(struct kvw_engine *e, const struct frame_msg *m)
+{
+	int rc;
+
+	e->err[0] = '\0';
+	rc = wire_send(e->sock, m, NULL, 0, e->err, sizeof e->err);
+	if (rc == 0)
+		e->err[0] = '\0';
+	return rc;
+}
+
+static int bad(struct kvw_engine *e, const char *what)
+{
+	snprintf(e->err, sizeof e->err, "%s", what);
+	return KVW_EINVAL;
+}
+
+int kvw_send_begin(struct kvw_engine *e, uint64_t room, uint32_t num_pages,
+		   uint32_t aux_slot)
+{
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_SEND_BEGIN, 0, room, e->epoch);
+	m.u.send_begin.num_pages = num_pages;
+	m.u.send_begin.aux_slot = aux_slot;
+	return send_msg(e, &m);
+}
+
+int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *pages,
+		   uint32_t n, int is_last)
+{
+	struct frame_msg m;
+
+	if (n > KVW_MAX_PAGES)
+		return bad(e, "SEND_CHUNK: more than KVW_MAX_PAGES pages");
+	if (n > 0 && pages == NULL)
+		return bad(e, "SEND_CHUNK: pages is NULL");
+	if (n == 0 && !is_last)
+		return bad(e, "SEND_CHUNK: empty chunk that is not the last");
+	frame_msg_init(&m, FRAME_SEND_CHUNK, 0, room, e->epoch);
+	m.u.send_chunk.is_last = is_last ? 1 : 0;
+	m.u.send_chunk.pages = frame_u32s_of(pages, n);
+	return send_msg(e, &m);
+}
+
+int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
+		   const char *bootstrap_ep, uint32_t prefill_dp_rank,
+		   const uint32_t *pages, uint32_t n, uint32_t aux_slot)
+{
+	struct frame_msg m;
+	size_t len;
+
+	if (bootstrap_ep == NULL || *bootstrap_ep == '\0')
+		return bad(e, "RECV_BEGIN: bootstrap address missing");
+	len = strlen(bootstrap_ep);
+	if (len > KVW_MAX_STR)
+		return bad(e, "RECV_BEGIN: bootstrap address too long");
+	if (n > KVW_MAX_PAGES)
+		return bad(e, "RECV_BEGIN: more than KVW_MAX_PAGES pages");
+	if (n > 0 && pages == NULL)
+		return bad(e, "RECV_BEGIN: pages is NULL");
+	frame_msg_init(&m, FRAME_RECV_BEGIN, 0, room, e->epoch);
+	memcpy(m.u.recv_begin.bootstrap, bootstrap_ep, len + 1);
+	m.u.recv_begin.aux_slot = aux_slot;
+	m.u.recv_begin.prefill_dp_rank = prefill_dp_rank;
+	m.u.recv_begin.pages = frame_u32s_of(pages, n);
+	return send_msg(e, &m);
+}
+
+int kvw_abort(struct kvw_engine *e, uint64_t room)
+{
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_RECV_ABORT, 0, room, e->epoch);
+	return send_msg(e, &m);
+}
+
+int kvw_clear(struct kvw_engine *e, uint64_t room)
+{
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_CLEAR, 0, room, e->epoch);
+	return send_msg(e, &m);
+}
+
+int kvw_poll(const struct kvw_engine *e, uint64_t room,
+	     struct kvw_room_status *st)
+{
+	struct rtab_ref ref;
+	struct rtab_view v;
+	int rc;
+
+	/* The slot can be reused between lookup and get (CLEAR + a new
+	 * incarnation): get then reports ESTALE and the lookup is redone. */
+	for (int tries = 0; tries < 4; tries++) {
+		rc = rtab_lookup(e->tab, room, &ref);
+		if (rc < 0)
+			return rc;
+		rc = rtab_get(e->tab, ref, &v);
+		if (rc == KVW_ESTALE)
+			continue;
+		if (rc < 0)
+			return rc;
+		st->state = v.state;
+		st->reason = v.reason;
+		st->generation = v.ref.gen;
+		st->pages_expected = v.pages_expected;
+		st->pages_done = v.pages_done;
+		st->flags = v.flags;
+		st->bytes = v.bytes;
+		return 0;
+	}
+	return KVW_EAGAIN;
+}

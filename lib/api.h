@@ -1,0 +1,119 @@
+/*
+ * api.h - what an inference engine links against to move KV through a
+ * local kvwire control process (kv-sender on a prefill rank, kv-receiver on
+ * a decode rank). A struct kvw_engine holds three things: a ZMQ DEALER
+ * connected to the control process's engine socket (commands go out, no
+ * replies come back), the control process's room table mapped read-only
+ * (progress is read from it with plain loads, no syscall), and the KV pool
+ * file mapped read-write (the engine's KV memory: prefill writes the pages it
+ * sends, decode reads the pages it received).
+ *
+ * Threads: one kvw_engine belongs to one thread at a time (a ZMQ socket is
+ * not thread-safe). kvw_poll only reads shared memory and may be called
+ * from any thread while another sends, as long as the engine stays open.
+ *
+ * Errors: every call returns 0 (or a value >= 0 where stated) or a
+ * negative KVW_E* (lib/kvw.h). Sends never block: KVW_EAGAIN means the
+ * control process's queue is full (or it is not up yet and the queue is
+ * full); nothing was queued and the caller retries later. KVW_ESYS means the
+ * socket or its context is gone: the engine must be closed.
+ */
+#ifndef KVW_API_H
+#define KVW_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvw.h"
+
+struct kvw_engine; /* opaque */
+
+/* One room as the table shows it (a snapshot; fields may be from slightly
+ * different instants, state and generation are consistent). */
+struct kvw_room_status {
+	uint32_t state;          /* enum kvw_state (KVW_CLEARED after CLEAR) */
+	uint32_t reason;         /* enum kvw_reason; set when Failed */
+	uint32_t generation;     /* incarnation of the room id in the table */
+	uint32_t pages_expected; /* decode: pages of RECV_BEGIN */
+	uint32_t pages_done;     /* pages moved so far (where counted) */
+	uint32_t flags;          /* KVW_ROOM_F_* */
+	uint64_t bytes;          /* bytes moved so far (where counted) */
+};
+
+/* Room flags (same bits as the room table's RTAB_F_*). */
+#define KVW_ROOM_F_ARMED 0x1u      /* abort sent, waiting for every ack */
+#define KVW_ROOM_F_RELEASABLE 0x2u /* every target acked the abort: the
+				    * destination pages may be reused */
+#define KVW_ROOM_F_DUMMY 0x4u
+
+/* Connects to the control process. engine_endpoint: its engine socket
+ * (ipc://...); table_path: its room table (must exist: the control creates
+ * it before binding); pool_path: its KV pool file (a name or path as
+ * pool_path_for). The connect itself does not wait for the control process.
+ * On success returns 0 and *out is the caller's, freed with
+ * kvw_engine_close. On failure *out is NULL, err says why, and the return
+ * is KVW_EINVAL (NULL or over-long argument), KVW_ENOENT (table or pool
+ * missing), KVW_EVERSION (not a room table of this version), KVW_ENOMEM or
+ * KVW_ESYS. err may be NULL. */
+int kvw_engine_open(const char *engine_endpoint, const char *table_path,
+		    const char *pool_path, struct kvw_engine **out, char *err,
+		    size_t errlen);
+
+/* Closes the socket (unsent commands are dropped), unmaps the table and the
+ * pool, frees *e and sets *e = NULL. Accepts NULL and *e == NULL. The
+ * control process and its files are untouched. */
+void kvw_engine_close(struct kvw_engine **e);
+
+/* The mapped pool: base address and size in bytes. The mapping belongs to
+ * the engine and is valid until kvw_engine_close. */
+void *kvw_pool_base(const struct kvw_engine *e);
+uint64_t kvw_pool_size(const struct kvw_engine *e);
+
+/* The last send error's text ("" after a success); owned by e. */
+const char *kvw_engine_error(const struct kvw_engine *e);
+
+/* ---- prefill side (kv-sender) ---------------------------------------- */
+
+/* SEND_BEGIN: the room will send num_pages pages and aux slot aux_slot. */
+int kvw_send_begin(struct kvw_engine *e, uint64_t room, uint32_t num_pages,
+		   uint32_t aux_slot);
+
+/* SEND_CHUNK: the next n source pages of the room (pages[0..n) are copied
+ * into the message before return; the caller keeps the array). is_last
+ * marks the room's final chunk (the aux slot goes with it); n may be 0 only
+ * for a last chunk. KVW_EINVAL when n > KVW_MAX_PAGES, pages is NULL with
+ * n > 0, or n == 0 with is_last == 0. */
+int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *pages,
+		   uint32_t n, int is_last);
+
+/* ---- decode side (kv-receiver) --------------------------------------- */
+
+/* RECV_BEGIN: receive the room from the prefill instance whose bootstrap is
+ * bootstrap_ep (at most KVW_MAX_STR bytes), dp group prefill_dp_rank, into
+ * destination pages pages[0..n) (copied before
+ * return; n may be 0 for a room of aux data only) and aux slot aux_slot.
+ * KVW_EINVAL when n > KVW_MAX_PAGES, pages is NULL with n > 0, or the
+ * bootstrap address is NULL, empty or too long. */
+int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
+		   const char *bootstrap_ep, uint32_t prefill_dp_rank,
+		   const uint32_t *pages, uint32_t n, uint32_t aux_slot);
+
+/* RECV_ABORT: fail the room (reason aborted) and ask every prefill target
+ * to stop; the room's flags show KVW_ROOM_F_RELEASABLE once all acked. */
+int kvw_abort(struct kvw_engine *e, uint64_t room);
+
+/* ---- both sides -------------------------------------------------------- */
+
+/* CLEAR: the engine is done with the room; the control process drops its
+ * state (a room still active is failed first). */
+int kvw_clear(struct kvw_engine *e, uint64_t room);
+
+/* Reads the room's current incarnation from the mapped table: no syscall,
+ * no message. Returns 0 and fills *st; KVW_ENOENT when the room is not in
+ * the table (its BEGIN not processed yet: "pending"); KVW_EAGAIN when the
+ * owner is rewriting the slot right now (retry). *st is unchanged on
+ * error. */
+int kvw_poll(const struct kvw_engine *e, uint64_t room,
+	     struct kvw_room_status *st);
+
+#endif

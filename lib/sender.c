@@ -1,0 +1,349 @@
+/*
+ * sender.c - kv-sender's control process: building its state in the order
+ * runtime.md asks for (layout, room table, pool, worker socket and
+ * workers, then the peer and engine sockets), the one zmq_poll loop over
+ * three named slots (workers, peers, engine) whose timeout is the nearest
+ * of the deadline sweep and a pending worker restart, and the teardown.
+ * What each message does lives in sender_xfer.c, sender_peer.c and
+ * sender_worker.c; see sender.h for the contract.
+ */
+#include "sender_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "pool.h"
+#include "proc.h"
+#include "xport.h"
+
+#define ROOM_CAPACITY 65536u
+#define PEER_CAPACITY 1024u
+#define POLL_CAP_MS 500L
+#define SWEEP_EVERY_NS 1000000000ull
+#define DRAIN_BUDGET 256 /* messages per socket per poll round */
+
+enum { SLOT_WORK, SLOT_PEER, SLOT_ENGINE, NSLOTS };
+
+uint32_t sender_rank_of(const struct kvw_topo *t, const struct kvw_coord *c)
+{
+	return c->pp * t->tp + c->tp;
+}
+
+/* strdup that tolerates NULL (gives NULL) and flags a failed copy. */
+static char *dup_or(const char *v, int *oom)
+{
+	char *d;
+
+	if (!v)
+		return NULL;
+	d = strdup(v);
+	if (!d)
+		*oom = 1;
+	return d;
+}
+
+static int check_cfg(const struct sender_cfg *c, char *err, size_t errlen)
+{
+	const struct kvw_topo *t = &c->topo;
+	const struct kvw_coord *x = &c->coord;
+
+	if (!c->listen || !c->engine || !c->table || !c->pool || !c->exe) {
+		snprintf(err, errlen, "--listen, --engine, --table and --pool "
+			 "are required");
+		return KVW_EINVAL;
+	}
+	if (c->workers < 1 || c->workers > SENDER_MAX_WORKERS) {
+		snprintf(err, errlen, "--workers must be 1..%u", SENDER_MAX_WORKERS);
+		return KVW_EINVAL;
+	}
+	if (!t->tp || !t->pp || !t->cp || !t->dp || x->tp >= t->tp ||
+	    x->pp >= t->pp || x->cp >= t->cp || x->dp >= t->dp) {
+		snprintf(err, errlen, "--rank outside --topo");
+		return KVW_EINVAL;
+	}
+	if (!c->transport || !xport_find(c->transport)) {
+		snprintf(err, errlen, "unknown transport %s",
+			 c->transport ? c->transport : "(none)");
+		return KVW_EINVAL;
+	}
+	if (strlen(c->listen) >= RTAB_ENDPOINT_MAX || strlen(c->listen) > KVW_MAX_STR) {
+		snprintf(err, errlen, "--listen endpoint too long");
+		return KVW_EINVAL;
+	}
+	return 0;
+}
+
+/* Own layout, model and layer range from the shape. */
+static int build_layout(struct sender *s, char *err, size_t errlen)
+{
+	s->bufs = calloc(SENDER_MAX_LAYOUT, sizeof *s->bufs);
+	if (!s->bufs) {
+		snprintf(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	shape_model(&s->shape, &s->topo, &s->coord, &s->model);
+	shape_layers(&s->shape, &s->topo, &s->coord, &s->layer_first,
+		     &s->layer_count);
+	return shape_layout(&s->shape, &s->topo, &s->coord, 0, s->bufs,
+			    SENDER_MAX_LAYOUT, &s->nbufs, &s->pool_bytes, err,
+			    errlen);
+}
+
+static int open_files(struct sender *s, char *err, size_t errlen)
+{
+	int existed = 0, rc, n;
+
+	rc = rtab_create(s->table_path, ROOM_CAPACITY, PEER_CAPACITY, s->epoch,
+			 &s->t, &existed, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (existed) {
+		n = rtab_fail_stale_owner(s->t, s->epoch, NULL, NULL);
+		LOG(LOG_WARN, "reopened table %s: failed %d rooms of the previous "
+		    "incarnation", s->table_path, n);
+	}
+	rc = pool_unlink(s->pool_path);
+	if (rc < 0 && rc != KVW_ENOENT) {
+		snprintf(err, errlen, "cannot remove stale pool %s", s->pool_path);
+		return rc;
+	}
+	return pool_create(s->pool_path, s->pool_bytes, &s->pool, err, errlen);
+}
+
+/* A ROUTER bound at ep; the worker socket also takes a restarted worker's
+ * identity over (HANDOVER) and never drops a JOB to a high-water mark. */
+static void *router(struct sender *s, const char *ep, unsigned mode,
+		    int internal, char *err, size_t errlen)
+{
+	void *r = wire_socket(s->ctx, ZMQ_ROUTER, 0, err, errlen);
+	int one = 1, zero = 0;
+
+	if (!r)
+		return NULL;
+	if (internal &&
+	    (zmq_setsockopt(r, ZMQ_ROUTER_HANDOVER, &one, sizeof one) ||
+	     zmq_setsockopt(r, ZMQ_SNDHWM, &zero, sizeof zero) ||
+	     zmq_setsockopt(r, ZMQ_RCVHWM, &zero, sizeof zero))) {
+		snprintf(err, errlen, "zmq_setsockopt: %s", zmq_strerror(errno));
+		wire_close(&r);
+		return NULL;
+	}
+	if (wire_bind(r, ep, mode, err, errlen) < 0)
+		wire_close(&r);
+	return r;
+}
+
+int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
+		size_t errlen)
+{
+	struct sender *s;
+	char path[POOL_PATH_MAX + 1];
+	int oom = 0, rc;
+
+	*out = NULL;
+	rc = check_cfg(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (pool_path_for(cfg->pool, path, sizeof path) < 0) {
+		snprintf(err, errlen, "bad pool name %s", cfg->pool);
+		return KVW_EINVAL;
+	}
+	s = calloc(1, sizeof *s);
+	if (!s) {
+		snprintf(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	s->listen = dup_or(cfg->listen, &oom);
+	s->engine_ep = dup_or(cfg->engine, &oom);
+	s->bootstrap = dup_or(cfg->bootstrap, &oom);
+	s->table_path = dup_or(cfg->table, &oom);
+	s->pool_path = dup_or(path, &oom);
+	s->transport = dup_or(cfg->transport, &oom);
+	s->exe = dup_or(cfg->exe, &oom);
+	s->name = dup_or(cfg->name, &oom);
+	s->log_level = dup_or(cfg->log_level, &oom);
+	if (cfg->work)
+		s->work_ep = dup_or(cfg->work, &oom);
+	else if (strncmp(cfg->engine, "ipc://", 6) == 0)
+		oom |= asprintf(&s->work_ep, "%s.w", cfg->engine) < 0;
+	else
+		oom |= asprintf(&s->work_ep, "ipc://%s.work", cfg->table) < 0;
+	s->nworkers = cfg->workers;
+	s->topo = cfg->topo;
+	s->coord = cfg->coord;
+	s->shape = cfg->shape;
+	s->room_timeout_ns = cfg->bootstrap_timeout_ns;
+	s->rank = sender_rank_of(&s->topo, &s->coord);
+	s->epoch = proc_epoch();
+	s->ready_fd = -1;
+	if (oom || sender_rooms_init(&s->rooms, 1024) < 0) {
+		snprintf(err, errlen, "out of memory");
+		rc = KVW_ENOMEM;
+		goto fail;
+	}
+	rc = build_layout(s, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = open_files(s, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = KVW_ESYS;
+	s->ctx = zmq_ctx_new();
+	if (!s->ctx) {
+		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		goto fail;
+	}
+	s->work = router(s, s->work_ep, 0600, 1, err, errlen);
+	if (!s->work)
+		goto fail;
+	rc = sender_workers_start(s, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = KVW_ESYS;
+	s->peer_sock = router(s, s->listen, 0, 0, err, errlen);
+	if (!s->peer_sock)
+		goto fail;
+	s->eng_sock = router(s, s->engine_ep, 0600, 0, err, errlen);
+	if (!s->eng_sock)
+		goto fail;
+	*out = s;
+	return 0;
+fail:
+	sender_close(&s);
+	return rc;
+}
+
+/* Reads up to DRAIN_BUDGET messages from one slot. KVW_ESYS: the socket
+ * or context is gone. */
+static int drain(struct sender *s, int slot)
+{
+	void *sock = slot == SLOT_WORK ? s->work
+		     : slot == SLOT_PEER ? s->peer_sock : s->eng_sock;
+	struct wire_in in;
+	struct frame_msg m;
+	char why[256];
+
+	for (int i = 0; i < DRAIN_BUDGET; i++) {
+		int rc = wire_recv(sock, 1, &in, &m, why, sizeof why);
+
+		if (rc == KVW_EAGAIN)
+			return 0;
+		if (rc == KVW_ESYS) {
+			LOG(LOG_ERROR, "socket gone: %s", why);
+			return rc;
+		}
+		if (rc < 0) {
+			rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
+			LOG_RL(LOG_WARN, "malformed frame on the %s socket: %s",
+			       slot == SLOT_WORK ? "worker"
+			       : slot == SLOT_PEER ? "peer" : "engine", why);
+			continue;
+		}
+		if (slot == SLOT_WORK)
+			sender_on_worker(s, &in, &m);
+		else if (slot == SLOT_PEER)
+			sender_on_peer(s, &in, &m);
+		else
+			sender_on_engine(s, &m);
+		wire_in_release(&in);
+	}
+	return 0;
+}
+
+static uint64_t earliest(uint64_t a, uint64_t b)
+{
+	return !a ? b : !b ? a : a < b ? a : b;
+}
+
+int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen)
+{
+	zmq_pollitem_t items[NSLOTS];
+	int ready = 0, rc;
+
+	s->ready_fd = ready_fd;
+	rc = sender_boot_register(s, err, errlen);
+	if (rc < 0)
+		return proc_stopping() ? 0 : rc;
+	s->next_sweep_ns = proc_now_ns();
+	while (!proc_stopping()) {
+		uint64_t now, next;
+
+		if (proc_take_sigchld()) {
+			/* JOB_DONEs a worker sent before dying count first. */
+			if (drain(s, SLOT_WORK) < 0)
+				goto dead;
+			sender_workers_reap(s);
+		}
+		now = proc_now_ns();
+		if (now >= s->next_sweep_ns)
+			s->next_sweep_ns = earliest(now + SWEEP_EVERY_NS,
+						    sender_sweep(s, now));
+		next = earliest(s->next_sweep_ns, sender_workers_tick(s, now));
+		if (!ready && sender_workers_all_up(s)) {
+			ready = 1;
+			if (proc_ready(s->ready_fd) < 0)
+				LOG(LOG_WARN, "cannot write READY to fd %d",
+				    s->ready_fd);
+			s->ready_fd = -1;
+			LOG(LOG_INFO, "ready: rank %u, peers on %s, engine on %s, "
+			    "%u workers", s->rank, s->listen, s->engine_ep,
+			    s->nworkers);
+		}
+		items[SLOT_WORK] = (zmq_pollitem_t){ s->work, 0, ZMQ_POLLIN, 0 };
+		items[SLOT_PEER] = (zmq_pollitem_t){ s->peer_sock, 0, ZMQ_POLLIN, 0 };
+		items[SLOT_ENGINE] = (zmq_pollitem_t){ s->eng_sock, 0, ZMQ_POLLIN, 0 };
+		rc = zmq_poll(items, NSLOTS, proc_poll_ms(next, now, POLL_CAP_MS));
+		if (rc < 0) {
+			if (errno == EINTR)
+				continue;
+			snprintf(err, errlen, "zmq_poll: %s", zmq_strerror(errno));
+			return KVW_ESYS;
+		}
+		for (int k = 0; k < NSLOTS; k++)
+			if ((items[k].revents & ZMQ_POLLIN) && drain(s, k) < 0)
+				goto dead;
+	}
+	return 0;
+dead:
+	snprintf(err, errlen, "a socket or the zmq context is gone");
+	return KVW_ESYS;
+}
+
+void sender_close(struct sender **sp)
+{
+	struct sender *s;
+
+	if (!sp || !*sp)
+		return;
+	s = *sp;
+	sender_workers_stop(s);
+	for (uint32_t k = 0; k < SENDER_MAX_WORKERS; k++)
+		sender_jobq_free(&s->w[k].q);
+	wire_close(&s->work);
+	wire_close(&s->peer_sock);
+	wire_close(&s->eng_sock);
+	sender_peers_free(s);
+	if (s->ctx)
+		zmq_ctx_term(s->ctx);
+	sender_rooms_free(&s->rooms);
+	pool_close(&s->pool);
+	rtab_close(&s->t);
+	free(s->listen);
+	free(s->engine_ep);
+	free(s->bootstrap);
+	free(s->table_path);
+	free(s->pool_path);
+	free(s->work_ep);
+	free(s->transport);
+	free(s->exe);
+	free(s->name);
+	free(s->log_level);
+	free(s->bufs);
+	free(s->pc);
+	free(s->fc);
+	free(s);
+	*sp = NULL;
+}

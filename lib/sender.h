@@ -1,0 +1,70 @@
+/*
+ * sender.h - kv-sender's control process, the prefill side of kvwire. One
+ * instance per prefill rank: it owns the rank's room table and KV pool,
+ * registers the rank at the bootstrap, takes REGISTER / XFER_INFO / ABORT /
+ * PING from decode peers and SEND_BEGIN / SEND_CHUNK / CLEAR from the
+ * engine, plans each chunk against every destination's layout, hands the
+ * copies to its worker processes (sworker.h) as JOBs and reports STATUS to
+ * decode when a room ends. Workers are forked and exec'd from cfg->exe in
+ * worker mode; a dead worker fails exactly the rooms that had jobs on it and
+ * is restarted. The semantics are those of notes/runtime.md (issue 3).
+ */
+#ifndef KVW_SENDER_H
+#define KVW_SENDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvw.h"
+#include "shape.h"
+
+#define SENDER_MAX_WORKERS 64u
+
+struct sender_cfg {
+	const char *listen;    /* peer ROUTER endpoint (decode connects here) */
+	const char *engine;    /* engine ROUTER endpoint (ipc://, mode 0600) */
+	const char *bootstrap; /* bootstrap endpoint; NULL: do not register */
+	const char *table;     /* room table path */
+	const char *pool;      /* KV pool (a name or a path, see pool.h) */
+	const char *work;      /* worker ROUTER endpoint; NULL: derived from
+				* the engine endpoint (ipc) or the table path */
+	const char *transport; /* "shm" */
+	const char *exe;       /* program exec'd in worker mode ("/proc/self/exe") */
+	const char *name;      /* --name passed on to workers; may be NULL */
+	const char *log_level; /* --log-level passed on to workers; may be NULL */
+	uint32_t workers;      /* 1 .. SENDER_MAX_WORKERS */
+	struct kvw_topo topo;  /* prefill sizes */
+	struct kvw_coord coord; /* this rank */
+	struct shape shape;
+	uint64_t bootstrap_timeout_ns; /* room deadline after insertion */
+};
+
+struct sender; /* opaque */
+
+/* Builds every piece of state in the order runtime.md asks for: layout,
+ * room table (a table left by a previous incarnation is reopened and its
+ * live rooms failed), pool (a stale pool file is unlinked first), the
+ * worker ROUTER and the worker processes, then the peer and engine
+ * sockets. cfg's strings are copied. Returns 0 with *out the caller's (free
+ * with sender_close), or KVW_EINVAL (bad cfg), KVW_ESYS / KVW_ENOMEM /
+ * KVW_EVERSION with the reason in err; *out is NULL on failure and
+ * anything already built is undone (workers stopped, files kept). */
+int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
+		size_t errlen);
+
+/* Runs the poll loop until SIGTERM/SIGINT (proc_stopping) or a fatal
+ * event. Writes READY to ready_fd (< 0: none) once every worker has said
+ * hello. Returns 0 on a clean stop, KVW_EINVAL when the bootstrap refused
+ * the registration (the program exits 100), KVW_ESYS when a socket or the
+ * context died; err says why. */
+int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen);
+
+/* Stops the workers (SIGTERM, then SIGKILL after about a second), closes
+ * the sockets, the pool and the table (files stay). Accepts NULL, *s ==
+ * NULL and half-built objects; sets *s = NULL. */
+void sender_close(struct sender **s);
+
+/* The unique rank of coordinate c in topology t: pp * tp_size + tp. */
+uint32_t sender_rank_of(const struct kvw_topo *t, const struct kvw_coord *c);
+
+#endif

@@ -1,0 +1,362 @@
+/*
+ * sender_room.c - the pure bookkeeping of kv-sender's control process: the
+ * private room map (id -> room), each room's destinations, queued chunks
+ * and ABORT ack targets, the slicing of a destination's page list per
+ * chunk, how many pages fit in one JOB, and the per-worker queue of jobs
+ * in flight. No sockets and no room table here, so all of it is unit
+ * tested directly (tests/unit/test_sender.c).
+ */
+#include "sender_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t room_hash(uint64_t id)
+{
+	id ^= id >> 33;
+	id *= 0xff51afd7ed558ccdULL;
+	id ^= id >> 33;
+	id *= 0xc4ceb9fe1a85ec53ULL;
+	id ^= id >> 33;
+	return (uint32_t)id;
+}
+
+uint32_t sender_worker_of(uint64_t room, uint32_t n)
+{
+	return n ? room_hash(room) % n : 0;
+}
+
+int sender_rooms_init(struct sender_rooms *m, uint32_t nbuckets)
+{
+	uint32_t nb = 16;
+
+	while (nb < nbuckets && nb < (1u << 24))
+		nb <<= 1;
+	m->b = calloc(nb, sizeof *m->b);
+	if (!m->b)
+		return KVW_ENOMEM;
+	m->nb = nb;
+	m->n = 0;
+	return 0;
+}
+
+static void room_free(struct sender_room *r)
+{
+	sender_room_drop_chunks(r);
+	for (uint32_t i = 0; i < r->ndst; i++)
+		free(r->dst[i].pages);
+	free(r->dst);
+	free(r->q);
+	free(r->acks);
+	free(r);
+}
+
+void sender_rooms_free(struct sender_rooms *m)
+{
+	for (uint32_t i = 0; m->b && i < m->nb; i++) {
+		struct sender_room *r = m->b[i], *nx;
+
+		for (; r; r = nx) {
+			nx = r->next;
+			room_free(r);
+		}
+	}
+	free(m->b);
+	memset(m, 0, sizeof *m);
+}
+
+struct sender_room *sender_rooms_get(const struct sender_rooms *m, uint64_t id)
+{
+	struct sender_room *r;
+
+	if (!m->b)
+		return NULL;
+	for (r = m->b[room_hash(id) & (m->nb - 1)]; r; r = r->next)
+		if (r->id == id)
+			return r;
+	return NULL;
+}
+
+/* Doubles the bucket array; on allocation failure the map stays as is. */
+static void rooms_grow(struct sender_rooms *m)
+{
+	uint32_t nb = m->nb * 2;
+	struct sender_room **b = calloc(nb, sizeof *b);
+
+	if (!b)
+		return;
+	for (uint32_t i = 0; i < m->nb; i++) {
+		struct sender_room *r = m->b[i], *nx;
+
+		for (; r; r = nx) {
+			uint32_t k = room_hash(r->id) & (nb - 1);
+
+			nx = r->next;
+			r->next = b[k];
+			b[k] = r;
+		}
+	}
+	free(m->b);
+	m->b = b;
+	m->nb = nb;
+}
+
+int sender_rooms_add(struct sender_rooms *m, uint64_t id,
+		     struct sender_room **out)
+{
+	struct sender_room *r = sender_rooms_get(m, id);
+	uint32_t k;
+
+	*out = r;
+	if (r)
+		return KVW_EEXIST;
+	if (!m->b)
+		return KVW_ENOMEM;
+	if (m->n >= m->nb && m->nb < (1u << 24))
+		rooms_grow(m);
+	r = calloc(1, sizeof *r);
+	if (!r)
+		return KVW_ENOMEM;
+	r->id = id;
+	k = room_hash(id) & (m->nb - 1);
+	r->next = m->b[k];
+	m->b[k] = r;
+	m->n++;
+	*out = r;
+	return 0;
+}
+
+void sender_rooms_del(struct sender_rooms *m, uint64_t id)
+{
+	struct sender_room **pp;
+
+	if (!m->b)
+		return;
+	for (pp = &m->b[room_hash(id) & (m->nb - 1)]; *pp; pp = &(*pp)->next) {
+		if ((*pp)->id == id) {
+			struct sender_room *r = *pp;
+
+			*pp = r->next;
+			room_free(r);
+			m->n--;
+			return;
+		}
+	}
+}
+
+void sender_rooms_foreach(struct sender_rooms *m,
+			  void (*fn)(void *arg, struct sender_room *r),
+			  void *arg)
+{
+	for (uint32_t i = 0; m->b && i < m->nb; i++) {
+		struct sender_room *r = m->b[i], *nx;
+
+		for (; r; r = nx) {
+			nx = r->next;
+			fn(arg, r);
+		}
+	}
+}
+
+/* Grows *arr (elements of size sz) to hold at least want; 0 or ENOMEM. */
+static int grow(void **arr, uint32_t *cap, uint32_t want, size_t sz)
+{
+	uint32_t nc = *cap ? *cap : 4;
+	void *p;
+
+	if (want <= *cap)
+		return 0;
+	while (nc < want)
+		nc *= 2;
+	p = realloc(*arr, (size_t)nc * sz);
+	if (!p)
+		return KVW_ENOMEM;
+	*arr = p;
+	*cap = nc;
+	return 0;
+}
+
+/* A private copy of a wire page list (n may be 0). */
+static uint32_t *pages_copy(struct frame_u32s v)
+{
+	uint32_t *a = malloc(v.n ? (size_t)v.n * 4 : 1);
+
+	if (a && v.n)
+		memcpy(a, v.p, (size_t)v.n * 4); /* little-endian host (frame.h) */
+	return a;
+}
+
+int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
+			struct frame_u32s pages, uint32_t aux_slot, int dummy)
+{
+	uint32_t i;
+	uint32_t *copy;
+
+	for (i = 0; i < r->ndst; i++)
+		if (r->dst[i].peer == p)
+			break;
+	if (i == r->ndst) {
+		if (r->ndst >= SENDER_MAX_DST)
+			return KVW_ERANGE;
+		if (grow((void **)&r->dst, &r->capdst, r->ndst + 1, sizeof *r->dst))
+			return KVW_ENOMEM;
+	}
+	copy = pages_copy(pages);
+	if (!copy)
+		return KVW_ENOMEM;
+	if (i == r->ndst) {
+		memset(&r->dst[i], 0, sizeof r->dst[i]);
+		r->ndst++;
+	} else {
+		free(r->dst[i].pages);
+	}
+	r->dst[i].peer = p;
+	r->dst[i].pages = copy;
+	r->dst[i].npages = pages.n;
+	r->dst[i].aux_slot = aux_slot;
+	r->dst[i].dummy = dummy ? 1 : 0;
+	r->dst[i].done = 0;
+	return (int)i;
+}
+
+uint32_t sender_room_nreal(const struct sender_room *r)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < r->ndst; i++)
+		n += !r->dst[i].dummy;
+	return n;
+}
+
+int sender_room_ready(const struct sender_room *r)
+{
+	return r->required > 0 && r->ndst >= r->required;
+}
+
+int sender_room_all_done(const struct sender_room *r)
+{
+	uint32_t real = 0;
+
+	for (uint32_t i = 0; i < r->ndst; i++) {
+		if (r->dst[i].dummy)
+			continue;
+		if (!r->dst[i].done)
+			return 0;
+		real++;
+	}
+	return real > 0;
+}
+
+int sender_room_push_chunk(struct sender_room *r, struct frame_u32s pages,
+			   int is_last)
+{
+	struct sender_chunk *c;
+
+	if (r->last_queued || pages.n > r->num_pages - r->queued_pages)
+		return KVW_ERANGE;
+	if (grow((void **)&r->q, &r->capq, r->nq + 1, sizeof *r->q))
+		return KVW_ENOMEM;
+	c = &r->q[r->nq];
+	c->pages = pages_copy(pages);
+	if (!c->pages)
+		return KVW_ENOMEM;
+	c->n = pages.n;
+	c->is_last = is_last ? 1 : 0;
+	r->nq++;
+	r->queued_pages += pages.n;
+	r->last_queued = c->is_last;
+	return 0;
+}
+
+void sender_room_pop_chunk(struct sender_room *r)
+{
+	if (r->nq == 0)
+		return;
+	free(r->q[0].pages);
+	memmove(&r->q[0], &r->q[1], (r->nq - 1) * sizeof *r->q);
+	r->nq--;
+}
+
+void sender_room_drop_chunks(struct sender_room *r)
+{
+	for (uint32_t i = 0; i < r->nq; i++)
+		free(r->q[i].pages);
+	r->nq = 0;
+}
+
+int sender_room_add_ack(struct sender_room *r, struct sender_peer *p)
+{
+	for (uint32_t i = 0; i < r->nacks; i++)
+		if (r->acks[i] == p)
+			return 0;
+	if (grow((void **)&r->acks, &r->capacks, r->nacks + 1, sizeof *r->acks))
+		return KVW_ENOMEM;
+	r->acks[r->nacks++] = p;
+	return 0;
+}
+
+int sender_dst_slice(const struct sender_dst *d, uint32_t cursor, uint32_t n,
+		     const uint32_t **out)
+{
+	if (cursor > d->npages || n > d->npages - cursor)
+		return KVW_ERANGE;
+	*out = d->pages + cursor;
+	return 0;
+}
+
+uint32_t sender_job_pages(const struct plan *p, uint32_t n, int with_aux,
+			  uint64_t max_copies)
+{
+	uint64_t per, fixed;
+	uint32_t k;
+
+	if (n == 0)
+		return 0;
+	fixed = plan_chunk_max(p, 0, with_aux);
+	per = plan_chunk_max(p, 1, 0);
+	if (per == 0 || plan_chunk_max(p, n, with_aux) <= max_copies)
+		return n;
+	k = fixed < max_copies ? (uint32_t)((max_copies - fixed) / per) : 0;
+	if (k == 0)
+		k = 1;
+	return k < n ? k : n;
+}
+
+int sender_jobq_push(struct sender_jobq *q, const struct sender_jobrec *j)
+{
+	if (q->n == q->cap) {
+		uint32_t nc = q->cap ? q->cap * 2 : 16;
+		struct sender_jobrec *a = malloc((size_t)nc * sizeof *a);
+
+		if (!a)
+			return KVW_ENOMEM;
+		for (uint32_t i = 0; i < q->n; i++)
+			a[i] = q->a[(q->head + i) % q->cap];
+		free(q->a);
+		q->a = a;
+		q->cap = nc;
+		q->head = 0;
+	}
+	q->a[(q->head + q->n) % q->cap] = *j;
+	q->n++;
+	return 0;
+}
+
+const struct sender_jobrec *sender_jobq_head(const struct sender_jobq *q)
+{
+	return q->n ? &q->a[q->head] : NULL;
+}
+
+void sender_jobq_pop(struct sender_jobq *q)
+{
+	if (q->n == 0)
+		return;
+	q->head = (q->head + 1) % q->cap;
+	q->n--;
+}
+
+void sender_jobq_free(struct sender_jobq *q)
+{
+	free(q->a);
+	memset(q, 0, sizeof *q);
+}

@@ -1,0 +1,277 @@
+/*
+ * sender_worker.c - kv-sender's worker processes seen from the control:
+ * fork + exec of the program in worker mode (the child gets SIGTERM when
+ * the control dies), the hello that marks a worker up, JOB sends with the
+ * per-worker queue of jobs in flight, and supervision: a worker that dies
+ * fails exactly the rooms with jobs queued on it (KVW_R_WORKER_DIED),
+ * gives back their outstanding counts (a dead worker never decrements
+ * them) and is restarted, at once or, if it died within a second of its
+ * start, a second later.
+ */
+#include "sender_impl.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "proc.h"
+
+#define RESTART_HOLDOFF_NS 1000000000ull
+
+static int worker_spawn(struct sender *s, uint32_t k, char *err, size_t errlen)
+{
+	char idbuf[16];
+	char *argv[20];
+	int n = 0;
+	pid_t parent = getpid(), pid;
+
+	snprintf(idbuf, sizeof idbuf, "%u", k);
+	argv[n++] = s->exe;
+	argv[n++] = "--worker-id";
+	argv[n++] = idbuf;
+	argv[n++] = "--work";
+	argv[n++] = s->work_ep;
+	argv[n++] = "--table";
+	argv[n++] = s->table_path;
+	argv[n++] = "--pool";
+	argv[n++] = s->pool_path;
+	argv[n++] = "--transport";
+	argv[n++] = s->transport;
+	if (s->log_level) {
+		argv[n++] = "--log-level";
+		argv[n++] = s->log_level;
+	}
+	if (s->name) {
+		argv[n++] = "--name";
+		argv[n++] = s->name;
+	}
+	argv[n] = NULL;
+	pid = fork();
+	if (pid < 0) {
+		snprintf(err, errlen, "fork worker %u: %s", k, strerror(errno));
+		return KVW_ESYS;
+	}
+	if (pid == 0) {
+		/* Only async-signal-safe calls until exec. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(KVW_EXIT_PEER);
+		execv(argv[0], argv);
+		_exit(KVW_EXIT_SYS);
+	}
+	s->w[k].pid = pid;
+	s->w[k].up = 0;
+	s->w[k].started_ns = proc_now_ns();
+	s->w[k].restart_at_ns = 0;
+	LOG(LOG_DEBUG, "worker %u started (pid %d)", k, (int)pid);
+	return 0;
+}
+
+int sender_workers_start(struct sender *s, char *err, size_t errlen)
+{
+	for (uint32_t k = 0; k < s->nworkers; k++) {
+		int rc = worker_spawn(s, k, err, errlen);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+int sender_workers_all_up(const struct sender *s)
+{
+	for (uint32_t k = 0; k < s->nworkers; k++)
+		if (!s->w[k].up)
+			return 0;
+	return 1;
+}
+
+struct redispatch_arg {
+	struct sender *s;
+	uint32_t w;
+};
+
+static void redispatch(void *arg, struct sender_room *r)
+{
+	struct redispatch_arg *a = arg;
+
+	if (r->nq && !r->cleared &&
+	    sender_worker_of(r->id, a->s->nworkers) == a->w)
+		sender_dispatch(a->s, r);
+}
+
+void sender_on_worker(struct sender *s, const struct wire_in *in,
+		      const struct frame_msg *m)
+{
+	char id[16];
+	unsigned k;
+	int len;
+
+	for (k = 0; k < s->nworkers; k++) {
+		len = snprintf(id, sizeof id, "w%u", k);
+		if ((size_t)len == in->idlen && memcmp(id, in->id, in->idlen) == 0)
+			break;
+	}
+	if (k == s->nworkers || !s->w[k].pid) {
+		LOG_RL(LOG_WARN, "worker socket: %s from an unknown identity",
+		       frame_type_str(m->hdr.type));
+		return;
+	}
+	if (m->hdr.type == FRAME_PONG) {
+		struct redispatch_arg a = { s, k };
+
+		if (!s->w[k].up)
+			LOG(LOG_INFO, "worker %u up (pid %d)", k, (int)s->w[k].pid);
+		s->w[k].up = 1;
+		sender_rooms_foreach(&s->rooms, redispatch, &a);
+	} else if (m->hdr.type == FRAME_JOB_DONE) {
+		sender_on_job_done(s, k, m);
+	} else {
+		LOG_RL(LOG_WARN, "worker %u: unexpected %s", k,
+		       frame_type_str(m->hdr.type));
+	}
+}
+
+int sender_worker_send(struct sender *s, uint32_t w, struct frame_msg *m,
+		       const struct sender_jobrec *rec)
+{
+	char id[16], why[256];
+	int len = snprintf(id, sizeof id, "w%u", w), rc;
+
+	if (sender_jobq_push(&s->w[w].q, rec) < 0)
+		return KVW_ENOMEM;
+	rc = wire_send(s->work, m, id, (size_t)len, why, sizeof why);
+	if (rc < 0) {
+		s->w[w].q.n--; /* take back the record just pushed */
+		LOG_RL(LOG_WARN, "worker %u: %s", w, why);
+	}
+	return rc;
+}
+
+/* Fails the rooms with jobs on dead worker k and gives back their
+ * outstanding counts, then schedules the restart. */
+static void worker_died(struct sender *s, uint32_t k, int status)
+{
+	struct sender_worker *w = &s->w[k];
+	const struct sender_jobrec *h;
+	uint64_t now = proc_now_ns();
+	uint32_t rooms = 0;
+
+	if (WIFSIGNALED(status))
+		LOG(LOG_ERROR, "worker %u (pid %d) killed by signal %d", k,
+		    (int)w->pid, WTERMSIG(status));
+	else
+		LOG(LOG_ERROR, "worker %u (pid %d) exited %d", k, (int)w->pid,
+		    WEXITSTATUS(status));
+	w->pid = 0;
+	w->up = 0;
+	while ((h = sender_jobq_head(&w->q)) != NULL) {
+		struct sender_jobrec rec = *h;
+		struct sender_room *r = sender_rooms_get(&s->rooms, rec.room);
+		struct rtab_view v;
+
+		sender_jobq_pop(&w->q);
+		if (r && (r->ref.slot != rec.ref.slot || r->ref.gen != rec.ref.gen))
+			r = NULL;
+		if (r) {
+			r->inflight = 0;
+			sender_room_fail(s, r, KVW_R_WORKER_DIED, "worker died");
+		}
+		/* Every job of a room goes to one worker: whatever is still
+		 * outstanding was this dead worker's. */
+		if (rtab_get(s->t, rec.ref, &v) == 0 && v.outstanding)
+			rtab_outstanding_add(s->t, rec.ref, -(int)v.outstanding);
+		if (r) {
+			rooms++;
+			sender_room_acks(s, r); /* may free r */
+		}
+	}
+	if (rooms)
+		LOG(LOG_WARN, "worker %u: %u jobs were on it; their rooms failed",
+		    k, rooms);
+	if (proc_stopping())
+		return;
+	w->restart_at_ns = now - w->started_ns < RESTART_HOLDOFF_NS
+				   ? w->started_ns + RESTART_HOLDOFF_NS
+				   : now;
+}
+
+void sender_workers_reap(struct sender *s)
+{
+	int status;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		for (uint32_t k = 0; k < s->nworkers; k++)
+			if (s->w[k].pid == pid) {
+				worker_died(s, k, status);
+				break;
+			}
+	}
+	sender_workers_tick(s, proc_now_ns());
+}
+
+uint64_t sender_workers_tick(struct sender *s, uint64_t now)
+{
+	uint64_t next = 0;
+	char why[256];
+
+	for (uint32_t k = 0; k < s->nworkers; k++) {
+		struct sender_worker *w = &s->w[k];
+
+		if (w->pid || !w->restart_at_ns || proc_stopping())
+			continue;
+		if (w->restart_at_ns <= now) {
+			if (worker_spawn(s, k, why, sizeof why) < 0) {
+				LOG_RL(LOG_ERROR, "%s", why);
+				w->restart_at_ns = now + RESTART_HOLDOFF_NS;
+			} else {
+				continue;
+			}
+		}
+		if (!next || w->restart_at_ns < next)
+			next = w->restart_at_ns;
+	}
+	return next;
+}
+
+void sender_workers_stop(struct sender *s)
+{
+	uint64_t until = proc_now_ns() + RESTART_HOLDOFF_NS;
+	int left, status;
+
+	for (uint32_t k = 0; k < s->nworkers; k++)
+		if (s->w[k].pid > 0)
+			kill(s->w[k].pid, SIGTERM);
+	do {
+		left = 0;
+		for (uint32_t k = 0; k < s->nworkers; k++) {
+			if (s->w[k].pid <= 0)
+				continue;
+			pid_t r = waitpid(s->w[k].pid, &status, WNOHANG);
+
+			if (r == s->w[k].pid || (r < 0 && errno == ECHILD))
+				s->w[k].pid = 0;
+			else
+				left++;
+		}
+		if (left) {
+			struct timespec ts = { 0, 10 * 1000000L };
+
+			nanosleep(&ts, NULL);
+		}
+	} while (left && proc_now_ns() < until);
+	for (uint32_t k = 0; k < s->nworkers; k++) {
+		if (s->w[k].pid <= 0)
+			continue;
+		kill(s->w[k].pid, SIGKILL);
+		waitpid(s->w[k].pid, &status, 0);
+		s->w[k].pid = 0;
+	}
+}

@@ -1,0 +1,297 @@
+/*
+ * sworker.c - a kv-sender worker; see sworker.h. State is built before the
+ * socket connects: the room table (writable: the worker moves the
+ * outstanding count, bytes and, on a transport error, the state), this
+ * rank's pool (read-only, registered as the copies' source) and the
+ * transport. Decode pools are connected on first use and cached by their
+ * descriptor bytes (least recently used one dropped when the cache is
+ * full), so a steady stream of jobs costs no open or mmap per job.
+ */
+#include "sworker.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "log.h"
+#include "pool.h"
+#include "proc.h"
+#include "rtab.h"
+#include "wire.h"
+#include "xport.h"
+
+#define SWORKER_CONNS 64u
+#define POLL_CAP_MS 500L
+
+struct sworker_conn {
+	uint8_t *desc; /* owned copy; NULL: free entry */
+	uint32_t len;
+	uint32_t id; /* xport remote id */
+	uint64_t used;
+};
+
+struct sworker {
+	uint32_t id;
+	uint64_t epoch;
+	struct rtab *t;
+	struct pool *pool;
+	struct xport *x;
+	uint32_t src; /* registered id of the own pool */
+	void *ctx, *sock;
+	struct sworker_conn conns[SWORKER_CONNS];
+	uint64_t tick;
+	struct xport_copy batch[SWORKER_BATCH];
+};
+
+/* 1 while the incarnation may still receive bytes. */
+static int room_live(const struct sworker *w, struct rtab_ref ref)
+{
+	int st = rtab_state(w->t, ref);
+
+	return st == KVW_WAITING || st == KVW_TRANSFERRING;
+}
+
+static void conn_drop(struct sworker *w, struct sworker_conn *c)
+{
+	int shared = 0;
+
+	for (uint32_t i = 0; i < SWORKER_CONNS; i++)
+		if (&w->conns[i] != c && w->conns[i].desc && w->conns[i].id == c->id)
+			shared = 1;
+	if (!shared)
+		xport_disconnect(w->x, c->id);
+	free(c->desc);
+	memset(c, 0, sizeof *c);
+}
+
+/* The remote id for a descriptor, connecting it on first use. */
+static int conn_get(struct sworker *w, struct frame_bytes d, uint32_t *id,
+		    char *err, size_t errlen)
+{
+	struct sworker_conn *slot = NULL;
+	int rc;
+
+	for (uint32_t i = 0; i < SWORKER_CONNS; i++) {
+		struct sworker_conn *c = &w->conns[i];
+
+		if (c->desc && c->len == d.len && memcmp(c->desc, d.p, d.len) == 0) {
+			c->used = ++w->tick;
+			*id = c->id;
+			return 0;
+		}
+		if (!slot || !c->desc || (slot->desc && c->used < slot->used))
+			slot = c;
+	}
+	if (slot->desc)
+		conn_drop(w, slot);
+	slot->desc = malloc(d.len ? d.len : 1);
+	if (!slot->desc)
+		return KVW_ENOMEM;
+	rc = xport_connect(w->x, d.p, d.len, id, err, errlen);
+	if (rc < 0) {
+		free(slot->desc);
+		slot->desc = NULL;
+		return rc;
+	}
+	memcpy(slot->desc, d.p, d.len);
+	slot->len = d.len;
+	slot->id = *id;
+	slot->used = ++w->tick;
+	return 0;
+}
+
+/* Moves the job's copies. Returns 0, KVW_ESTALE (room no longer live:
+ * dropped), or a transport error (the room has been failed). */
+static int job_copy(struct sworker *w, const struct frame_msg *m,
+		    struct rtab_ref ref, uint64_t *bytes)
+{
+	const struct frame_job *j = &m->u.job;
+	char why[256] = "";
+	uint32_t dst;
+	int rc;
+
+	rc = conn_get(w, j->desc, &dst, why, sizeof why);
+	if (rc < 0)
+		goto fail;
+	for (uint32_t i = 0; i < j->copies.n; i += SWORKER_BATCH) {
+		uint32_t k = j->copies.n - i < SWORKER_BATCH ? j->copies.n - i
+							     : SWORKER_BATCH;
+		uint64_t b = 0;
+
+		if (i > 0 && !room_live(w, ref))
+			return KVW_ESTALE;
+		for (uint32_t c = 0; c < k; c++) {
+			struct frame_copy fc = frame_copies_get(j->copies, i + c);
+
+			w->batch[c] = (struct xport_copy){ fc.src_off, fc.dst_off,
+							   fc.len, w->src, dst };
+			b += fc.len;
+		}
+		rc = xport_write_batch(w->x, w->batch, k, why, sizeof why);
+		if (rc < 0)
+			goto fail;
+		*bytes += b;
+	}
+	rc = xport_wait(w->x, -1, why, sizeof why);
+	if (rc < 0)
+		goto fail;
+	return room_live(w, ref) ? 0 : KVW_ESTALE;
+fail:
+	LOG_RL(LOG_WARN, "room %llu: transfer failed: %s",
+	       (unsigned long long)m->hdr.room, why);
+	rtab_fail(w->t, ref, KVW_R_TRANSFER);
+	return rc;
+}
+
+static void run_job(struct sworker *w, const struct frame_msg *m)
+{
+	const struct frame_job *j = &m->u.job;
+	struct rtab_ref ref = { j->slot, j->generation };
+	struct frame_msg done;
+	uint64_t bytes = 0;
+	char why[256];
+	int rc;
+
+	if (!room_live(w, ref)) {
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "job dropped: room gone or ended");
+		rc = KVW_ESTALE;
+	} else {
+		rc = job_copy(w, m, ref, &bytes);
+		if (rc == KVW_ESTALE)
+			LOG_ROOM(LOG_DEBUG, m->hdr.room, "job stopped: room ended");
+	}
+	if (bytes)
+		rtab_bytes_add(w->t, ref, bytes);
+	/* Always: the control's ABORT acks and slot reuse wait on it. */
+	if (rtab_outstanding_add(w->t, ref, -1) < 0)
+		LOG_RL(LOG_WARN, "room %llu: outstanding count already gone",
+		       (unsigned long long)m->hdr.room);
+	frame_msg_init(&done, FRAME_JOB_DONE, w->id, m->hdr.room, w->epoch);
+	done.u.job_done.slot = j->slot;
+	done.u.job_done.generation = j->generation;
+	done.u.job_done.result = rc;
+	done.u.job_done.reason = rc == 0 || rc == KVW_ESTALE ? KVW_R_NONE
+							     : KVW_R_TRANSFER;
+	done.u.job_done.bytes = bytes;
+	if (wire_send(w->sock, &done, NULL, 0, why, sizeof why) < 0)
+		LOG_RL(LOG_ERROR, "JOB_DONE: %s", why);
+}
+
+static int sworker_open(struct sworker *w, const struct sworker_cfg *cfg,
+			char *err, size_t errlen)
+{
+	uint8_t desc[KVW_MAX_DESC];
+	size_t desclen;
+	char ident[16];
+	int zero = 0, rc;
+	const struct xport_ops *ops = xport_find(cfg->transport);
+
+	if (!ops) {
+		snprintf(err, errlen, "unknown transport %s", cfg->transport);
+		return KVW_EINVAL;
+	}
+	rc = rtab_open(cfg->table, 1, &w->t, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = pool_open(cfg->pool, 0, &w->pool, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = xport_open(ops, &w->x, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = xport_register(w->x, w->pool, &w->src, desc, sizeof desc, &desclen,
+			    err, errlen);
+	if (rc < 0)
+		return rc;
+	w->ctx = zmq_ctx_new();
+	if (!w->ctx) {
+		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		return KVW_ESYS;
+	}
+	w->sock = wire_socket(w->ctx, ZMQ_DEALER, 0, err, errlen);
+	if (!w->sock)
+		return KVW_ESYS;
+	snprintf(ident, sizeof ident, "w%u", w->id);
+	if (zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, ident, strlen(ident)) ||
+	    zmq_setsockopt(w->sock, ZMQ_SNDHWM, &zero, sizeof zero) ||
+	    zmq_setsockopt(w->sock, ZMQ_RCVHWM, &zero, sizeof zero) ||
+	    zmq_connect(w->sock, cfg->work) != 0) {
+		snprintf(err, errlen, "worker socket %s: %s", cfg->work,
+			 zmq_strerror(errno));
+		return KVW_ESYS;
+	}
+	return 0;
+}
+
+static void sworker_close(struct sworker *w)
+{
+	for (uint32_t i = 0; i < SWORKER_CONNS; i++)
+		free(w->conns[i].desc);
+	wire_close(&w->sock);
+	if (w->ctx)
+		zmq_ctx_term(w->ctx);
+	xport_close(&w->x);
+	pool_close(&w->pool);
+	rtab_close(&w->t);
+}
+
+int sworker_run(const struct sworker_cfg *cfg, char *err, size_t errlen)
+{
+	struct sworker *w = calloc(1, sizeof *w);
+	struct frame_msg m;
+	struct wire_in in;
+	char why[256];
+	int rc;
+
+	if (!w) {
+		snprintf(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	w->id = cfg->id;
+	w->epoch = proc_epoch();
+	rc = sworker_open(w, cfg, err, errlen);
+	if (rc < 0)
+		goto out;
+	frame_msg_init(&m, FRAME_PONG, w->id, 0, w->epoch);
+	rc = wire_send(w->sock, &m, NULL, 0, err, errlen);
+	if (rc < 0)
+		goto out;
+	while (!proc_stopping()) {
+		zmq_pollitem_t it = { w->sock, 0, ZMQ_POLLIN, 0 };
+
+		if (zmq_poll(&it, 1, POLL_CAP_MS) < 0) {
+			if (errno == EINTR)
+				continue;
+			snprintf(err, errlen, "zmq_poll: %s", zmq_strerror(errno));
+			rc = KVW_ESYS;
+			goto out;
+		}
+		while (!proc_stopping()) {
+			rc = wire_recv(w->sock, 0, &in, &m, why, sizeof why);
+			if (rc == KVW_EAGAIN)
+				break;
+			if (rc == KVW_ESYS) {
+				snprintf(err, errlen, "%s", why);
+				goto out;
+			}
+			if (rc < 0) {
+				LOG_RL(LOG_ERROR, "malformed frame from the "
+				       "control: %s", why);
+				continue;
+			}
+			if (m.hdr.type == FRAME_JOB)
+				run_job(w, &m);
+			else
+				LOG_RL(LOG_WARN, "unexpected %s from the control",
+				       frame_type_str(m.hdr.type));
+			wire_in_release(&in);
+		}
+	}
+	rc = 0;
+out:
+	sworker_close(w);
+	free(w);
+	return rc;
+}

@@ -1,0 +1,35 @@
+/*
+ * sworker.h - one kv-sender worker process: a DEALER (identity "w<K>") to
+ * the control's worker ROUTER; it says hello (PONG, src_rank K), then runs
+ * one JOB at a time: re-check the room (same generation, Waiting or
+ * Transferring) before and between batches of copies, connect the decode
+ * pool named by the JOB's descriptor once and keep it mapped, write the
+ * copies through the transport, count bytes, give back the outstanding
+ * count (always, even for a dropped job) and answer JOB_DONE.
+ */
+#ifndef KVW_SWORKER_H
+#define KVW_SWORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvw.h"
+
+struct sworker_cfg {
+	uint32_t id;           /* K: identity "w<K>", hello src_rank */
+	const char *work;      /* the control's worker endpoint */
+	const char *table;     /* the control's room table */
+	const char *pool;      /* this rank's KV pool (source of copies) */
+	const char *transport; /* "shm" */
+};
+
+/* Copies per batch between two room re-checks. */
+#define SWORKER_BATCH 256u
+
+/* Runs the worker until SIGTERM (proc_stopping) or the socket dies.
+ * Returns 0 on a clean stop; KVW_ENOENT / KVW_EVERSION / KVW_ESYS /
+ * KVW_ENODEV when its state cannot be built (table, pool, transport,
+ * socket), with err saying why. */
+int sworker_run(const struct sworker_cfg *cfg, char *err, size_t errlen);
+
+#endif

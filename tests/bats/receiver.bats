@@ -1,0 +1,248 @@
+#!/usr/bin/env bats
+# receiver.bats - kv-receiver as a real process against Python prefill
+# stand-ins (tests/peers/kvwfake.py: bootstrap + prefill ranks writing into
+# the decode pool over its shm descriptor) or the real kv-bootstrap: room
+# lifecycle Bootstrapping -> WaitingForInput -> Success, Success only after
+# every required prefill rank reported, late STATUS after CLEAR, NOT_READY
+# retries, RECV_ABORT with acks, deadline expiry, malformed input, SIGTERM
+# and the usage exit codes. Room states are read from the table file.
+
+load helpers
+
+FAKE="$BATS_TEST_DIRNAME/../peers/kvwfake.py"
+SHAPE="--layers 2 --pages 64 --heads 2 --head-dim 16 --aux-slots 8"
+
+setup() {
+	kvw_setup
+	BOOT="ipc://$RUN/boot"
+	CTL="ipc://$RUN/ctl"
+	ENG="ipc://$RUN/eng"
+	TAB="$RUN/t.rooms"
+}
+
+teardown() {
+	kvw_teardown
+}
+
+# start_fake TP,PP [ARGS...]: prefill ranks on ipc://$RUN/p0.. (+ ARGS).
+start_fake() {
+	local topo=$1 n ranks="" i
+	shift
+	n=$(( ${topo%,*} * ${topo#*,} ))
+	for ((i = 0; i < n; i++)); do ranks="$ranks${ranks:+,}ipc://$RUN/p$i"; done
+	start_ready fake 60 "$PY" "$FAKE" serve --topo "$topo" --ranks "$ranks" \
+		--ctl "$CTL" --events "$RUN/ev" "$@"
+	FAKE_PID=$BG_PID
+}
+
+start_rx() {
+	start_ready rx 60 "$KVW_BIN/kv-receiver" --listen "ipc://$RUN/rx" \
+		--engine "$ENG" --table "$TAB" --pool "$RUN/kvwire.d0.pool" \
+		$SHAPE --log-level debug "$@"
+	RX_PID=$BG_PID
+}
+
+eng() { timeout 10 "$PY" "$FAKE" engine "$ENG" "$@"; }
+ctl() { timeout 10 "$PY" "$FAKE" ctl "$CTL" "$@"; }
+room() { timeout 10 "$PY" "$FAKE" room "$TAB" "$1"; }
+# room_is ROOM PREFIX: the room's "state=... reason=... flags=..." starts so.
+room_is() { [[ "$(room "$1")" == "$2"* ]]; }
+has_event() { grep -q -- "$1" "$RUN/ev" 2>/dev/null; }
+rx_logged() { grep -q -- "$1" "$RUN/rx.log"; }
+malformed_counted() { [ "$(timeout 10 "$PY" "$FAKE" counter "$TAB" 0)" -ge 1 ]; }
+
+@test "kv-receiver --help exits 0; bad flags and a rank outside the topology exit 100" {
+	run "$KVW_BIN/kv-receiver" --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *usage* ]]
+	run "$KVW_BIN/kv-receiver" --listen x
+	[ "$status" -eq 100 ]
+	[[ "$output" == "kv-receiver: fatal:"* ]]
+	run "$KVW_BIN/kv-receiver" --listen ipc://$RUN/rx --engine $ENG --table $TAB \
+		--pool $RUN/kvwire.d0.pool --layers zero
+	[ "$status" -eq 100 ]
+	run timeout 10 "$KVW_BIN/kv-receiver" --listen ipc://$RUN/rx --engine $ENG \
+		--table $TAB --pool $RUN/kvwire.d0.pool $SHAPE --topo 1,1 --rank 1,0
+	[ "$status" -eq 100 ]
+}
+
+@test "a room goes Bootstrapping -> WaitingForInput -> Success, pages land in the pool" {
+	start_rx
+	# No bootstrap yet: the lookup cannot be answered, the room waits.
+	eng begin 7 "$BOOT" 1 0 3,4,5
+	wait_for 10 room_is 7 "state=Bootstrapping"
+	# The receiver is not blocked on the bootstrap: it still takes rooms.
+	eng begin 8 "$BOOT" 1 0 6
+	wait_for 10 room_is 8 "state=Bootstrapping"
+	start_fake 1,1 --boot "$BOOT"
+	wait_for 10 room_is 7 "state=WaitingForInput"
+	wait_for 10 room_is 8 "state=WaitingForInput"
+	has_event "REGISTER rank=0 ep=ipc://$RUN/rx transport=shm pool=$RUN/kvwire.d0.pool"
+	has_event "XFER_INFO rank=0 room=7 dummy=0 req=1 pages=3,4,5"
+	[ "$(grep -c '^REGISTER' "$RUN/ev")" -eq 1 ]   # once per peer epoch
+	ctl status 0 7 success
+	wait_for 10 room_is 7 "state=Success"
+	room_is 8 "state=WaitingForInput"
+	# The fake wrote through the descriptor's path: the bytes are there.
+	local off byte
+	off=$(sed -n 's/^WROTE rank=0 room=7 off=\([0-9]*\) .*/\1/p' "$RUN/ev" | head -n1)
+	byte=$(sed -n 's/^WROTE rank=0 room=7 .* byte=\(..\)$/\1/p' "$RUN/ev" | head -n1)
+	[ -n "$off" ]
+	run timeout 10 "$PY" "$FAKE" pool "$RUN/kvwire.d0.pool" "$off" 16
+	[ "$output" = "$(printf "$byte%.0s" $(seq 16))" ]
+	# A clean stop with peers, a bootstrap and rooms held (sanitizers
+	# report leaks through the exit status).
+	kill -TERM "$RX_PID"
+	wait_for 2 gone "$RX_PID"
+	rc=0
+	wait "$RX_PID" || rc=$?
+	[ "$rc" -eq 0 ]
+}
+
+@test "Success needs STATUS from 2 of 2 required prefill ranks, counted once each" {
+	start_fake 2,1 --boot "$BOOT"
+	start_rx
+	eng begin 11 "$BOOT" 0 0 1,2
+	wait_for 10 room_is 11 "state=WaitingForInput"
+	has_event "XFER_INFO rank=0 room=11 dummy=0 req=1 pages=1,2"
+	has_event "XFER_INFO rank=1 room=11 dummy=0 req=1 pages=1,2"
+	ctl status 0 11 success
+	wait_for 10 rx_logged "room 11: Success from rank 0 (1 of 2)"
+	room_is 11 "state=WaitingForInput"
+	# The same rank again is not a second report.
+	ctl status 0 11 success
+	wait_for 10 rx_logged "room 11: Success from rank 0 again: counted once"
+	room_is 11 "state=WaitingForInput"
+	ctl status 1 11 success
+	wait_for 10 room_is 11 "state=Success"
+	! rx_logged "room 11: Success from rank 0 (2 of 2)"
+}
+
+@test "a STATUS(Failed) from one prefill rank fails the room with its reason" {
+	start_fake 2,1 --boot "$BOOT"
+	start_rx
+	eng begin 12 "$BOOT" 0 0 1
+	wait_for 10 room_is 12 "state=WaitingForInput"
+	ctl status 1 12 failed 5
+	wait_for 10 room_is 12 "state=Failed reason=5"
+	ctl status 0 12 success
+	wait_for 10 rx_logged "room 12: STATUS for a Failed room: ignored"
+	room_is 12 "state=Failed reason=5"
+}
+
+@test "a late STATUS for a cleared room changes nothing" {
+	start_fake 1,1 --boot "$BOOT"
+	start_rx
+	eng begin 9 "$BOOT" 0 0 1,2
+	wait_for 10 room_is 9 "state=WaitingForInput"
+	eng clear 9
+	wait_for 10 room_is 9 "state=Cleared"
+	ctl status 0 9 success
+	wait_for 10 rx_logged "room 9: STATUS for a unknown room: ignored"
+	room_is 9 "state=Cleared"
+	# The id can be used again; the new incarnation runs normally.
+	eng begin 9 "$BOOT" 0 0 5
+	wait_for 10 room_is 9 "state=WaitingForInput"
+	ctl status 0 9 success
+	wait_for 10 room_is 9 "state=Success"
+}
+
+@test "NOT_READY from the bootstrap is retried with backoff until it answers" {
+	start_fake 1,1 --boot "$BOOT" --not-ready 3
+	start_rx
+	eng begin 5 "$BOOT" 0 0 1
+	wait_for 10 room_is 5 "state=WaitingForInput"
+	[ "$(grep -c '^LOOKUP want=4294967295' "$RUN/ev")" -ge 4 ]
+	[ "$(grep -c 'not ready: retry in' "$RUN/rx.log")" -ge 3 ]
+}
+
+@test "RECV_ABORT fails and arms the room, ABORTs every target, acks make it releasable" {
+	start_fake 2,1 --boot "$BOOT"
+	start_rx
+	eng begin 21 "$BOOT" 0 0 1
+	wait_for 10 room_is 21 "state=WaitingForInput"
+	eng abort 21
+	wait_for 10 room_is 21 "state=Failed reason=1"
+	wait_for 10 has_event "ABORT rank=0 room=21 reason=1"
+	wait_for 10 has_event "ABORT rank=1 room=21 reason=1"
+	# flags 3 = ARMED | RELEASABLE once both ranks acked.
+	wait_for 10 room_is 21 "state=Failed reason=1 flags=3"
+}
+
+@test "a room whose deadline passes fails with timeout and aborts its targets" {
+	start_fake 1,1 --boot "$BOOT"
+	start_rx --waiting-timeout 0.5
+	eng begin 31 "$BOOT" 0 0 1
+	wait_for 10 room_is 31 "state=Failed reason=2"
+	wait_for 10 has_event "ABORT rank=0 room=31 reason=2"
+	wait_for 10 room_is 31 "state=Failed reason=2 flags=3"
+}
+
+@test "a MLA fan-in sends dummy XFER_INFO and needs only the real rank's STATUS" {
+	start_fake 2,1 --boot "$BOOT" --mla
+	start_rx
+	eng begin 41 "$BOOT" 0 0 4
+	wait_for 10 room_is 41 "state=WaitingForInput"
+	has_event "XFER_INFO rank=0 room=41 dummy=0 req=1 pages=4"
+	has_event "XFER_INFO rank=1 room=41 dummy=1 req=1 pages=-"
+	ctl status 0 41 success
+	wait_for 10 room_is 41 "state=Success"
+}
+
+@test "a malformed engine frame is counted and the receiver keeps serving" {
+	start_fake 1,1 --boot "$BOOT" --auto
+	start_rx
+	eng raw 0
+	wait_for 10 malformed_counted
+	eng begin 51 "$BOOT" 0 0 1
+	wait_for 10 room_is 51 "state=Success"
+}
+
+@test "with the real kv-bootstrap a room reaches Success" {
+	[ -x "$KVW_BIN/kv-bootstrap" ] || skip "kv-bootstrap not built"
+	start_ready boot 60 "$KVW_BIN/kv-bootstrap" --listen "$BOOT"
+	start_fake 2,1 --register-at "$BOOT" --auto
+	start_rx
+	eng begin 61 "$BOOT" 0 0 1,2,3
+	wait_for 10 room_is 61 "state=Success"
+}
+
+@test "SIGTERM stops kv-receiver with exit 0 within 2 s while a lookup is pending" {
+	start_rx
+	eng begin 71 "ipc://$RUN/nobody" 0 0 1
+	wait_for 10 room_is 71 "state=Bootstrapping"
+	kill -TERM "$RX_PID"
+	wait_for 2 gone "$RX_PID"
+	rc=0
+	wait "$RX_PID" || rc=$?
+	[ "$rc" -eq 0 ]
+}
+
+@test "real kv-bootstrap, kv-sender and kv-receiver move pages end to end; kv-heartbeat sees the sender" {
+	[ -x "$KVW_BIN/kv-bootstrap" ] && [ -x "$KVW_BIN/kv-sender" ] ||
+		skip "kv-bootstrap or kv-sender not built"
+	start_ready boot 60 "$KVW_BIN/kv-bootstrap" --listen "$BOOT"
+	start_ready tx 60 "$KVW_BIN/kv-sender" --listen "ipc://$RUN/tx" \
+		--engine "ipc://$RUN/txe" --bootstrap "$BOOT" --table "$RUN/tx.rooms" \
+		--pool "$RUN/kvwire.p0.pool" --workers 2 $SHAPE
+	start_rx
+	# Every source byte 0xab; the decode pool starts zeroed.
+	"$PY" -c 'import mmap,sys
+f=open(sys.argv[1],"r+b"); m=mmap.mmap(f.fileno(),0); m[:]=b"\xab"*len(m)' \
+		"$RUN/kvwire.p0.pool"
+	eng begin 7 "$BOOT" 1 0 3,4,5
+	wait_for 10 room_is 7 "state=WaitingForInput"
+	timeout 10 "$PY" "$FAKE" engine "ipc://$RUN/txe" send-begin 7 3 1
+	timeout 10 "$PY" "$FAKE" engine "ipc://$RUN/txe" send-chunk 7 1 10,11,12
+	wait_for 10 room_is 7 "state=Success"
+	# This shape: buffer 0 (layer 0 K) at offset 0, 16 tokens x 2 heads x
+	# 16 dims x 2 bytes = 1024 bytes a page. Pages 3..5 written, 2 and 6 not.
+	run timeout 10 "$PY" "$FAKE" pool "$RUN/kvwire.d0.pool" $((3 * 1024)) 3072
+	[ "$output" = "$(printf 'ab%.0s' $(seq 3072))" ]
+	run timeout 10 "$PY" "$FAKE" pool "$RUN/kvwire.d0.pool" $((2 * 1024)) 4
+	[ "$output" = "00000000" ]
+	run timeout 10 "$PY" "$FAKE" pool "$RUN/kvwire.d0.pool" $((6 * 1024)) 4
+	[ "$output" = "00000000" ]
+	start_ready hb 60 "$KVW_BIN/kv-heartbeat" --table "$TAB" --interval 0.1
+	wait_for 10 eval 'timeout 10 "$PY" "$FAKE" peers "$TAB" | grep -q "^1 alive 0 [1-9]"'
+}

@@ -1,0 +1,176 @@
+#!/usr/bin/env bats
+# sender.bats - kv-sender as a real process against tests/peers/fake_decode.py
+# (which plays the decode rank and the prefill engine): one room's pages land
+# byte-exact in the decode pool with STATUS(Success) and Success in the table;
+# an out-of-pool destination page fails the room (bad index, found by the
+# planner before that chunk's job is sent); a room that never gets its destination times out; registration at a
+# real kv-bootstrap; a worker killed with a job on it fails exactly that room
+# (worker died), is restarted, and the next room succeeds; SIGTERM -> exit 0
+# within 2 s with the workers gone; ABORT -> STATUS Failed + ABORT_ACK; frames
+# from an unregistered decode only count as malformed; usage exit codes.
+
+load helpers
+
+SHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pages 32 --aux-slots 4 --aux-bytes 16"
+PYSHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pool-pages 32 --aux-slots 4 --aux-bytes 16"
+
+setup() {
+	kvw_setup
+	TAG=${RUN##*/}
+	TABLE=/dev/shm/kvwire.$TAG.rooms
+	POOL=/dev/shm/kvwire.$TAG.pool
+	PEER="ipc://$RUN/p.sock"
+	ENG="ipc://$RUN/e.sock"
+}
+
+teardown() {
+	kvw_teardown
+	rm -f /dev/shm/kvwire."$TAG".* /dev/shm/kvwire."$TAG"-*
+}
+
+# start_sender ARGS...: kv-sender with this test's endpoints and files.
+start_sender() {
+	start_ready sender 60 "$KVW_BIN/kv-sender" --listen "$PEER" --engine "$ENG" \
+		--table "$TABLE" --pool "$POOL" $SHAPE --log-level debug "$@"
+	SENDER=$(pgrep -P "$BG_PID")
+	[ -n "$SENDER" ]
+}
+
+# fake ROOM NAME ARGS...: one fake_decode transfer with its own pool/socket.
+fake() {
+	local room=$1 name=$2
+	shift 2
+	timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" transfer \
+		--sender "$PEER" --engine "$ENG" --listen "ipc://$RUN/$name.sock" \
+		--prefill-pool "$POOL" --decode-pool "/dev/shm/kvwire.$TAG-$name.pool" \
+		--room "$room" $PYSHAPE "$@"
+}
+
+# room_state ROOM STATE: the table shows the room in STATE.
+room_state() {
+	"$KVW_BIN/kv-stat" --table "$TABLE" --room "$1" | grep -q "^$1 *$2 "
+}
+
+workers_of() {
+	pgrep -P "$1" | sort
+}
+
+nworkers_is() {
+	[ "$(pgrep -P "$1" | wc -l)" -eq "$2" ]
+}
+
+@test "kv-sender --help exits 0 and names its flags" {
+	run "$KVW_BIN/kv-sender" --help
+	[ "$status" -eq 0 ]
+	[[ "$output" == *--listen* ]]
+	[[ "$output" == *--worker-id* ]]
+}
+
+@test "kv-sender with an unknown flag or missing --listen exits 100 with a fatal line" {
+	run "$KVW_BIN/kv-sender" --bogus
+	[ "$status" -eq 100 ]
+	[[ "$output" == *"kv-sender: fatal:"* ]]
+	run "$KVW_BIN/kv-sender" --engine "$ENG" --table "$TABLE" --pool "$POOL"
+	[ "$status" -eq 100 ]
+	run "$KVW_BIN/kv-sender" --listen "$PEER" --engine "$ENG" --table "$TABLE" --pool "$POOL" --workers 0
+	[ "$status" -eq 100 ]
+}
+
+@test "one room's pages land byte-exact in the decode pool, STATUS Success, table Success" {
+	start_sender --workers 2
+	run fake 42 d1 --npages 9 --chunks 3
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"STATUS Success"* ]]
+	room_state 42 Success
+	run "$KVW_BIN/kv-stat" --table "$TABLE" --room 42
+	[[ "$output" == *" 9/9 "* ]]
+}
+
+@test "a destination page outside the decode pool fails the room with bad index" {
+	start_sender --workers 1
+	run fake 7 d1 --expect failed --reason 6 --bad-index
+	echo "$output"
+	[ "$status" -eq 0 ]
+	room_state 7 Failed
+	# The sender lives on and serves the next room.
+	run fake 8 d2
+	[ "$status" -eq 0 ]
+}
+
+@test "a room whose destination never registers fails on its deadline" {
+	start_sender --workers 1 --bootstrap-timeout 0.3
+	timeout 10 "$KVW_BIN/kv-ctl" send-begin "$ENG" 99 4 0
+	wait_for 10 room_state 99 Failed
+	"$KVW_BIN/kv-stat" --table "$TABLE" --room 99 | grep -q timeout
+}
+
+@test "kv-sender registers at kv-bootstrap, which then answers its endpoint" {
+	start_ready boot 60 "$KVW_BIN/kv-bootstrap" --listen "ipc://$RUN/boot.sock"
+	start_sender --workers 1 --bootstrap "ipc://$RUN/boot.sock"
+	run timeout 10 "$KVW_BIN/kv-ctl" lookup "ipc://$RUN/boot.sock" --coord 0,0,0,0 --page-tokens 4
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"endpoint=$PEER"* ]]
+}
+
+@test "a worker killed with a job on it fails that room, is restarted, and the next room succeeds" {
+	start_sender --workers 1
+	wait_for 10 nworkers_is "$SENDER" 1
+	old=$(workers_of "$SENDER")
+	# Hold the worker so the job is certainly on it when it dies.
+	kill -STOP "$old"
+	fake 50 d1 --expect failed --reason 8 >"$RUN/fake50.out" 2>&1 &
+	fpid=$!
+	wait_for 10 room_state 50 Transferring
+	kill -KILL "$old"
+	wait "$fpid"
+	cat "$RUN/fake50.out"
+	grep -q "STATUS Failed reason 8" "$RUN/fake50.out"
+	room_state 50 Failed
+	# A new worker (another pid) takes over; the sender itself survived.
+	wait_for 10 nworkers_is "$SENDER" 1
+	[ "$(workers_of "$SENDER")" != "$old" ]
+	kill -0 "$SENDER"
+	run fake 51 d2
+	echo "$output"
+	[ "$status" -eq 0 ]
+	room_state 51 Success
+}
+
+@test "SIGTERM stops kv-sender with exit 0 within 2 s and its workers with it" {
+	start_sender --workers 3
+	wait_for 10 nworkers_is "$SENDER" 3
+	ws=$(workers_of "$SENDER")
+	kill -TERM "$SENDER"
+	start=$(date +%s%N)
+	wait_for 5 gone "$SENDER"
+	elapsed=$((($(date +%s%N) - start) / 1000000))
+	[ "$elapsed" -lt 2000 ]
+	wait "$BG_PID" || rc=$?
+	[ "${rc:-0}" -eq 0 ]
+	for w in $ws; do
+		wait_for 5 gone "$w"
+	done
+}
+
+@test "ABORT from decode fails the room and is acked, with STATUS Failed aborted before the ack" {
+	start_sender --workers 1
+	run fake 60 d1 --abort
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"ABORT_ACK (STATUS Failed reason 1 first)"* ]]
+	room_state 60 Failed
+	"$KVW_BIN/kv-stat" --table "$TABLE" --room 60 | grep -q aborted
+}
+
+@test "frames from an unregistered decode are counted as malformed and change nothing" {
+	start_sender --workers 1
+	# XFER_INFO (type 7) for room 5 from a decode that never sent REGISTER.
+	hdr=4b56573101070000000000000000000005000000000000000100000000000000
+	timeout 10 "$KVW_BIN/kv-ctl" raw "$PEER" "$hdr" 000000000100000000 00000000
+	wait_for 10 sh -c "'$KVW_BIN/kv-stat' --table '$TABLE' | grep -q 'malformed=1'"
+	run "$KVW_BIN/kv-stat" --table "$TABLE" --room 5
+	[ "$status" -eq 1 ]
+	kill -0 "$SENDER"
+}

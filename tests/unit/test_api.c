@@ -1,0 +1,315 @@
+/*
+ * test_api.c - the engine API against a real room table and pool made in
+ * the test (unique /dev/shm names, removed at the end) and a ROUTER bound
+ * in the test on a fresh ipc path standing in for the control process:
+ * open fails cleanly (NULL *out, message) on a missing table, pool or bad
+ * endpoint; kvw_poll reports ENOENT for an unknown room and otherwise
+ * exactly what the owner wrote (state, reason, generation, pages, bytes,
+ * flags), including a new generation after CLEAR and reuse; every command
+ * arrives at the control socket as the frame it stands for; argument
+ * errors are EINVAL and send nothing; the pool mapping is the file's.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "api.h"
+#include "frame.h"
+#include "pool.h"
+#include "rtab.h"
+#include "wire.h"
+
+static char err[512];
+
+struct fx {
+	char table[160], pool[160], ep[160];
+	struct rtab *t;   /* the owner's mapping */
+	struct pool *p;   /* the owner's pool */
+	void *ctx, *router;
+	struct kvw_engine *e;
+};
+
+static int setup(void **state)
+{
+	static unsigned n;
+	struct fx *f = calloc(1, sizeof *f);
+	int existed;
+
+	assert_non_null(f);
+	snprintf(f->table, sizeof f->table,
+		 "/dev/shm/kvwire.test-api.%d.%u.rooms", (int)getpid(), n);
+	snprintf(f->pool, sizeof f->pool, "/dev/shm/kvwire.test-api.%d.%u.pool",
+		 (int)getpid(), n);
+	snprintf(f->ep, sizeof f->ep, "ipc:///tmp/kvw-test-api.%d.%u.eng",
+		 (int)getpid(), n);
+	n++;
+	unlink(f->table);
+	unlink(f->pool);
+	assert_int_equal(rtab_create(f->table, 64, 4, 0x77, &f->t, &existed,
+				     err, sizeof err), 0);
+	assert_int_equal(pool_create(f->pool, 1 << 16, &f->p, err, sizeof err),
+			 0);
+	f->ctx = zmq_ctx_new();
+	assert_non_null(f->ctx);
+	f->router = wire_socket(f->ctx, ZMQ_ROUTER, 0, err, sizeof err);
+	assert_non_null(f->router);
+	assert_int_equal(wire_bind(f->router, f->ep, 0600, err, sizeof err), 0);
+	assert_int_equal(kvw_engine_open(f->ep, f->table, f->pool, &f->e, err,
+					 sizeof err), 0);
+	assert_non_null(f->e);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	kvw_engine_close(&f->e);
+	wire_close(&f->router);
+	zmq_ctx_term(f->ctx);
+	rtab_close(&f->t);
+	pool_close(&f->p);
+	unlink(f->table);
+	unlink(f->pool);
+	unlink(f->ep + 6);
+	free(f);
+	return 0;
+}
+
+/* Receives one message on the test's ROUTER within 5 s (bounded poll). */
+static void recv_one(struct fx *f, struct wire_in *in, struct frame_msg *m)
+{
+	zmq_pollitem_t it = { f->router, 0, ZMQ_POLLIN, 0 };
+
+	assert_int_equal(zmq_poll(&it, 1, 5000), 1);
+	assert_int_equal(wire_recv(f->router, 1, in, m, err, sizeof err), 0);
+}
+
+static void nothing_waiting(struct fx *f)
+{
+	zmq_pollitem_t it = { f->router, 0, ZMQ_POLLIN, 0 };
+
+	assert_int_equal(zmq_poll(&it, 1, 50), 0);
+}
+
+static void open_refuses_missing_files_and_bad_endpoint(void **state)
+{
+	struct fx *f = *state;
+	struct kvw_engine *e = (struct kvw_engine *)1;
+
+	err[0] = '\0';
+	assert_int_equal(kvw_engine_open(f->ep, "/dev/shm/kvwire.nope.rooms",
+					 f->pool, &e, err, sizeof err),
+			 KVW_ENOENT);
+	assert_null(e);
+	assert_non_null(strstr(err, "nope"));
+	e = (struct kvw_engine *)1;
+	assert_int_equal(kvw_engine_open(f->ep, f->table,
+					 "/dev/shm/kvwire.nope.pool", &e, err,
+					 sizeof err), KVW_ENOENT);
+	assert_null(e);
+	/* A pool file is not a room table. */
+	assert_int_equal(kvw_engine_open(f->ep, f->pool, f->pool, &e, err,
+					 sizeof err), KVW_EVERSION);
+	assert_null(e);
+	assert_int_equal(kvw_engine_open("nonsense://x", f->table, f->pool, &e,
+					 err, sizeof err), KVW_EINVAL);
+	assert_null(e);
+	assert_int_equal(kvw_engine_open(NULL, f->table, f->pool, &e, NULL, 0),
+			 KVW_EINVAL);
+	assert_null(e);
+	kvw_engine_close(&e);
+	kvw_engine_close(NULL);
+}
+
+static void poll_unknown_room_is_enoent(void **state)
+{
+	struct fx *f = *state;
+	struct kvw_room_status st = { .state = 99 };
+
+	assert_int_equal(kvw_poll(f->e, 42, &st), KVW_ENOENT);
+	assert_int_equal(st.state, 99); /* unchanged on error */
+}
+
+static void poll_reads_what_the_owner_wrote(void **state)
+{
+	struct fx *f = *state;
+	struct kvw_room_status st;
+	struct rtab_ref r;
+
+	assert_int_equal(rtab_insert(f->t, 42, 0, 0, &r), 0);
+	assert_int_equal(kvw_poll(f->e, 42, &st), 0);
+	assert_int_equal(st.state, KVW_BOOTSTRAPPING);
+	assert_int_equal(st.generation, r.gen);
+	assert_int_equal(st.pages_done, 0);
+	assert_int_equal(rtab_set_expected(f->t, r, 16), 0);
+	assert_int_equal(rtab_transition(f->t, r, KVW_WAITING, 0), 0);
+	assert_int_equal(rtab_transition(f->t, r, KVW_TRANSFERRING, 0), 0);
+	assert_true(rtab_pages_done_add(f->t, r, 5) >= 0);
+	assert_int_equal(rtab_bytes_add(f->t, r, 12345), 0);
+	assert_int_equal(kvw_poll(f->e, 42, &st), 0);
+	assert_int_equal(st.state, KVW_TRANSFERRING);
+	assert_int_equal(st.pages_expected, 16);
+	assert_int_equal(st.pages_done, 5);
+	assert_int_equal(st.bytes, 12345);
+	assert_int_equal(rtab_fail(f->t, r, KVW_R_ABORTED), 0);
+	assert_true(rtab_flags_or(f->t, r, RTAB_F_ARMED | RTAB_F_RELEASABLE) >=
+		    0);
+	assert_int_equal(kvw_poll(f->e, 42, &st), 0);
+	assert_int_equal(st.state, KVW_FAILED);
+	assert_int_equal(st.reason, KVW_R_ABORTED);
+	assert_int_equal(st.flags, KVW_ROOM_F_ARMED | KVW_ROOM_F_RELEASABLE);
+	/* Another room is still unknown. */
+	assert_int_equal(kvw_poll(f->e, 43, &st), KVW_ENOENT);
+}
+
+static void poll_after_clear_and_reuse_sees_the_new_generation(void **state)
+{
+	struct fx *f = *state;
+	struct kvw_room_status st;
+	struct rtab_ref r1, r2;
+
+	assert_int_equal(rtab_insert(f->t, 7, 0, 0, &r1), 0);
+	assert_int_equal(rtab_transition(f->t, r1, KVW_SUCCESS, 0), 0);
+	assert_int_equal(kvw_poll(f->e, 7, &st), 0);
+	assert_int_equal(st.state, KVW_SUCCESS);
+	assert_int_equal(rtab_clear(f->t, r1, KVW_R_CLEARED), 0);
+	assert_int_equal(kvw_poll(f->e, 7, &st), 0);
+	assert_int_equal(st.state, KVW_CLEARED);
+	assert_int_equal(st.generation, r1.gen);
+	assert_int_equal(rtab_insert(f->t, 7, 0, 0, &r2), 0);
+	assert_int_equal(kvw_poll(f->e, 7, &st), 0);
+	assert_int_equal(st.state, KVW_BOOTSTRAPPING);
+	assert_int_equal(st.generation, r2.gen);
+	assert_true(r2.gen != r1.gen);
+	assert_int_equal(st.reason, KVW_R_NONE);
+}
+
+static void commands_arrive_as_their_frames(void **state)
+{
+	struct fx *f = *state;
+	uint32_t pages[3] = { 9, 4, 100 };
+	struct frame_msg m;
+	struct wire_in in;
+
+	assert_int_equal(kvw_send_begin(f->e, 1, 3, 11), 0);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, FRAME_SEND_BEGIN);
+	assert_int_equal(m.hdr.room, 1);
+	assert_int_equal(m.u.send_begin.num_pages, 3);
+	assert_int_equal(m.u.send_begin.aux_slot, 11);
+	wire_in_release(&in);
+
+	assert_int_equal(kvw_send_chunk(f->e, 2, pages, 3, 1), 0);
+	pages[0] = 0; /* the message holds its own copy */
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, FRAME_SEND_CHUNK);
+	assert_int_equal(m.hdr.room, 2);
+	assert_int_equal(m.u.send_chunk.is_last, 1);
+	assert_int_equal(m.u.send_chunk.pages.n, 3);
+	assert_int_equal(frame_u32s_get(m.u.send_chunk.pages, 0), 9);
+	assert_int_equal(frame_u32s_get(m.u.send_chunk.pages, 2), 100);
+	wire_in_release(&in);
+
+	assert_int_equal(kvw_send_chunk(f->e, 2, NULL, 0, 1), 0);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.u.send_chunk.pages.n, 0);
+	wire_in_release(&in);
+
+	assert_int_equal(kvw_recv_begin(f->e, UINT64_MAX, "ipc:///x/boot", 2,
+					pages, 2, 5), 0);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, FRAME_RECV_BEGIN);
+	assert_true(m.hdr.room == UINT64_MAX);
+	assert_string_equal(m.u.recv_begin.bootstrap, "ipc:///x/boot");
+	assert_int_equal(m.u.recv_begin.prefill_dp_rank, 2);
+	assert_int_equal(m.u.recv_begin.aux_slot, 5);
+	assert_int_equal(m.u.recv_begin.pages.n, 2);
+	assert_int_equal(frame_u32s_get(m.u.recv_begin.pages, 1), 4);
+	wire_in_release(&in);
+
+	assert_int_equal(kvw_abort(f->e, 3), 0);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, FRAME_RECV_ABORT);
+	assert_int_equal(m.hdr.room, 3);
+	wire_in_release(&in);
+
+	assert_int_equal(kvw_clear(f->e, 4), 0);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, FRAME_CLEAR);
+	assert_int_equal(m.hdr.room, 4);
+	assert_true(m.hdr.epoch != 0);
+	wire_in_release(&in);
+	assert_string_equal(kvw_engine_error(f->e), "");
+}
+
+static void bad_arguments_are_einval_and_send_nothing(void **state)
+{
+	struct fx *f = *state;
+	char longep[KVW_MAX_STR + 2];
+	uint32_t pg = 1;
+
+	assert_int_equal(kvw_send_chunk(f->e, 1, NULL, 2, 0), KVW_EINVAL);
+	assert_int_equal(kvw_send_chunk(f->e, 1, &pg, 0, 0), KVW_EINVAL);
+	assert_non_null(strstr(kvw_engine_error(f->e), "not the last"));
+	assert_int_equal(kvw_send_chunk(f->e, 1, &pg, KVW_MAX_PAGES + 1, 1),
+			 KVW_EINVAL);
+	assert_int_equal(kvw_recv_begin(f->e, 1, "", 0, &pg, 1, 0), KVW_EINVAL);
+	assert_int_equal(kvw_recv_begin(f->e, 1, NULL, 0, &pg, 1, 0),
+			 KVW_EINVAL);
+	memset(longep, 'a', sizeof longep - 1);
+	longep[sizeof longep - 1] = '\0';
+	assert_int_equal(kvw_recv_begin(f->e, 1, longep, 0, &pg, 1, 0),
+			 KVW_EINVAL);
+	assert_int_equal(kvw_recv_begin(f->e, 1, "ipc://b", 0, NULL, 1, 0),
+			 KVW_EINVAL);
+	nothing_waiting(f);
+}
+
+static void pool_mapping_is_the_files(void **state)
+{
+	struct fx *f = *state;
+	uint8_t *mine;
+
+	assert_int_equal(kvw_pool_size(f->e), 1 << 16);
+	mine = kvw_pool_base(f->e);
+	assert_non_null(mine);
+	mine[100] = 0xAB;
+	mine[65535] = 0xCD;
+	assert_int_equal(((uint8_t *)pool_base(f->p))[100], 0xAB);
+	assert_int_equal(((uint8_t *)pool_base(f->p))[65535], 0xCD);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+			open_refuses_missing_files_and_bad_endpoint, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(poll_unknown_room_is_enoent,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(poll_reads_what_the_owner_wrote,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			poll_after_clear_and_reuse_sees_the_new_generation,
+			setup, teardown),
+		cmocka_unit_test_setup_teardown(commands_arrive_as_their_frames,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			bad_arguments_are_einval_and_send_nothing, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(pool_mapping_is_the_files, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

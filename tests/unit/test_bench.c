@@ -1,0 +1,249 @@
+/*
+ * test_bench.c - kv-bench's pattern and allocator, without processes: a
+ * filled room verifies clean; one flipped byte in a K page, a V page or the
+ * aux slot is counted; another room's key or another page list fails; the
+ * pattern survives the planner's copies unchanged across TP mismatches
+ * (prefill TP 2 -> decode TP 1, TP 1 -> TP 2, and replicated heads) and
+ * PP stages, so what a decode rank verifies is exactly what the prefill
+ * ranks wrote; draft layers (never sent) are not checked; the allocator
+ * hands out low indices first, refuses to over-allocate without taking
+ * anything, and takes back what it gave.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "layout.h"
+#include "plan.h"
+#include "shape.h"
+
+static char err[256];
+
+/* One rank: its layout, geometry and a zeroed pool. */
+struct rank {
+	struct kvw_topo t;
+	struct kvw_coord c;
+	struct kvw_buf bufs[64];
+	uint32_t n;
+	uint64_t size;
+	uint8_t *pool;
+	struct bench_geom g;
+	struct kvw_model m;
+};
+
+static void rank_make(struct rank *r, const struct shape *s, uint32_t tp,
+		      uint32_t pp, uint32_t tpr, uint32_t ppr, int decode)
+{
+	memset(r, 0, sizeof *r);
+	r->t = (struct kvw_topo){ tp, pp, 1, 1 };
+	r->c = (struct kvw_coord){ tpr, ppr, 0, 0 };
+	assert_int_equal(shape_layout(s, &r->t, &r->c, decode, r->bufs, 64,
+				      &r->n, &r->size, err, sizeof err), 0);
+	r->pool = calloc(1, r->size);
+	assert_non_null(r->pool);
+	bench_geom_init(&r->g, s, &r->t, &r->c, r->bufs, r->n);
+	shape_model(s, &r->t, &r->c, &r->m);
+}
+
+static void small_shape(struct shape *s)
+{
+	shape_default(s);
+	s->layers = 4;
+	s->page_tokens = 4;
+	s->kv_heads = 4;
+	s->head_dim = 6; /* 12-byte heads: not a multiple of 8 */
+	s->pages = 32;
+	s->aux_slots = 8;
+	s->aux_bytes = 20;
+}
+
+/* Copies room pages from src to dst as kv-sender's workers would. */
+static void transfer(const struct rank *src, struct rank *dst,
+		     const uint32_t *sp, const uint32_t *dp, uint32_t n,
+		     uint32_t saux, uint32_t daux)
+{
+	struct plan_side a = { &src->m, src->bufs, src->n, &src->size, 1 };
+	struct plan_side b = { &dst->m, dst->bufs, dst->n, &dst->size, 1 };
+	struct plan_heads h;
+	struct plan *p = NULL;
+	struct plan_copy cp[4096];
+	size_t nc;
+
+	if (src->t.tp != dst->t.tp)
+		assert_int_equal(plan_heads_compute(&src->m, src->t.tp,
+						    src->c.tp, dst->t.tp,
+						    dst->c.tp, &h, err,
+						    sizeof err), 0);
+	assert_int_equal(plan_build(&a, &b, src->t.tp != dst->t.tp ? &h : NULL,
+				    &p, err, sizeof err), 0);
+	assert_int_equal(plan_chunk(p, sp, dp, n, 1, saux, daux, cp, 4096, &nc,
+				    err, sizeof err), 0);
+	for (size_t i = 0; i < nc; i++)
+		memcpy(dst->pool + cp[i].dst_off, src->pool + cp[i].src_off,
+		       cp[i].len);
+	plan_free(&p);
+}
+
+static void filled_room_verifies_and_flipped_bytes_are_counted(void **state)
+{
+	uint32_t pages[3] = { 5, 6, 20 };
+	struct shape s;
+	struct rank r;
+
+	(void)state;
+	small_shape(&s);
+	rank_make(&r, &s, 1, 1, 0, 0, 0);
+	bench_fill(r.pool, &r.g, 42, pages, 3, 2);
+	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 0);
+	/* The first byte of page 20 of buffer 0 (K of layer 0). */
+	r.pool[r.bufs[0].offset + 20u * r.bufs[0].item_len] ^= 0x10;
+	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 1);
+	r.pool[r.bufs[0].offset + 20u * r.bufs[0].item_len] ^= 0x10;
+	/* The last byte of page 5 of the last V buffer. */
+	r.pool[r.bufs[7].offset + 6u * r.bufs[7].item_len - 1] ^= 0xff;
+	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 1);
+	r.pool[r.bufs[7].offset + 6u * r.bufs[7].item_len - 1] ^= 0xff;
+	/* The aux slot's tail (20 bytes: a partial word). */
+	assert_int_equal(r.bufs[r.n - 1].role, KVW_ROLE_AUX);
+	r.pool[r.bufs[r.n - 1].offset + 2u * 20 + 19] ^= 1;
+	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 1);
+	r.pool[r.bufs[r.n - 1].offset + 2u * 20 + 19] ^= 1;
+	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 0);
+	free(r.pool);
+}
+
+static void another_room_or_page_list_does_not_verify(void **state)
+{
+	uint32_t pages[2] = { 1, 2 }, swapped[2] = { 2, 1 };
+	uint64_t total;
+	struct shape s;
+	struct rank r;
+
+	(void)state;
+	small_shape(&s);
+	rank_make(&r, &s, 1, 1, 0, 0, 0);
+	bench_fill(r.pool, &r.g, 7, pages, 2, 0);
+	total = bench_room_bytes(&r.g, 2);
+	assert_int_equal(total, 8u * 2 * r.bufs[0].item_len + 20);
+	/* Nearly every byte differs (a random byte matches 1 in 256). */
+	assert_true(bench_verify(r.pool, &r.g, 8, pages, 2, 0) > total * 9 / 10);
+	assert_true(bench_verify(r.pool, &r.g, 7, swapped, 2, 0) >
+		    8u * 2 * r.bufs[0].item_len * 9 / 10);
+	free(r.pool);
+}
+
+static void pattern_survives_tp_slicing_both_ways(void **state)
+{
+	uint32_t sp[3] = { 3, 4, 9 }, dp[3] = { 30, 0, 7 };
+	struct rank p[2], d[2];
+	struct shape s;
+
+	(void)state;
+	small_shape(&s);
+	/* Prefill TP 2 -> decode TP 1: each prefill rank fills its heads. */
+	rank_make(&d[0], &s, 1, 1, 0, 0, 1);
+	for (int k = 0; k < 2; k++) {
+		rank_make(&p[k], &s, 2, 1, (uint32_t)k, 0, 0);
+		bench_fill(p[k].pool, &p[k].g, 99, sp, 3, 1);
+		transfer(&p[k], &d[0], sp, dp, 3, 1, 5);
+	}
+	assert_int_equal(bench_verify(d[0].pool, &d[0].g, 99, dp, 3, 5), 0);
+	/* Only one prefill rank: the other half of the heads is missing. */
+	memset(d[0].pool, 0, d[0].size);
+	transfer(&p[0], &d[0], sp, dp, 3, 1, 5);
+	assert_true(bench_verify(d[0].pool, &d[0].g, 99, dp, 3, 5) > 0);
+	free(d[0].pool);
+	/* Prefill TP 1 -> decode TP 2: each decode rank gets its half. */
+	free(p[1].pool);
+	free(p[0].pool);
+	rank_make(&p[0], &s, 1, 1, 0, 0, 0);
+	bench_fill(p[0].pool, &p[0].g, 5, sp, 3, 0);
+	for (int k = 0; k < 2; k++) {
+		rank_make(&d[k], &s, 2, 1, (uint32_t)k, 0, 1);
+		transfer(&p[0], &d[k], sp, dp, 3, 0, 0);
+		assert_int_equal(bench_verify(d[k].pool, &d[k].g, 5, dp, 3, 0),
+				 0);
+		free(d[k].pool);
+	}
+	free(p[0].pool);
+}
+
+static void replicated_heads_and_pp_stages_verify(void **state)
+{
+	uint32_t sp[2] = { 0, 1 }, dp[2] = { 2, 3 };
+	struct rank p[2], d;
+	struct shape s;
+
+	(void)state;
+	small_shape(&s);
+	s.kv_heads = 1; /* fewer heads than ranks: replicated */
+	rank_make(&d, &s, 2, 1, 1, 0, 1);
+	rank_make(&p[0], &s, 1, 1, 0, 0, 0);
+	assert_int_equal(bench_global_head(&d.g, 0), 0);
+	bench_fill(p[0].pool, &p[0].g, 11, sp, 2, 0);
+	transfer(&p[0], &d, sp, dp, 2, 0, 0);
+	assert_int_equal(bench_verify(d.pool, &d.g, 11, dp, 2, 0), 0);
+	free(p[0].pool);
+	free(d.pool);
+	/* Two PP stages, one decode rank holding every layer plus two draft
+	 * layers nobody sends: the draft layers are not checked. */
+	small_shape(&s);
+	s.draft_layers = 2;
+	rank_make(&d, &s, 1, 1, 0, 0, 1);
+	for (int k = 0; k < 2; k++) {
+		rank_make(&p[k], &s, 1, 2, 0, (uint32_t)k, 0);
+		bench_fill(p[k].pool, &p[k].g, 12, sp, 2, 1);
+		transfer(&p[k], &d, sp, dp, 2, 1, 1);
+		free(p[k].pool);
+	}
+	assert_int_equal(bench_verify(d.pool, &d.g, 12, dp, 2, 1), 0);
+	assert_int_equal(bench_room_bytes(&d.g, 2),
+			 4u * 2 * 2 * d.bufs[0].item_len + 20);
+	free(d.pool);
+}
+
+static void allocator_takes_low_first_refuses_overdraw_and_takes_back(
+	void **state)
+{
+	struct bench_alloc a;
+	uint32_t got[8], more[8];
+
+	(void)state;
+	assert_int_equal(bench_alloc_init(&a, 5), 0);
+	assert_int_equal(bench_alloc_take(&a, 3, got), 0);
+	assert_int_equal(got[0], 0);
+	assert_int_equal(got[1], 1);
+	assert_int_equal(got[2], 2);
+	assert_int_equal(bench_alloc_take(&a, 3, more), KVW_EAGAIN);
+	assert_int_equal(a.n, 2);
+	bench_alloc_put(&a, 3, got);
+	assert_int_equal(a.n, 5);
+	assert_int_equal(bench_alloc_take(&a, 5, more), 0);
+	assert_int_equal(more[0], 0);
+	assert_int_equal(more[1], 1);
+	assert_int_equal(more[2], 2);
+	assert_int_equal(bench_alloc_take(&a, 1, more), KVW_EAGAIN);
+	assert_int_equal(bench_alloc_take(&a, 0, more), 0);
+	bench_alloc_fini(&a);
+	assert_null(a.free);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(filled_room_verifies_and_flipped_bytes_are_counted),
+		cmocka_unit_test(another_room_or_page_list_does_not_verify),
+		cmocka_unit_test(pattern_survives_tp_slicing_both_ways),
+		cmocka_unit_test(replicated_heads_and_pp_stages_verify),
+		cmocka_unit_test(
+			allocator_takes_low_first_refuses_overdraw_and_takes_back),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,206 @@
+/*
+ * test_receiver.c - the pure rules of kv-receiver: distinct-rank sets,
+ * Success counted once per prefill rank against
+ * required_prefill_response_num (dummies never count), ABORT_ACK counting
+ * over every target that got XFER_INFO, the room map, and the bootstrap
+ * retry backoff bounds.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "rankmap.h"
+#include "receiver_impl.h"
+
+static struct rx_room *room_for(struct kvw_topo pre, struct kvw_topo dec,
+				uint32_t dtp, uint32_t flags)
+{
+	static const uint32_t pages[] = { 3, 4, 5, 9 };
+	struct rankmap_in in = { .prefill = pre, .decode = dec,
+				 .decode_rank = { dtp, 0, 0, 0 },
+				 .model_flags = flags };
+	struct rankmap m;
+	struct rx_room *room = receiver_room_new(42, pages, 4);
+
+	assert_non_null(room);
+	assert_int_equal(rankmap_compute(&in, &m, NULL, 0), 0);
+	assert_int_equal(receiver_room_set_targets(room, &m, pre.tp), 0);
+	return room;
+}
+
+static void rset_counts_each_value_once(void **state)
+{
+	struct receiver_rset s = { 0 };
+
+	(void)state;
+	assert_int_equal(receiver_rset_add(&s, 7), 1);
+	assert_int_equal(receiver_rset_add(&s, 7), 0);
+	for (uint32_t i = 0; i < 100; i++)
+		assert_true(receiver_rset_add(&s, 1000 + i) == 1);
+	assert_int_equal(s.n, 101);
+	assert_true(receiver_rset_has(&s, 1050));
+	assert_false(receiver_rset_has(&s, 8));
+	receiver_rset_free(&s);
+	assert_int_equal(s.n, 0);
+}
+
+static void success_needs_every_prefill_rank_of_a_tp_fanin(void **state)
+{
+	/* prefill tp 2, decode tp 1, MHA: two real targets, both must report */
+	struct rx_room *room = room_for((struct kvw_topo){ 2, 1, 1, 1 },
+					(struct kvw_topo){ 1, 1, 1, 1 }, 0, 0);
+
+	(void)state;
+	assert_int_equal(room->ntargets, 2);
+	assert_int_equal(room->required_resp, 2);
+	assert_int_equal(receiver_room_success(room, 0), RX_COUNTED);
+	assert_int_equal(receiver_room_success(room, 0), RX_DUP);
+	assert_int_equal(room->success.n, 1);
+	assert_int_equal(receiver_room_success(room, 1), RX_COMPLETE);
+	receiver_room_free(room);
+}
+
+static void success_from_a_rank_that_is_not_a_target_is_ignored(void **state)
+{
+	struct rx_room *room = room_for((struct kvw_topo){ 2, 1, 1, 1 },
+					(struct kvw_topo){ 1, 1, 1, 1 }, 0, 0);
+
+	(void)state;
+	assert_int_equal(receiver_room_success(room, 5), RX_IGNORED);
+	assert_int_equal(room->success.n, 0);
+	receiver_room_free(room);
+}
+
+static void mla_fanin_dummies_never_count_as_success(void **state)
+{
+	/* MLA, prefill tp 4 -> decode tp 1: rank 0 real, 1..3 dummies, resp 1 */
+	struct rx_room *room = room_for((struct kvw_topo){ 4, 1, 1, 1 },
+					(struct kvw_topo){ 1, 1, 1, 1 }, 0,
+					KVW_MODEL_MLA);
+
+	(void)state;
+	assert_int_equal(room->ntargets, 4);
+	assert_int_equal(room->required_resp, 1);
+	assert_int_equal(receiver_room_success(room, 2), RX_IGNORED);
+	assert_int_equal(receiver_room_success(room, 0), RX_COMPLETE);
+	receiver_room_free(room);
+}
+
+static void pp_targets_have_distinct_unique_ranks(void **state)
+{
+	/* prefill tp 2 pp 2, decode tp 2 pp 1: decode rank 1 -> tp 1 of both
+	 * stages, unique ranks pp * 2 + tp = 1 and 3 */
+	struct rx_room *room = room_for((struct kvw_topo){ 2, 2, 1, 1 },
+					(struct kvw_topo){ 2, 1, 1, 1 }, 1, 0);
+	int seen1 = 0, seen3 = 0;
+
+	(void)state;
+	assert_int_equal(room->ntargets, 2);
+	for (uint32_t i = 0; i < room->ntargets; i++) {
+		seen1 += room->targets[i].unique == 1;
+		seen3 += room->targets[i].unique == 3;
+	}
+	assert_int_equal(seen1 + seen3, 2);
+	assert_int_equal(seen1, 1);
+	assert_int_equal(receiver_room_success(room, 3), RX_COUNTED);
+	assert_int_equal(receiver_room_success(room, 1), RX_COMPLETE);
+	receiver_room_free(room);
+}
+
+static void acks_count_only_when_armed_and_include_dummies(void **state)
+{
+	struct rx_room *room = room_for((struct kvw_topo){ 4, 1, 1, 1 },
+					(struct kvw_topo){ 1, 1, 1, 1 }, 0,
+					KVW_MODEL_MLA);
+
+	(void)state;
+	receiver_room_mark_sent(room);
+	assert_int_equal(room->ack_needed, 4);
+	assert_int_equal(receiver_room_ack(room, 0), RX_IGNORED); /* not armed */
+	room->armed = 1;
+	assert_int_equal(receiver_room_ack(room, 0), RX_COUNTED);
+	assert_int_equal(receiver_room_ack(room, 0), RX_DUP);
+	assert_int_equal(receiver_room_ack(room, 9), RX_IGNORED);
+	assert_int_equal(receiver_room_ack(room, 1), RX_COUNTED);
+	assert_int_equal(receiver_room_ack(room, 3), RX_COUNTED);
+	assert_int_equal(receiver_room_ack(room, 2), RX_COMPLETE);
+	receiver_room_free(room);
+}
+
+static void acks_are_ignored_before_xfer_info_went_out(void **state)
+{
+	struct rx_room *room = room_for((struct kvw_topo){ 1, 1, 1, 1 },
+					(struct kvw_topo){ 1, 1, 1, 1 }, 0, 0);
+
+	(void)state;
+	room->armed = 1;
+	assert_int_equal(receiver_room_ack(room, 0), RX_IGNORED);
+	receiver_room_free(room);
+}
+
+static void room_map_puts_gets_and_deletes_colliding_keys(void **state)
+{
+	struct rx_rooms h;
+
+	(void)state;
+	assert_int_equal(receiver_rooms_init(&h, 3), KVW_EINVAL);
+	assert_int_equal(receiver_rooms_init(&h, 4), 0);
+	for (uint64_t id = 0; id < 64; id++)
+		receiver_rooms_put(&h, receiver_room_new(id * 4, NULL, 0));
+	assert_int_equal(h.n, 64);
+	assert_non_null(receiver_rooms_get(&h, 0));
+	assert_non_null(receiver_rooms_get(&h, 252));
+	assert_null(receiver_rooms_get(&h, 1));
+	receiver_room_free(receiver_rooms_del(&h, 128));
+	assert_null(receiver_rooms_get(&h, 128));
+	assert_null(receiver_rooms_del(&h, 128));
+	assert_non_null(receiver_rooms_get(&h, 124));
+	assert_int_equal(h.n, 63);
+	receiver_rooms_free(&h);
+}
+
+static void room_copies_its_pages_and_cp_share(void **state)
+{
+	struct rx_room *room = room_for((struct kvw_topo){ 1, 1, 1, 1 },
+					(struct kvw_topo){ 1, 1, 1, 1 }, 0, 0);
+
+	(void)state;
+	assert_int_equal(room->npages, 4);
+	assert_int_equal(room->pages[3], 9);
+	assert_int_equal(room->targets[0].page_start, 0);
+	assert_int_equal(room->targets[0].page_count, 4);
+	receiver_room_free(room);
+}
+
+static void boot_backoff_stays_between_100_and_500_ms(void **state)
+{
+	uint32_t d = 0;
+
+	(void)state;
+	for (uint32_t i = 0; i < 20; i++) {
+		d = receiver_boot_backoff(d, i * 2654435761u);
+		assert_in_range(d, 100, 500);
+	}
+	assert_int_equal(d, 500);
+	assert_in_range(receiver_boot_backoff(0, 0), 100, 149);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(rset_counts_each_value_once),
+		cmocka_unit_test(success_needs_every_prefill_rank_of_a_tp_fanin),
+		cmocka_unit_test(success_from_a_rank_that_is_not_a_target_is_ignored),
+		cmocka_unit_test(mla_fanin_dummies_never_count_as_success),
+		cmocka_unit_test(pp_targets_have_distinct_unique_ranks),
+		cmocka_unit_test(acks_count_only_when_armed_and_include_dummies),
+		cmocka_unit_test(acks_are_ignored_before_xfer_info_went_out),
+		cmocka_unit_test(room_map_puts_gets_and_deletes_colliding_keys),
+		cmocka_unit_test(room_copies_its_pages_and_cp_share),
+		cmocka_unit_test(boot_backoff_stays_between_100_and_500_ms),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,308 @@
+/*
+ * test_sender.c - the pure bookkeeping of kv-sender's control process
+ * (lib/sender_room.c): the room map, destinations keyed by decode peer,
+ * readiness at required_dst_info_num, chunk queueing bounds, slicing of a
+ * destination's pages per chunk, job sizing under KVW_MAX_COPIES, the
+ * per-worker FIFO of jobs in flight, and the room -> worker hash.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout.h"
+#include "sender_impl.h"
+
+static struct frame_u32s view(const uint32_t *a, uint32_t n)
+{
+	return frame_u32s_of(a, n);
+}
+
+static void test_room_map_add_get_delete_and_grow(void **state)
+{
+	struct sender_rooms m;
+	struct sender_room *r;
+	uint32_t n = 5000;
+
+	(void)state;
+	assert_int_equal(sender_rooms_init(&m, 16), 0);
+	for (uint64_t i = 0; i < n; i++) {
+		assert_int_equal(sender_rooms_add(&m, i * 7919, &r), 0);
+		assert_non_null(r);
+		assert_true(r->id == i * 7919);
+	}
+	assert_int_equal(m.n, n);
+	assert_true(m.nb >= n); /* grew from 16 buckets */
+	assert_int_equal(sender_rooms_add(&m, 7919, &r), KVW_EEXIST);
+	assert_true(r == sender_rooms_get(&m, 7919));
+	for (uint64_t i = 0; i < n; i += 2)
+		sender_rooms_del(&m, i * 7919);
+	for (uint64_t i = 0; i < n; i++)
+		assert_true((sender_rooms_get(&m, i * 7919) != NULL) == (i % 2 == 1));
+	sender_rooms_del(&m, 123456789); /* absent: no-op */
+	assert_int_equal(m.n, n / 2);
+	sender_rooms_free(&m);
+	sender_rooms_free(&m); /* zeroed map: safe */
+}
+
+struct count_arg {
+	struct sender_rooms *m;
+	uint32_t seen;
+};
+
+static void count_and_delete(void *arg, struct sender_room *r)
+{
+	struct count_arg *a = arg;
+
+	a->seen++;
+	sender_rooms_del(a->m, r->id);
+}
+
+static void test_room_map_foreach_may_delete_current(void **state)
+{
+	struct sender_rooms m;
+	struct sender_room *r;
+	struct count_arg a = { &m, 0 };
+
+	(void)state;
+	assert_int_equal(sender_rooms_init(&m, 16), 0);
+	for (uint64_t i = 0; i < 100; i++)
+		assert_int_equal(sender_rooms_add(&m, i, &r), 0);
+	sender_rooms_foreach(&m, count_and_delete, &a);
+	assert_int_equal(a.seen, 100);
+	assert_int_equal(m.n, 0);
+	sender_rooms_free(&m);
+}
+
+static void test_destinations_keyed_by_peer_and_ready_at_required(void **state)
+{
+	struct sender_peer p1, p2, p3;
+	struct sender_room r;
+	uint32_t a[3] = { 5, 6, 7 }, b[2] = { 9, 10 }, c[4] = { 1, 2, 3, 4 };
+
+	(void)state;
+	memset(&r, 0, sizeof r);
+	r.required = 2;
+	assert_int_equal(sender_room_set_dst(&r, &p1, view(a, 3), 1, 0), 0);
+	assert_false(sender_room_ready(&r));
+	/* The same peer again overwrites, it does not count twice. */
+	assert_int_equal(sender_room_set_dst(&r, &p1, view(b, 2), 2, 0), 0);
+	assert_int_equal(r.ndst, 1);
+	assert_int_equal(r.dst[0].npages, 2);
+	assert_int_equal(r.dst[0].pages[1], 10);
+	assert_int_equal(r.dst[0].aux_slot, 2);
+	assert_false(sender_room_ready(&r));
+	assert_int_equal(sender_room_set_dst(&r, &p2, view(NULL, 0), 0, 1), 1);
+	assert_true(sender_room_ready(&r));
+	assert_int_equal(sender_room_nreal(&r), 1);
+	assert_int_equal(sender_room_set_dst(&r, &p3, view(c, 4), 0, 0), 2);
+	assert_int_equal(sender_room_nreal(&r), 2);
+	/* Done only when every real destination is done; dummies never are. */
+	assert_false(sender_room_all_done(&r));
+	r.dst[0].done = 1;
+	assert_false(sender_room_all_done(&r));
+	r.dst[2].done = 1;
+	assert_true(sender_room_all_done(&r));
+	for (uint32_t i = 0; i < r.ndst; i++)
+		free(r.dst[i].pages);
+	free(r.dst);
+}
+
+static void test_all_dummy_room_is_never_all_done(void **state)
+{
+	struct sender_peer p;
+	struct sender_room r;
+
+	(void)state;
+	memset(&r, 0, sizeof r);
+	assert_false(sender_room_ready(&r)); /* no XFER_INFO: required 0 */
+	r.required = 1;
+	assert_int_equal(sender_room_set_dst(&r, &p, view(NULL, 0), 0, 1), 0);
+	assert_true(sender_room_ready(&r));
+	assert_false(sender_room_all_done(&r));
+	assert_int_equal(sender_room_nreal(&r), 0);
+	free(r.dst[0].pages);
+	free(r.dst);
+}
+
+static void test_too_many_destinations_is_erange(void **state)
+{
+	static struct sender_peer peers[SENDER_MAX_DST + 1];
+	struct sender_room r;
+
+	(void)state;
+	memset(&r, 0, sizeof r);
+	for (uint32_t i = 0; i < SENDER_MAX_DST; i++)
+		assert_int_equal(sender_room_set_dst(&r, &peers[i], view(NULL, 0),
+						     0, 1), (int)i);
+	assert_int_equal(sender_room_set_dst(&r, &peers[SENDER_MAX_DST],
+					     view(NULL, 0), 0, 1), KVW_ERANGE);
+	for (uint32_t i = 0; i < r.ndst; i++)
+		free(r.dst[i].pages);
+	free(r.dst);
+}
+
+static void test_chunks_bounded_by_num_pages_and_last(void **state)
+{
+	struct sender_room r;
+	uint32_t p[6] = { 0, 1, 2, 3, 4, 5 };
+
+	(void)state;
+	memset(&r, 0, sizeof r);
+	r.num_pages = 5;
+	assert_int_equal(sender_room_push_chunk(&r, view(p, 3), 0), 0);
+	/* 3 + 3 > 5: refused, nothing queued. */
+	assert_int_equal(sender_room_push_chunk(&r, view(p, 3), 1), KVW_ERANGE);
+	assert_int_equal(r.nq, 1);
+	assert_int_equal(r.queued_pages, 3);
+	assert_int_equal(sender_room_push_chunk(&r, view(p + 3, 2), 1), 0);
+	assert_int_equal(sender_room_push_chunk(&r, view(p, 0), 0), KVW_ERANGE);
+	assert_int_equal(r.nq, 2);
+	sender_room_pop_chunk(&r);
+	assert_int_equal(r.nq, 1);
+	assert_int_equal(r.q[0].n, 2);
+	assert_int_equal(r.q[0].pages[0], 3);
+	assert_true(r.q[0].is_last);
+	sender_room_drop_chunks(&r);
+	sender_room_pop_chunk(&r); /* empty: no-op */
+	assert_int_equal(r.nq, 0);
+	free(r.q);
+}
+
+static void test_dst_slice_follows_cursor_and_refuses_overrun(void **state)
+{
+	uint32_t pages[5] = { 10, 11, 12, 13, 14 };
+	struct sender_dst d = { .pages = pages, .npages = 5 };
+	const uint32_t *out = NULL;
+
+	(void)state;
+	assert_int_equal(sender_dst_slice(&d, 0, 2, &out), 0);
+	assert_ptr_equal(out, pages);
+	assert_int_equal(sender_dst_slice(&d, 2, 3, &out), 0);
+	assert_int_equal(out[0], 12);
+	assert_int_equal(sender_dst_slice(&d, 5, 0, &out), 0);
+	assert_int_equal(sender_dst_slice(&d, 3, 3, &out), KVW_ERANGE);
+	assert_int_equal(sender_dst_slice(&d, 6, 0, &out), KVW_ERANGE);
+	assert_int_equal(sender_dst_slice(&d, 1, UINT32_MAX, &out), KVW_ERANGE);
+}
+
+static void test_job_pages_keeps_each_job_under_the_copy_cap(void **state)
+{
+	struct kvw_model m = { .page_tokens = 4, .dtype = 2, .total_kv_heads = 2,
+			       .rank_kv_heads = 2, .head_bytes = 16 };
+	struct layout_spec spec = { .layers = 3, .item_len = 128, .pages = 100,
+				    .aux_slots = 2, .aux_item_len = 8 };
+	struct kvw_buf bufs[16];
+	uint32_t n;
+	uint64_t end;
+	struct plan *p = NULL;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(layout_make(&spec, bufs, 16, &n, &end, err, sizeof err), 0);
+	struct plan_side side = { &m, bufs, n, &end, 1 };
+	assert_int_equal(plan_build(&side, &side, NULL, &p, err, sizeof err), 0);
+	/* 6 K/V pairs per page + 1 aux pair. */
+	assert_int_equal(sender_job_pages(p, 10, 1, 1000), 10);
+	assert_int_equal(sender_job_pages(p, 10, 1, 61), 10);
+	assert_int_equal(sender_job_pages(p, 10, 1, 60), 9);
+	assert_int_equal(sender_job_pages(p, 10, 0, 60), 10);
+	assert_int_equal(sender_job_pages(p, 10, 1, 13), 2);
+	assert_true(plan_chunk_max(p, 2, 1) <= 13);
+	assert_int_equal(sender_job_pages(p, 10, 1, 3), 1); /* at least 1 */
+	assert_int_equal(sender_job_pages(p, 0, 1, 3), 0);
+	plan_free(&p);
+}
+
+static void test_job_queue_is_fifo_across_wraps_and_growth(void **state)
+{
+	struct sender_jobq q;
+	struct sender_jobrec j = { 0 };
+	uint64_t next_pop = 0, next_push = 0;
+
+	(void)state;
+	memset(&q, 0, sizeof q);
+	assert_null(sender_jobq_head(&q));
+	sender_jobq_pop(&q); /* empty: no-op */
+	for (int round = 0; round < 50; round++) {
+		for (int k = 0; k < 7; k++) {
+			j.room = next_push++;
+			assert_int_equal(sender_jobq_push(&q, &j), 0);
+		}
+		for (int k = 0; k < 5; k++) {
+			assert_true(sender_jobq_head(&q)->room == next_pop);
+			sender_jobq_pop(&q);
+			next_pop++;
+		}
+	}
+	assert_int_equal(q.n, next_push - next_pop);
+	while (q.n) {
+		assert_true(sender_jobq_head(&q)->room == next_pop++);
+		sender_jobq_pop(&q);
+	}
+	sender_jobq_free(&q);
+}
+
+static void test_ack_targets_are_kept_once(void **state)
+{
+	struct sender_peer p1, p2;
+	struct sender_room r;
+
+	(void)state;
+	memset(&r, 0, sizeof r);
+	assert_int_equal(sender_room_add_ack(&r, &p1), 0);
+	assert_int_equal(sender_room_add_ack(&r, &p1), 0);
+	assert_int_equal(sender_room_add_ack(&r, &p2), 0);
+	assert_int_equal(r.nacks, 2);
+	free(r.acks);
+}
+
+static void test_worker_of_is_stable_and_in_range(void **state)
+{
+	uint32_t hits[4] = { 0 };
+
+	(void)state;
+	assert_int_equal(sender_worker_of(42, 0), 0);
+	for (uint64_t i = 0; i < 4000; i++) {
+		uint32_t w = sender_worker_of(i, 4);
+
+		assert_true(w < 4);
+		assert_int_equal(w, sender_worker_of(i, 4));
+		hits[w]++;
+	}
+	for (int k = 0; k < 4; k++)
+		assert_true(hits[k] > 500); /* sequential ids spread out */
+}
+
+static void test_rank_of_is_pp_major(void **state)
+{
+	struct kvw_topo t = { 4, 2, 1, 1 };
+	struct kvw_coord c = { 3, 1, 0, 0 };
+
+	(void)state;
+	assert_int_equal(sender_rank_of(&t, &c), 7);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_room_map_add_get_delete_and_grow),
+		cmocka_unit_test(test_room_map_foreach_may_delete_current),
+		cmocka_unit_test(test_destinations_keyed_by_peer_and_ready_at_required),
+		cmocka_unit_test(test_all_dummy_room_is_never_all_done),
+		cmocka_unit_test(test_too_many_destinations_is_erange),
+		cmocka_unit_test(test_chunks_bounded_by_num_pages_and_last),
+		cmocka_unit_test(test_dst_slice_follows_cursor_and_refuses_overrun),
+		cmocka_unit_test(test_job_pages_keeps_each_job_under_the_copy_cap),
+		cmocka_unit_test(test_job_queue_is_fifo_across_wraps_and_growth),
+		cmocka_unit_test(test_ack_targets_are_kept_once),
+		cmocka_unit_test(test_worker_of_is_stable_and_in_range),
+		cmocka_unit_test(test_rank_of_is_pp_major),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
