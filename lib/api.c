@@ -234,3 +234,8 @@ int kvw_poll(const struct kvw_engine *e, uint64_t room,
 	}
 	return KVW_EAGAIN;
 }
+
+uint64_t kvw_control_epoch(const struct kvw_engine *e)
+{
+	return rtab_owner_epoch(e->tab);
+}

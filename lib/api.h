@@ -116,4 +116,11 @@ int kvw_clear(struct kvw_engine *e, uint64_t room);
 int kvw_poll(const struct kvw_engine *e, uint64_t room,
 	     struct kvw_room_status *st);
 
+/* The epoch of the control process that owns the table now; it changes
+ * when that process restarts (the restarted one fails every room that was
+ * still active). A command accepted under one epoch whose room is still
+ * missing (kvw_poll: KVW_ENOENT) under another was lost with the old
+ * process: the engine should treat that room as failed. */
+uint64_t kvw_control_epoch(const struct kvw_engine *e);
+
 #endif

@@ -40,16 +40,36 @@ struct eng {
 #define F_DONE 0x4u   /* prefill: last chunk sent / decode: Success */
 #define F_FAILED 0x8u /* the rank's room is Failed (or vanished) */
 #define F_CLEAR 0x10u /* CLEAR accepted */
+#define F_ABORT 0x20u /* decode: RECV_ABORT accepted */
+#define F_REL 0x40u   /* decode: the aborted room is releasable (or Success) */
 
 enum { R_IDLE, R_RUN, R_CLEAR };
-enum { O_NONE, O_SUCCESS, O_FAILED, O_STUCK, O_CORRUPT };
+enum { O_NONE, O_SUCCESS, O_FAILED, O_STUCK, O_CORRUPT, O_ABORTED,
+       O_ABORT_STUCK };
+/* When an aborted room is aborted (--abort-frac): right after its
+ * RECV_BEGINs (before any SEND_BEGIN), after some of its chunks, or once
+ * its last chunk went out and the prefill is transferring (copies in
+ * flight), or already done. */
+enum { AB_NONE, AB_BEFORE, AB_BETWEEN, AB_COPYING };
+#define CANARY_SALT 0x63616e6172795f5fULL /* canary pattern key: id ^ salt */
 
 struct room {
 	int phase, outcome;
-	uint64_t id, deadline;
+	uint64_t id, deadline, t_begin, t_done;
 	uint32_t *src, *dst, src_aux, dst_aux;
 	uint8_t *pf, *df; /* flags per prefill / decode rank */
+	uint64_t *pe, *de; /* control epoch when that rank took the BEGIN */
 	uint32_t *cur;    /* prefill: pages sent so far */
+	uint8_t abort_at, aborted; /* AB_*; RECV_ABORT went to a decode rank */
+	uint32_t abort_pages;      /* AB_BETWEEN: pages sent before the abort */
+};
+
+/* Destination pages of an aborted room after it became releasable: they
+ * hold a canary pattern that must never change (a byte landing after the
+ * release would change it). */
+struct canary {
+	uint64_t key;
+	uint32_t *dst, dst_aux;
 };
 
 struct run {
@@ -59,10 +79,16 @@ struct run {
 	uint32_t np, nd;
 	struct bench_alloc pa, da, paux, daux;
 	struct room *rooms;
-	uint64_t rng, room_bytes;
+	uint64_t rng, room_bytes, arng;
+	struct canary *can;
+	uint32_t ncan, capcan;
+	struct bench_result *res;
 	char *err;
 	size_t errlen;
 };
+
+static void plan_abort(struct run *r, struct room *x);
+static void canary_flush(struct run *r);
 
 static uint64_t next_id(struct run *r)
 {
@@ -170,7 +196,10 @@ static int setup(struct run *r, const struct runinfo *ri)
 		x->cur = calloc(np, sizeof *x->cur);
 		x->pf = calloc(np, 1);
 		x->df = calloc(nd, 1);
-		if (!x->src || !x->dst || !x->cur || !x->pf || !x->df)
+		x->pe = calloc(np, sizeof *x->pe);
+		x->de = calloc(nd, sizeof *x->de);
+		if (!x->src || !x->dst || !x->cur || !x->pf || !x->df ||
+		    !x->pe || !x->de)
 			return KVW_ENOMEM;
 	}
 	return 0;
@@ -192,8 +221,13 @@ static void teardown(struct run *r)
 		free(r->rooms[k].cur);
 		free(r->rooms[k].pf);
 		free(r->rooms[k].df);
+		free(r->rooms[k].pe);
+		free(r->rooms[k].de);
 	}
 	free(r->rooms);
+	for (uint32_t i = 0; i < r->ncan; i++)
+		free(r->can[i].dst);
+	free(r->can);
 	bench_alloc_fini(&r->pa);
 	bench_alloc_fini(&r->da);
 	bench_alloc_fini(&r->paux);
@@ -206,6 +240,8 @@ static int start_room(struct run *r, struct room *x, uint64_t now)
 {
 	uint32_t n = r->c->pages_per_room;
 
+	if (r->da.n < n || r->daux.n < 1)
+		canary_flush(r); /* checks released pages, then reuses them */
 	if (r->pa.n < n || r->da.n < n || r->paux.n < 1 || r->daux.n < 1)
 		return 0;
 	bench_alloc_take(&r->pa, n, x->src);
@@ -219,10 +255,119 @@ static int start_room(struct run *r, struct room *x, uint64_t now)
 	memset(x->pf, 0, r->np);
 	memset(x->df, 0, r->nd);
 	memset(x->cur, 0, r->np * sizeof *x->cur);
-	for (uint32_t k = 0; k < r->np; k++)
+	plan_abort(r, x);
+	for (uint32_t k = 0; k < r->np && (r->c->verify || !r->c->no_fill); k++)
 		bench_fill(kvw_pool_base(r->p[k].e), &r->p[k].g, x->id, x->src,
 			   n, x->src_aux);
 	return 1;
+}
+
+/* ---- aborts (--abort-frac) and canaries ---------------------------- */
+
+static uint64_t abort_rnd(struct run *r)
+{
+	uint64_t z = r->arng += 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Decides whether and when the room just started is aborted. */
+static void plan_abort(struct run *r, struct room *x)
+{
+	uint32_t n = r->c->pages_per_room, cp = r->c->chunk_pages;
+	uint32_t full = n / cp; /* chunks before a possible short last one */
+
+	x->abort_at = AB_NONE;
+	x->aborted = 0;
+	x->abort_pages = 0;
+	if (!(r->c->abort_frac > 0) ||
+	    (double)(abort_rnd(r) >> 11) / 9007199254740992.0 >= r->c->abort_frac)
+		return;
+	x->abort_at = (uint8_t)(AB_BEFORE + abort_rnd(r) % 3);
+	if (x->abort_at == AB_BETWEEN) {
+		uint32_t k = (n + cp - 1) / cp; /* chunks carrying pages */
+
+		if (k < 2 || full < 1)
+			x->abort_at = AB_COPYING;
+		else
+			x->abort_pages = cp * (uint32_t)(1 + abort_rnd(r) %
+							 (k - 1));
+	}
+}
+
+/* 1 when the planned moment of the abort has come. */
+static int abort_due(struct run *r, struct room *x)
+{
+	struct kvw_room_status st;
+	uint32_t k;
+
+	for (k = 0; k < r->np; k++) {
+		if (x->pf[k] & F_FAILED)
+			continue;
+		if (x->abort_at == AB_BETWEEN && x->cur[k] < x->abort_pages)
+			return 0;
+		if (x->abort_at == AB_COPYING && !(x->pf[k] & F_DONE))
+			return 0;
+	}
+	if (x->abort_at != AB_COPYING)
+		return 1;
+	/* Copies in flight (Transferring), or already over. */
+	if (kvw_poll(r->p[0].e, x->id, &st) < 0)
+		return 0;
+	return st.state != KVW_BOOTSTRAPPING && st.state != KVW_WAITING;
+}
+
+/* Writes the canary over the destination pages of every decode rank and
+ * keeps them in the canary list. */
+static void canary_keep(struct run *r, const struct room *x)
+{
+	uint32_t n = r->c->pages_per_room;
+	struct canary *c;
+
+	for (uint32_t k = 0; k < r->nd; k++)
+		bench_fill(kvw_pool_base(r->d[k].e), &r->d[k].g,
+			   x->id ^ CANARY_SALT, x->dst, n, x->dst_aux);
+	if (r->ncan == r->capcan) {
+		uint32_t cap = r->capcan ? 2 * r->capcan : 16;
+
+		c = realloc(r->can, cap * sizeof *c);
+		if (!c)
+			return; /* out of memory: those pages stay out of use */
+		r->can = c;
+		r->capcan = cap;
+	}
+	c = &r->can[r->ncan];
+	c->dst = malloc(n * sizeof *c->dst);
+	if (!c->dst)
+		return;
+	memcpy(c->dst, x->dst, n * sizeof *c->dst);
+	c->key = x->id ^ CANARY_SALT;
+	c->dst_aux = x->dst_aux;
+	r->ncan++;
+}
+
+/* Checks every kept canary (a changed one counts as corrupt: a byte
+ * landed after its room was released) and gives the pages back. */
+static void canary_flush(struct run *r)
+{
+	uint32_t n = r->c->pages_per_room;
+
+	for (uint32_t i = 0; i < r->ncan; i++) {
+		struct canary *c = &r->can[i];
+		uint64_t bad = 0;
+
+		for (uint32_t k = 0; k < r->nd; k++)
+			bad += bench_verify(kvw_pool_base(r->d[k].e), &r->d[k].g,
+					    c->key, c->dst, n, c->dst_aux);
+		if (bad)
+			r->res->corrupt++;
+		bench_alloc_put(&r->da, n, c->dst);
+		bench_alloc_put(&r->daux, 1, &c->dst_aux);
+		free(c->dst);
+	}
+	r->ncan = 0;
 }
 
 /* Maps a send result: 1 accepted, 0 retry later, < 0 fatal. */
@@ -247,15 +392,24 @@ static int step_prefill(struct run *r, struct room *x, uint32_t k)
 	uint32_t n = c->pages_per_room;
 	int rc, prog = 0;
 
+	if (x->aborted)
+		return 0; /* the engine stops sending once it aborted */
 	if (!(x->pf[k] & F_SENT)) {
 		rc = sent(r, p, kvw_send_begin(p->e, x->id, n, x->src_aux));
 		if (rc <= 0)
 			return rc;
 		x->pf[k] |= F_SENT;
+		x->pe[k] = kvw_control_epoch(p->e);
 		prog = 1;
 	}
 	if (!(x->pf[k] & F_READY)) {
-		if (kvw_poll(p->e, x->id, &st) < 0)
+		rc = kvw_poll(p->e, x->id, &st);
+		if (rc == KVW_ENOENT && kvw_control_epoch(p->e) != x->pe[k]) {
+			/* The BEGIN died with a kv-sender that restarted. */
+			x->pf[k] |= F_FAILED | F_DONE;
+			return 1;
+		}
+		if (rc < 0)
 			return prog;
 		if (st.state == KVW_FAILED || st.state == KVW_CLEARED) {
 			x->pf[k] |= F_FAILED | F_DONE;
@@ -272,6 +426,8 @@ static int step_prefill(struct run *r, struct room *x, uint32_t k)
 		int last = len == left &&
 			   !(c->zero_last && n % c->chunk_pages == 0 && len);
 
+		if (x->abort_at == AB_BETWEEN && x->cur[k] >= x->abort_pages)
+			break; /* the abort comes first */
 		rc = sent(r, p, kvw_send_chunk(p->e, x->id, x->src + x->cur[k],
 					       len, last));
 		if (rc <= 0)
@@ -294,10 +450,68 @@ static int intact(struct run *r, const struct room *x)
 	return 1;
 }
 
+/* Reads decode rank k's room: Success -> F_DONE; Failed, Cleared, or
+ * missing from a table whose owner restarted since it took the RECV_BEGIN
+ * (the command died with it) -> F_FAILED. */
+static void poll_decode(struct run *r, struct room *x, uint32_t k)
+{
+	struct kvw_room_status st;
+	int rc = kvw_poll(r->d[k].e, x->id, &st);
+
+	if (rc == KVW_ENOENT && kvw_control_epoch(r->d[k].e) != x->de[k])
+		x->df[k] |= F_FAILED;
+	else if (rc == 0 && st.state == KVW_SUCCESS)
+		x->df[k] |= F_DONE;
+	else if (rc == 0 && (st.state == KVW_FAILED || st.state == KVW_CLEARED))
+		x->df[k] |= F_FAILED;
+}
+
+/* An aborted room: RECV_ABORT to every decode rank, then waits until each
+ * shows its room releasable (every prefill target acked; Success counts:
+ * nothing can land after it), writes the canary and moves on to CLEAR; the
+ * room's deadline passing first makes it stuck. Returns progress, 0, or a
+ * fatal error. */
+static int step_aborted(struct run *r, struct room *x, uint64_t now)
+{
+	struct kvw_room_status st;
+	uint32_t k, rel = 0;
+	int rc, prog = 0;
+
+	for (k = 0; k < r->nd; k++) {
+		struct eng *d = &r->d[k];
+
+		if (!(x->df[k] & F_ABORT)) {
+			rc = sent(r, d, kvw_abort(d->e, x->id));
+			if (rc < 0)
+				return rc;
+			x->df[k] |= rc ? F_ABORT : 0;
+			prog |= rc;
+		}
+		if ((x->df[k] & (F_ABORT | F_REL)) == F_ABORT &&
+		    kvw_poll(d->e, x->id, &st) == 0 &&
+		    (st.state == KVW_SUCCESS ||
+		     (st.state == KVW_FAILED &&
+		      (st.flags & KVW_ROOM_F_RELEASABLE)))) {
+			x->df[k] |= F_REL;
+			prog = 1;
+		}
+		rel += (x->df[k] & F_REL) != 0;
+	}
+	if (rel == r->nd) {
+		canary_keep(r, x);
+		x->outcome = O_ABORTED;
+	} else if (now >= x->deadline) {
+		x->outcome = O_ABORT_STUCK;
+	} else {
+		return prog;
+	}
+	x->phase = R_CLEAR;
+	return 1;
+}
+
 /* Advances a running room; returns progress (> 0), 0, or a fatal error. */
 static int step_run(struct run *r, struct room *x, uint64_t now)
 {
-	struct kvw_room_status st;
 	uint32_t k, ok = 0;
 	int rc, prog = 0;
 
@@ -312,33 +526,41 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 		if (rc < 0)
 			return rc;
 		x->df[k] |= rc ? F_SENT : 0;
+		if (rc)
+			x->de[k] = kvw_control_epoch(d->e);
+		if (rc && k == 0)
+			x->t_begin = proc_now_ns();
 		prog |= rc;
 	}
 	for (k = 0; k < r->nd; k++)
 		if (!(x->df[k] & F_SENT))
 			return prog; /* prefill begins after every RECV_BEGIN */
+	if (x->abort_at == AB_BEFORE)
+		x->aborted = 1;
 	for (k = 0; k < r->np; k++) {
 		rc = step_prefill(r, x, k);
 		if (rc < 0)
 			return rc;
 		prog |= rc;
 	}
+	if (x->abort_at && !x->aborted && abort_due(r, x))
+		x->aborted = 1;
+	if (x->aborted) {
+		rc = step_aborted(r, x, now);
+		return rc < 0 ? rc : (prog | rc);
+	}
 	for (k = 0; k < r->nd; k++) {
-		if (!(x->df[k] & (F_DONE | F_FAILED)) &&
-		    kvw_poll(r->d[k].e, x->id, &st) == 0) {
-			if (st.state == KVW_SUCCESS)
-				x->df[k] |= F_DONE;
-			else if (st.state == KVW_FAILED ||
-				 st.state == KVW_CLEARED)
-				x->df[k] |= F_FAILED;
-		}
+		if (!(x->df[k] & (F_DONE | F_FAILED)))
+			poll_decode(r, x, k);
 		if (x->df[k] & F_FAILED)
 			x->outcome = O_FAILED;
 		ok += (x->df[k] & F_DONE) != 0;
 	}
-	if (x->outcome == O_NONE && ok == r->nd)
+	if (x->outcome == O_NONE && ok == r->nd) {
+		x->t_done = proc_now_ns();
 		x->outcome = !r->c->verify || intact(r, x) ? O_SUCCESS
 							   : O_CORRUPT;
+	}
 	if (x->outcome == O_NONE && now >= x->deadline)
 		x->outcome = O_STUCK;
 	if (x->outcome != O_NONE) {
@@ -378,6 +600,8 @@ static void finish(struct run *r, struct room *x, struct bench_result *res)
 	case O_SUCCESS:
 		res->success++;
 		res->bytes += r->room_bytes;
+		if (res->nlat < r->c->lat_cap)
+			r->c->lat_ns[res->nlat++] = x->t_done - x->t_begin;
 		break;
 	case O_CORRUPT:
 		res->corrupt++;
@@ -385,11 +609,24 @@ static void finish(struct run *r, struct room *x, struct bench_result *res)
 	case O_STUCK:
 		res->stuck++;
 		break;
+	case O_ABORT_STUCK:
+		res->stuck++;
+		/* fall through */
+	case O_ABORTED:
+		res->aborted++;
+		break;
 	default:
 		res->failed++;
 		break;
 	}
 	/* Pages of a room that did not complete stay out of use. */
+	if (x->outcome == O_ABORTED) {
+		/* Every prefill target acked: nothing reads its source pages
+		 * any more. The destination pages wait, under their canary,
+		 * in the canary list (see canary_keep). */
+		bench_alloc_put(&r->pa, n, x->src);
+		bench_alloc_put(&r->paux, 1, &x->src_aux);
+	}
 	if (x->outcome == O_SUCCESS || x->outcome == O_CORRUPT) {
 		bench_alloc_put(&r->pa, n, x->src);
 		bench_alloc_put(&r->da, n, x->dst);
@@ -410,10 +647,21 @@ static void abandon(struct run *r)
 	}
 }
 
-static void nap(void)
+/* Waits before the next pass over the tables, idle_ns after the last
+ * progress. Just after progress the next event is a ZMQ hop away (tens of
+ * microseconds): yield the CPU to the group's processes rather than sleep
+ * through it (a timer sleep costs a wakeup and, by default, 50 us of
+ * slack); a long idle stretch sleeps, growing up to 1 ms, so a bench
+ * waiting on slow rooms does not take a core the group needs. */
+static void nap(uint64_t idle_ns)
 {
-	struct timespec ts = { 0, 20000 };
+	struct timespec ts = { 0, 0 };
 
+	if (idle_ns < 200000) {
+		sched_yield();
+		return;
+	}
+	ts.tv_nsec = (long)(idle_ns / 8 < 1000000 ? idle_ns / 8 : 1000000);
 	nanosleep(&ts, NULL);
 }
 
@@ -421,7 +669,7 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 		struct bench_result *res)
 {
 	const struct bench_config *c = r->c;
-	uint64_t t0 = proc_now_ns(), last_cb = t0;
+	uint64_t t0 = proc_now_ns(), last_cb = t0, last_prog = t0;
 	uint32_t launched = 0;
 	int rc = 0;
 
@@ -468,9 +716,12 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 				break;
 			}
 		}
-		if (!prog)
-			nap();
+		if (prog)
+			last_prog = now;
+		else
+			nap(now - last_prog);
 	}
+	canary_flush(r); /* the last look at every released page */
 	res->seconds = (double)(proc_now_ns() - t0) / 1e9;
 	return rc < 0 ? rc : 0;
 }
@@ -491,6 +742,8 @@ int bench_run(const struct runinfo *ri, const struct bench_config *cfg,
 	r->err = err;
 	r->errlen = errlen;
 	r->rng = cfg->seeded ? cfg->seed : proc_epoch();
+	r->arng = r->rng ^ 0x61626f7274212121ULL;
+	r->res = res;
 	rc = setup(r, ri);
 	if (rc == KVW_ENOMEM)
 		snprintf(err, errlen, "out of memory");

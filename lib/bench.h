@@ -91,21 +91,38 @@ struct bench_config {
 	uint32_t decode_ranks;    /* decode members the run must have; 0 any */
 	int verify;               /* check every destination byte */
 	int zero_last;            /* full chunks then an empty last chunk */
+	int no_fill;              /* leave source pages as they are (rooms
+				   * mode: the engine's work, not kvwire's);
+				   * ignored with verify */
 	int seeded;               /* room ids from seed (else random) */
 	uint64_t seed;
 	double room_timeout_s;    /* per-room deadline from its start */
+	double abort_frac;        /* 0..1: rooms aborted on purpose, each at a
+				   * random moment (before SEND_BEGIN, between
+				   * chunks, or with copies in flight); its
+				   * destination pages get a canary once the
+				   * room is releasable, checked before reuse
+				   * and at the end (a change counts corrupt) */
+	uint64_t *lat_ns;         /* optional (caller's, lat_cap entries): the
+				   * time from a room's first RECV_BEGIN to the
+				   * bench seeing every decode rank Success, per
+				   * successful room, in finishing order */
+	uint32_t lat_cap;
 };
 
 struct bench_result {
 	uint32_t rooms;    /* rooms finished (any outcome) */
 	uint32_t success;  /* every decode rank Success (and intact) */
 	uint32_t failed;   /* a rank reported Failed, or never started */
-	uint32_t aborted;  /* aborted on purpose (--abort-frac: not yet) */
-	uint32_t stuck;    /* not terminal at the room's deadline */
-	uint32_t corrupt;  /* Success but verify found a wrong byte */
+	uint32_t aborted;  /* aborted on purpose (abort_frac) */
+	uint32_t stuck;    /* not terminal at the room's deadline, or aborted
+			    * and not releasable by it */
+	uint32_t corrupt;  /* Success but verify found a wrong byte, or a
+			    * released room's canary changed */
 	uint32_t inflight; /* rooms started and not finished */
 	uint64_t bytes;    /* payload bytes landed in decode pools */
 	double seconds;
+	uint32_t nlat;     /* entries written to cfg->lat_ns */
 };
 
 /* Called about every 100 ms with the counts so far; a non-zero return

@@ -18,6 +18,7 @@ struct boot_rank {
 	char endpoint[FRAME_STR_SIZE];
 	struct kvw_model model;
 	uint32_t layer_first, layer_count;
+	uint64_t epoch; /* of the rank's last BOOT_REGISTER */
 };
 
 struct boot {
@@ -185,6 +186,7 @@ static void on_register(struct boot *b, const struct frame_msg *req,
 	e->model = r->model;
 	e->layer_first = r->layer_first;
 	e->layer_count = r->layer_count;
+	e->epoch = req->hdr.epoch;
 	o->status = FRAME_BOOT_OK;
 	o->coord = r->coord;
 }
@@ -258,6 +260,7 @@ static void on_lookup(struct boot *b, const struct frame_msg *req,
 	o->status = FRAME_BOOT_OK;
 	o->coord = l->want;
 	memcpy(o->endpoint, e->endpoint, sizeof o->endpoint);
+	o->epoch = e->epoch;
 	fill_rank(o, e);
 }
 

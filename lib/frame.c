@@ -31,7 +31,7 @@ static const struct {
 	[FRAME_XFER_INFO] = { "XFER_INFO", 3, 4, KVW_MAX_PAGES },
 	[FRAME_ABORT] = { "ABORT", 2, 0, 0 },
 	[FRAME_STATUS] = { "STATUS", 2, 0, 0 },
-	[FRAME_ABORT_ACK] = { "ABORT_ACK", 1, 0, 0 },
+	[FRAME_ABORT_ACK] = { "ABORT_ACK", 2, 0, 0 },
 	[FRAME_SEND_BEGIN] = { "SEND_BEGIN", 2, 0, 0 },
 	[FRAME_SEND_CHUNK] = { "SEND_CHUNK", 3, 4, KVW_MAX_PAGES },
 	[FRAME_RECV_BEGIN] = { "RECV_BEGIN", 3, 4, KVW_MAX_PAGES },
@@ -248,6 +248,7 @@ static void rd_body(struct rd *c, struct frame_msg *m)
 		rd_model(c, &b->model);
 		b->layer_first = rd_u32(c, "layer_first");
 		b->layer_count = rd_u32(c, "layer_count");
+		b->epoch = rd_u64(c, "epoch");
 		rd_str(c, b->text, "text");
 		break;
 	}
@@ -265,6 +266,10 @@ static void rd_body(struct rd *c, struct frame_msg *m)
 		break;
 	case FRAME_ABORT:
 		m->u.abort.reason = rd_u32(c, "reason");
+		m->u.abort.token = rd_u64(c, "token");
+		break;
+	case FRAME_ABORT_ACK:
+		m->u.abort_ack.token = rd_u64(c, "token");
 		break;
 	case FRAME_STATUS:
 		m->u.status.state = rd_u8(c, "state");
@@ -420,6 +425,7 @@ static void wr_body(struct wr *c, const struct frame_msg *m)
 		wr_model(c, &b->model);
 		wr_u32(c, b->layer_first, "layer_first");
 		wr_u32(c, b->layer_count, "layer_count");
+		wr_u64(c, b->epoch, "epoch");
 		wr_str(c, b->text, "text");
 		break;
 	}
@@ -454,6 +460,10 @@ static void wr_body(struct wr *c, const struct frame_msg *m)
 		break;
 	case FRAME_ABORT:
 		wr_u32(c, m->u.abort.reason, "reason");
+		wr_u64(c, m->u.abort.token, "token");
+		break;
+	case FRAME_ABORT_ACK:
+		wr_u64(c, m->u.abort_ack.token, "token");
 		break;
 	case FRAME_STATUS:
 		wr_u8(c, m->u.status.state, "state");
@@ -578,6 +588,12 @@ static int msg_check(const struct frame_msg *m, char *err, size_t errlen)
 	case FRAME_ABORT:
 		if (m->u.abort.reason >= KVW_NREASONS)
 			return BAD("%s: reason %u out of range", t, m->u.abort.reason);
+		if (m->u.abort.token == 0)
+			return BAD("%s: token 0", t);
+		break;
+	case FRAME_ABORT_ACK:
+		if (m->u.abort_ack.token == 0)
+			return BAD("%s: token 0", t);
 		break;
 	case FRAME_STATUS:
 		if (m->u.status.state != KVW_SUCCESS && m->u.status.state != KVW_FAILED)

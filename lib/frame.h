@@ -209,6 +209,9 @@ struct frame_boot_reply {
 	char endpoint[FRAME_STR_SIZE];
 	struct kvw_model model;
 	uint32_t layer_first, layer_count;
+	uint64_t epoch; /* the rank's epoch from its BOOT_REGISTER header: a
+			 * decode learns a prefill rank's incarnation before
+			 * it ever hears from it (0 when not a rank reply) */
 	char text[FRAME_STR_SIZE]; /* error text, may be empty */
 };
 
@@ -229,8 +232,19 @@ struct frame_xfer_info {
 	struct frame_u32s pages;        /* part 2: destination pages */
 };
 
+/* ABORT: body reason u32, token u64 (12 bytes). The token names the
+ * decode room incarnation that aborted (never 0; a fresh one per arming):
+ * the prefill echoes it in ABORT_ACK, and the decode counts an ack only
+ * when the token is the armed room's, so an ack of an older incarnation
+ * of the same room id can never release a later one. */
 struct frame_abort {
 	uint32_t reason; /* enum kvw_reason */
+	uint64_t token;  /* != 0 */
+};
+
+/* ABORT_ACK: body token u64 (8 bytes), the token of the ABORT it answers. */
+struct frame_abort_ack {
+	uint64_t token; /* != 0 */
 };
 
 struct frame_status {
@@ -277,7 +291,7 @@ struct frame_job_done {
 };
 
 /* One message, header plus the payload selected by hdr.type. Header-only
- * types (PING, PONG, ABORT_ACK, RECV_ABORT, CLEAR) use no member. */
+ * types (PING, PONG, RECV_ABORT, CLEAR) use no member. */
 struct frame_msg {
 	struct frame_hdr hdr;
 	union {
@@ -287,6 +301,7 @@ struct frame_msg {
 		struct frame_register reg;
 		struct frame_xfer_info xfer_info;
 		struct frame_abort abort;
+		struct frame_abort_ack abort_ack;
 		struct frame_status status;
 		struct frame_send_begin send_begin;
 		struct frame_send_chunk send_chunk;

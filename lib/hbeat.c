@@ -20,11 +20,17 @@
 #include "wire.h"
 
 #define POLL_CAP_MS 1000
+#define DRAIN_MAX 256 /* messages taken from one peer per wakeup */
+
+#define HB_RETIRED 4u /* earlier epochs remembered per peer */
 
 struct hb_peer {
 	void *sock;
 	uint64_t sent_ns; /* an unanswered PING went out then; 0 = none */
 	char ep[RTAB_ENDPOINT_MAX];
+	uint64_t epoch;                /* last epoch this process heard */
+	uint64_t retired[HB_RETIRED];  /* epochs it had before */
+	uint32_t nretired;
 };
 
 struct hbeat {
@@ -147,7 +153,9 @@ static void tick(struct hbeat *h, uint64_t now)
 		struct hb_peer *p;
 		struct frame_msg m;
 
-		if (v.id == 0 || v.id > h->cap || v.liveness == RTAB_PEER_DEAD)
+		/* DEAD peers are pinged too (their misses no longer count):
+		 * the PONG of one that came back revives it. */
+		if (v.id == 0 || v.id > h->cap)
 			continue;
 		p = &h->peers[v.id - 1];
 		if (!p->sock) {
@@ -173,16 +181,40 @@ static void tick(struct hbeat *h, uint64_t now)
 	}
 }
 
+/* 1 when epoch is one peer p had before (then the message is stale);
+ * otherwise records it as p's current epoch, retiring the previous one. */
+static int retired(struct hb_peer *p, uint64_t epoch)
+{
+	if (epoch == 0 || epoch == p->epoch)
+		return 0;
+	for (uint32_t i = 0; i < HB_RETIRED; i++)
+		if (p->retired[i] == epoch)
+			return 1;
+	if (p->epoch)
+		p->retired[p->nretired++ % HB_RETIRED] = p->epoch;
+	p->epoch = epoch;
+	return 0;
+}
+
 static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 {
 	int changed;
 
 	if (m->hdr.type != FRAME_PONG) {
+		rtab_counter_add(h->tab, RTAB_C_MALFORMED, 1);
 		LOG_RL(LOG_WARN, "peer %u sent %s: dropped", id,
 		       frame_type_str(m->hdr.type));
 		return;
 	}
 	h->peers[id - 1].sent_ns = 0;
+	if (retired(&h->peers[id - 1], m->hdr.epoch)) {
+		/* A reply of an earlier incarnation (epochs are random:
+		 * "older" means one this peer had before): dropped. */
+		rtab_counter_add(h->tab, RTAB_C_STALE, 1);
+		LOG_RL(LOG_INFO, "peer %u: PONG of retired epoch %016llx dropped",
+		       id, (unsigned long long)m->hdr.epoch);
+		return;
+	}
 	changed = rtab_peer_seen(h->tab, id, m->hdr.epoch, proc_now_ns());
 	if (changed == 1) {
 		int n = rtab_fail_peer(h->tab, id, KVW_R_PEER_RESTART, NULL, NULL);
@@ -193,10 +225,11 @@ static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 	}
 }
 
-/* Reads every message waiting on peer id's socket; KVW_ESYS if it died. */
+/* Reads up to DRAIN_MAX messages waiting on peer id's socket (a peer that
+ * floods it cannot starve the ticks); KVW_ESYS if the socket died. */
 static int drain(struct hbeat *h, uint32_t id, char *err, size_t errlen)
 {
-	for (;;) {
+	for (int k = 0; k < DRAIN_MAX; k++) {
 		struct wire_in in;
 		struct frame_msg m;
 		char why[200];
@@ -210,12 +243,14 @@ static int drain(struct hbeat *h, uint32_t id, char *err, size_t errlen)
 			return rc;
 		}
 		if (rc) {
+			rtab_counter_add(h->tab, RTAB_C_MALFORMED, 1);
 			LOG_RL(LOG_WARN, "peer %u: malformed message: %s", id, why);
 			continue;
 		}
 		pong(h, id, &m);
 		wire_in_release(&in);
 	}
+	return 0;
 }
 
 int hbeat_run(struct hbeat *h, char *err, size_t errlen)

@@ -23,9 +23,10 @@ uint64_t plan_chunk_max(const struct plan *p, uint32_t npages, int with_aux)
 static int chunk_check(const struct plan *p, const uint32_t *sp,
 		       const uint32_t *dp, uint32_t npages, int with_aux,
 		       uint32_t src_aux, uint32_t dst_aux, uint64_t *nruns,
-		       char *err, size_t errlen)
+		       uint32_t maxp[2], char *err, size_t errlen)
 {
 	uint64_t runs = 0;
+	uint32_t ms = 0, md = 0;
 
 	for (uint32_t i = 0; i < npages; i++) {
 		if (sp[i] >= p->src_min_pages || dp[i] >= p->dst_min_pages) {
@@ -44,6 +45,8 @@ static int chunk_check(const struct plan *p, const uint32_t *sp,
 		}
 		runs +=
 		    i == 0 || sp[i] != sp[i - 1] + 1 || dp[i] != dp[i - 1] + 1;
+		ms = sp[i] > ms ? sp[i] : ms;
+		md = dp[i] > md ? dp[i] : md;
 	}
 	if (with_aux && p->naux &&
 	    (src_aux >= p->src_aux_min || dst_aux >= p->dst_aux_min)) {
@@ -56,6 +59,8 @@ static int chunk_check(const struct plan *p, const uint32_t *sp,
 		return KVW_ERANGE;
 	}
 	*nruns = runs;
+	maxp[0] = ms;
+	maxp[1] = md;
 	return 0;
 }
 
@@ -88,13 +93,38 @@ static void runs_fill(const uint32_t *sp, const uint32_t *dp, uint32_t npages,
 	}
 }
 
+/* Copies of an unsliced pair, one per run of runs[0..nruns). The caller
+ * checked the pair's extent for the chunk once (pair_fits), so no copy
+ * needs a check of its own. runs may alias out (pair 0): run r is read
+ * before copy r overwrites it. */
+static void emit_runs(const struct pair *pr, const struct plan_copy *runs,
+		      uint64_t nruns, struct plan_copy *out)
+{
+	const uint64_t sb = pr->src_base, db = pr->dst_base;
+	const uint64_t si = pr->src_item, di = pr->dst_item;
+	const uint8_t spool = pr->src_pool, dpool = pr->dst_pool;
+
+	for (uint64_t r = 0; r < nruns; r++) {
+		const uint64_t so = sb + runs[r].src_off * si;
+		const uint64_t dof = db + runs[r].dst_off * di;
+		const uint64_t len = runs[r].len * si;
+
+		out[r].src_off = so; /* field by field: no padding stores */
+		out[r].dst_off = dof;
+		out[r].len = len;
+		out[r].src_pool = spool;
+		out[r].dst_pool = dpool;
+	}
+}
+
 /* Emits the copies of one page-indexed pair at out[0..): one per token
  * slot per page when sliced, else one per run of runs[0..nruns). runs may
  * alias out (pair 0): run r is read before copy r overwrites it. */
 static int emit_pair(const struct plan *p, const struct pair *pr,
 		     const uint32_t *sp, const uint32_t *dp, uint32_t npages,
 		     const struct plan_copy *runs, uint64_t nruns,
-		     struct plan_copy *out, char *err, size_t errlen)
+		     const uint32_t maxp[2], struct plan_copy *out, char *err,
+		     size_t errlen)
 {
 	if (pr->sliced) {
 		const struct plan_heads *h = &p->heads;
@@ -122,19 +152,14 @@ static int emit_pair(const struct plan *p, const struct pair *pr,
 		}
 		return 0;
 	}
-	for (uint64_t r = 0; r < nruns; r++) {
-		uint64_t so = pr->src_base + runs[r].src_off * pr->src_item;
-		uint64_t dof = pr->dst_base + runs[r].dst_off * pr->dst_item;
-		uint64_t len = runs[r].len * pr->src_item;
-
-		if (OUTSIDE(pr, so, dof, len))
-			return out_of_buffer(pr, err, errlen);
-		out[r].src_off = so; /* field by field: no padding stores */
-		out[r].dst_off = dof;
-		out[r].len = len;
-		out[r].src_pool = pr->src_pool;
-		out[r].dst_pool = pr->dst_pool;
-	}
+	/* Every run lies within pages [0, maxp] of each side: one check of
+	 * the highest page bounds all of this pair's copies. */
+	if (nruns &&
+	    OUTSIDE(pr, pr->src_base + (uint64_t)maxp[0] * pr->src_item,
+		    pr->dst_base + (uint64_t)maxp[1] * pr->dst_item,
+		    (uint64_t)pr->src_item))
+		return out_of_buffer(pr, err, errlen);
+	emit_runs(pr, runs, nruns, out);
 	return 0;
 }
 
@@ -144,7 +169,7 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 	       size_t cap, size_t *n, char *err, size_t errlen)
 {
 	uint64_t nruns, need, sliced_n;
-	uint32_t paged;
+	uint32_t paged, maxp[2];
 	size_t k;
 	int rc;
 
@@ -161,7 +186,7 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 		return KVW_EINVAL;
 	}
 	rc = chunk_check(p, src_pages, dst_pages, npages, with_aux, src_aux,
-			 dst_aux, &nruns, err, errlen);
+			 dst_aux, &nruns, maxp, err, errlen);
 	if (rc < 0)
 		return rc;
 	paged = p->npairs - p->naux;
@@ -186,7 +211,7 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 
 		k -= pr->sliced ? sliced_n : nruns;
 		rc = emit_pair(p, pr, src_pages, dst_pages, npages, out, nruns,
-			       out + k, err, errlen);
+			       maxp, out + k, err, errlen);
 	}
 	k = (size_t)(need - (with_aux ? p->naux : 0));
 	for (uint32_t i = paged; with_aux && i < p->npairs && rc == 0; i++) {

@@ -229,3 +229,26 @@ int pool_unlink(const char *path)
 		return errno == ENOENT ? KVW_ENOENT : KVW_ESYS;
 	return 0;
 }
+
+int pool_adopt(const char *path, uint64_t size, struct pool **out,
+	       int *reused, char *err, size_t errlen)
+{
+	struct stat st;
+	int rc;
+
+	*out = NULL;
+	*reused = 0;
+	if (pool_open(path, 1, out, NULL, 0) == 0) {
+		if (pool_size(*out) == size && fstat(pool_fd(*out), &st) == 0 &&
+		    st.st_uid == geteuid() && (st.st_mode & 0077) == 0) {
+			*reused = 1;
+			return 0;
+		}
+		pool_close(out);
+	}
+	rc = pool_unlink(path);
+	if (rc < 0 && rc != KVW_ENOENT)
+		return pool_errf(err, errlen, rc, "pool: unable to remove the "
+				 "stale pool %s", path);
+	return pool_create(path, size, out, err, errlen);
+}

@@ -48,6 +48,16 @@ int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
 int pool_open(const char *path, int writable, struct pool **out, char *err,
 	      size_t errlen);
 
+/* A control process's pool across its own restarts: an existing pool
+ * file of exactly `size` bytes, owned by this user and closed to others
+ * (mode & 077 == 0), is opened read-write and kept (*reused = 1), so an
+ * engine that still maps it and peers that map it by name keep seeing the
+ * same memory after the control restarts. Anything else at the path is
+ * removed and a fresh pool is created as pool_create (*reused = 0).
+ * Returns as pool_create; *out is NULL on failure. */
+int pool_adopt(const char *path, uint64_t size, struct pool **out,
+	       int *reused, char *err, size_t errlen);
+
 /* Getters; the pool keeps owning what they return (valid until close). */
 void *pool_base(const struct pool *p);
 uint64_t pool_size(const struct pool *p);

@@ -121,6 +121,7 @@ int rankmap_compute(const struct rankmap_in *in, struct rankmap *out, char *err,
 		       (unsigned long long)total, RANKMAP_MAX_TARGETS);
 		return KVW_EINVAL;
 	}
+	out->prefill = in->prefill;
 	out->target_tp = tp_first;
 	out->required_prefill_response_num = resp;
 	out->ntargets = 0;
@@ -142,6 +143,11 @@ int rankmap_compute(const struct rankmap_in *in, struct rankmap *out, char *err,
 		}
 	}
 	return 0;
+}
+
+uint32_t rankmap_unique(const struct kvw_topo *t, const struct kvw_coord *c)
+{
+	return (c->cp * t->pp + c->pp) * t->tp + c->tp;
 }
 
 int rankmap_target_pages(const struct rankmap *m, uint32_t i,

@@ -37,6 +37,7 @@ struct rankmap_target {
 };
 
 struct rankmap {
+	struct kvw_topo prefill;	/* the prefill topology mapped to */
 	uint32_t target_tp;		/* the real (first) target TP rank */
 	uint32_t required_dst_info_num; /* carried in every XFER_INFO */
 	uint32_t required_prefill_response_num; /* distinct Success reports */
@@ -62,6 +63,12 @@ struct rankmap {
  * with a reason in err; *out is unspecified on error. */
 int rankmap_compute(const struct rankmap_in *in, struct rankmap *out, char *err,
 		    size_t errlen);
+
+/* The unique rank of prefill rank c of topology t:
+ * (c->cp * t->pp + c->pp) * t->tp + c->tp (= pp * tp_size + tp when cp is
+ * 0). A prefill rank puts it in every header's src_rank; decode counts
+ * distinct Success reports by it, so CP ranks sharing (tp, pp) differ. */
+uint32_t rankmap_unique(const struct kvw_topo *t, const struct kvw_coord *c);
 
 /* The page share target i holds of a room of total_pages pages: the whole
  * room (start 0) unless its cp_split is set. Returns 0 or KVW_EINVAL

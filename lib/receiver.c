@@ -69,8 +69,11 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 		snprintf(err, errlen, "pool name %s is not usable", cfg->pool);
 		return rc;
 	}
-	(void)pool_unlink(path); /* a stale pool of a dead receiver */
-	rc = pool_create(path, pool_bytes, &r->pool, e2, sizeof e2);
+	/* A restarted receiver keeps the pool its engine still maps and its
+	 * prefill peers' workers map by name (same size); else a fresh one. */
+	rc = pool_adopt(path, pool_bytes, &r->pool, &existed, e2, sizeof e2);
+	if (rc == 0 && existed)
+		LOG(LOG_INFO, "reusing pool %s", path);
 	if (rc) {
 		snprintf(err, errlen, "pool %s: %s", path, e2);
 		return rc;
@@ -146,7 +149,12 @@ int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
 	r->timeout_ns = cfg->waiting_timeout_ns;
 	r->epoch = proc_epoch();
 	r->rnd = (uint32_t)(r->epoch | 1);
+	/* Abort tokens start at a random point: a restarted receiver never
+	 * reuses the tokens of its previous incarnation (short of a 2^-64
+	 * coincidence). */
+	r->abort_seq = r->epoch * 0x9e3779b97f4a7c15ULL;
 	r->my_rank = cfg->rank.tp;
+	r->all_cp_ranks = cfg->all_cp_ranks;
 	rc = KVW_ENOMEM;
 	if (!r->table_path || !r->pool_path ||
 	    receiver_rooms_init(&r->rooms, ROOM_BUCKETS) != 0) {
@@ -196,6 +204,32 @@ void receiver_close(struct receiver **rp)
 }
 
 /* ---- engine messages ----------------------------------------------------- */
+
+/* The engine's page indices and aux slot must lie inside this rank's pool:
+ * a room naming anything outside fails at once (bad index) and nothing of
+ * it reaches a prefill rank. Returns 1 when the room was failed. */
+static int pages_outside(struct receiver *r, struct rx_room *room)
+{
+	char why[120];
+	uint32_t i;
+
+	for (i = 0; i < room->npages; i++)
+		if (room->pages[i] >= r->shape.pages)
+			break;
+	if (i < room->npages)
+		snprintf(why, sizeof why, "page index %u (position %u) outside "
+			 "the %u-page pool", room->pages[i], i, r->shape.pages);
+	else if (r->shape.aux_slots && room->aux_slot >= r->shape.aux_slots)
+		snprintf(why, sizeof why, "aux slot %u outside the %u slots",
+			 room->aux_slot, r->shape.aux_slots);
+	else
+		return 0;
+	rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
+	LOG_RL(LOG_WARN, "room %llu: RECV_BEGIN: %s", (unsigned long long)room->id,
+	       why);
+	receiver_room_fail(r, room, KVW_R_BAD_INDEX, why);
+	return 1;
+}
 
 static void recv_begin(struct receiver *r, const struct frame_msg *m)
 {
@@ -250,6 +284,8 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 		receiver_room_fail(r, room, KVW_R_BOOTSTRAP, "no bootstrap address");
 		return;
 	}
+	if (pages_outside(r, room))
+		return;
 	receiver_boot_want(r, room);
 }
 
@@ -308,7 +344,9 @@ static void status_msg(struct receiver *r, const struct frame_msg *m)
 		return;
 	}
 	if (receiver_peer_seen(r, t->peer, m->hdr.epoch))
-		return; /* a restarted peer: its rooms just failed */
+		return; /* a retired epoch, or a restart: its rooms just failed */
+	if (s->state == KVW_FAILED && s->reason == KVW_R_PEER_RESTART)
+		t->peer->registered = 0; /* it does not know us (any more) */
 	if (s->state == KVW_FAILED) {
 		receiver_room_fail(r, room, s->reason ? s->reason : KVW_R_TRANSFER,
 				   s->text);
@@ -319,7 +357,7 @@ static void status_msg(struct receiver *r, const struct frame_msg *m)
 	    rtab_transition_if(r->tab, room->ref, RTAB_M_ACTIVE, KVW_SUCCESS,
 			       0, NULL) == 0) {
 		(void)rtab_pages_done_add(r->tab, room->ref, room->npages);
-		LOG_ROOM(LOG_INFO, room->id, "Success (%u of %u prefill ranks)",
+		LOG_ROOM(LOG_DEBUG, room->id, "Success (%u of %u prefill ranks)",
 			 room->success.n, room->required_resp);
 	} else if (rc == RX_DUP) {
 		LOG_ROOM(LOG_DEBUG, room->id, "Success from rank %u again: "
@@ -339,12 +377,35 @@ static void ack_msg(struct receiver *r, const struct frame_msg *m)
 		LOG_ROOM(LOG_DEBUG, m->hdr.room, "ABORT_ACK for an unknown room");
 		return;
 	}
-	rc = receiver_room_ack(room, m->hdr.src_rank);
+	rc = receiver_room_ack(room, m->hdr.src_rank, m->u.abort_ack.token);
+	if (rc == RX_IGNORED) {
+		/* Unarmed, another arming's token (an older incarnation of
+		 * the room id), or not a target: it releases nothing. */
+		rtab_counter_add(r->tab, RTAB_C_STALE, 1);
+		LOG_ROOM(LOG_DEBUG, room->id, "ABORT_ACK from rank %u dropped: "
+			 "room %s", m->hdr.src_rank, room->armed ?
+			 "armed with another token" : "not armed");
+		return;
+	}
 	if (rc == RX_COMPLETE) {
 		room->ack_deadline_ns = 0;
 		(void)rtab_flags_or(r->tab, room->ref, RTAB_F_RELEASABLE);
 		LOG_ROOM(LOG_INFO, room->id, "every target acked the abort");
 	}
+}
+
+/* 0 when an ABORT_ACK carries a retired epoch of the target it names
+ * (dropped, counted stale), else 1. */
+static int ack_epoch_ok(struct receiver *r, const struct frame_msg *m)
+{
+	struct rx_room *room = receiver_rooms_get(&r->rooms, m->hdr.room);
+
+	for (uint32_t i = 0; room && i < room->ntargets; i++)
+		if (room->targets[i].unique == m->hdr.src_rank &&
+		    room->targets[i].peer)
+			return receiver_peer_seen(r, room->targets[i].peer,
+						  m->hdr.epoch) >= 0;
+	return 1;
 }
 
 /* p: the prefill peer whose DEALER this came on, NULL for the ROUTER. */
@@ -362,19 +423,22 @@ static void peer_msg(struct receiver *r, void *sock, const struct wire_in *in,
 			LOG_RL(LOG_WARN, "PONG: %s", err);
 		return;
 	case FRAME_PONG:
-		if (p)
-			(void)receiver_peer_seen(r, p, m->hdr.epoch);
+		if (!p)
+			break; /* nobody is pinged through the ROUTER */
+		(void)receiver_peer_seen(r, p, m->hdr.epoch);
 		return;
 	case FRAME_STATUS:
 		status_msg(r, m);
 		return;
 	case FRAME_ABORT_ACK:
-		ack_msg(r, m);
+		if (ack_epoch_ok(r, m))
+			ack_msg(r, m);
 		return;
 	default:
-		rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
-		LOG_RL(LOG_WARN, "peer sent %s: dropped", frame_type_str(m->hdr.type));
+		break;
 	}
+	rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
+	LOG_RL(LOG_WARN, "peer sent %s: dropped", frame_type_str(m->hdr.type));
 }
 
 /* ---- timers ---------------------------------------------------------------- */
@@ -420,11 +484,17 @@ static long timers(struct receiver *r)
 	}
 	if (r->next_ack_deadline && now >= r->next_ack_deadline)
 		ack_timers(r, now);
+	if (r->npeers && now >= r->next_sync_ns) {
+		receiver_peers_sync(r);
+		r->next_sync_ns = now + RX_SYNC_NS;
+	}
 	next = receiver_boot_tick(r, now);
 	if (r->next_deadline && (next == 0 || r->next_deadline < next))
 		next = r->next_deadline;
 	if (r->next_ack_deadline && (next == 0 || r->next_ack_deadline < next))
 		next = r->next_ack_deadline;
+	if (r->npeers && (next == 0 || r->next_sync_ns < next))
+		next = r->next_sync_ns;
 	return proc_poll_ms(next, now, POLL_CAP_MS);
 }
 

@@ -29,6 +29,8 @@ struct receiver_cfg {
 	struct kvw_coord rank; /* this decode rank */
 	struct shape shape;
 	uint64_t waiting_timeout_ns; /* room deadline after RECV_BEGIN */
+	int all_cp_ranks; /* prefill CP > 1: pull each CP rank's page share
+			   * from every CP rank (default: CP rank 0 only) */
 };
 
 struct receiver; /* opaque */

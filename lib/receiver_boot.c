@@ -176,6 +176,7 @@ static int room_advance(struct receiver *r, struct rx_boot *b,
 			.prefill = b->ptopo, .decode = r->topo,
 			.decode_rank = r->rank, .prefill_dp = room->prefill_dp,
 			.model_flags = b->pmodel.flags & KVW_MODEL_MLA,
+			.all_cp_ranks = r->all_cp_ranks,
 		};
 
 		if (rankmap_compute(&in, &map, err, sizeof err) != 0) {
@@ -329,7 +330,7 @@ static void coord_reply(struct receiver *r, struct rx_boot *b,
 	case FRAME_BOOT_OK:
 		c->peer = y->endpoint[0]
 			? receiver_peer_get(r, y->endpoint,
-					    c->coord.pp * b->ptopo.tp + c->coord.tp,
+					    rankmap_unique(&b->ptopo, &c->coord),
 					    err, sizeof err)
 			: NULL;
 		if (!c->peer) {
@@ -339,6 +340,9 @@ static void coord_reply(struct receiver *r, struct rx_boot *b,
 			c->state = RXC_FAILED;
 			break;
 		}
+		/* The incarnation the bootstrap knows: a restart that happens
+		 * before the first PONG or STATUS is still noticed. */
+		(void)receiver_peer_seen(r, c->peer, y->epoch);
 		c->state = RXC_OK;
 		break;
 	case FRAME_BOOT_NOT_READY:

@@ -97,7 +97,9 @@ int receiver_room_set_targets(struct rx_room *room, const struct rankmap *m,
 		const struct rankmap_target *g = &m->targets[i];
 
 		t[i].coord = g->coord;
-		t[i].unique = g->coord.pp * prefill_tp + g->coord.tp;
+		t[i].unique = m->prefill.tp
+				  ? rankmap_unique(&m->prefill, &g->coord)
+				  : g->coord.pp * prefill_tp + g->coord.tp;
 		t[i].dummy = g->dummy;
 		if (rankmap_target_pages(m, i, room->npages, &t[i].page_start,
 					 &t[i].page_count) != 0) {
@@ -142,11 +144,21 @@ void receiver_room_mark_sent(struct rx_room *room)
 	receiver_rset_free(&seen);
 }
 
-int receiver_room_ack(struct rx_room *room, uint32_t src)
+int receiver_room_arm(struct rx_room *room, uint64_t token)
+{
+	if (token == 0 || room->armed)
+		return KVW_EINVAL;
+	receiver_rset_free(&room->acked);
+	room->abort_token = token;
+	room->armed = 1;
+	return 0;
+}
+
+int receiver_room_ack(struct rx_room *room, uint32_t src, uint64_t token)
 {
 	int target = 0, rc;
 
-	if (!room->armed || !room->sent)
+	if (!room->armed || !room->sent || token != room->abort_token)
 		return RX_IGNORED;
 	for (uint32_t i = 0; i < room->ntargets; i++)
 		if (room->targets[i].unique == src)
@@ -315,44 +327,88 @@ static void fail_rooms_of(struct receiver *r, struct rx_peer *p,
 				}
 }
 
+int receiver_epoch_note(struct rx_peer *p, uint64_t epoch)
+{
+	if (epoch == 0 || epoch == p->epoch)
+		return RX_EP_CURRENT;
+	for (uint32_t i = 0; i < RX_RETIRED; i++)
+		if (p->retired[i] == epoch)
+			return RX_EP_STALE;
+	if (p->epoch == 0) {
+		p->epoch = epoch;
+		return RX_EP_CURRENT;
+	}
+	p->retired[p->nretired++ % RX_RETIRED] = p->epoch;
+	p->epoch = epoch;
+	return RX_EP_NEW;
+}
+
+/* p came back as a new incarnation (or died): what was sent to the old
+ * one is lost, so its rooms fail and it must be registered again. */
+static void peer_lost(struct receiver *r, struct rx_peer *p, unsigned reason)
+{
+	p->registered = 0;
+	fail_rooms_of(r, p, reason);
+}
+
 int receiver_peer_seen(struct receiver *r, struct rx_peer *p, uint64_t epoch)
 {
-	if (epoch == 0)
-		return 0;
-	(void)rtab_peer_seen(r->tab, p->id, epoch, rtab_now_ns());
-	if (p->epoch == 0 || p->epoch == epoch) {
-		p->epoch = epoch;
-		return 0;
+	uint64_t was = p->epoch;
+	int k = receiver_epoch_note(p, epoch);
+
+	if (k == RX_EP_STALE) {
+		rtab_counter_add(r->tab, RTAB_C_STALE, 1);
+		LOG_RL(LOG_INFO, "prefill peer %s: message of its retired epoch "
+		       "%016llx dropped", p->ep, (unsigned long long)epoch);
+		return -1;
 	}
+	if (epoch)
+		(void)rtab_peer_seen(r->tab, p->id, epoch, rtab_now_ns());
+	if (k == RX_EP_CURRENT)
+		return 0;
 	LOG(LOG_WARN, "prefill peer %s restarted (epoch %016llx -> %016llx)",
-	    p->ep, (unsigned long long)p->epoch, (unsigned long long)epoch);
-	p->epoch = epoch;
-	p->registered = 0;
-	fail_rooms_of(r, p, KVW_R_PEER_RESTART);
+	    p->ep, (unsigned long long)was, (unsigned long long)epoch);
+	peer_lost(r, p, KVW_R_PEER_RESTART);
 	return 1;
 }
 
-/* Before talking to p: a restart another process saw (kv-heartbeat stored
- * a new epoch) or a peer marked dead means its registration is gone. */
-static void peer_refresh(struct receiver *r, struct rx_peer *p)
+static void peer_sync(struct receiver *r, struct rx_peer *p)
 {
 	struct rtab_peer_view v;
+	uint64_t was = p->epoch;
 
 	if (rtab_peer_get(r->tab, p->id, &v) != 0)
 		return;
-	if (v.epoch && p->epoch && v.epoch != p->epoch) {
-		LOG(LOG_INFO, "prefill peer %s has a new epoch: registering again",
-		    p->ep);
-		p->epoch = v.epoch;
-		p->registered = 0;
+	if (receiver_epoch_note(p, v.epoch) == RX_EP_NEW) {
+		LOG(LOG_WARN, "prefill peer %s has a new epoch %016llx (was "
+		    "%016llx): its rooms fail, it is registered again", p->ep,
+		    (unsigned long long)v.epoch, (unsigned long long)was);
+		peer_lost(r, p, KVW_R_PEER_RESTART);
 	}
-	if (v.liveness == RTAB_PEER_DEAD) {
+	if (v.liveness != RTAB_PEER_DEAD) {
+		p->dead = 0;
+	} else if (!p->dead) {
+		p->dead = 1;
+		LOG(LOG_WARN, "prefill peer %s is dead: its rooms fail", p->ep);
+		peer_lost(r, p, KVW_R_PEER_DEAD);
+	}
+}
+
+void receiver_peers_sync(struct receiver *r)
+{
+	for (uint32_t i = 0; i < r->npeers; i++)
+		peer_sync(r, r->peers[i]);
+}
+
+/* Before talking to p: take in a restart or death another process saw. */
+static void peer_refresh(struct receiver *r, struct rx_peer *p)
+{
+	peer_sync(r, p);
+	if (p->dead) {
 		/* Give it another chance: it may be back (same endpoint). */
 		(void)rtab_peer_set_liveness(r->tab, p->id, RTAB_PEER_UNKNOWN);
-		p->registered = 0;
+		p->dead = 0;
 	}
-	if (!p->registered && p->epoch == 0)
-		p->epoch = v.epoch;
 }
 
 static int peer_send(struct rx_peer *p, const struct frame_msg *m)
@@ -449,7 +505,10 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 	st = rtab_state(r->tab, room->ref);
 	if (st != KVW_FAILED || room->armed)
 		return; /* Success stays; an armed room already sent ABORT */
-	room->armed = 1;
+	do
+		r->abort_seq++;
+	while (r->abort_seq == 0);
+	(void)receiver_room_arm(room, r->abort_seq);
 	/* Armed before any ABORT leaves, so an ack can never beat it. */
 	(void)rtab_flags_or(r->tab, room->ref, RTAB_F_ARMED);
 	if (!room->sent || room->ack_needed == 0) {
@@ -459,6 +518,7 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 	for (uint32_t i = 0; i < room->ntargets; i++) {
 		frame_msg_init(&m, FRAME_ABORT, r->my_rank, room->id, r->epoch);
 		m.u.abort.reason = reason;
+		m.u.abort.token = room->abort_token;
 		(void)peer_send(room->targets[i].peer, &m);
 	}
 	room->ack_deadline_ns = rtab_now_ns() + r->timeout_ns;

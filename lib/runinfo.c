@@ -469,3 +469,20 @@ int runinfo_shape_apply(const char *flags, struct shape *s, char *err,
 	free(buf);
 	return rc;
 }
+
+int runinfo_check_topo(const struct runinfo *ri, unsigned role, uint32_t tp,
+		       uint32_t pp, char *err, size_t errlen)
+{
+	for (uint32_t k = 0; k < runinfo_nrole(ri, role); k++) {
+		const struct runinfo_member *m = runinfo_nth(ri, role, k);
+
+		if ((tp && m->topo.tp != tp) || (pp && m->topo.pp != pp)) {
+			snprintf(err, errlen, "member %s has tp %u pp %u, not "
+				 "the tp %u pp %u asked", m->name, m->topo.tp,
+				 m->topo.pp, tp ? tp : m->topo.tp,
+				 pp ? pp : m->topo.pp);
+			return KVW_EINVAL;
+		}
+	}
+	return 0;
+}

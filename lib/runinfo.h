@@ -100,6 +100,12 @@ const char *runinfo_shape(const struct runinfo *ri);
 int runinfo_shape_apply(const char *flags, struct shape *s, char *err,
 			size_t errlen);
 
+/* Checks that every member of `role` has TP size tp and PP size pp (0: not
+ * checked). Returns 0, or KVW_EINVAL with the first member that differs
+ * named in err. */
+int runinfo_check_topo(const struct runinfo *ri, unsigned role, uint32_t tp,
+		       uint32_t pp, char *err, size_t errlen);
+
 /* Name of a role ("prefill", ...). */
 const char *runinfo_role_str(unsigned role);
 

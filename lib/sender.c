@@ -17,6 +17,7 @@
 #include "log.h"
 #include "pool.h"
 #include "proc.h"
+#include "rankmap.h"
 #include "xport.h"
 
 #define ROOM_CAPACITY 65536u
@@ -25,11 +26,11 @@
 #define SWEEP_EVERY_NS 1000000000ull
 #define DRAIN_BUDGET 256 /* messages per socket per poll round */
 
-enum { SLOT_WORK, SLOT_PEER, SLOT_ENGINE, NSLOTS };
+enum { SLOT_WORK, SLOT_PEER, SLOT_ENGINE, SLOT_BOOT, NSLOTS };
 
 uint32_t sender_rank_of(const struct kvw_topo *t, const struct kvw_coord *c)
 {
-	return c->pp * t->tp + c->tp;
+	return rankmap_unique(t, c);
 }
 
 /* strdup that tolerates NULL (gives NULL) and flags a failed copy. */
@@ -105,12 +106,12 @@ static int open_files(struct sender *s, char *err, size_t errlen)
 		LOG(LOG_WARN, "reopened table %s: failed %d rooms of the previous "
 		    "incarnation", s->table_path, n);
 	}
-	rc = pool_unlink(s->pool_path);
-	if (rc < 0 && rc != KVW_ENOENT) {
-		snprintf(err, errlen, "cannot remove stale pool %s", s->pool_path);
-		return rc;
-	}
-	return pool_create(s->pool_path, s->pool_bytes, &s->pool, err, errlen);
+	/* The pool is the engine's memory: a restarted control keeps the
+	 * one its engine still maps (same size) instead of replacing it. */
+	rc = pool_adopt(s->pool_path, s->pool_bytes, &s->pool, &n, err, errlen);
+	if (rc == 0 && n)
+		LOG(LOG_INFO, "reusing pool %s", s->pool_path);
+	return rc;
 }
 
 /* A ROUTER bound at ep; the worker socket also takes a restarted worker's
@@ -221,13 +222,15 @@ fail:
 static int drain(struct sender *s, int slot)
 {
 	void *sock = slot == SLOT_WORK ? s->work
-		     : slot == SLOT_PEER ? s->peer_sock : s->eng_sock;
+		     : slot == SLOT_PEER ? s->peer_sock
+		     : slot == SLOT_BOOT ? s->boot_sock : s->eng_sock;
 	struct wire_in in;
 	struct frame_msg m;
 	char why[256];
 
 	for (int i = 0; i < DRAIN_BUDGET; i++) {
-		int rc = wire_recv(sock, 1, &in, &m, why, sizeof why);
+		int rc = wire_recv(sock, slot != SLOT_BOOT, &in, &m, why,
+				   sizeof why);
 
 		if (rc == KVW_EAGAIN)
 			return 0;
@@ -239,13 +242,16 @@ static int drain(struct sender *s, int slot)
 			rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
 			LOG_RL(LOG_WARN, "malformed frame on the %s socket: %s",
 			       slot == SLOT_WORK ? "worker"
-			       : slot == SLOT_PEER ? "peer" : "engine", why);
+			       : slot == SLOT_PEER ? "peer"
+			       : slot == SLOT_BOOT ? "bootstrap" : "engine", why);
 			continue;
 		}
 		if (slot == SLOT_WORK)
 			sender_on_worker(s, &in, &m);
 		else if (slot == SLOT_PEER)
 			sender_on_peer(s, &in, &m);
+		else if (slot == SLOT_BOOT)
+			sender_boot_on_reply(s, &m);
 		else
 			sender_on_engine(s, &m);
 		wire_in_release(&in);
@@ -261,12 +267,15 @@ static uint64_t earliest(uint64_t a, uint64_t b)
 int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen)
 {
 	zmq_pollitem_t items[NSLOTS];
-	int ready = 0, rc;
+	int ready = 0, rc, nslots;
 
 	s->ready_fd = ready_fd;
 	rc = sender_boot_register(s, err, errlen);
 	if (rc < 0)
 		return proc_stopping() ? 0 : rc;
+	rc = sender_boot_open(s, err, errlen);
+	if (rc < 0)
+		return rc;
 	s->next_sweep_ns = proc_now_ns();
 	while (!proc_stopping()) {
 		uint64_t now, next;
@@ -282,6 +291,7 @@ int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen)
 			s->next_sweep_ns = earliest(now + SWEEP_EVERY_NS,
 						    sender_sweep(s, now));
 		next = earliest(s->next_sweep_ns, sender_workers_tick(s, now));
+		next = earliest(next, sender_boot_tick(s, now));
 		if (!ready && sender_workers_all_up(s)) {
 			ready = 1;
 			if (proc_ready(s->ready_fd) < 0)
@@ -295,14 +305,17 @@ int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen)
 		items[SLOT_WORK] = (zmq_pollitem_t){ s->work, 0, ZMQ_POLLIN, 0 };
 		items[SLOT_PEER] = (zmq_pollitem_t){ s->peer_sock, 0, ZMQ_POLLIN, 0 };
 		items[SLOT_ENGINE] = (zmq_pollitem_t){ s->eng_sock, 0, ZMQ_POLLIN, 0 };
-		rc = zmq_poll(items, NSLOTS, proc_poll_ms(next, now, POLL_CAP_MS));
+		items[SLOT_BOOT] = (zmq_pollitem_t){ s->boot_sock, 0, ZMQ_POLLIN, 0 };
+		/* No bootstrap: its slot (last) stays out of the poll set. */
+		nslots = s->boot_sock ? NSLOTS : NSLOTS - 1;
+		rc = zmq_poll(items, nslots, proc_poll_ms(next, now, POLL_CAP_MS));
 		if (rc < 0) {
 			if (errno == EINTR)
 				continue;
 			snprintf(err, errlen, "zmq_poll: %s", zmq_strerror(errno));
 			return KVW_ESYS;
 		}
-		for (int k = 0; k < NSLOTS; k++)
+		for (int k = 0; k < nslots; k++)
 			if ((items[k].revents & ZMQ_POLLIN) && drain(s, k) < 0)
 				goto dead;
 	}
@@ -325,6 +338,7 @@ void sender_close(struct sender **sp)
 	wire_close(&s->work);
 	wire_close(&s->peer_sock);
 	wire_close(&s->eng_sock);
+	wire_close(&s->boot_sock);
 	sender_peers_free(s);
 	if (s->ctx)
 		zmq_ctx_term(s->ctx);

@@ -64,7 +64,8 @@ int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen);
  * NULL and half-built objects; sets *s = NULL. */
 void sender_close(struct sender **s);
 
-/* The unique rank of coordinate c in topology t: pp * tp_size + tp. */
+/* The unique rank of coordinate c in topology t (rankmap_unique):
+ * (cp * pp_size + pp) * tp_size + tp. */
 uint32_t sender_rank_of(const struct kvw_topo *t, const struct kvw_coord *c);
 
 #endif

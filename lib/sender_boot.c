@@ -5,6 +5,14 @@
  * jittered 200 ms - 1 s pause until the bootstrap answers OK. REFUSED is
  * final. SIGTERM ends the wait at once (bootc_call and the pause both
  * watch proc_stopping()).
+ *
+ * Staying registered: a restarted kv-bootstrap has lost every
+ * registration, so once the poll loop runs the sender PINGs its bootstrap
+ * about every second on a DEALER of its own (ZMQ_IMMEDIATE: nothing queues
+ * up while the bootstrap is down) and compares the PONG's epoch with the
+ * epoch of the bootstrap that accepted the registration. A different epoch
+ * is a new bootstrap: BOOT_REGISTER goes again (asynchronously, answered in
+ * the same loop) until a BOOT_REPLY OK records the new epoch.
  */
 #include "sender_impl.h"
 
@@ -17,6 +25,8 @@
 #include "bootc.h"
 #include "log.h"
 #include "proc.h"
+
+#define BOOT_CHECK_NS 1000000000ull /* PING the bootstrap about this often */
 
 /* Pauses 200 .. 1000 ms in 50 ms steps; returns early on SIGTERM. */
 static void boot_pause(void)
@@ -33,6 +43,17 @@ static void boot_pause(void)
 	}
 }
 
+static void boot_request(struct frame_msg *req, const struct sender *s)
+{
+	frame_msg_init(req, FRAME_BOOT_REGISTER, s->rank, 0, s->epoch);
+	req->u.boot_register.topo = s->topo;
+	req->u.boot_register.coord = s->coord;
+	snprintf(req->u.boot_register.endpoint, FRAME_STR_SIZE, "%s", s->listen);
+	req->u.boot_register.model = s->model;
+	req->u.boot_register.layer_first = s->layer_first;
+	req->u.boot_register.layer_count = s->layer_count;
+}
+
 int sender_boot_register(struct sender *s, char *err, size_t errlen)
 {
 	struct frame_msg req, rep;
@@ -43,13 +64,7 @@ int sender_boot_register(struct sender *s, char *err, size_t errlen)
 
 	if (!s->bootstrap)
 		return 0;
-	frame_msg_init(&req, FRAME_BOOT_REGISTER, s->rank, 0, s->epoch);
-	req.u.boot_register.topo = s->topo;
-	req.u.boot_register.coord = s->coord;
-	snprintf(req.u.boot_register.endpoint, FRAME_STR_SIZE, "%s", s->listen);
-	req.u.boot_register.model = s->model;
-	req.u.boot_register.layer_first = s->layer_first;
-	req.u.boot_register.layer_count = s->layer_count;
+	boot_request(&req, s);
 	while (!proc_stopping()) {
 		req.hdr.room = ++tries;
 		why[0] = '\0';
@@ -62,6 +77,7 @@ int sender_boot_register(struct sender *s, char *err, size_t errlen)
 			snprintf(text, sizeof text, "%s", rep.u.boot_reply.text);
 			wire_in_release(&in);
 			if (st == FRAME_BOOT_OK) {
+				s->boot_epoch = rep.hdr.epoch;
 				LOG(LOG_INFO, "registered at bootstrap %s as rank %u "
 				    "(tp %u pp %u)", s->bootstrap, s->rank,
 				    s->coord.tp, s->coord.pp);
@@ -88,4 +104,81 @@ int sender_boot_register(struct sender *s, char *err, size_t errlen)
 	snprintf(err, errlen, "stopped before the bootstrap answered");
 	errno = EINTR;
 	return KVW_ESYS;
+}
+
+int sender_boot_open(struct sender *s, char *err, size_t errlen)
+{
+	int one = 1;
+
+	if (!s->bootstrap)
+		return 0;
+	s->boot_sock = wire_socket(s->ctx, ZMQ_DEALER, 0, err, errlen);
+	if (!s->boot_sock)
+		return KVW_ESYS;
+	if (zmq_setsockopt(s->boot_sock, ZMQ_IMMEDIATE, &one, sizeof one) ||
+	    zmq_connect(s->boot_sock, s->bootstrap)) {
+		snprintf(err, errlen, "bootstrap %s: %s", s->bootstrap,
+			 zmq_strerror(zmq_errno()));
+		wire_close(&s->boot_sock);
+		return KVW_ESYS;
+	}
+	s->boot_next_ns = proc_now_ns() + BOOT_CHECK_NS;
+	return 0;
+}
+
+uint64_t sender_boot_tick(struct sender *s, uint64_t now)
+{
+	struct frame_msg m;
+
+	if (!s->boot_sock)
+		return 0;
+	if (now < s->boot_next_ns)
+		return s->boot_next_ns;
+	frame_msg_init(&m, FRAME_PING, s->rank, 0, s->epoch);
+	/* EAGAIN: the bootstrap is down; the next check tries again. */
+	(void)wire_send(s->boot_sock, &m, NULL, 0, NULL, 0);
+	s->boot_next_ns = now + BOOT_CHECK_NS * 4 / 5 +
+			  (uint64_t)(s->epoch ^ now) % (BOOT_CHECK_NS * 2 / 5);
+	return s->boot_next_ns;
+}
+
+void sender_boot_on_reply(struct sender *s, const struct frame_msg *m)
+{
+	struct frame_msg req;
+	uint64_t now = proc_now_ns();
+
+	if (m->hdr.type == FRAME_PONG) {
+		if (m->hdr.epoch == s->boot_epoch)
+			return;
+		/* One request per second at most while the answer is due. */
+		if (m->hdr.epoch == s->boot_asked_epoch &&
+		    now < s->boot_asked_ns + BOOT_CHECK_NS)
+			return;
+		LOG(LOG_WARN, "bootstrap %s has a new epoch %016llx (was "
+		    "%016llx): registering again", s->bootstrap,
+		    (unsigned long long)m->hdr.epoch,
+		    (unsigned long long)s->boot_epoch);
+		boot_request(&req, s);
+		if (wire_send(s->boot_sock, &req, NULL, 0, NULL, 0) == 0) {
+			s->boot_asked_epoch = m->hdr.epoch;
+			s->boot_asked_ns = now;
+		}
+		return;
+	}
+	if (m->hdr.type != FRAME_BOOT_REPLY) {
+		LOG_RL(LOG_WARN, "bootstrap %s sent %s: dropped", s->bootstrap,
+		       frame_type_str(m->hdr.type));
+		return;
+	}
+	if (m->u.boot_reply.status == FRAME_BOOT_OK) {
+		if (m->hdr.epoch != s->boot_epoch)
+			LOG(LOG_INFO, "registered again at bootstrap %s (epoch "
+			    "%016llx)", s->bootstrap,
+			    (unsigned long long)m->hdr.epoch);
+		s->boot_epoch = m->hdr.epoch;
+	} else {
+		LOG_RL(LOG_ERROR, "bootstrap %s answered the registration with "
+		       "status %u: %s", s->bootstrap, m->u.boot_reply.status,
+		       m->u.boot_reply.text);
+	}
 }

@@ -59,6 +59,15 @@ struct sender_chunk {
 	uint8_t is_last;
 };
 
+/* One ABORT waiting for its ack: the decode that asked and the token its
+ * ABORT carried (echoed in ABORT_ACK). Two decode ranks aborting one room
+ * are two targets; one decode aborting two incarnations of a room id (two
+ * tokens) is two targets too. */
+struct sender_ack {
+	struct sender_peer *peer;
+	uint64_t token;
+};
+
 /* The control's private state of one room incarnation. */
 struct sender_room {
 	uint64_t id;
@@ -77,8 +86,9 @@ struct sender_room {
 	struct sender_dst *dst;
 	uint32_t ndst, capdst;
 	uint32_t required; /* required_dst_info_num (0: no XFER_INFO yet) */
-	struct sender_peer **acks; /* ABORT requesters waiting for the ack */
+	struct sender_ack *acks; /* ABORT requesters waiting for the ack */
 	uint32_t nacks, capacks;
+	uint64_t ack_deadline_ns; /* acks still owed then are dropped; 0: none */
 	uint32_t inflight; /* jobs sent to a worker, JOB_DONE not yet seen */
 };
 
@@ -146,7 +156,15 @@ struct sender {
 	struct frame_copy *fc;
 	size_t cap_copies;
 
+	/* staying registered at the bootstrap (sender_boot.c) */
+	void *boot_sock;            /* DEALER to the bootstrap, NULL: none */
+	uint64_t boot_epoch;        /* epoch of the bootstrap that said OK */
+	uint64_t boot_next_ns;      /* next PING */
+	uint64_t boot_asked_epoch;  /* BOOT_REGISTER sent to this epoch ... */
+	uint64_t boot_asked_ns;     /* ... at this time */
+
 	uint64_t next_sweep_ns;
+	uint64_t ack_expiry_ns; /* earliest ack_deadline_ns of a room; 0: none */
 	int ready_fd;
 };
 
@@ -187,8 +205,15 @@ int sender_room_push_chunk(struct sender_room *r, struct frame_u32s pages,
 void sender_room_pop_chunk(struct sender_room *r);
 /* Drops every queued chunk. */
 void sender_room_drop_chunks(struct sender_room *r);
-/* Remembers p as an ABORT ack target (once). 0 or KVW_ENOMEM. */
-int sender_room_add_ack(struct sender_room *r, struct sender_peer *p);
+/* Remembers (p, token) as an ABORT ack target, once per distinct pair;
+ * the first target of a room sets its ack deadline to `deadline_ns`.
+ * Returns 1 when added, 0 when that pair was already there, KVW_ENOMEM. */
+int sender_room_add_ack(struct sender_room *r, struct sender_peer *p,
+			uint64_t token, uint64_t deadline_ns);
+/* 1 when the room's acks may go out now: targets are owed and nothing of
+ * the incarnation is outstanding (jobs sent and not yet given back by a
+ * worker), else 0. */
+int sender_room_ack_due(const struct sender_room *r, uint32_t outstanding);
 
 /* The dst pages for source pages [cursor, cursor + n) of destination d:
  * 0 with *out pointing into d->pages, or KVW_ERANGE when that runs past
@@ -222,11 +247,14 @@ void sender_dispatch(struct sender *s, struct sender_room *r);
  * table's reason to every real destination, once. Drops queued chunks. */
 void sender_room_fail(struct sender *s, struct sender_room *r,
 		      unsigned reason, const char *why);
-/* Sends pending ABORT acks once nothing of the room is outstanding; frees
- * a cleared room whose acks are all sent. May free r. */
+/* Sends pending ABORT acks (one ABORT_ACK carrying its token per target)
+ * once nothing of the room is outstanding; frees a cleared room whose acks
+ * are all sent and whose jobs are all answered. May free r. */
 void sender_room_acks(struct sender *s, struct sender_room *r);
 void sender_on_job_done(struct sender *s, uint32_t w, const struct frame_msg *m);
-/* rtab_expire sweep; returns the next deadline (0: none). */
+/* rtab_expire sweep, and ack targets past their deadline are dropped with
+ * a warning (a cleared room holding only them is freed); returns the next
+ * deadline (0: none). */
 uint64_t sender_sweep(struct sender *s, uint64_t now);
 
 /* ---- sender_peer.c ----------------------------------------------------- */
@@ -266,5 +294,14 @@ void sender_workers_stop(struct sender *s);
  * KVW_ESYS when SIGTERM arrived or zmq failed. Blocks; called once before
  * the poll loop. */
 int sender_boot_register(struct sender *s, char *err, size_t errlen);
+/* After registration: the DEALER that keeps the registration alive (see
+ * sender_boot.c). 0, or KVW_ESYS with err. No bootstrap: 0, no socket. */
+int sender_boot_open(struct sender *s, char *err, size_t errlen);
+/* PINGs the bootstrap when due; returns the next time it is due (0: no
+ * bootstrap). */
+uint64_t sender_boot_tick(struct sender *s, uint64_t now);
+/* A message on the bootstrap DEALER: a PONG of a new bootstrap epoch
+ * sends BOOT_REGISTER again; a BOOT_REPLY OK records that epoch. */
+void sender_boot_on_reply(struct sender *s, const struct frame_msg *m);
 
 #endif

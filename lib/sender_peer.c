@@ -186,7 +186,57 @@ static void on_register(struct sender *s, const struct frame_msg *m)
 		    p->endpoint, p->why);
 }
 
-static void on_xfer_info(struct sender *s, const struct frame_msg *m)
+/* XFER_INFO from a decode this process never saw REGISTER from: most
+ * often one that registered with this rank's previous incarnation (the
+ * sender restarted under the same endpoint). Its room cannot be served, so
+ * STATUS(Failed, peer restart) goes straight back on the ROUTER identity
+ * it came from: the decode fails that room at once instead of at its
+ * deadline, learns this process's epoch, and registers again. */
+static void reject_unregistered(struct sender *s, const struct wire_in *in,
+				const struct frame_msg *m)
+{
+	struct frame_msg st;
+
+	malformed(s, m, "XFER_INFO from a decode that did not REGISTER");
+	frame_msg_init(&st, FRAME_STATUS, s->rank, m->hdr.room, s->epoch);
+	st.u.status.state = KVW_FAILED;
+	st.u.status.reason = KVW_R_PEER_RESTART;
+	snprintf(st.u.status.text, FRAME_STR_SIZE, "not registered with "
+		 "this prefill incarnation");
+	if (wire_send(s->peer_sock, &st, in->id, in->idlen, NULL, 0))
+		LOG_RL(LOG_DEBUG, "STATUS to an unregistered decode dropped");
+}
+
+/* Whether an XFER_INFO for `room` is late: about an incarnation the engine
+ * already CLEARed, rather than the first word of a new one. Frames carry no
+ * incarnation, so this is decided from what the table's tombstone shows and
+ * the order one decode's frames keep (one DEALER each, FIFO): with no
+ * private state for the id here and its table entry Cleared, the frame is
+ * late iff that cleared incarnation never got a real destination (its peer
+ * field is still 0) - the decode's XFER_INFO for it is then still on its
+ * way, and this is it. An incarnation that did get its destination (the
+ * normal end: Success, then CLEAR) already consumed that decode's one
+ * XFER_INFO, so the next one is a new incarnation (room id reuse) and
+ * creates the room again. Not told apart: an id reused right after an
+ * incarnation the engine cleared before any destination came, whose new
+ * XFER_INFO arrives before its SEND_BEGIN - that room is then ignored here
+ * and ends on its deadline, never on stale pages. Without this check a
+ * late XFER_INFO re-created the room (a new generation) and a late ABORT
+ * then failed it: "Failed / aborted" instead of Cleared. */
+static int xfer_info_late(struct sender *s, uint64_t room)
+{
+	struct rtab_ref ref;
+	struct rtab_view v;
+
+	if (sender_rooms_get(&s->rooms, room))
+		return 0;
+	return rtab_lookup(s->t, room, &ref) == 0 &&
+	       rtab_get(s->t, ref, &v) == 0 && v.state == KVW_CLEARED &&
+	       v.peer == 0;
+}
+
+static void on_xfer_info(struct sender *s, const struct wire_in *in,
+			 const struct frame_msg *m)
 {
 	const struct frame_xfer_info *x = &m->u.xfer_info;
 	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
@@ -195,7 +245,13 @@ static void on_xfer_info(struct sender *s, const struct frame_msg *m)
 	int st, rc;
 
 	if (!p) {
-		malformed(s, m, "XFER_INFO from a decode that did not REGISTER");
+		reject_unregistered(s, in, m);
+		return;
+	}
+	if (xfer_info_late(s, m->hdr.room)) {
+		rtab_counter_add(s->t, RTAB_C_STALE, 1);
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "XFER_INFO for a room cleared "
+			 "before any destination: late, ignored");
 		return;
 	}
 	r = sender_room_open(s, m->hdr.room);
@@ -228,37 +284,50 @@ static void on_xfer_info(struct sender *s, const struct frame_msg *m)
 	sender_dispatch(s, r);
 }
 
+/* ABORT: the room is failed FIRST (workers drop its queued jobs and stop
+ * between batches from then on, and no new job can be dispatched), THEN
+ * the requester joins the room's ack-target set; the acks go out once the
+ * room's outstanding count is zero (at once when it already is, else on
+ * the JOB_DONE that drains it). A room cleared by the engine keeps its
+ * targets until they are acked or their deadline passes. A room with no
+ * private state (never seen, cleared and drained, or left by a previous
+ * incarnation of this process) has nothing in flight from here: acked at
+ * once, and nothing is created. */
 static void on_abort(struct sender *s, const struct frame_msg *m)
 {
 	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
 	struct sender_room *r;
 	struct frame_msg ack;
+	int rc;
 
 	if (!p) {
 		malformed(s, m, "ABORT from a decode that did not REGISTER");
 		return;
 	}
 	r = sender_rooms_get(&s->rooms, m->hdr.room);
-	if (r && r->cleared) {
-		/* Cleared while jobs drain: the ack waits for them. */
-		if (sender_room_add_ack(r, p) == 0)
-			sender_room_acks(s, r);
-		return;
-	}
-	if (!r)
-		r = sender_room_open(s, m->hdr.room);
 	if (!r) {
-		/* Left by a previous incarnation: nothing of it is in
-		 * flight from this process. */
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "ABORT for an unknown room: "
+			 "acked at once");
 		frame_msg_init(&ack, FRAME_ABORT_ACK, s->rank, m->hdr.room,
 			       s->epoch);
+		ack.u.abort_ack.token = m->u.abort.token;
 		sender_peer_send(s, p, &ack);
 		return;
 	}
-	sender_room_fail(s, r, KVW_R_ABORTED, "aborted by decode");
-	if (sender_room_add_ack(r, p) < 0)
+	if (!r->cleared)
+		sender_room_fail(s, r, KVW_R_ABORTED, "aborted by decode");
+	rc = sender_room_add_ack(r, p, m->u.abort.token,
+				 proc_now_ns() + s->room_timeout_ns);
+	if (rc < 0) {
+		LOG_ROOM(LOG_ERROR, r->id, "out of memory: ABORT not tracked");
 		return;
-	sender_room_acks(s, r);
+	}
+	LOG_ROOM(LOG_DEBUG, r->id, "ABORT from %s: %u ack targets", p->endpoint,
+		 r->nacks);
+	if (r->nacks && (!s->ack_expiry_ns ||
+			 r->ack_deadline_ns < s->ack_expiry_ns))
+		s->ack_expiry_ns = r->ack_deadline_ns;
+	sender_room_acks(s, r); /* may free r */
 }
 
 void sender_on_peer(struct sender *s, const struct wire_in *in,
@@ -276,7 +345,7 @@ void sender_on_peer(struct sender *s, const struct wire_in *in,
 		on_register(s, m);
 		break;
 	case FRAME_XFER_INFO:
-		on_xfer_info(s, m);
+		on_xfer_info(s, in, m);
 		break;
 	case FRAME_ABORT:
 		on_abort(s, m);

@@ -284,15 +284,23 @@ void sender_room_drop_chunks(struct sender_room *r)
 	r->nq = 0;
 }
 
-int sender_room_add_ack(struct sender_room *r, struct sender_peer *p)
+int sender_room_add_ack(struct sender_room *r, struct sender_peer *p,
+			uint64_t token, uint64_t deadline_ns)
 {
 	for (uint32_t i = 0; i < r->nacks; i++)
-		if (r->acks[i] == p)
+		if (r->acks[i].peer == p && r->acks[i].token == token)
 			return 0;
 	if (grow((void **)&r->acks, &r->capacks, r->nacks + 1, sizeof *r->acks))
 		return KVW_ENOMEM;
-	r->acks[r->nacks++] = p;
-	return 0;
+	r->acks[r->nacks++] = (struct sender_ack){ p, token };
+	if (r->nacks == 1)
+		r->ack_deadline_ns = deadline_ns;
+	return 1;
+}
+
+int sender_room_ack_due(const struct sender_room *r, uint32_t outstanding)
+{
+	return r->nacks > 0 && outstanding == 0;
 }
 
 int sender_dst_slice(const struct sender_dst *d, uint32_t cursor, uint32_t n,

@@ -1,7 +1,8 @@
 /*
  * sender_worker.c - kv-sender's worker processes seen from the control:
- * fork + exec of the program in worker mode (the child gets SIGTERM when
- * the control dies), the hello that marks a worker up, JOB sends with the
+ * fork + exec of the program in worker mode (the child gets SIGKILL the
+ * moment the control dies, so no worker of a dead control keeps copying
+ * into a decode pool), the hello that marks a worker up, JOB sends with the
  * per-worker queue of jobs in flight, and supervision: a worker that dies
  * fails exactly the rooms with jobs queued on it (KVW_R_WORKER_DIED),
  * gives back their outstanding counts (a dead worker never decrements
@@ -58,8 +59,10 @@ static int worker_spawn(struct sender *s, uint32_t k, char *err, size_t errlen)
 		return KVW_ESYS;
 	}
 	if (pid == 0) {
-		/* Only async-signal-safe calls until exec. */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		/* Only async-signal-safe calls until exec. SIGKILL, not
+		 * SIGTERM: a worker must not finish its batch once the
+		 * control that owns its rooms is gone. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(KVW_EXIT_PEER);
 		execv(argv[0], argv);
@@ -119,6 +122,7 @@ void sender_on_worker(struct sender *s, const struct wire_in *in,
 			break;
 	}
 	if (k == s->nworkers || !s->w[k].pid) {
+		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
 		LOG_RL(LOG_WARN, "worker socket: %s from an unknown identity",
 		       frame_type_str(m->hdr.type));
 		return;
@@ -133,6 +137,7 @@ void sender_on_worker(struct sender *s, const struct wire_in *in,
 	} else if (m->hdr.type == FRAME_JOB_DONE) {
 		sender_on_job_done(s, k, m);
 	} else {
+		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
 		LOG_RL(LOG_WARN, "worker %u: unexpected %s", k,
 		       frame_type_str(m->hdr.type));
 	}

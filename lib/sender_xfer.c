@@ -107,7 +107,7 @@ static void room_finish(struct sender *s, struct sender_room *r)
 			       KVW_SUCCESS, 0, NULL) != 0)
 		return;
 	r->final_sent = 1;
-	LOG_ROOM(LOG_INFO, r->id, "success (%u pages, %u destinations)",
+	LOG_ROOM(LOG_DEBUG, r->id, "success (%u pages, %u destinations)",
 		 r->cursor, sender_room_nreal(r));
 	send_status(s, r, KVW_SUCCESS, KVW_R_NONE, "");
 }
@@ -116,20 +116,27 @@ void sender_room_acks(struct sender *s, struct sender_room *r)
 {
 	struct rtab_view v;
 	struct frame_msg m;
+	uint32_t outstanding = 0;
 
 	if (r->nacks == 0) {
 		if (r->cleared && r->inflight == 0)
 			sender_rooms_del(&s->rooms, r->id);
 		return;
 	}
-	if (rtab_get(s->t, r->ref, &v) == 0 && v.outstanding > 0)
+	/* A gone incarnation (ESTALE) has nothing outstanding: the table
+	 * reuses a slot only once its count is zero. */
+	if (rtab_get(s->t, r->ref, &v) == 0)
+		outstanding = v.outstanding;
+	if (!sender_room_ack_due(r, outstanding))
 		return;
 	for (uint32_t i = 0; i < r->nacks; i++) {
 		frame_msg_init(&m, FRAME_ABORT_ACK, s->rank, r->id, s->epoch);
-		sender_peer_send(s, r->acks[i], &m);
+		m.u.abort_ack.token = r->acks[i].token;
+		sender_peer_send(s, r->acks[i].peer, &m);
 	}
-	LOG_ROOM(LOG_DEBUG, r->id, "abort acked to %u peers", r->nacks);
+	LOG_ROOM(LOG_DEBUG, r->id, "abort acked to %u targets", r->nacks);
 	r->nacks = 0;
+	r->ack_deadline_ns = 0;
 	if (r->cleared)
 		sender_rooms_del(&s->rooms, r->id);
 }
@@ -396,6 +403,7 @@ void sender_on_job_done(struct sender *s, uint32_t w, const struct frame_msg *m)
 
 	if (!h || h->ref.slot != d->slot || h->ref.gen != d->generation ||
 	    h->room != m->hdr.room) {
+		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
 		LOG_RL(LOG_ERROR, "worker %u: JOB_DONE for room %llu does not "
 		       "match the job it was given", w,
 		       (unsigned long long)m->hdr.room);
@@ -434,8 +442,45 @@ static void on_expired(void *arg, const struct rtab_view *v)
 	sender_room_fail(s, r, KVW_R_TIMEOUT, "timed out");
 }
 
+struct ack_sweep {
+	struct sender *s;
+	uint64_t now, next;
+};
+
+/* Drops the ack targets of a room that never drained by its deadline (a
+ * worker that hangs): the decode then releases on its own deadline. */
+static void ack_expire(void *arg, struct sender_room *r)
+{
+	struct ack_sweep *a = arg;
+
+	if (!r->nacks)
+		return;
+	if (r->ack_deadline_ns > a->now) {
+		if (!a->next || r->ack_deadline_ns < a->next)
+			a->next = r->ack_deadline_ns;
+		return;
+	}
+	LOG_ROOM(LOG_WARN, r->id, "abort not drained in time: %u ack targets "
+		 "dropped", r->nacks);
+	r->nacks = 0;
+	r->ack_deadline_ns = 0;
+	if (r->cleared)
+		sender_rooms_del(&a->s->rooms, r->id);
+}
+
 uint64_t sender_sweep(struct sender *s, uint64_t now)
 {
+	uint64_t next;
+
 	rtab_expire(s->t, now, on_expired, s);
-	return rtab_next_deadline(s->t);
+	if (s->ack_expiry_ns && now >= s->ack_expiry_ns) {
+		struct ack_sweep a = { s, now, 0 };
+
+		sender_rooms_foreach(&s->rooms, ack_expire, &a);
+		s->ack_expiry_ns = a.next;
+	}
+	next = rtab_next_deadline(s->t);
+	if (s->ack_expiry_ns && (!next || s->ack_expiry_ns < next))
+		next = s->ack_expiry_ns;
+	return next;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "log.h"
@@ -43,7 +44,43 @@ struct sworker {
 	struct sworker_conn conns[SWORKER_CONNS];
 	uint64_t tick;
 	struct xport_copy batch[SWORKER_BATCH];
+	uint64_t delay_us; /* TEST ONLY: KVW_TEST_COPY_DELAY_US */
 };
+
+/* TEST ONLY (never set in production): KVW_TEST_COPY_DELAY_US, the
+ * microseconds every batch of copies waits before its write, so a test can
+ * abort a copy in flight. Read once at start; capped at 10 s; 0 when unset. */
+static uint64_t test_delay_env(void)
+{
+	const char *d = getenv("KVW_TEST_COPY_DELAY_US");
+	uint64_t us;
+
+	if (!d || !*d)
+		return 0;
+	us = strtoull(d, NULL, 10);
+	if (us > 10000000u)
+		us = 10000000u;
+	if (us)
+		LOG(LOG_WARN, "test-only copy delay: %llu us per batch",
+		    (unsigned long long)us);
+	return us;
+}
+
+/* TEST ONLY: sleeps the configured delay between a batch's liveness check
+ * and its write, so tests can land an ABORT on a copy in flight. */
+static void test_delay(const struct sworker *w, uint64_t room, uint32_t left)
+{
+	struct timespec ts;
+
+	if (!w->delay_us)
+		return;
+	LOG_ROOM(LOG_DEBUG, room, "test delay before a batch, %u copies left",
+		 left);
+	ts.tv_sec = (time_t)(w->delay_us / 1000000u);
+	ts.tv_nsec = (long)(w->delay_us % 1000000u) * 1000;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !proc_stopping())
+		;
+}
 
 /* 1 while the incarnation may still receive bytes. */
 static int room_live(const struct sworker *w, struct rtab_ref ref)
@@ -102,12 +139,28 @@ static int conn_get(struct sworker *w, struct frame_bytes d, uint32_t *id,
 	return 0;
 }
 
+/* The cache entry of a connected descriptor, or NULL. */
+static struct sworker_conn *conn_find(struct sworker *w, struct frame_bytes d)
+{
+	for (uint32_t i = 0; i < SWORKER_CONNS; i++) {
+		struct sworker_conn *c = &w->conns[i];
+
+		if (c->desc && c->len == d.len && memcmp(c->desc, d.p, d.len) == 0)
+			return c;
+	}
+	return NULL;
+}
+
 /* Moves the job's copies. Returns 0, KVW_ESTALE (room no longer live:
- * dropped), or a transport error (the room has been failed). */
+ * dropped), or a transport error (the room has been failed; never
+ * KVW_ESTALE, so the control always tells the destinations). A failed
+ * batch also drops the descriptor's mapping: a pool that shrank or was
+ * removed is connected afresh (and checked again) by a later job. */
 static int job_copy(struct sworker *w, const struct frame_msg *m,
 		    struct rtab_ref ref, uint64_t *bytes)
 {
 	const struct frame_job *j = &m->u.job;
+	struct sworker_conn *conn;
 	char why[256] = "";
 	uint32_t dst;
 	int rc;
@@ -122,6 +175,7 @@ static int job_copy(struct sworker *w, const struct frame_msg *m,
 
 		if (i > 0 && !room_live(w, ref))
 			return KVW_ESTALE;
+		test_delay(w, m->hdr.room, j->copies.n - i);
 		for (uint32_t c = 0; c < k; c++) {
 			struct frame_copy fc = frame_copies_get(j->copies, i + c);
 
@@ -131,18 +185,24 @@ static int job_copy(struct sworker *w, const struct frame_msg *m,
 		}
 		rc = xport_write_batch(w->x, w->batch, k, why, sizeof why);
 		if (rc < 0)
-			goto fail;
+			goto drop;
 		*bytes += b;
 	}
 	rc = xport_wait(w->x, -1, why, sizeof why);
 	if (rc < 0)
-		goto fail;
+		goto drop;
 	return room_live(w, ref) ? 0 : KVW_ESTALE;
+drop:
+	conn = conn_find(w, j->desc);
+	if (conn)
+		conn_drop(w, conn);
 fail:
 	LOG_RL(LOG_WARN, "room %llu: transfer failed: %s",
 	       (unsigned long long)m->hdr.room, why);
 	rtab_fail(w->t, ref, KVW_R_TRANSFER);
-	return rc;
+	/* A transport's KVW_ESTALE (pool replaced) is a failed transfer, not
+	 * a room that ended under the job. */
+	return rc == KVW_ESTALE ? KVW_ENOENT : rc;
 }
 
 static void run_job(struct sworker *w, const struct frame_msg *m)
@@ -201,6 +261,11 @@ static int sworker_open(struct sworker *w, const struct sworker_cfg *cfg,
 	rc = xport_open(ops, &w->x, err, errlen);
 	if (rc < 0)
 		return rc;
+	/* A decode pool truncated under a copy fails that job, not us. */
+	if (strcmp(ops->name, "shm") == 0 && xport_shm_catch_sigbus() < 0) {
+		snprintf(err, errlen, "SIGBUS handler: %s", strerror(errno));
+		return KVW_ESYS;
+	}
 	rc = xport_register(w->x, w->pool, &w->src, desc, sizeof desc, &desclen,
 			    err, errlen);
 	if (rc < 0)
@@ -251,6 +316,7 @@ int sworker_run(const struct sworker_cfg *cfg, char *err, size_t errlen)
 	}
 	w->id = cfg->id;
 	w->epoch = proc_epoch();
+	w->delay_us = test_delay_env();
 	rc = sworker_open(w, cfg, err, errlen);
 	if (rc < 0)
 		goto out;
@@ -277,15 +343,18 @@ int sworker_run(const struct sworker_cfg *cfg, char *err, size_t errlen)
 				goto out;
 			}
 			if (rc < 0) {
+				rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
 				LOG_RL(LOG_ERROR, "malformed frame from the "
 				       "control: %s", why);
 				continue;
 			}
-			if (m.hdr.type == FRAME_JOB)
+			if (m.hdr.type == FRAME_JOB) {
 				run_job(w, &m);
-			else
+			} else {
+				rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
 				LOG_RL(LOG_WARN, "unexpected %s from the control",
 				       frame_type_str(m.hdr.type));
+			}
 			wire_in_release(&in);
 		}
 	}

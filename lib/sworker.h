@@ -26,6 +26,10 @@ struct sworker_cfg {
 /* Copies per batch between two room re-checks. */
 #define SWORKER_BATCH 256u
 
+/* TEST ONLY: the environment variable KVW_TEST_COPY_DELAY_US=N (read by
+ * each worker at start) makes every batch wait N microseconds between its
+ * room re-check and its write, so tests can abort copies in flight. */
+
 /* Runs the worker until SIGTERM (proc_stopping) or the socket dies.
  * Returns 0 on a clean stop; KVW_ENOENT / KVW_EVERSION / KVW_ESYS /
  * KVW_ENODEV when its state cannot be built (table, pool, transport,

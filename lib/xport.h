@@ -130,4 +130,12 @@ int xport_write_batch(struct xport *x, const struct xport_copy *c, size_t n,
 int xport_wait(struct xport *x, int timeout_ms, char *err, size_t errlen);
 void xport_close(struct xport **x);
 
+/* For a process that writes into peer pools over shm and must outlive a
+ * peer truncating its pool mid-copy (the kv-sender worker): installs a
+ * process-wide SIGBUS handler that turns a fault on a connected remote's
+ * mapping during xport_write_batch into KVW_ERANGE for that batch; any
+ * other SIGBUS still kills the process. Call once, before any batch.
+ * Returns 0 or KVW_ESYS. */
+int xport_shm_catch_sigbus(void);
+
 #endif

@@ -6,17 +6,26 @@
  * identity (st_dev, st_ino), so connect refuses a pool that disappeared,
  * shrank or was replaced by a restarted peer.
  *
- * SIGBUS: connect checks the size with fstat and pool_create reserves every
- * page, so the only way left to fault is another process truncating a pool
- * while it is mapped. kvwire never truncates a pool; guarding each batch
- * with a process-wide SIGBUS handler (sigsetjmp) would cost a signal-handler
- * takeover inside a library, so it is not done. An unlinked pool stays valid
- * memory while mapped (writes land in the orphaned file); the heartbeat and
- * peer epochs, not this file, notice that the peer is gone.
+ * A pool that disappears under a mapping: connect checks the size with
+ * fstat and pool_create reserves every page, but the peer (or anyone with
+ * access) may later unlink or truncate the file. An unlinked pool stays
+ * valid memory while mapped, yet nobody will read it again; a truncated one
+ * makes any access past the new end fault with SIGBUS (MAP_POPULATE would
+ * not help: truncation unmaps those pages from every mapping). So before
+ * each batch, every remote the batch writes to is checked with one fstat:
+ * unlinked (st_nlink 0) -> KVW_ENOENT, shrunk below its mapped size ->
+ * KVW_ERANGE, and no byte moves. That leaves the window between the fstat
+ * and the memcpy; a process that must survive it (the kv-sender worker)
+ * calls xport_shm_catch_sigbus() once: a SIGBUS raised inside a batch's
+ * copies on a connected remote's mapping then ends that batch with
+ * KVW_ERANGE, and any other SIGBUS still kills the process as before. The
+ * library never installs the handler by itself.
  */
 #include "xport_impl.h"
 
 #include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -272,11 +281,103 @@ static inline int xshm_in(uint64_t off, uint64_t len, uint64_t size)
 	return len <= size && off <= size - len;
 }
 
+/* The SIGBUS guard (see the top of the file). Per thread: the batch in
+ * progress and where to jump back to. */
+static _Thread_local struct xshm_xport *volatile xshm_guard_x;
+static _Thread_local sigjmp_buf xshm_guard_jb;
+static volatile sig_atomic_t xshm_guard_installed;
+
+/* 1 when addr lies inside a mapping of a connected remote of s. */
+static int xshm_addr_remote(const struct xshm_xport *s, const void *addr)
+{
+	const uint8_t *a = addr;
+
+	for (uint32_t i = 0; i < s->nrmt; i++)
+		if (s->rmt[i].base && a >= s->rmt[i].base &&
+		    (uint64_t)(a - s->rmt[i].base) < s->rmt[i].size)
+			return 1;
+	return 0;
+}
+
+static void xshm_on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	struct xshm_xport *s = xshm_guard_x;
+
+	(void)uc;
+	if (s && xshm_addr_remote(s, si->si_addr)) {
+		xshm_guard_x = NULL;
+		siglongjmp(xshm_guard_jb, 1);
+	}
+	/* Not a guarded copy: let the fault kill the process as it would
+	 * have without the handler (the instruction faults again). */
+	signal(sig, SIG_DFL);
+}
+
+int xport_shm_catch_sigbus(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = xshm_on_sigbus;
+	/* NODEFER: leaving by siglongjmp must not leave SIGBUS blocked, and
+	 * sigsetjmp(.., 0) then saves no signal mask (no syscall a batch). */
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, NULL) != 0)
+		return KVW_ESYS;
+	xshm_guard_installed = 1;
+	return 0;
+}
+
+/* The remote's file is still linked and at least as big as its mapping:
+ * 0, or KVW_ENOENT / KVW_ERANGE / KVW_ESYS with the reason in err. */
+static int xshm_remote_intact(const struct xshm_region *r, char *err,
+			      size_t errlen)
+{
+	struct stat st;
+
+	if (fstat(pool_fd(r->owned), &st) != 0)
+		return xport_errf(err, errlen, KVW_ESYS, "shm: stat %s: %s",
+				  pool_path(r->owned), strerror(errno));
+	if (st.st_nlink == 0)
+		return xport_errf(err, errlen, KVW_ENOENT,
+				  "shm: peer pool %s was removed",
+				  pool_path(r->owned));
+	if ((uint64_t)st.st_size < r->size)
+		return xport_errf(err, errlen, KVW_ERANGE,
+				  "shm: peer pool %s shrank to %llu bytes "
+				  "(mapped %llu)", pool_path(r->owned),
+				  (unsigned long long)st.st_size,
+				  (unsigned long long)r->size);
+	return 0;
+}
+
+/* Runs the (already checked) copies; KVW_ERANGE when a guarded SIGBUS cut
+ * them short. */
+static int xshm_copy(struct xshm_xport *s, const struct xport_copy *c,
+		     size_t n, char *err, size_t errlen)
+{
+	if (xshm_guard_installed) {
+		if (sigsetjmp(xshm_guard_jb, 0) != 0)
+			return xport_errf(err, errlen, KVW_ERANGE,
+					  "shm: peer pool truncated during a "
+					  "copy (SIGBUS caught)");
+		xshm_guard_x = s;
+	}
+	for (size_t i = 0; i < n; i++)
+		memcpy(s->rmt[c[i].dst].base + c[i].dst_off,
+		       s->loc[c[i].src].base + c[i].src_off, c[i].len);
+	xshm_guard_x = NULL;
+	return 0;
+}
+
 static int xshm_write_batch(struct xport *x, const struct xport_copy *c,
 			   size_t n, char *err, size_t errlen)
 {
 	struct xshm_xport *s = XPORT_SELF(struct xshm_xport, x);
+	uint32_t checked = UINT32_MAX;
 	size_t i;
+	int rc;
 
 	/* Check everything first: a bad copy anywhere moves no byte at all. */
 	for (i = 0; i < n; i++) {
@@ -294,11 +395,15 @@ static int xshm_write_batch(struct xport *x, const struct xport_copy *c,
 					  (unsigned long long)c[i].src_off,
 					  (unsigned long long)c[i].dst_off,
 					  (unsigned long long)c[i].len);
+		/* One fstat per remote run of the batch (usually one). */
+		if (c[i].dst != checked) {
+			rc = xshm_remote_intact(&s->rmt[c[i].dst], err, errlen);
+			if (rc < 0)
+				return rc;
+			checked = c[i].dst;
+		}
 	}
-	for (i = 0; i < n; i++)
-		memcpy(s->rmt[c[i].dst].base + c[i].dst_off,
-		       s->loc[c[i].src].base + c[i].src_off, c[i].len);
-	return 0;
+	return xshm_copy(s, c, n, err, errlen);
 }
 
 /* Copies are done when write_batch returns. */

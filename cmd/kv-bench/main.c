@@ -4,7 +4,9 @@
  * (--spawn): rooms of random ids move patterned KV pages from the prefill
  * pools to the decode pools, optionally verified byte by byte. Prints one
  * summary line of key=value pairs on stdout; a progress bar on stderr when
- * that is a terminal. The logic is in lib/bench.c.
+ * that is a terminal. The logic is in lib/bench.c; the modes (copy, rooms,
+ * demo) and their reports against the machine's limits are in modes.c and
+ * copy.c.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -20,6 +22,7 @@
 #include "proc.h"
 #include "runinfo.h"
 #include "shape.h"
+#include "modes.h"
 #include "spawn.h"
 
 static const char *const shape_names[] = {
@@ -32,8 +35,9 @@ static const char *const shape_names[] = {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kv-bench (--run-dir DIR | --spawn) [options] "
-		"[shape flags]\n"
+		"usage: kv-bench [demo|rooms] (--run-dir DIR | --spawn) "
+		"[options] [shape flags]\n"
+		"       kv-bench copy [options]\n"
 		"Simulated prefill and decode engines moving patterned KV "
 		"through a kvwire group.\n"
 		"  --run-dir DIR        use the group of DIR/endpoints (its "
@@ -57,11 +61,19 @@ static void usage(FILE *f)
 		"  --seed N             room ids from N (default: random)\n"
 		"  --room-timeout S     per-room deadline in seconds (default "
 		"60)\n"
-		"  --prefill-ranks N    prefill TP ranks: passed to kv-up with "
-		"--spawn; with\n"
-		"                       --run-dir the group must list that many\n"
-		"  --decode-ranks N     the same for decode ranks\n"
-		"  --abort-frac F       not implemented yet (a later issue)\n"
+		"  --prefill-tp N --prefill-pp N --decode-tp N --decode-pp N\n"
+		"                       topology (--prefill-ranks, "
+		"--decode-ranks: the TP\n"
+		"                       sizes): given to kv-up with --spawn; "
+		"checked with --run-dir\n"
+		"  --abort-frac F       abort that fraction of rooms (0..1) at "
+		"random moments\n"
+		"                       (before SEND_BEGIN, between chunks, "
+		"copies in flight);\n"
+		"                       once releasable their pages get a "
+		"canary, checked\n"
+		"                       before reuse and at the end (changed: "
+		"corrupt)\n"
 		"  --log-level LEVEL    error|warn|info|debug\n"
 		"  --help               this text\n"
 		"  %s\n"
@@ -72,6 +84,7 @@ static void usage(FILE *f)
 		"(and verified), 1 some did not,\n100 usage, 111 system "
 		"error.\n",
 		shape_usage());
+	kvb_usage(f);
 }
 
 static int fatal_usage(const char *msg, const char *arg)
@@ -114,7 +127,7 @@ int main(int argc, char **argv)
 {
 	enum { O_RUN = 256, O_SPAWN, O_KVUP, O_UPARG, O_ROOMS, O_PPR, O_CHUNK,
 	       O_ZERO, O_CONC, O_VERIFY, O_SEED, O_TIMEOUT, O_PRANKS, O_DRANKS,
-	       O_ABORT, O_LOG, O_HELP, O_SHAPE };
+	       O_PPP, O_DPP, O_ABORT, O_LOG, O_HELP, O_SHAPE };
 	static const struct option base[] = {
 		{ "run-dir", 1, NULL, O_RUN }, { "spawn", 0, NULL, O_SPAWN },
 		{ "kv-up", 1, NULL, O_KVUP }, { "up-arg", 1, NULL, O_UPARG },
@@ -125,8 +138,9 @@ int main(int argc, char **argv)
 		{ "concurrency", 1, NULL, O_CONC },
 		{ "verify", 0, NULL, O_VERIFY }, { "seed", 1, NULL, O_SEED },
 		{ "room-timeout", 1, NULL, O_TIMEOUT },
-		{ "prefill-ranks", 1, NULL, O_PRANKS },
-		{ "decode-ranks", 1, NULL, O_DRANKS },
+		{ "prefill-ranks", 1, NULL, O_PRANKS }, { "prefill-pp", 1, NULL, O_PPP },
+		{ "decode-ranks", 1, NULL, O_DRANKS }, { "decode-pp", 1, NULL, O_DPP },
+		{ "prefill-tp", 1, NULL, O_PRANKS }, { "decode-tp", 1, NULL, O_DRANKS },
 		{ "abort-frac", 1, NULL, O_ABORT },
 		{ "log-level", 1, NULL, O_LOG }, { "help", 0, NULL, O_HELP },
 	};
@@ -136,17 +150,24 @@ int main(int argc, char **argv)
 	struct bench_config cfg = { .rooms = 100, .pages_per_room = 16,
 				    .chunk_pages = 4, .concurrency = 8,
 				    .room_timeout_s = 60 };
-	char *up_args[3 * MAX_ARGS + 5], *shape_val[MAX_ARGS];
+	char *up_args[3 * MAX_ARGS + 8], *shape_val[MAX_ARGS];
 	unsigned shape_idx[MAX_ARGS];
-	char err[512], kv_up[PATH_MAX], rk[2][16];
+	char err[512], kv_up[PATH_MAX], rk[4][16];
+	uint32_t topo[4] = { 0 }; /* prefill tp, prefill pp, decode tp, pp */
 	const char *run_dir = NULL;
 	unsigned nshape = 0, nup = 0;
 	struct spawn sp = { 0 };
 	struct runinfo *ri = NULL;
-	struct bench_result res;
+	struct kvb_opts mo;
 	unsigned long long v;
 	int c, spawn = 0, lvl = LOG_WARN, rc, tty;
 
+	/* The mode word and the modes' own flags first (modes.c). */
+	if ((rc = kvb_opts_parse(&argc, &argv, &mo)) != 0)
+		return rc;
+	if (mo.mode == KVB_COPY)
+		return kvb_copy_main(argc, argv, &mo);
+	kvb_defaults(&mo, &cfg);
 	memcpy(opts, base, sizeof base);
 	for (unsigned i = 0; i < NSHAPE; i++) {
 		snprintf(flag[i], sizeof flag[i], "--%s", shape_names[i]);
@@ -172,8 +193,10 @@ int main(int argc, char **argv)
 		case O_PPR: u32 = &cfg.pages_per_room; break;
 		case O_CHUNK: u32 = &cfg.chunk_pages; break;
 		case O_CONC: u32 = &cfg.concurrency; break;
-		case O_PRANKS: u32 = &cfg.prefill_ranks; break;
-		case O_DRANKS: u32 = &cfg.decode_ranks; break;
+		case O_PRANKS: u32 = &topo[0]; break;
+		case O_PPP: u32 = &topo[1]; break;
+		case O_DRANKS: u32 = &topo[2]; break;
+		case O_DPP: u32 = &topo[3]; break;
 		case O_ZERO: cfg.zero_last = 1; break;
 		case O_VERIFY: cfg.verify = 1; break;
 		case O_SEED:
@@ -188,9 +211,16 @@ int main(int argc, char **argv)
 			      cfg.room_timeout_s < 1e6))
 				return fatal_usage("bad --room-timeout", optarg);
 			break;
-		case O_ABORT:
-			return fatal_usage("--abort-frac is not implemented "
-					   "yet", NULL);
+		case O_ABORT: {
+			char *end;
+
+			cfg.abort_frac = strtod(optarg, &end);
+			if (*end || !*optarg ||
+			    !(cfg.abort_frac >= 0 && cfg.abort_frac <= 1))
+				return fatal_usage("bad --abort-frac (0..1)",
+						   optarg);
+			break;
+		}
 		case O_LOG:
 			if ((lvl = log_level_parse(optarg)) < 0)
 				return fatal_usage("bad --log-level", optarg);
@@ -233,17 +263,16 @@ int main(int argc, char **argv)
 	tty = isatty(2);
 	shape_default(&cfg.shape);
 	if (spawn) {
-		/* kv-up gets the rank counts and the shape flags, after any
+		/* kv-up gets the topology and the shape flags, after any
 		 * --up-arg. */
-		for (int k = 0; k < 2; k++) {
-			uint32_t n = k ? cfg.decode_ranks : cfg.prefill_ranks;
+		static char topo_flag[4][16] = { "--prefill-tp", "--prefill-pp",
+						 "--decode-tp", "--decode-pp" };
 
-			if (n == 0)
-				continue;
-			snprintf(rk[k], sizeof rk[k], "%u", n);
-			up_args[nup++] = k ? "--decode-ranks" : "--prefill-ranks";
-			up_args[nup++] = rk[k];
-		}
+		for (int k = 0; k < 4; k++)
+			if (topo[k] && snprintf(rk[k], sizeof rk[k], "%u", topo[k])) {
+				up_args[nup++] = topo_flag[k];
+				up_args[nup++] = rk[k];
+			}
 		for (unsigned i = 0; i < nshape; i++) {
 			up_args[nup++] = flag[shape_idx[i]];
 			if (shape_val[i])
@@ -261,6 +290,12 @@ int main(int argc, char **argv)
 	}
 	rc = runinfo_load(run_dir, &ri, err, sizeof err);
 	if (rc == 0)
+		rc = runinfo_check_topo(ri, RUNINFO_PREFILL, topo[0],
+					topo[1], err, sizeof err);
+	if (rc == 0)
+		rc = runinfo_check_topo(ri, RUNINFO_DECODE, topo[2],
+					topo[3], err, sizeof err);
+	if (rc == 0)
 		rc = runinfo_shape_apply(runinfo_shape(ri), &cfg.shape, err,
 					 sizeof err);
 	for (unsigned i = 0; rc == 0 && i < nshape; i++) {
@@ -275,26 +310,9 @@ int main(int argc, char **argv)
 		runinfo_free(&ri);
 		return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
 	}
-	rc = bench_run(ri, &cfg, progress, &tty, &res, err, sizeof err);
-	if (tty)
-		fputc('\n', stderr);
-	if (rc == 0 || res.rooms || res.inflight) {
-		double gib = (double)res.bytes / (1024.0 * 1024 * 1024);
-		double secs = res.seconds > 0 ? res.seconds : 1e-9;
-
-		printf("rooms=%u success=%u failed=%u aborted=%u stuck=%u "
-		       "corrupt=%u bytes=%llu seconds=%.3f rooms_per_s=%.1f "
-		       "gib_per_s=%.3f\n", res.rooms, res.success, res.failed,
-		       res.aborted, res.stuck, res.corrupt,
-		       (unsigned long long)res.bytes, res.seconds,
-		       res.rooms / secs, gib / secs);
-	}
-	fflush(stdout);
+	/* Measures and prints (modes.c); the exit code comes back. */
+	rc = kvb_run(&mo, ri, &cfg, progress, &tty);
 	spawn_stop(&sp);
 	runinfo_free(&ri);
-	if (rc < 0) {
-		fprintf(stderr, "kv-bench: fatal: %s\n", err);
-		return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
-	}
-	return res.success == cfg.rooms ? KVW_EXIT_OK : 1;
+	return rc;
 }

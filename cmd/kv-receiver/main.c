@@ -23,9 +23,11 @@ static void usage(FILE *f)
 		"usage: " PROG " --listen EP --engine ipc://PATH --table PATH --pool PATH\n"
 		"       [--topo tp,pp[,cp,dp]] [--rank tp,pp[,cp,dp]] [--transport shm]\n"
 		"       [--waiting-timeout SECONDS] [--ready-fd N] [--log-level LEVEL]\n"
-		"       [--name NAME] [shape options]\n"
+		"       [--name NAME] [--all-cp-ranks] [shape options]\n"
 		"Decode-side kvwire control process. --waiting-timeout defaults to\n"
-		"$KVW_WAITING_TIMEOUT or 300 s. Shape options: %s\n"
+		"$KVW_WAITING_TIMEOUT or 300 s. --all-cp-ranks: with prefill CP > 1,\n"
+		"pull each CP rank's page share from every CP rank (default: CP\n"
+		"rank 0 only). Shape options: %s\n"
 		"Exit: 0 stopped, 77 transport not available, 100 usage, 111 system.\n",
 		shape_usage());
 }
@@ -107,7 +109,7 @@ int main(int argc, char **argv)
 			return fatal_usage("unexpected argument: %s", a);
 		eq = strchr(a, '=');
 		snprintf(opt, sizeof opt, "%.*s", eq ? (int)(eq - a - 2) : 63, a + 2);
-		if (strcmp(opt, "mla") == 0) {
+		if (strcmp(opt, "mla") == 0 || strcmp(opt, "all-cp-ranks") == 0) {
 			val = NULL;
 		} else if (eq) {
 			val = eq + 1;
@@ -134,6 +136,10 @@ int main(int argc, char **argv)
 			tmo = val;
 			if (parse_secs(val, &cfg.waiting_timeout_ns))
 				return fatal_usage("bad --waiting-timeout: %s", val);
+		} else if (strcmp(opt, "all-cp-ranks") == 0) {
+			if (eq)
+				return fatal_usage("--all-cp-ranks takes no value: %s", a);
+			cfg.all_cp_ranks = 1;
 		} else if (strcmp(opt, "ready-fd") == 0) {
 			if (parse_int(val, &ready_fd))
 				return fatal_usage("bad --ready-fd: %s", val);

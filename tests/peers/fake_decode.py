@@ -166,7 +166,8 @@ def wait_status(router, room, timeout):
 def abort_then_ack(a, router, peer, src_rank, epoch):
     """Sends ABORT for the room and waits for its ABORT_ACK (a STATUS
     Failed may come first and is noted)."""
-    peer.send_multipart([hdr(T['ABORT'], src_rank, a.room, epoch), struct.pack('<I', 1)])
+    token = 0x5eed0000 + a.room
+    peer.send_multipart([hdr(T['ABORT'], src_rank, a.room, epoch), struct.pack('<IQ', 1, token)])
     deadline = time.monotonic() + a.timeout
     failed = None
     while True:
@@ -180,6 +181,8 @@ def abort_then_ack(a, router, peer, src_rank, epoch):
         if st is not None and st['state'] == FAILED:
             failed = st['reason']
         if h['type'] == T['ABORT_ACK']:
+            if len(parts) != 2 or struct.unpack('<Q', parts[1])[0] != token:
+                fail('ABORT_ACK for room %d without its token' % a.room)
             print('ok room %d: ABORT_ACK (STATUS Failed reason %s first)' % (a.room, failed))
             return
 
@@ -246,6 +249,8 @@ def transfer(a):
     print('ok room %d: STATUS %s reason %d src_rank %d, %d pages' %
           (a.room, 'Success' if st['state'] == SUCCESS else 'Failed',
            st['reason'], h['src_rank'], n))
+    if a.abort_after:
+        abort_then_ack(a, router, peer, src_rank, epoch)
     ctx.destroy(linger=0)
 
 
@@ -266,6 +271,8 @@ def main():
     t.add_argument('--bad-index', action='store_true')
     t.add_argument('--abort', action='store_true',
                    help='send no chunk; ABORT the room and wait for ABORT_ACK')
+    t.add_argument('--abort-after', action='store_true',
+                   help='after the STATUS, ABORT the room and wait for ABORT_ACK')
     t.add_argument('--timeout', type=float, default=10)
     for name, dflt in (('layers', 2), ('page-tokens', 4), ('heads', 2),
                        ('head-dim', 8), ('dtype-bytes', 2), ('pool-pages', 32),

@@ -14,7 +14,8 @@ Needs Debian's /usr/bin/python3 (pyzmq).
       REGISTER / XFER_INFO / ABORT / PING; --auto answers each real XFER_INFO
       at once by writing the pages and sending STATUS(Success). Control
       commands on the PULL socket --ctl: "status RANK ROOM success|failed
-      [REASON]", "ack RANK ROOM", "mute RANK", "unmute RANK", "restart RANK".
+      [REASON]", "ack RANK ROOM [TOKEN]", "hold RANK" (no
+      automatic ABORT_ACK), "mute RANK", "unmute RANK", "restart RANK".
       Every event is appended to --events as one line.
   kvwfake.py engine EP begin ROOM BOOTSTRAP AUX DP PAGES(comma list or -)
   kvwfake.py engine EP abort|clear ROOM
@@ -95,6 +96,7 @@ class Fake:
         self.not_ready = a.not_ready
         self.ev = open(a.events, "a", buffering=1) if a.events else None
         self.ranks = []  # unique rank -> dict
+        self.tokens = {}  # (unique rank, room) -> token of the last ABORT
         self.poller = zmq.Poller()
         for u, ep in enumerate(a.ranks):
             s = self.ctx.socket(zmq.ROUTER)
@@ -147,7 +149,7 @@ class Fake:
         body = (struct.pack("<I", status) +
                 struct.pack("<4I", self.tp, self.pp, 1, 1) +
                 struct.pack("<4I", *coord) + s16(ep) + model(self.mla) +
-                struct.pack("<2I", 0, 1) + s16(text))
+                struct.pack("<2IQ", 0, 1, 0) + s16(text))  # epoch 0: not stated
         self.boot.send_multipart([ident, hdr(T["BOOT_REPLY"], 0, room), body])
 
     def on_boot(self):
@@ -250,9 +252,11 @@ class Fake:
             if self.auto and not dummy:
                 self.status(u, room, True)
         elif typ == T["ABORT"]:
-            reason = struct.unpack("<I", parts[2])[0]
-            self.event("ABORT rank=%d room=%d reason=%d" % (u, room, reason))
-            self.to_decode(u, T["ABORT_ACK"], room)
+            reason, token = struct.unpack("<IQ", parts[2])
+            self.tokens[(u, room)] = token
+            self.event("ABORT rank=%d room=%d reason=%d token=%d" % (u, room, reason, token))
+            if not r.get("hold"):
+                self.to_decode(u, T["ABORT_ACK"], room, struct.pack("<Q", token))
 
     def on_ctl(self):
         w = self.ctl.recv().decode().split()
@@ -261,7 +265,13 @@ class Fake:
         if w[0] == "status":
             self.status(u, int(w[2]), w[3] == "success", int(w[4]) if len(w) > 4 else 5)
         elif w[0] == "ack":
-            self.to_decode(u, T["ABORT_ACK"], int(w[2]))
+            # ack U ROOM [TOKEN]: default, the token of the last ABORT seen
+            room = int(w[2])
+            token = int(w[3]) if len(w) > 3 else self.tokens.get((u, room), 1)
+            self.to_decode(u, T["ABORT_ACK"], room, struct.pack("<Q", token))
+        elif w[0] == "hold":
+            # hold U: rank U stops acking ABORTs by itself (see "ack")
+            self.ranks[u]["hold"] = True
         elif w[0] == "mute":
             self.ranks[u]["muted"] = True
         elif w[0] == "unmute":

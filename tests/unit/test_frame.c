@@ -93,6 +93,7 @@ static void fixture(unsigned type, int variant, struct frame_msg *m)
 		b->model = model1;
 		b->layer_first = 0;
 		b->layer_count = 61;
+		b->epoch = 0x0123456789abcdefull;
 		break;
 	}
 	case FRAME_REGISTER: {
@@ -124,6 +125,10 @@ static void fixture(unsigned type, int variant, struct frame_msg *m)
 		break;
 	case FRAME_ABORT:
 		m->u.abort.reason = variant ? KVW_NREASONS - 1 : KVW_R_ABORTED;
+		m->u.abort.token = variant ? UINT64_MAX : 0x11;
+		break;
+	case FRAME_ABORT_ACK:
+		m->u.abort_ack.token = variant ? UINT64_MAX : 0x11;
 		break;
 	case FRAME_STATUS:
 		m->u.status.state = variant ? KVW_FAILED : KVW_SUCCESS;
@@ -287,6 +292,7 @@ static void assert_msg_eq(const struct frame_msg *a, const struct frame_msg *b)
 		assert_memory_equal(&x->model, &y->model, sizeof x->model);
 		assert_int_equal(x->layer_first, y->layer_first);
 		assert_int_equal(x->layer_count, y->layer_count);
+		assert_true(x->epoch == y->epoch);
 		assert_str_eq(x->text, y->text);
 		break;
 	}
@@ -323,6 +329,10 @@ static void assert_msg_eq(const struct frame_msg *a, const struct frame_msg *b)
 		break;
 	case FRAME_ABORT:
 		assert_int_equal(a->u.abort.reason, b->u.abort.reason);
+		assert_true(a->u.abort.token == b->u.abort.token);
+		break;
+	case FRAME_ABORT_ACK:
+		assert_true(a->u.abort_ack.token == b->u.abort_ack.token);
 		break;
 	case FRAME_STATUS:
 		assert_int_equal(a->u.status.state, b->u.status.state);
@@ -396,7 +406,7 @@ static void test_every_type_and_variant_round_trips_field_for_field(void **state
 static void test_part_counts_are_one_for_header_only_types_three_for_array_types(void **state)
 {
 	static const unsigned want[FRAME_TYPE_MAX + 1] = {
-		0, 2, 2, 2, 1, 1, 2, 3, 2, 2, 1, 2, 3, 3, 1, 1, 3, 2,
+		0, 2, 2, 2, 1, 1, 2, 3, 2, 2, 2, 2, 3, 3, 1, 1, 3, 2,
 	};
 
 	(void)state;
@@ -634,6 +644,8 @@ static const struct patch patches[] = {
 	{ "dummy 255", FRAME_XFER_INFO, 0, 1, 8, { 255 }, 1, KVW_EINVAL, "dummy" },
 	{ "abort reason", FRAME_ABORT, 0, 1, 0, { KVW_NREASONS }, 1, KVW_EINVAL, "reason 12" },
 	{ "abort reason max", FRAME_ABORT, 0, 1, 3, { 0x80 }, 1, KVW_EINVAL, "reason" },
+	{ "abort token 0", FRAME_ABORT, 0, 1, 4, { 0 }, 1, KVW_EINVAL, "token 0" },
+	{ "ack token 0", FRAME_ABORT_ACK, 0, 1, 0, { 0 }, 1, KVW_EINVAL, "token 0" },
 	{ "status reason", FRAME_STATUS, 0, 1, 1, { KVW_NREASONS }, 1, KVW_EINVAL, "reason 12" },
 	{ "is_last 2", FRAME_SEND_CHUNK, 0, 1, 0, { 2 }, 1, KVW_EINVAL, "is_last" },
 	{ "is_last 255", FRAME_SEND_CHUNK, 0, 1, 0, { 255 }, 1, KVW_EINVAL, "is_last" },
@@ -935,6 +947,8 @@ static void spoil_required(struct frame_msg *m) { m->u.xfer_info.required_dst_in
 static void spoil_dummy(struct frame_msg *m) { m->u.xfer_info.dummy = 2; }
 static void spoil_pages_null(struct frame_msg *m) { m->u.xfer_info.pages.p = NULL; }
 static void spoil_abort(struct frame_msg *m) { m->u.abort.reason = KVW_NREASONS; }
+static void spoil_atoken(struct frame_msg *m) { m->u.abort.token = 0; }
+static void spoil_acktoken(struct frame_msg *m) { m->u.abort_ack.token = 0; }
 static void spoil_state(struct frame_msg *m) { m->u.status.state = KVW_TRANSFERRING; }
 static void spoil_sreason(struct frame_msg *m) { m->u.status.reason = UINT32_MAX; }
 static void spoil_is_last(struct frame_msg *m) { m->u.send_chunk.is_last = 2; }
@@ -963,6 +977,8 @@ static const struct bad_msg bad_msgs[] = {
 	{ "dummy 2", FRAME_XFER_INFO, spoil_dummy, KVW_EINVAL },
 	{ "pages without data", FRAME_XFER_INFO, spoil_pages_null, KVW_EINVAL },
 	{ "abort reason", FRAME_ABORT, spoil_abort, KVW_EINVAL },
+	{ "abort token 0", FRAME_ABORT, spoil_atoken, KVW_EINVAL },
+	{ "ack token 0", FRAME_ABORT_ACK, spoil_acktoken, KVW_EINVAL },
 	{ "status state", FRAME_STATUS, spoil_state, KVW_EINVAL },
 	{ "status reason", FRAME_STATUS, spoil_sreason, KVW_EINVAL },
 	{ "is_last 2", FRAME_SEND_CHUNK, spoil_is_last, KVW_EINVAL },

@@ -219,6 +219,34 @@ static void close_accepts_null(void **state)
 	assert_null(p);
 }
 
+/* A restarted control keeps the pool its engine maps: same file, same
+ * bytes. A pool of another size is replaced by a fresh one. */
+static void adopt_keeps_a_same_size_pool_and_replaces_another(void **state)
+{
+	struct pool *a = NULL, *b = NULL, *c = NULL;
+	struct stat st1, st2;
+	char err[256];
+	int reused = -1;
+
+	(void)state;
+	assert_int_equal(pool_adopt(path_a, 8192, &a, &reused, err, sizeof err), 0);
+	assert_int_equal(reused, 0); /* nothing there: created */
+	((unsigned char *)pool_base(a))[100] = 0xab;
+	assert_int_equal(fstat(pool_fd(a), &st1), 0);
+	assert_int_equal(pool_adopt(path_a, 8192, &b, &reused, err, sizeof err), 0);
+	assert_int_equal(reused, 1);
+	assert_int_equal(fstat(pool_fd(b), &st2), 0);
+	assert_true(st1.st_ino == st2.st_ino);
+	assert_int_equal(((unsigned char *)pool_base(b))[100], 0xab);
+	pool_close(&b);
+	assert_int_equal(pool_adopt(path_a, 16384, &c, &reused, err, sizeof err), 0);
+	assert_int_equal(reused, 0);
+	assert_int_equal(pool_size(c), 16384);
+	assert_int_equal(((unsigned char *)pool_base(c))[100], 0);
+	pool_close(&c);
+	pool_close(&a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -231,6 +259,7 @@ int main(void)
 		T(open_missing_file_fails_cleanly),
 		T(open_refuses_empty_file_and_symlink),
 		T(close_accepts_null),
+		T(adopt_keeps_a_same_size_pool_and_replaces_another),
 #undef T
 	};
 

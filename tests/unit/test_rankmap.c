@@ -129,6 +129,35 @@ test_e4_prefill_cp4_all_ranks_four_targets_resp4_page_split(void **st)
 	assert_int_equal(rankmap_target_pages(&m, 4, 10, &a, &c), KVW_EINVAL);
 }
 
+/* Success is counted by distinct unique rank: the four CP ranks that share
+ * (tp 1, pp 0) must have four distinct ones, and CP rank 0 keeps the
+ * pp * tp_size + tp numbering. */
+static void test_unique_ranks_distinct_over_cp_and_pp(void **st)
+{
+	struct rankmap_in in = in_tp(4, 4, 1, 0);
+	uint32_t seen[4];
+
+	(void)st;
+	in.prefill.cp = 4;
+	in.all_cp_ranks = 1;
+	assert_int_equal(rankmap_compute(&in, &m, err, sizeof err), 0);
+	assert_int_equal(m.prefill.cp, 4);
+	for (uint32_t i = 0; i < 4; i++) {
+		seen[i] = rankmap_unique(&m.prefill, &m.targets[i].coord);
+		for (uint32_t j = 0; j < i; j++)
+			assert_int_not_equal(seen[i], seen[j]);
+	}
+	assert_int_equal(seen[0], 1);
+	{
+		struct kvw_topo t = {4, 2, 3, 1};
+		struct kvw_coord c0 = {.tp = 3, .pp = 1}, c2 = {.tp = 3, .pp = 1,
+								 .cp = 2};
+
+		assert_int_equal(rankmap_unique(&t, &c0), 1 * 4 + 3);
+		assert_int_equal(rankmap_unique(&t, &c2), (2 * 2 + 1) * 4 + 3);
+	}
+}
+
 static void test_e5_prefill_pp4_decode_pp1_targets_all_stages_resp4(void **st)
 {
 	struct rankmap_in in = in_tp(2, 2, 0, 0);
@@ -254,6 +283,7 @@ int main(void)
 		test_e4_prefill_cp4_all_ranks_four_targets_resp4_page_split),
 	    cmocka_unit_test(
 		test_e5_prefill_pp4_decode_pp1_targets_all_stages_resp4),
+	    cmocka_unit_test(test_unique_ranks_distinct_over_cp_and_pp),
 	    cmocka_unit_test(test_equal_pp_targets_own_stage_only),
 	    cmocka_unit_test(test_counters_multiply_tp_cp_pp_and_carry_dp),
 	    cmocka_unit_test(test_e5_decode_pp2_vs_prefill_pp4_refused),

@@ -118,14 +118,14 @@ static void acks_count_only_when_armed_and_include_dummies(void **state)
 	(void)state;
 	receiver_room_mark_sent(room);
 	assert_int_equal(room->ack_needed, 4);
-	assert_int_equal(receiver_room_ack(room, 0), RX_IGNORED); /* not armed */
-	room->armed = 1;
-	assert_int_equal(receiver_room_ack(room, 0), RX_COUNTED);
-	assert_int_equal(receiver_room_ack(room, 0), RX_DUP);
-	assert_int_equal(receiver_room_ack(room, 9), RX_IGNORED);
-	assert_int_equal(receiver_room_ack(room, 1), RX_COUNTED);
-	assert_int_equal(receiver_room_ack(room, 3), RX_COUNTED);
-	assert_int_equal(receiver_room_ack(room, 2), RX_COMPLETE);
+	assert_int_equal(receiver_room_ack(room, 0, 5), RX_IGNORED); /* not armed */
+	assert_int_equal(receiver_room_arm(room, 5), 0);
+	assert_int_equal(receiver_room_ack(room, 0, 5), RX_COUNTED);
+	assert_int_equal(receiver_room_ack(room, 0, 5), RX_DUP);
+	assert_int_equal(receiver_room_ack(room, 9, 5), RX_IGNORED);
+	assert_int_equal(receiver_room_ack(room, 1, 5), RX_COUNTED);
+	assert_int_equal(receiver_room_ack(room, 3, 5), RX_COUNTED);
+	assert_int_equal(receiver_room_ack(room, 2, 5), RX_COMPLETE);
 	receiver_room_free(room);
 }
 
@@ -135,8 +135,40 @@ static void acks_are_ignored_before_xfer_info_went_out(void **state)
 					(struct kvw_topo){ 1, 1, 1, 1 }, 0, 0);
 
 	(void)state;
-	room->armed = 1;
-	assert_int_equal(receiver_room_ack(room, 0), RX_IGNORED);
+	assert_int_equal(receiver_room_arm(room, 1), 0);
+	assert_int_equal(receiver_room_ack(room, 0, 1), RX_IGNORED);
+	receiver_room_free(room);
+}
+
+/* G10/G11: an ack for an unarmed room is dropped, and an ack of an older
+ * incarnation (another token) never counts for a later room of the same
+ * id, however the two interleave. */
+static void acks_of_another_incarnation_never_count(void **state)
+{
+	struct rx_room *old = room_for((struct kvw_topo){ 2, 1, 1, 1 },
+				       (struct kvw_topo){ 1, 1, 1, 1 }, 0, 0);
+	struct rx_room *room = room_for((struct kvw_topo){ 2, 1, 1, 1 },
+					(struct kvw_topo){ 1, 1, 1, 1 }, 0, 0);
+
+	(void)state;
+	receiver_room_mark_sent(old);
+	receiver_room_mark_sent(room);
+	assert_int_equal(room->ack_needed, 2);
+	assert_int_equal(receiver_room_arm(old, 40), 0);
+	assert_int_equal(receiver_room_ack(old, 0, 40), RX_COUNTED);
+	/* the later incarnation, not armed yet: the old acks are dropped */
+	assert_int_equal(receiver_room_ack(room, 1, 40), RX_IGNORED);
+	assert_int_equal(receiver_room_arm(room, 41), 0);
+	assert_int_equal(receiver_room_arm(room, 42), KVW_EINVAL); /* once */
+	assert_int_equal(receiver_room_arm(room, 0), KVW_EINVAL);
+	/* armed: the old token still counts for nothing, from any rank */
+	assert_int_equal(receiver_room_ack(room, 0, 40), RX_IGNORED);
+	assert_int_equal(receiver_room_ack(room, 1, 40), RX_IGNORED);
+	assert_int_equal(room->acked.n, 0);
+	assert_int_equal(receiver_room_ack(room, 0, 41), RX_COUNTED);
+	assert_int_equal(receiver_room_ack(room, 1, 40), RX_IGNORED);
+	assert_int_equal(receiver_room_ack(room, 1, 41), RX_COMPLETE);
+	receiver_room_free(old);
 	receiver_room_free(room);
 }
 
@@ -187,6 +219,31 @@ static void boot_backoff_stays_between_100_and_500_ms(void **state)
 	assert_in_range(receiver_boot_backoff(0, 0), 100, 149);
 }
 
+/* Epochs are random: "older" can only mean "one this peer had before".
+ * The first heard is adopted, a different one is a restart (the old one
+ * retired), a retired one is stale forever after (within the last
+ * RX_RETIRED), 0 means no epoch. */
+static void epochs_first_adopted_new_is_restart_retired_is_stale(void **state)
+{
+	struct rx_peer p = { 0 };
+
+	(void)state;
+	assert_int_equal(receiver_epoch_note(&p, 0), RX_EP_CURRENT);
+	assert_int_equal(receiver_epoch_note(&p, 0xa), RX_EP_CURRENT);
+	assert_true(p.epoch == 0xa);
+	assert_int_equal(receiver_epoch_note(&p, 0xa), RX_EP_CURRENT);
+	assert_int_equal(receiver_epoch_note(&p, 0xb), RX_EP_NEW);
+	assert_true(p.epoch == 0xb);
+	assert_int_equal(receiver_epoch_note(&p, 0xa), RX_EP_STALE);
+	assert_true(p.epoch == 0xb); /* a stale message changes nothing */
+	assert_int_equal(receiver_epoch_note(&p, 0), RX_EP_CURRENT);
+	for (uint64_t e = 0xc; e < 0xc + RX_RETIRED; e++)
+		assert_int_equal(receiver_epoch_note(&p, e), RX_EP_NEW);
+	/* 0xa fell out of the last RX_RETIRED; 0xb (retired since) did not. */
+	assert_int_equal(receiver_epoch_note(&p, 0xc), RX_EP_STALE);
+	assert_int_equal(receiver_epoch_note(&p, 0xa), RX_EP_NEW);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -197,9 +254,11 @@ int main(void)
 		cmocka_unit_test(pp_targets_have_distinct_unique_ranks),
 		cmocka_unit_test(acks_count_only_when_armed_and_include_dummies),
 		cmocka_unit_test(acks_are_ignored_before_xfer_info_went_out),
+		cmocka_unit_test(acks_of_another_incarnation_never_count),
 		cmocka_unit_test(room_map_puts_gets_and_deletes_colliding_keys),
 		cmocka_unit_test(room_copies_its_pages_and_cp_share),
 		cmocka_unit_test(boot_backoff_stays_between_100_and_500_ms),
+		cmocka_unit_test(epochs_first_adopted_new_is_restart_retired_is_stale),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -247,17 +247,45 @@ static void test_job_queue_is_fifo_across_wraps_and_growth(void **state)
 	sender_jobq_free(&q);
 }
 
-static void test_ack_targets_are_kept_once(void **state)
+static void test_ack_targets_are_a_set_of_peer_and_token(void **state)
 {
 	struct sender_peer p1, p2;
 	struct sender_room r;
 
 	(void)state;
 	memset(&r, 0, sizeof r);
-	assert_int_equal(sender_room_add_ack(&r, &p1), 0);
-	assert_int_equal(sender_room_add_ack(&r, &p1), 0);
-	assert_int_equal(sender_room_add_ack(&r, &p2), 0);
-	assert_int_equal(r.nacks, 2);
+	assert_int_equal(sender_room_add_ack(&r, &p1, 7, 1000), 1);
+	assert_int_equal(r.ack_deadline_ns, 1000);
+	/* the same ABORT twice (a retry) is one target */
+	assert_int_equal(sender_room_add_ack(&r, &p1, 7, 2000), 0);
+	/* a second decode rank aborting the room: kept beside the first */
+	assert_int_equal(sender_room_add_ack(&r, &p2, 7, 2000), 1);
+	/* the same decode aborting a later incarnation: its own target */
+	assert_int_equal(sender_room_add_ack(&r, &p1, 8, 2000), 1);
+	assert_int_equal(r.nacks, 3);
+	/* the first target's deadline stands */
+	assert_int_equal(r.ack_deadline_ns, 1000);
+	assert_ptr_equal(r.acks[0].peer, &p1);
+	assert_true(r.acks[0].token == 7);
+	assert_ptr_equal(r.acks[1].peer, &p2);
+	assert_true(r.acks[1].token == 7);
+	assert_ptr_equal(r.acks[2].peer, &p1);
+	assert_true(r.acks[2].token == 8);
+	free(r.acks);
+}
+
+static void test_acks_are_due_only_with_targets_and_nothing_outstanding(void **state)
+{
+	struct sender_peer p1;
+	struct sender_room r;
+
+	(void)state;
+	memset(&r, 0, sizeof r);
+	assert_false(sender_room_ack_due(&r, 0)); /* nobody asked */
+	assert_int_equal(sender_room_add_ack(&r, &p1, 9, 1), 1);
+	assert_false(sender_room_ack_due(&r, 1)); /* a job still copying */
+	assert_false(sender_room_ack_due(&r, 3));
+	assert_true(sender_room_ack_due(&r, 0));
 	free(r.acks);
 }
 
@@ -299,7 +327,8 @@ int main(void)
 		cmocka_unit_test(test_dst_slice_follows_cursor_and_refuses_overrun),
 		cmocka_unit_test(test_job_pages_keeps_each_job_under_the_copy_cap),
 		cmocka_unit_test(test_job_queue_is_fifo_across_wraps_and_growth),
-		cmocka_unit_test(test_ack_targets_are_kept_once),
+		cmocka_unit_test(test_ack_targets_are_a_set_of_peer_and_token),
+		cmocka_unit_test(test_acks_are_due_only_with_targets_and_nothing_outstanding),
 		cmocka_unit_test(test_worker_of_is_stable_and_in_range),
 		cmocka_unit_test(test_rank_of_is_pp_major),
 	};

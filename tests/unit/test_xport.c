@@ -17,7 +17,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -419,6 +422,75 @@ static void registry_finds_known_names_only(void **state)
 	assert_int_equal(xport_open(NULL, &(struct xport *){ NULL }, NULL, 0), KVW_EINVAL);
 }
 
+/* A pool unlinked or truncated after connect: the next batch fails before
+ * any byte moves (fstat before each batch), instead of writing into an
+ * orphaned file or faulting with SIGBUS. */
+static void shm_batch_into_removed_or_truncated_pool_fails_without_sigbus(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c = cp(f, 0, 0, 4096);
+
+	/* Truncation: the mapping past the new end would SIGBUS. */
+	assert_int_equal(ftruncate(pool_fd(f->dst), DST_SIZE / 2), 0);
+	c = cp(f, 0, DST_SIZE - 4096, 4096);
+	assert_int_equal(xport_write_batch(f->pre, &c, 1, f->err, sizeof f->err),
+			 KVW_ERANGE);
+	assert_non_null(strstr(f->err, "shrank"));
+	/* Back to full size (canary lost past the cut), then removed. */
+	assert_int_equal(ftruncate(pool_fd(f->dst), DST_SIZE), 0);
+	memset(pool_base(f->dst), CANARY, DST_SIZE);
+	assert_int_equal(unlink(f->dst_path), 0);
+	c = cp(f, 0, 0, 4096);
+	assert_int_equal(xport_write_batch(f->pre, &c, 1, f->err, sizeof f->err),
+			 KVW_ENOENT);
+	assert_non_null(strstr(f->err, "removed"));
+	assert_untouched(f);
+}
+
+struct shrinker {
+	int fd;
+	atomic_int go;
+};
+
+static void *shrink_later(void *arg)
+{
+	struct shrinker *k = arg;
+
+	while (!atomic_load(&k->go))
+		;
+	if (ftruncate(k->fd, 0) != 0)
+		abort();
+	return NULL;
+}
+
+/* With the SIGBUS guard installed, a pool truncated by another thread
+ * while batches run ends in an error from write_batch (the fstat check or
+ * the caught SIGBUS, whichever the race gives) and the process lives on;
+ * a batch into a healthy pool still works afterwards. */
+static void shm_truncation_racing_batches_is_an_error_not_a_crash(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c[8];
+	struct shrinker k = { pool_fd(f->dst), 0 };
+	pthread_t th;
+	int rc = 0;
+
+	assert_int_equal(xport_shm_catch_sigbus(), 0);
+	for (int i = 0; i < 8; i++)
+		c[i] = cp(f, 0, (uint64_t)i * 6144, 6144);
+	assert_int_equal(pthread_create(&th, NULL, shrink_later, &k), 0);
+	for (long n = 0; n < 10000000 && rc == 0; n++) {
+		if (n == 100)
+			atomic_store(&k.go, 1);
+		rc = xport_write_batch(f->pre, c, 8, f->err, sizeof f->err);
+	}
+	atomic_store(&k.go, 1);
+	pthread_join(th, NULL);
+	assert_int_equal(rc, KVW_ERANGE);
+	assert_true(strstr(f->err, "shrank") || strstr(f->err, "SIGBUS"));
+	print_message("truncation seen as: %s\n", f->err);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -432,6 +504,8 @@ int main(void)
 		T(shm_connect_refuses_missing_replaced_or_shrunk_pool),
 		T(shm_connect_refuses_garbage_and_malformed_descriptors),
 		T(shm_register_refuses_non_pool_name),
+		T(shm_batch_into_removed_or_truncated_pool_fails_without_sigbus),
+		T(shm_truncation_racing_batches_is_an_error_not_a_crash),
 #undef T
 		cmocka_unit_test(rdma_probe_and_open_say_not_available_without_devices),
 		cmocka_unit_test(cuda_probe_and_open_say_not_available_without_gpu),

@@ -1,0 +1,168 @@
+/*
+ * copy.c - `kv-bench copy`: flags for bench_copy_run (lib/bench_copy.c)
+ * and its report, one row per pattern.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_copy.h"
+#include "modes.h"
+#include "proc.h"
+
+static void copy_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kv-bench copy [options]\n"
+		"shm transport (xport_write_batch between two pool files in "
+		"/dev/shm, batches\nas a sender worker sends them) against one "
+		"core's memcpy of the same copy\nlist, measured right before "
+		"and after it.\n"
+		"  --pattern P       contiguous (runs of --run-pages pages), "
+		"scattered (single\n"
+		"                    pages, no two adjacent), or both "
+		"(default)\n"
+		"  --page-bytes N    bytes per page (default 4096)\n"
+		"  --run-pages N     pages per contiguous run (default: 64 KiB "
+		"worth)\n"
+		"  --mib N           MiB copied per pass (default 128; pools "
+		"are twice that)\n"
+		"  --seconds S       minimum time of each measurement (default "
+		"0.1)\n"
+		"  --reps N          memcpy/transport/memcpy rounds, best of "
+		"each (default 7)\n"
+		"  --seed N          page order (default 1)\n"
+		"  --json            one JSON document\n"
+		"Exit: 0 measured (and the destination verified), 1 a pass "
+		"copied wrong bytes,\n100 usage, 111 system error.\n");
+}
+
+static int bad(const char *msg, const char *arg)
+{
+	fprintf(stderr, "kv-bench: fatal: %s: %s\n", msg, arg);
+	return KVW_EXIT_USAGE;
+}
+
+static int num(const char *s, unsigned long long max, unsigned long long *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoull(s, &end, 0);
+	return errno || *end || !*s || s[0] == '-' || *v == 0 || *v > max ? -1
+									  : 0;
+}
+
+static void row(const struct bench_copy_cfg *c, const struct bench_copy_result *r,
+		int json, int first)
+{
+	const char *name = c->pattern == BENCH_COPY_CONTIGUOUS ? "contiguous"
+							       : "scattered";
+
+	if (json) {
+		printf("%s{\"pattern\":\"%s\",\"copy_bytes\":%llu,\"copies\":%u,"
+		       "\"bytes\":%llu,\"xport_gib_per_s\":%.3f,"
+		       "\"memcpy_before\":%.3f,\"memcpy_after\":%.3f,"
+		       "\"ratio\":%.3f,\"verified\":%s}", first ? "" : ",", name,
+		       (unsigned long long)r->copy_bytes, r->copies,
+		       (unsigned long long)r->bytes, r->xport_gibs,
+		       r->before_gibs, r->after_gibs, r->ratio,
+		       r->verified ? "true" : "false");
+		return;
+	}
+	printf("%-11s %10llu %8u %12.3f %12.3f %12.3f %7.3f %s\n", name,
+	       (unsigned long long)r->copy_bytes, r->copies, r->xport_gibs,
+	       r->before_gibs, r->after_gibs, r->ratio,
+	       r->verified ? "yes" : "NO");
+}
+
+int kvb_copy_main(int argc, char **argv, const struct kvb_opts *o)
+{
+	enum { O_PAT = 256, O_PAGE, O_RUN, O_MIB, O_SECS, O_REPS, O_SEED,
+	       O_HELP };
+	static const struct option opts[] = {
+		{ "pattern", 1, NULL, O_PAT }, { "page-bytes", 1, NULL, O_PAGE },
+		{ "run-pages", 1, NULL, O_RUN }, { "mib", 1, NULL, O_MIB },
+		{ "seconds", 1, NULL, O_SECS }, { "reps", 1, NULL, O_REPS },
+		{ "seed", 1, NULL, O_SEED }, { "help", 0, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct bench_copy_cfg cfg = { .page_bytes = 4096, .total_bytes = 128u << 20,
+				      .min_s = 0.1, .reps = 7, .seed = 1 };
+	int pat = 3, c, ok = 1, first = 1; /* bit 0 contiguous, bit 1 scattered */
+	unsigned long long v;
+	char err[512];
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case O_PAT:
+			pat = !strcmp(optarg, "contiguous") ? 1
+			    : !strcmp(optarg, "scattered") ? 2
+			    : !strcmp(optarg, "both") ? 3 : 0;
+			if (!pat)
+				return bad("bad --pattern", optarg);
+			break;
+		case O_PAGE: case O_RUN: case O_MIB: case O_REPS: case O_SEED:
+			if (num(optarg, c == O_MIB ? 1u << 16 : UINT32_MAX, &v))
+				return bad("want a positive integer", optarg);
+			if (c == O_PAGE) cfg.page_bytes = v;
+			if (c == O_RUN) cfg.run_pages = (uint32_t)v;
+			if (c == O_MIB) cfg.total_bytes = v << 20;
+			if (c == O_REPS) cfg.reps = (uint32_t)v;
+			if (c == O_SEED) cfg.seed = v;
+			break;
+		case O_SECS:
+			cfg.min_s = strtod(optarg, NULL);
+			if (!(cfg.min_s > 0 && cfg.min_s < 3600))
+				return bad("bad --seconds", optarg);
+			break;
+		case O_HELP: copy_usage(stdout); return KVW_EXIT_OK;
+		default:
+			return bad("unknown or incomplete option",
+				   argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return bad("unexpected argument", argv[optind]);
+	if (!cfg.run_pages)
+		cfg.run_pages = cfg.page_bytes >= 65536
+					? 1 : (uint32_t)((65535 + cfg.page_bytes) /
+							 cfg.page_bytes);
+	if (proc_signals_init() < 0)
+		return KVW_EXIT_SYS;
+	if (o->json) {
+		printf("{\"mode\":\"copy\",");
+		kvb_machine_print(stdout, 1, cfg.page_bytes);
+		printf(",\"seconds\":%.3f,\"reps\":%u,\"results\":[", cfg.min_s,
+		       cfg.reps);
+	} else {
+		kvb_machine_print(stdout, 0, cfg.page_bytes);
+		printf("%-11s %10s %8s %12s %12s %12s %7s %s\n", "pattern",
+		       "copy_bytes", "copies", "shm_GiB/s", "memcpy_bef",
+		       "memcpy_aft", "ratio", "verified");
+	}
+	fflush(stdout);
+	for (int k = 0; k < 2; k++) {
+		struct bench_copy_result r;
+		int rc;
+
+		if (!(pat & (1 << k)))
+			continue;
+		cfg.pattern = k ? BENCH_COPY_SCATTERED : BENCH_COPY_CONTIGUOUS;
+		rc = bench_copy_run(&cfg, &r, err, sizeof err);
+		if (rc < 0) {
+			fflush(stdout);
+			fprintf(stderr, "kv-bench: fatal: copy: %s\n", err);
+			return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
+		}
+		row(&cfg, &r, o->json, first);
+		first = 0;
+		ok &= r.verified;
+		fflush(stdout);
+	}
+	if (o->json)
+		printf("]}\n");
+	return ok ? KVW_EXIT_OK : 1;
+}

@@ -1,0 +1,342 @@
+/*
+ * modes.c - kv-bench's modes (see modes.h): picking the mode and its flags
+ * out of argv, the machine line, and the demo and rooms reports. Every
+ * figure is printed beside the limit it is divided by, both measured in
+ * this run.
+ */
+#include "modes.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "bench_limit.h"
+#include "bench_rooms.h"
+#include "kvw.h"
+#include "runinfo.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define DEMO_REF_BYTES (64u << 20)
+
+/* Tiny rooms: 64 layers of 1-token pages of one 64-dim bf16 head (128
+ * bytes), 1 page per layer per room; placed before the caller's flags. */
+static char *const tiny_shape[] = {
+	"--layers", "64", "--page-tokens", "1", "--heads", "1",
+	"--head-dim", "64", "--pages", "4096", "--aux-slots", "1024",
+};
+#define NTINY (sizeof tiny_shape / sizeof tiny_shape[0])
+
+static int usage_error(const char *msg, const char *arg)
+{
+	fprintf(stderr, "kv-bench: fatal: %s%s%s\n", msg, arg ? ": " : "",
+		arg ? arg : "");
+	return KVW_EXIT_USAGE;
+}
+
+static int parse_count(const char *s, uint32_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = s ? strtoull(s, &end, 10) : 0;
+	if (!s || errno || *end || !*s || s[0] == '-' || v == 0 ||
+	    v > UINT32_MAX)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
+{
+	char **argv = *argvp, **out;
+	int n = *argc, k = 1, spawn = 0, extra;
+
+	*o = (struct kvb_opts){ .mode = KVB_DEMO, .lat_rooms = 300,
+				.rtt = 2000, .warmup = 3000 };
+	if (n > 1 && strcmp(argv[1], "copy") == 0)
+		o->mode = KVB_COPY;
+	else if (n > 1 && strcmp(argv[1], "rooms") == 0)
+		o->mode = KVB_ROOMS;
+	if (n > 1 && (o->mode != KVB_DEMO || strcmp(argv[1], "demo") == 0))
+		k = 2;
+	extra = o->mode == KVB_ROOMS ? (int)NTINY : 0;
+	out = calloc((size_t)n + (size_t)extra + 1, sizeof *out);
+	if (!out)
+		return usage_error("out of memory", NULL);
+	out[0] = argv[0];
+	*argc = 1;
+	for (int i = k; i < n; i++) {
+		const char *a = argv[i];
+		uint32_t *dst = NULL;
+
+		if (strcmp(a, "--") == 0) {
+			while (i < n)
+				out[(*argc)++] = argv[i++];
+			break;
+		}
+		if (strcmp(a, "--json") == 0) {
+			o->json = 1;
+			continue;
+		}
+		if (strcmp(a, "--latency-rooms") == 0)
+			dst = &o->lat_rooms;
+		else if (strcmp(a, "--rtt") == 0)
+			dst = &o->rtt;
+		else if (strcmp(a, "--warmup") == 0)
+			dst = &o->warmup;
+		if (dst) {
+			if (o->mode != KVB_ROOMS)
+				return usage_error("only kv-bench rooms takes",
+						   a);
+			if (i + 1 >= n || parse_count(argv[i + 1], dst))
+				return usage_error("want a positive integer "
+						   "after", a);
+			i++;
+			continue;
+		}
+		spawn |= strcmp(a, "--spawn") == 0;
+		out[(*argc)++] = argv[i];
+	}
+	if (o->mode == KVB_ROOMS && spawn) {
+		/* The tiny shape goes first so the caller's flags win. */
+		memmove(out + 1 + NTINY, out + 1, (size_t)(*argc - 1) * sizeof *out);
+		memcpy(out + 1, tiny_shape, sizeof tiny_shape);
+		*argc += (int)NTINY;
+	}
+	out[*argc] = NULL;
+	*argvp = out;
+	return 0;
+}
+
+void kvb_defaults(const struct kvb_opts *o, struct bench_config *cfg)
+{
+	if (o->mode != KVB_ROOMS)
+		return;
+	cfg->rooms = 3000;
+	cfg->concurrency = 64;
+	cfg->pages_per_room = 1;
+	cfg->chunk_pages = 1;
+	cfg->no_fill = 1;
+}
+
+void kvb_usage(FILE *f)
+{
+	fprintf(f,
+		"Modes (the first argument; none = demo):\n"
+		"  demo   the workload below, with one core's memcpy bandwidth "
+		"beside it\n"
+		"  rooms  tiny rooms (with --spawn: 64 layers of 128-byte pages, "
+		"1 page per\n"
+		"         layer; defaults --rooms 3000 --concurrency 64 "
+		"--pages-per-room 1\n"
+		"         --chunk-pages 1): rooms/s at --concurrency, then "
+		"--latency-rooms N\n"
+		"         (default 300) one at a time for latency RECV_BEGIN -> "
+		"Success\n"
+		"         p50/p99/max, against a ZMQ ipc ping-pong of --rtt N "
+		"(default 2000)\n"
+		"         round trips to a forked echo child, right before and "
+		"after;\n"
+		"         --warmup N untimed rooms first (default 3000)\n"
+		"  copy   shm transport vs memcpy, no group needed: kv-bench "
+		"copy --help\n"
+		"  --json  one JSON document instead of the table (any mode)\n"
+		"Every run prints the machine: cores, page sizes, CPU model.\n");
+}
+
+void kvb_machine_print(FILE *f, int json, uint64_t kv_page_bytes)
+{
+	struct bench_limit_machine m;
+
+	bench_limit_machine(&m);
+	for (char *p = m.cpu; *p; p++)
+		if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
+			*p = ' ';
+	if (json)
+		fprintf(f, "\"machine\":{\"cores\":%u,\"os_page\":%ld,"
+			"\"huge_page_kib\":%ld,\"kv_page_bytes\":%llu,"
+			"\"cpu\":\"%s\"}", m.cores, m.os_page, m.huge_page_kib,
+			(unsigned long long)kv_page_bytes, m.cpu);
+	else
+		fprintf(f, "machine: cores=%u os_page=%ld huge_page_kib=%ld "
+			"kv_page_bytes=%llu cpu=\"%s\"\n", m.cores, m.os_page,
+			m.huge_page_kib, (unsigned long long)kv_page_bytes,
+			m.cpu);
+}
+
+/* Bytes of one page of one buffer on a rank holding the whole model. */
+static uint64_t kv_page_bytes(const struct shape *s)
+{
+	return (uint64_t)s->page_tokens * s->head_dim * s->dtype_bytes *
+	       (s->mla ? 1 : s->kv_heads);
+}
+
+/* One core's memcpy between two private buffers of DEMO_REF_BYTES. */
+static double demo_memcpy(void)
+{
+	uint8_t *a = malloc(DEMO_REF_BYTES), *b = malloc(DEMO_REF_BYTES);
+	struct bench_limit_span s = { b, a, DEMO_REF_BYTES };
+	double g = 0;
+
+	if (a && b) {
+		memset(a, 1, DEMO_REF_BYTES);
+		memset(b, 2, DEMO_REF_BYTES);
+		g = bench_limit_memcpy(&s, 1, 0.3);
+	}
+	free(a);
+	free(b);
+	return g;
+}
+
+static void print_summary(const struct bench_result *r)
+{
+	double secs = r->seconds > 0 ? r->seconds : 1e-9;
+
+	printf("rooms=%u success=%u failed=%u aborted=%u stuck=%u corrupt=%u "
+	       "bytes=%llu seconds=%.3f rooms_per_s=%.1f gib_per_s=%.3f\n",
+	       r->rooms, r->success, r->failed, r->aborted, r->stuck,
+	       r->corrupt, (unsigned long long)r->bytes, r->seconds,
+	       r->rooms / secs, (double)r->bytes / GIB / secs);
+}
+
+static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
+		    const struct bench_config *cfg, bench_progress_fn *progress,
+		    void *arg)
+{
+	struct bench_result res;
+	char err[512];
+	double before = demo_memcpy(), after, lim, secs, gibs;
+	int rc = bench_run(ri, cfg, progress, arg, &res, err, sizeof err);
+
+	after = demo_memcpy();
+	lim = before > after ? before : after;
+	secs = res.seconds > 0 ? res.seconds : 1e-9;
+	gibs = (double)res.bytes / GIB / secs;
+	if (progress && isatty(2))
+		fputc('\n', stderr);
+	if (o->json) {
+		printf("{\"mode\":\"demo\",");
+		kvb_machine_print(stdout, 1, kv_page_bytes(&cfg->shape));
+		printf(",\"rooms\":%u,\"success\":%u,\"failed\":%u,\"stuck\":%u,"
+		       "\"corrupt\":%u,\"bytes\":%llu,\"seconds\":%.3f,"
+		       "\"rooms_per_s\":%.1f,\"gib_per_s\":%.3f,"
+		       "\"memcpy_gib_per_s\":%.3f,\"memcpy_before\":%.3f,"
+		       "\"memcpy_after\":%.3f,\"ratio\":%.3f}\n", res.rooms,
+		       res.success, res.failed, res.stuck, res.corrupt,
+		       (unsigned long long)res.bytes, res.seconds,
+		       res.rooms / secs, gibs, lim, before, after,
+		       lim > 0 ? gibs / lim : 0);
+	} else {
+		kvb_machine_print(stdout, 0, kv_page_bytes(&cfg->shape));
+		if (rc == 0 || res.rooms || res.inflight)
+			print_summary(&res);
+		printf("%-34s %12s %12s %8s\n", "figure", "value", "limit",
+		       "ratio");
+		printf("%-34s %12.3f %12.3f %8.3f   (limit: 1-core memcpy "
+		       "GiB/s, before %.3f after %.3f)\n", "demo GiB/s", gibs,
+		       lim, lim > 0 ? gibs / lim : 0, before, after);
+		printf("%-34s %12.1f\n", "demo rooms/s", res.rooms / secs);
+	}
+	fflush(stdout);
+	if (rc < 0) {
+		fprintf(stderr, "kv-bench: fatal: %s\n", err);
+		return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
+	}
+	/* Aborted rooms count as done when they became releasable. */
+	return res.success + res.aborted == cfg->rooms && !res.stuck &&
+	       !res.corrupt ? KVW_EXIT_OK : 1;
+}
+
+static void rooms_human(const struct bench_rooms_result *r, uint32_t conc)
+{
+	char what[64];
+
+	printf("%-34s %12s %12s %8s %s\n", "figure", "value", "limit", "ratio",
+	       "target");
+	snprintf(what, sizeof what, "rooms/s (concurrency %u)", conc);
+	printf("%-34s %12.1f %12.1f %8.2f %s\n", what, r->rooms_per_s,
+	       r->rtt_per_s, r->rate_ratio, ">= 2 x round trips/s");
+	printf("%-34s %12.1f %12.1f %8.2f %s\n", "room latency p50 us (1 at a "
+	       "time)", r->p50_us, r->rtt_us, r->p50_ratio, "< 4 x round trip");
+	printf("%-34s %12.1f %12.1f %8.2f %s\n", "room latency p99 us",
+	       r->p99_us, r->rtt_us, r->p99_ratio, "< 10 x round trip");
+	printf("%-34s %12.1f %12.1f %8.2f\n", "room latency max us", r->max_us,
+	       r->rtt_us, r->rtt_us > 0 ? r->max_us / r->rtt_us : 0);
+	printf("ping-pong: before %.0f/s (p50 %.1f us, p99 %.1f us), after "
+	       "%.0f/s (p50 %.1f us, p99 %.1f us)\n", r->rtt_before.per_s,
+	       r->rtt_before.p50_us, r->rtt_before.p99_us, r->rtt_after.per_s,
+	       r->rtt_after.p50_us, r->rtt_after.p99_us);
+	printf("rate run: rooms=%u success=%u failed=%u stuck=%u seconds=%.3f; "
+	       "latency run: rooms=%u success=%u failed=%u stuck=%u; warm-up: "
+	       "rooms=%u success=%u\n", r->rate.rooms, r->rate.success,
+	       r->rate.failed, r->rate.stuck, r->rate.seconds, r->lat.rooms,
+	       r->lat.success, r->lat.failed, r->lat.stuck, r->warmup.rooms,
+	       r->warmup.success);
+}
+
+static void rooms_json(const struct bench_rooms_result *r, uint32_t conc)
+{
+	printf(",\"concurrency\":%u,\"rooms_per_s\":%.1f,\"rtt_per_s\":%.1f,"
+	       "\"rtt_us\":%.2f,\"rate_ratio\":%.3f,\"p50_us\":%.1f,"
+	       "\"p99_us\":%.1f,\"max_us\":%.1f,\"p50_ratio\":%.3f,"
+	       "\"p99_ratio\":%.3f,\"rtt_before_per_s\":%.1f,"
+	       "\"rtt_after_per_s\":%.1f,\"rtt_p50_us\":%.2f,"
+	       "\"rate_rooms\":%u,\"rate_success\":%u,\"lat_rooms\":%u,"
+	       "\"lat_success\":%u}\n", conc, r->rooms_per_s, r->rtt_per_s,
+	       r->rtt_us, r->rate_ratio, r->p50_us, r->p99_us, r->max_us,
+	       r->p50_ratio, r->p99_ratio, r->rtt_before.per_s,
+	       r->rtt_after.per_s, r->rtt_before.p50_us, r->rate.rooms,
+	       r->rate.success, r->lat.rooms, r->lat.success);
+}
+
+static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
+		     const struct bench_config *cfg, bench_progress_fn *progress,
+		     void *arg)
+{
+	struct bench_rooms_cfg rc_cfg = {
+		.base = *cfg, .rate_rooms = cfg->rooms,
+		.concurrency = cfg->concurrency, .lat_rooms = o->lat_rooms,
+		.rtt_count = o->rtt, .ipc_dir = "/tmp",
+		.warmup_rooms = o->warmup,
+	};
+	struct bench_rooms_result res;
+	char err[512];
+	int rc = bench_rooms_run(ri, &rc_cfg, progress, arg, &res, err,
+				 sizeof err);
+
+	if (progress && isatty(2))
+		fputc('\n', stderr);
+	if (rc < 0) {
+		fprintf(stderr, "kv-bench: fatal: %s\n", err);
+		return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
+	}
+	if (o->json) {
+		printf("{\"mode\":\"rooms\",");
+		kvb_machine_print(stdout, 1, kv_page_bytes(&cfg->shape));
+		rooms_json(&res, cfg->concurrency);
+	} else {
+		kvb_machine_print(stdout, 0, kv_page_bytes(&cfg->shape));
+		printf("rooms: %u layers, %u page(s) per room, %llu payload "
+		       "bytes per room\n", cfg->shape.layers, cfg->pages_per_room,
+		       (unsigned long long)(res.rate.success
+			       ? res.rate.bytes / res.rate.success : 0));
+		rooms_human(&res, cfg->concurrency);
+	}
+	fflush(stdout);
+	return res.rate.success == res.rate.rooms &&
+	       res.lat.success == res.lat.rooms ? KVW_EXIT_OK : 1;
+}
+
+int kvb_run(const struct kvb_opts *o, const struct runinfo *ri,
+	    const struct bench_config *cfg, bench_progress_fn *progress,
+	    void *arg)
+{
+	/* The bench's short naps between table polls should last what they
+	 * ask (default slack is 50 us, more than a ZMQ round trip here). */
+	(void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+	return o->mode == KVB_ROOMS ? run_rooms(o, ri, cfg, progress, arg)
+				    : run_demo(o, ri, cfg, progress, arg);
+}

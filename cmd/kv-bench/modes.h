@@ -1,0 +1,59 @@
+/*
+ * modes.h - kv-bench's modes: `kv-bench [copy|rooms|demo] [flags]`. demo
+ * (also what runs with no mode word) is the original workload run over a
+ * group; rooms runs tiny rooms over a group against a ZMQ ping-pong; copy
+ * needs no group (copy.c). modes.c picks the mode out of argv together with
+ * the flags only the modes know (--json, --latency-rooms, --rtt,
+ * --warmup), so main.c
+ * keeps parsing the group and workload flags it always parsed, then hands
+ * the loaded group to kvb_run, which measures and prints.
+ */
+#ifndef KVBENCH_MODES_H
+#define KVBENCH_MODES_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bench.h"
+
+struct runinfo;
+
+enum kvb_mode { KVB_DEMO, KVB_COPY, KVB_ROOMS };
+
+struct kvb_opts {
+	enum kvb_mode mode;
+	int json;           /* --json: one JSON document on stdout */
+	uint32_t lat_rooms; /* rooms: --latency-rooms N (one at a time) */
+	uint32_t rtt;       /* rooms: --rtt N timed ping-pong round trips */
+	uint32_t warmup;    /* rooms: --warmup N untimed rooms first */
+};
+
+/* Takes the mode word (argv[1]) and the mode flags out of argv, in place
+ * (argv keeps its NULL end). For rooms with --spawn, puts the tiny-room
+ * shape flags in front of the caller's (which still win). Returns 0, or
+ * KVW_EXIT_USAGE after printing `kv-bench: fatal: ...`. *argv may be
+ * replaced by an array that lives until exit. */
+int kvb_opts_parse(int *argc, char ***argv, struct kvb_opts *o);
+
+/* The workload defaults of a mode (demo: unchanged). */
+void kvb_defaults(const struct kvb_opts *o, struct bench_config *cfg);
+
+/* The usage lines of the modes, for kv-bench --help. */
+void kvb_usage(FILE *f);
+
+/* Measures mode o->mode over the loaded group and prints the result (human
+ * table, or JSON with --json; demo also keeps its summary line). Returns
+ * the process exit code. */
+int kvb_run(const struct kvb_opts *o, const struct runinfo *ri,
+	    const struct bench_config *cfg, bench_progress_fn *progress,
+	    void *arg);
+
+/* The machine line (or JSON object, no newline), with the KV page bytes of
+ * this run. */
+void kvb_machine_print(FILE *f, int json, uint64_t kv_page_bytes);
+
+/* kv-bench copy (copy.c): argv without the mode word. Returns the exit
+ * code. */
+int kvb_copy_main(int argc, char **argv, const struct kvb_opts *o);
+
+#endif

@@ -1,0 +1,94 @@
+#!/usr/bin/env bats
+# kv-bench's modes run and print their figures beside the machine's limits
+# (copy: memcpy; rooms: ZMQ ping-pong; demo: memcpy) and the machine line.
+# Smoke tests only: no figure is compared with anything, so the suite does
+# not depend on how fast or loaded the machine is.
+
+load helpers
+
+setup() { kvw_setup; }
+teardown() { kvw_teardown; }
+
+TINY=(--layers 8 --page-tokens 1 --heads 1 --head-dim 64 --pages 256 --aux-slots 64)
+
+@test "kv-bench copy: both patterns, the machine line, verified" {
+	run timeout 60 kv-bench copy --mib 4 --seconds 0.01 --reps 1
+	[ "$status" -eq 0 ]
+	[[ $output == *"machine: cores="*"os_page="*"kv_page_bytes=4096"*"cpu="* ]]
+	[[ $output == *"shm_GiB/s"*"memcpy_bef"*"memcpy_aft"*"ratio"* ]]
+	echo "$output" | grep -Eq '^contiguous +65536 +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ yes$'
+	echo "$output" | grep -Eq '^scattered +4096 +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ yes$'
+	[[ $output != *" NO"* ]]
+}
+
+@test "kv-bench copy --json: one document with both limits and the ratio" {
+	run timeout 60 kv-bench copy --json --mib 4 --seconds 0.01 --reps 1 \
+		--pattern scattered --page-bytes 8192
+	[ "$status" -eq 0 ]
+	echo "$output" | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["mode"] == "copy" and d["machine"]["cores"] >= 1, d
+assert d["machine"]["kv_page_bytes"] == 8192, d
+(r,) = d["results"]
+assert r["pattern"] == "scattered" and r["copy_bytes"] == 8192, r
+assert r["verified"] is True, r
+for k in ("xport_gib_per_s", "memcpy_before", "memcpy_after", "ratio"):
+    assert r[k] > 0, (k, r)
+'
+}
+
+@test "kv-bench copy: a bad pattern is a usage error (100)" {
+	run kv-bench copy --pattern diagonal
+	[ "$status" -eq 100 ]
+	[[ $output == *"kv-bench: fatal: bad --pattern"* ]]
+}
+
+@test "kv-bench rooms: rate and latency beside the ping-pong" {
+	kv_up --workers 2 "${TINY[@]}"
+	run timeout 120 kv-bench rooms --run-dir "$RUN" --rooms 60 \
+		--concurrency 8 --latency-rooms 10 --rtt 50 --warmup 20
+	[ "$status" -eq 0 ]
+	[[ $output == *"machine: cores="* ]]
+	[[ $output == *"rooms/s (concurrency 8)"* ]]
+	[[ $output == *"room latency p50 us"*"room latency p99 us"*"room latency max us"* ]]
+	[[ $output == *"ping-pong: before "*"after "* ]]
+	[[ $output == *"rate run: rooms=60 success=60 "*"latency run: rooms=10 success=10 "*"warm-up: rooms=20 success=20"* ]]
+}
+
+@test "kv-bench rooms --json and demo over the same group" {
+	kv_up --workers 2 "${TINY[@]}"
+	run timeout 120 kv-bench rooms --json --run-dir "$RUN" --rooms 40 \
+		--latency-rooms 5 --rtt 20 --warmup 10
+	[ "$status" -eq 0 ]
+	echo "$output" | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["mode"] == "rooms" and d["machine"]["kv_page_bytes"] == 128, d
+assert d["rate_success"] == 40 and d["lat_success"] == 5, d
+for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
+          "p99_us", "max_us", "p50_ratio", "p99_ratio"):
+    assert d[k] > 0, (k, d)
+'
+	run timeout 120 kv-bench demo --run-dir "$RUN" --rooms 6 \
+		--pages-per-room 2 --chunk-pages 1 --verify
+	[ "$status" -eq 0 ]
+	[[ $output == *"machine: cores="* ]]
+	[[ $output == *"rooms=6 success=6 failed=0"*"gib_per_s="* ]]
+	[[ $output == *"demo GiB/s"*"1-core memcpy"* ]]
+}
+
+@test "kv-bench rooms --spawn: starts its own tiny-room group" {
+	run timeout 180 kv-bench rooms --spawn --up-arg --workers --up-arg 2 \
+		--rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
+	[ "$status" -eq 0 ]
+	[[ $output == *"rooms: 64 layers, 1 page(s) per room"* ]]
+	[[ $output == *"rate run: rooms=30 success=30 "* ]]
+}
+
+@test "kv-bench: --latency-rooms outside rooms mode is a usage error" {
+	run kv-bench copy --latency-rooms 3
+	[ "$status" -eq 100 ]
+	run kv-bench --spawn --rtt 5
+	[ "$status" -eq 100 ]
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env bats
+# lifecycle.bats - how the group's processes start and stop, as real
+# processes: `kv-up --stop` leaves no process, socket file or shm file
+# behind; every member exits within 2 s of SIGTERM, also while a peer or
+# bootstrap it talks to is unreachable; and every process creates its state
+# before it binds, so a frame queued by a peer that connected before the
+# process even started is answered (PING -> PONG) or taken (an engine
+# SEND_BEGIN), never crashed on.
+
+load helpers
+
+SHAPE="--layers 2 --pages 64 --heads 2 --head-dim 16 --aux-slots 64"
+E2E="$BATS_TEST_DIRNAME/../peers/e2e.py"
+
+setup() {
+	kvw_setup
+}
+
+teardown() {
+	kvw_teardown
+}
+
+# dead PID: the process is gone (a zombie nobody reaped yet counts).
+dead() {
+	! kill -0 "$1" 2>/dev/null ||
+		[ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" = Z ]
+}
+
+# term_fast NAME PID: SIGTERM, then the process must be gone within 2 s.
+term_fast() {
+	local t0 ms
+	t0=$(date +%s%N)
+	kill -TERM "$2"
+	wait_for 10 dead "$2"
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	echo "$1 (pid $2) exited ${ms} ms after SIGTERM"
+	[ "$ms" -lt 2000 ]
+}
+
+ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
+
+# state_is MEMBER ROOM STATE...: as in e2e.bats.
+state_is() {
+	local m=$1 r=$2 s
+	shift 2
+	s=$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all |
+		jq -r --arg m "$m" --arg r "$r" '.tables[] | select(.name == $m) | .rooms[] | select(.room == $r) | .state')
+	for want in "$@"; do
+		[ "$s" = "$want" ] && return 0
+	done
+	return 1
+}
+
+# early NAME EP ARGS...: e2e.py early in the background (output in
+# $RUN/NAME.early); returns once its frame is queued. Sets $EARLY.
+early() {
+	local name=$1
+	shift
+	timeout 30 "$PY" "$E2E" early "$@" >"$RUN/$name.early" 2>&1 &
+	EARLY=$!
+	echo "$EARLY" >>"$RUN/bg.pids"
+	wait_for 20 grep -q '^sent' "$RUN/$name.early"
+}
+
+@test "kv-up --stop leaves no process, socket file or shm file of the group behind" {
+	kv_up --workers 2 $SHAPE
+	run timeout 60 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 4 --verify
+	[ "$status" -eq 0 ]
+	pids=$(cat "$RUN"/pids/*.pid)
+	pids="$pids $(pgrep -P "$(cat "$RUN/pids/p0.pid")")"
+	[ "$(echo $pids | wc -w)" -ge 7 ] # kv-up, 4 members, 2 workers
+	shm=$(tr ' ' '\n' <"$RUN/endpoints" | sed -n 's/^\(table\|pool\)=//p' | sort -u)
+	prefix=$(echo "$shm" | head -n 1 | sed 's/\.[^.]*\.[^.]*$//')
+	for f in $shm; do [ -e "$f" ]; done
+	[ -n "$(find "$RUN" -type s)" ]
+	run timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"
+	[ "$status" -eq 0 ]
+	for p in $pids; do
+		wait_for 5 dead "$p"
+	done
+	run find "$RUN" -type s
+	echo "sockets left: $output"
+	[ -z "$output" ]
+	for f in $shm; do [ ! -e "$f" ]; done
+	left=$(ls -d "$prefix".* 2>/dev/null || true)
+	echo "shm left: $left"
+	[ -z "$left" ]
+	[ ! -e "$RUN/pids/kv-up.pid" ]
+}
+
+@test "every member exits within 2 s of SIGTERM, also with an unreachable bootstrap or peer" {
+	kv_up --workers 2 --heartbeat-interval 0.2 $SHAPE
+	run timeout 60 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 4 --verify
+	[ "$status" -eq 0 ]
+	# No supervisor: nothing restarts what is stopped below.
+	sup=$(cat "$RUN/pids/kv-up.pid")
+	kill -KILL "$sup"
+	wait_for 10 dead "$sup"
+	p0=$(cat "$RUN/pids/p0.pid") d0=$(cat "$RUN/pids/d0.pid")
+	hb=$(cat "$RUN/pids/hb0.pid") boot=$(cat "$RUN/pids/bootstrap.pid")
+	workers=$(pgrep -P "$p0")
+	[ -n "$workers" ]
+	peng=$(endpoint p0 engine) deng=$(endpoint d0 engine)
+	# d0: one room whose bootstrap does not exist (lookups keep failing)
+	# and one whose XFER_INFO reached p0.
+	ctl recv-begin "$deng" 5 "ipc://$RUN/nowhere.sock" 0 1,2
+	wait_for 20 state_is d0 5 Bootstrapping
+	ctl recv-begin "$deng" 7 "$(endpoint bootstrap listen)" 1 3,4
+	wait_for 20 state_is p0 7 WaitingForInput
+	term_fast kv-receiver "$d0"
+	# p0 now finishes room 7 and owes its STATUS to a decode that is gone.
+	ctl send-begin "$peng" 7 2 1
+	ctl send-chunk "$peng" 7 --last 3,4
+	wait_for 20 state_is p0 7 Success Failed
+	term_fast kv-sender "$p0"
+	for w in $workers; do
+		wait_for 2 dead "$w"
+	done
+	# hb0 pings p0, which is gone.
+	term_fast kv-heartbeat "$hb"
+	term_fast kv-bootstrap "$boot"
+}
+
+@test "a PING queued before kv-bootstrap binds is answered, and it lives on" {
+	early ping "ipc://$RUN/boot.sock" PING --want PONG
+	start_ready boot 60 "$KVW_BIN/kv-bootstrap" --listen "ipc://$RUN/boot.sock"
+	wait "$EARLY"
+	grep -q '^got PONG' "$RUN/ping.early"
+	kill -0 "$BG_PID"
+	ctl ping "ipc://$RUN/boot.sock"
+}
+
+@test "a PING queued before kv-receiver binds is answered, and it lives on" {
+	early ping "ipc://$RUN/rx.sock" PING --want PONG
+	start_ready rx 60 "$KVW_BIN/kv-receiver" --listen "ipc://$RUN/rx.sock" \
+		--engine "ipc://$RUN/rx.eng" --table "$RUN/rx.rooms" \
+		--pool "$RUN/kvwire.rx.pool" $SHAPE
+	wait "$EARLY"
+	grep -q '^got PONG' "$RUN/ping.early"
+	kill -0 "$BG_PID"
+	ctl ping "ipc://$RUN/rx.sock"
+}
+
+@test "a PING and an engine SEND_BEGIN queued before kv-sender binds are both taken" {
+	early ping "ipc://$RUN/tx.sock" PING --want PONG
+	ping_pid=$EARLY
+	# SEND_BEGIN room 31: 4 pages, aux slot 0.
+	early begin "ipc://$RUN/tx.eng" SEND_BEGIN 31 0400000000000000
+	begin_pid=$EARLY
+	start_ready tx 60 "$KVW_BIN/kv-sender" --listen "ipc://$RUN/tx.sock" \
+		--engine "ipc://$RUN/tx.eng" --table "$RUN/tx.rooms" \
+		--pool "$RUN/kvwire.tx.pool" --workers 1 $SHAPE
+	wait "$ping_pid"
+	grep -q '^got PONG' "$RUN/ping.early"
+	wait "$begin_pid"
+	wait_for 20 sh -c "'$KVW_BIN/kv-stat' --table '$RUN/tx.rooms' --json --room 31 | jq -e '.tables[0].rooms[0].state == \"Bootstrapping\" and .tables[0].rooms[0].pages_expected == 4' >/dev/null"
+	kill -0 "$BG_PID"
+	ctl ping "ipc://$RUN/tx.sock"
+}
