@@ -34,30 +34,38 @@ static int parse_u32(const char *v, uint32_t min, uint32_t max, uint32_t *out)
 	return 0;
 }
 
+/* The valued shape options; "mla" (no value) is handled on its own. */
+static const struct {
+	const char *name;
+	size_t off;
+	uint32_t min, max;
+} opts[] = {
+	{ "layers", offsetof(struct shape, layers), 1, 4096 },
+	{ "draft-layers", offsetof(struct shape, draft_layers), 0, 64 },
+	{ "page-tokens", offsetof(struct shape, page_tokens), 1, 4096 },
+	{ "heads", offsetof(struct shape, kv_heads), 1, 1024 },
+	{ "head-dim", offsetof(struct shape, head_dim), 1, 65536 },
+	{ "dtype-bytes", offsetof(struct shape, dtype_bytes), 1, 8 },
+	{ "pages", offsetof(struct shape, pages), 1, 1u << 22 },
+	{ "aux-slots", offsetof(struct shape, aux_slots), 1, 1u << 20 },
+	{ "aux-bytes", offsetof(struct shape, aux_bytes), 1, 1u << 20 },
+};
+#define NOPTS (sizeof opts / sizeof opts[0])
+
+const char *shape_option_name(unsigned i, int *takes_value)
+{
+	*takes_value = i < NOPTS;
+	return i < NOPTS ? opts[i].name : i == NOPTS ? "mla" : NULL;
+}
+
 int shape_option(struct shape *s, const char *name, const char *value,
 		 char *err, size_t errlen)
 {
-	static const struct {
-		const char *name;
-		size_t off;
-		uint32_t min, max;
-	} opts[] = {
-		{ "layers", offsetof(struct shape, layers), 1, 4096 },
-		{ "draft-layers", offsetof(struct shape, draft_layers), 0, 64 },
-		{ "page-tokens", offsetof(struct shape, page_tokens), 1, 4096 },
-		{ "heads", offsetof(struct shape, kv_heads), 1, 1024 },
-		{ "head-dim", offsetof(struct shape, head_dim), 1, 65536 },
-		{ "dtype-bytes", offsetof(struct shape, dtype_bytes), 1, 8 },
-		{ "pages", offsetof(struct shape, pages), 1, 1u << 22 },
-		{ "aux-slots", offsetof(struct shape, aux_slots), 1, 1u << 20 },
-		{ "aux-bytes", offsetof(struct shape, aux_bytes), 1, 1u << 20 },
-	};
-
 	if (strcmp(name, "mla") == 0) {
 		s->mla = 1;
 		return 1;
 	}
-	for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+	for (size_t i = 0; i < NOPTS; i++) {
 		if (strcmp(name, opts[i].name) != 0)
 			continue;
 		if (parse_u32(value, opts[i].min, opts[i].max,

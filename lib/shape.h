@@ -38,6 +38,11 @@ void shape_default(struct shape *s);
 int shape_option(struct shape *s, const char *name, const char *value,
 		 char *err, size_t errlen);
 
+/* The name of shape option i as shape_option takes it ("layers", ...,
+ * "mla"), NULL past the last; *takes_value is 0 only for "mla". For option
+ * tables that must not repeat the list. */
+const char *shape_option_name(unsigned i, int *takes_value);
+
 /* One line of --help text listing the shape options. */
 const char *shape_usage(void);
 

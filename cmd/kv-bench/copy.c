@@ -2,12 +2,10 @@
  * copy.c - `kv-bench copy`: flags for bench_copy_run (lib/bench_copy.c)
  * and its report, one row per pattern.
  */
-#include <errno.h>
-#include <getopt.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "bench_copy.h"
+#include "cli.h"
 #include "modes.h"
 #include "proc.h"
 
@@ -38,22 +36,6 @@ static void copy_usage(FILE *f)
 		"copied wrong bytes,\n100 usage, 111 system error.\n");
 }
 
-static int bad(const char *msg, const char *arg)
-{
-	fprintf(stderr, "kv-bench: fatal: %s: %s\n", msg, arg);
-	return KVW_EXIT_USAGE;
-}
-
-static int num(const char *s, unsigned long long max, unsigned long long *v)
-{
-	char *end;
-
-	errno = 0;
-	*v = strtoull(s, &end, 0);
-	return errno || *end || !*s || s[0] == '-' || *v == 0 || *v > max ? -1
-									  : 0;
-}
-
 static void row(const struct bench_copy_cfg *c, const struct bench_copy_result *r,
 		int json, int first)
 {
@@ -79,34 +61,35 @@ static void row(const struct bench_copy_cfg *c, const struct bench_copy_result *
 
 int kvb_copy_main(int argc, char **argv, const struct kvb_opts *o)
 {
-	enum { O_PAT = 256, O_PAGE, O_RUN, O_MIB, O_SECS, O_REPS, O_SEED,
-	       O_HELP };
+	enum { O_PAT = 256, O_PAGE, O_RUN, O_MIB, O_SECS, O_REPS, O_SEED };
 	static const struct option opts[] = {
 		{ "pattern", 1, NULL, O_PAT }, { "page-bytes", 1, NULL, O_PAGE },
 		{ "run-pages", 1, NULL, O_RUN }, { "mib", 1, NULL, O_MIB },
 		{ "seconds", 1, NULL, O_SECS }, { "reps", 1, NULL, O_REPS },
-		{ "seed", 1, NULL, O_SEED }, { "help", 0, NULL, O_HELP },
-		{ NULL, 0, NULL, 0 },
+		{ "seed", 1, NULL, O_SEED }, { NULL, 0, NULL, 0 },
 	};
 	struct bench_copy_cfg cfg = { .page_bytes = 4096, .total_bytes = 128u << 20,
 				      .min_s = 0.1, .reps = 7, .seed = 1 };
 	int pat = 3, c, ok = 1, first = 1; /* bit 0 contiguous, bit 1 scattered */
-	unsigned long long v;
+	struct cli cl;
+	uint64_t v;
 	char err[512];
 
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	cli_init(&cl, "kv-bench", 0, 0, NULL);
+	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		switch (c) {
 		case O_PAT:
-			pat = !strcmp(optarg, "contiguous") ? 1
-			    : !strcmp(optarg, "scattered") ? 2
-			    : !strcmp(optarg, "both") ? 3 : 0;
+			pat = !strcmp(cl.arg, "contiguous") ? 1
+			    : !strcmp(cl.arg, "scattered") ? 2
+			    : !strcmp(cl.arg, "both") ? 3 : 0;
 			if (!pat)
-				return bad("bad --pattern", optarg);
+				return cli_bad(&cl, "bad --pattern: %s", cl.arg);
 			break;
 		case O_PAGE: case O_RUN: case O_MIB: case O_REPS: case O_SEED:
-			if (num(optarg, c == O_MIB ? 1u << 16 : UINT32_MAX, &v))
-				return bad("want a positive integer", optarg);
+			if (cli_u64(cl.arg, 1, c == O_MIB ? 1u << 16 : UINT32_MAX,
+				    &v))
+				return cli_bad(&cl, "want a positive integer: %s",
+					       cl.arg);
 			if (c == O_PAGE) cfg.page_bytes = v;
 			if (c == O_RUN) cfg.run_pages = (uint32_t)v;
 			if (c == O_MIB) cfg.total_bytes = v << 20;
@@ -114,18 +97,14 @@ int kvb_copy_main(int argc, char **argv, const struct kvb_opts *o)
 			if (c == O_SEED) cfg.seed = v;
 			break;
 		case O_SECS:
-			cfg.min_s = strtod(optarg, NULL);
-			if (!(cfg.min_s > 0 && cfg.min_s < 3600))
-				return bad("bad --seconds", optarg);
+			if (cli_double(cl.arg, 1e-9, 3600, &cfg.min_s))
+				return cli_bad(&cl, "bad --seconds: %s", cl.arg);
 			break;
-		case O_HELP: copy_usage(stdout); return KVW_EXIT_OK;
-		default:
-			return bad("unknown or incomplete option",
-				   argv[optind - 1]);
+		case CLI_HELP: copy_usage(stdout); return KVW_EXIT_OK;
+		default: /* CLI_BAD: the fatal line is written */
+			return KVW_EXIT_USAGE;
 		}
 	}
-	if (optind < argc)
-		return bad("unexpected argument", argv[optind]);
 	if (!cfg.run_pages)
 		cfg.run_pages = cfg.page_bytes >= 65536
 					? 1 : (uint32_t)((65535 + cfg.page_bytes) /
@@ -154,8 +133,9 @@ int kvb_copy_main(int argc, char **argv, const struct kvb_opts *o)
 		rc = bench_copy_run(&cfg, &r, err, sizeof err);
 		if (rc < 0) {
 			fflush(stdout);
-			fprintf(stderr, "kv-bench: fatal: copy: %s\n", err);
-			return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
+			return cli_fatal("kv-bench", rc == KVW_EINVAL
+					 ? KVW_EXIT_USAGE : KVW_EXIT_SYS,
+					 "copy: %s", err);
 		}
 		row(&cfg, &r, o->json, first);
 		first = 0;

@@ -6,7 +6,6 @@
  */
 #include "modes.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -14,9 +13,11 @@
 
 #include "bench_limit.h"
 #include "bench_rooms.h"
+#include "cli.h"
 #include "kvw.h"
 #include "runinfo.h"
 
+#define PROG "kv-bench"
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define DEMO_REF_BYTES (64u << 20)
 
@@ -27,27 +28,6 @@ static char *const tiny_shape[] = {
 	"--head-dim", "64", "--pages", "4096", "--aux-slots", "1024",
 };
 #define NTINY (sizeof tiny_shape / sizeof tiny_shape[0])
-
-static int usage_error(const char *msg, const char *arg)
-{
-	fprintf(stderr, "kv-bench: fatal: %s%s%s\n", msg, arg ? ": " : "",
-		arg ? arg : "");
-	return KVW_EXIT_USAGE;
-}
-
-static int parse_count(const char *s, uint32_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = s ? strtoull(s, &end, 10) : 0;
-	if (!s || errno || *end || !*s || s[0] == '-' || v == 0 ||
-	    v > UINT32_MAX)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
 
 int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 {
@@ -65,7 +45,7 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 	extra = o->mode == KVB_ROOMS ? (int)NTINY : 0;
 	out = calloc((size_t)n + (size_t)extra + 1, sizeof *out);
 	if (!out)
-		return usage_error("out of memory", NULL);
+		return cli_fatal(PROG, KVW_EXIT_USAGE, "out of memory");
 	out[0] = argv[0];
 	*argc = 1;
 	for (int i = k; i < n; i++) {
@@ -89,11 +69,12 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 			dst = &o->warmup;
 		if (dst) {
 			if (o->mode != KVB_ROOMS)
-				return usage_error("only kv-bench rooms takes",
-						   a);
-			if (i + 1 >= n || parse_count(argv[i + 1], dst))
-				return usage_error("want a positive integer "
-						   "after", a);
+				return cli_fatal(PROG, KVW_EXIT_USAGE,
+						 "only kv-bench rooms takes: %s", a);
+			if (i + 1 >= n || cli_u32(argv[i + 1], 1, UINT32_MAX, dst))
+				return cli_fatal(PROG, KVW_EXIT_USAGE,
+						 "want a positive integer after: %s",
+						 a);
 			i++;
 			continue;
 		}
@@ -242,8 +223,8 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	}
 	fflush(stdout);
 	if (rc < 0) {
-		fprintf(stderr, "kv-bench: fatal: %s\n", err);
-		return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
+		return cli_fatal(PROG, rc == KVW_EINVAL ? KVW_EXIT_USAGE
+						      : KVW_EXIT_SYS, "%s", err);
 	}
 	/* Aborted rooms count as done when they became releasable. */
 	return res.success + res.aborted == cfg->rooms && !res.stuck &&
@@ -310,8 +291,8 @@ static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
 	if (progress && isatty(2))
 		fputc('\n', stderr);
 	if (rc < 0) {
-		fprintf(stderr, "kv-bench: fatal: %s\n", err);
-		return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
+		return cli_fatal(PROG, rc == KVW_EINVAL ? KVW_EXIT_USAGE
+						      : KVW_EXIT_SYS, "%s", err);
 	}
 	if (o->json) {
 		printf("{\"mode\":\"rooms\",");

@@ -7,12 +7,11 @@
  * error, 111 when it cannot start.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "boot.h"
+#include "cli.h"
 #include "kvw.h"
 #include "log.h"
 #include "proc.h"
@@ -21,12 +20,7 @@
 /* Messages handled per wakeup before signals are looked at again. */
 #define BATCH 256
 
-struct opts {
-	const char *listen;
-	const char *name;
-	int ready_fd;
-	int level;
-};
+#define PROG "kv-bootstrap"
 
 static void usage(FILE *f)
 {
@@ -42,62 +36,39 @@ static void usage(FILE *f)
 		"Exit: 0 stopped by SIGTERM/SIGINT, 100 usage, 111 system error.\n");
 }
 
-static int fatal_usage(const char *fmt, const char *arg)
+/* After a usage error's fatal line: the usage on stderr. Returns
+ * KVW_EXIT_USAGE. */
+static int usage_error(void)
 {
-	fprintf(stderr, "kv-bootstrap: fatal: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n");
 	usage(stderr);
 	return KVW_EXIT_USAGE;
 }
 
-/* Returns 0, or an exit code (with the message written) to leave with; -1
- * for --help. */
-static int parse(int argc, char **argv, struct opts *o)
+/* Sets *ep from --listen and returns 0; or returns an exit code to leave
+ * with, messages written (--help: 0 with *ep left NULL). */
+static int parse(int argc, char **argv, struct cli *cl, const char **ep)
 {
 	static const struct option longs[] = {
 		{ "listen", required_argument, NULL, 'l' },
-		{ "ready-fd", required_argument, NULL, 'r' },
-		{ "log-level", required_argument, NULL, 'L' },
-		{ "name", required_argument, NULL, 'n' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char *end;
-	long v;
 	int c;
 
-	o->ready_fd = -1;
-	o->level = LOG_INFO;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
-		switch (c) {
-		case 'l': o->listen = optarg; break;
-		case 'n': o->name = optarg; break;
-		case 'h': return -1;
-		case 'r':
-			errno = 0;
-			v = strtol(optarg, &end, 10);
-			if (errno || *end || end == optarg || v < 0 || v > 65535)
-				return fatal_usage("bad --ready-fd: %s", optarg);
-			o->ready_fd = (int)v;
-			break;
-		case 'L':
-			o->level = log_level_parse(optarg);
-			if (o->level < 0)
-				return fatal_usage("bad --log-level: %s", optarg);
-			break;
-		case ':':
-			return fatal_usage("option needs a value: %s",
-					   argv[optind - 1]);
-		default:
-			return fatal_usage("unknown option: %s", argv[optind - 1]);
+	cli_init(cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME, LOG_INFO,
+		 NULL);
+	while ((c = cli_next(cl, argc, argv, longs)) != CLI_END) {
+		if (c == CLI_HELP) {
+			usage(stdout);
+			return KVW_EXIT_OK;
 		}
+		if (c != 'l')
+			return usage_error();
+		*ep = cl->arg;
 	}
-	if (optind < argc)
-		return fatal_usage("unexpected argument: %s", argv[optind]);
-	if (!o->listen || !o->listen[0])
-		return fatal_usage("%s is required", "--listen");
+	if (!*ep || !(*ep)[0]) {
+		cli_bad(cl, "--listen is required");
+		return usage_error();
+	}
 	return 0;
 }
 
@@ -150,23 +121,18 @@ static int serve(void *sock, struct boot *b, uint64_t *malformed)
 
 int main(int argc, char **argv)
 {
-	struct opts o = { 0 };
+	const char *ep = NULL;
 	struct boot *b = NULL;
+	struct cli cl;
 	void *ctx = NULL, *sock = NULL;
 	uint64_t malformed = 0;
-	char err[256], tag[48];
+	char err[256];
 	int rc, code = KVW_EXIT_SYS;
 
-	rc = parse(argc, argv, &o);
-	if (rc < 0) {
-		usage(stdout);
-		return KVW_EXIT_OK;
-	}
-	if (rc)
+	rc = parse(argc, argv, &cl, &ep);
+	if (rc || !ep)
 		return rc;
-	snprintf(tag, sizeof tag, "bootstrap%s%.20s", o.name ? "." : "",
-		 o.name ? o.name : "");
-	log_init(tag, -1, (enum log_level)o.level);
+	cli_log_init(&cl, "bootstrap", -1);
 	if (proc_signals_init()) {
 		LOG(LOG_ERROR, "unable to install signal handlers");
 		return KVW_EXIT_SYS;
@@ -180,14 +146,14 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	sock = wire_socket(ctx, ZMQ_ROUTER, 0, err, sizeof err);
-	if (!sock || wire_bind(sock, o.listen, 0, err, sizeof err))
+	if (!sock || wire_bind(sock, ep, 0, err, sizeof err))
 		goto fail;
-	if (proc_ready(o.ready_fd)) {
-		snprintf(err, sizeof err, "write READY to fd %d: %s", o.ready_fd,
+	if (proc_ready(cl.ready_fd)) {
+		snprintf(err, sizeof err, "write READY to fd %d: %s", cl.ready_fd,
 			 strerror(errno));
 		goto fail;
 	}
-	LOG(LOG_INFO, "listening on %s", o.listen);
+	LOG(LOG_INFO, "listening on %s", ep);
 	while (!proc_stopping()) {
 		zmq_pollitem_t it = { sock, 0, ZMQ_POLLIN, 0 };
 

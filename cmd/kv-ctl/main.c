@@ -5,17 +5,18 @@
  * frames to test how a process takes hostile input. For scripts and tests;
  * see usage() for the exit codes.
  */
-#include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "bootc.h"
+#include "cli.h"
 #include "ctl.h"
 #include "kvw.h"
 #include "log.h"
 #include "proc.h"
+#include "shape.h"
+
+#define PROG "kv-ctl"
 
 static void usage(FILE *f)
 {
@@ -39,36 +40,12 @@ static void usage(FILE *f)
 
 int ctl_bad(const char *what, const char *arg)
 {
-	fprintf(stderr, "kv-ctl: fatal: %s: %s\n", what, arg);
-	return KVW_EXIT_USAGE;
+	return cli_fatal(PROG, KVW_EXIT_USAGE, "%s: %s", what, arg);
 }
 
-int ctl_num(const char *s, uint64_t max, uint64_t *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtoull(s, &end, 0);
-	return errno || end == s || *end || *s == '-' || *out > max ? -1 : 0;
-}
-
-int ctl_u32(const char *s, uint32_t *out)
-{
-	uint64_t v;
-
-	if (ctl_num(s, UINT32_MAX, &v))
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
-/* Maps a KVW_E* of bootc to an exit code, printing err. */
 int ctl_failed(int rc, const char *err)
 {
-	fprintf(stderr, "kv-ctl: fatal: %s\n", err);
-	if (rc == KVW_ETIMEDOUT)
-		return KVW_EXIT_TIMEOUT;
-	return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
+	return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
 }
 
 static int do_ping(void *ctx, const char *ep, const struct opts *o)
@@ -138,64 +115,55 @@ int main(int argc, char **argv)
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "dp", required_argument, NULL, 'D' },
 		{ "last", no_argument, NULL, 'x' },
-		{ "log-level", required_argument, NULL, 'L' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = { .timeout_ms = 2000 };
+	struct cli cl;
 	const char *cmd;
+	uint32_t q[4];
 	char **a;
 	double secs;
-	char *end;
 	void *ctx;
-	int c, n, lvl = LOG_WARN, rc;
+	int c, n, rc;
 
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
+	cli_init(&cl, PROG, CLI_LOG_LEVEL | CLI_OPERANDS, LOG_WARN, NULL);
+	while ((c = cli_next(&cl, argc, argv, longs)) != CLI_END) {
 		switch (c) {
 		case 't':
-			secs = strtod(optarg, &end);
-			if (*end || end == optarg || !(secs > 0 && secs < 86400))
-				return ctl_bad("bad --timeout", optarg);
+			if (cli_double(cl.arg, 1e-9, 86400, &secs))
+				return ctl_bad("bad --timeout", cl.arg);
 			o.timeout_ms = secs * 1000 < 1 ? 1 : (int)(secs * 1000);
 			break;
 		case 'c':
 			o.have_coord = 1;
-			if (sscanf(optarg, "%u,%u,%u,%u%n", &o.coord.tp, &o.coord.pp,
-				   &o.coord.cp, &o.coord.dp, &n) != 4 || optarg[n])
-				return ctl_bad("bad --coord (tp,pp,cp,dp)", optarg);
+			if (shape_parse_quad(cl.arg, 0, q))
+				return ctl_bad("bad --coord (tp,pp,cp,dp)", cl.arg);
+			o.coord = (struct kvw_coord){ q[0], q[1], q[2], q[3] };
 			break;
 		case 'p':
 		case 'd':
 		case 'D':
-			if (ctl_u32(optarg, c == 'p' ? &o.page_tokens
-					   : c == 'd' ? &o.dtype : &o.dp))
+			if (cli_u32(cl.arg, 0, UINT32_MAX, c == 'p' ? &o.page_tokens
+					: c == 'd' ? &o.dtype : &o.dp))
 				return ctl_bad("bad value", argv[optind - 1]);
 			break;
 		case 'x': o.last = 1; break;
-		case 'L':
-			lvl = log_level_parse(optarg);
-			if (lvl < 0)
-				return ctl_bad("bad --log-level", optarg);
-			break;
-		case 'h': usage(stdout); return KVW_EXIT_OK;
-		case ':': return ctl_bad("option needs a value", argv[optind - 1]);
-		default: return ctl_bad("unknown option", argv[optind - 1]);
+		case CLI_HELP: usage(stdout); return KVW_EXIT_OK;
+		default: return KVW_EXIT_USAGE; /* CLI_BAD: fatal line written */
 		}
 	}
 	if (optind + 2 > argc) {
 		usage(stderr);
 		return ctl_bad("missing", optind < argc ? "EP" : "COMMAND");
 	}
-	log_init("ctl", -1, (enum log_level)lvl);
+	cli_log_init(&cl, "ctl", -1);
 	cmd = argv[optind];
 	a = argv + optind + 1;
 	n = argc - optind - 1;
 	ctx = zmq_ctx_new();
-	if (!ctx) {
-		fprintf(stderr, "kv-ctl: fatal: unable to create a zmq context\n");
-		return KVW_EXIT_SYS;
-	}
+	if (!ctx)
+		return cli_fatal(PROG, KVW_EXIT_SYS,
+				 "unable to create a zmq context");
 	if (strcmp(cmd, "ping") == 0)
 		rc = n == 1 ? do_ping(ctx, a[0], &o) : ctl_bad("ping takes", "EP");
 	else if (strcmp(cmd, "lookup") == 0)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bootc.h"
+#include "cli.h"
 #include "ctl.h"
 #include "proc.h"
 
@@ -62,13 +63,13 @@ int ctl_engine(void *ctx, const char *cmd, char **a, int n,
 		return ctl_bad("unknown command", cmd);
 	if (n != t[i].nargs)
 		return ctl_bad("wrong number of arguments for", cmd);
-	if (ctl_num(a[1], UINT64_MAX, &room))
+	if (cli_u64(a[1], 0, UINT64_MAX, &room))
 		return ctl_bad("bad ROOM", a[1]);
 	frame_msg_init(&m, t[i].type, 0, room, proc_epoch());
 	switch (t[i].type) {
 	case FRAME_SEND_BEGIN:
-		if (ctl_u32(a[2], &m.u.send_begin.num_pages) ||
-		    ctl_u32(a[3], &m.u.send_begin.aux_slot))
+		if (cli_u32(a[2], 0, UINT32_MAX, &m.u.send_begin.num_pages) ||
+		    cli_u32(a[3], 0, UINT32_MAX, &m.u.send_begin.aux_slot))
 			return ctl_bad("bad NPAGES or AUX", a[2]);
 		break;
 	case FRAME_SEND_CHUNK:
@@ -80,7 +81,8 @@ int ctl_engine(void *ctx, const char *cmd, char **a, int n,
 		m.u.send_chunk.pages = frame_u32s_of(pages, npages);
 		break;
 	case FRAME_RECV_BEGIN:
-		if (strlen(a[2]) > KVW_MAX_STR || ctl_u32(a[3], &m.u.recv_begin.aux_slot))
+		if (strlen(a[2]) > KVW_MAX_STR ||
+		    cli_u32(a[3], 0, UINT32_MAX, &m.u.recv_begin.aux_slot))
 			return ctl_bad("bad BOOTSTRAP_EP or AUX", a[2]);
 		if (pages_parse(a[4], &pages, &npages)) {
 			rc = ctl_bad("bad PAGES", a[4]);

@@ -3,11 +3,9 @@
  * fails the rooms of peers that stop answering or restart (lib/hbeat.h).
  * Exit codes: 0 clean stop on SIGTERM, 100 usage, 111 system failure.
  */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
+#include "cli.h"
 #include "hbeat.h"
 #include "kvw.h"
 #include "log.h"
@@ -28,108 +26,61 @@ static void usage(FILE *f)
 		"Exit: 0 stopped, 100 usage, 111 system failure.\n");
 }
 
-static int fatal_usage(const char *what, const char *arg)
-{
-	fprintf(stderr, PROG ": fatal: %s%s\n", what, arg ? arg : "");
-	return KVW_EXIT_USAGE;
-}
-
-static int parse_secs(const char *s, double min, uint64_t *ns)
-{
-	char *end;
-	double v;
-
-	if (!s || !*s)
-		return -1;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || *end || !(v >= min) || v > 1e6)
-		return -1;
-	*ns = (uint64_t)(v * 1e9);
-	return 0;
-}
-
-static int parse_long(const char *s, long min, long max, long *out)
-{
-	char *end;
-
-	if (!s || !*s)
-		return -1;
-	errno = 0;
-	*out = strtol(s, &end, 10);
-	return errno || *end || *out < min || *out > max ? -1 : 0;
-}
+enum { O_TABLE = 256, O_INTERVAL, O_PING_TIMEOUT, O_MAX_FAILURES };
 
 int main(int argc, char **argv)
 {
+	static const struct option opts[] = {
+		{ "table", 1, 0, O_TABLE }, { "interval", 1, 0, O_INTERVAL },
+		{ "ping-timeout", 1, 0, O_PING_TIMEOUT },
+		{ "max-failures", 1, 0, O_MAX_FAILURES }, { 0, 0, 0, 0 },
+	};
 	struct hbeat_cfg cfg = { .interval_ns = 5000000000ull, .max_failures = 2 };
 	struct hbeat *h = NULL;
-	const char *name = NULL;
-	long ready_fd = -1, v;
-	int lvl = LOG_INFO, rc;
-	char err[256], role[32];
+	struct cli cl;
+	int c, rc;
+	char err[256];
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+	cli_init(&cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME, LOG_INFO,
+		 NULL);
+	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
+		const char *v = cl.arg;
 
-		if (strcmp(a, "--help") == 0) {
-			usage(stdout);
-			return KVW_EXIT_OK;
-		}
-		if (strncmp(a, "--", 2) != 0)
-			return fatal_usage("unexpected argument: ", a);
-		if (!val)
-			return fatal_usage("option needs a value: ", a);
-		i++;
-		if (strcmp(a, "--table") == 0) {
-			cfg.table = val;
-		} else if (strcmp(a, "--interval") == 0) {
-			if (parse_secs(val, 0.05, &cfg.interval_ns))
-				return fatal_usage("bad --interval (min 0.05): ", val);
-		} else if (strcmp(a, "--ping-timeout") == 0) {
-			if (parse_secs(val, 0.001, &cfg.ping_timeout_ns))
-				return fatal_usage("bad --ping-timeout: ", val);
-		} else if (strcmp(a, "--max-failures") == 0) {
-			if (parse_long(val, 1, 1000000, &v))
-				return fatal_usage("bad --max-failures (min 1): ", val);
-			cfg.max_failures = (uint32_t)v;
-		} else if (strcmp(a, "--ready-fd") == 0) {
-			if (parse_long(val, 0, 1 << 20, &ready_fd))
-				return fatal_usage("bad --ready-fd: ", val);
-		} else if (strcmp(a, "--log-level") == 0) {
-			if ((lvl = log_level_parse(val)) < 0)
-				return fatal_usage("bad --log-level: ", val);
-		} else if (strcmp(a, "--name") == 0) {
-			name = val;
-		} else {
-			return fatal_usage("unknown option: ", a);
+		switch (c) {
+		case O_TABLE: cfg.table = v; break;
+		case CLI_HELP: usage(stdout); return KVW_EXIT_OK;
+		case O_INTERVAL:
+			if (cli_seconds(v, 0.05, 1e6, &cfg.interval_ns))
+				return cli_bad(&cl, "bad --interval (min 0.05): %s", v);
+			break;
+		case O_PING_TIMEOUT:
+			if (cli_seconds(v, 0.001, 1e6, &cfg.ping_timeout_ns))
+				return cli_bad(&cl, "bad --ping-timeout: %s", v);
+			break;
+		case O_MAX_FAILURES:
+			if (cli_u32(v, 1, 1000000, &cfg.max_failures))
+				return cli_bad(&cl, "bad --max-failures (min 1): %s", v);
+			break;
+		default: /* CLI_BAD: the fatal line is written */
+			return KVW_EXIT_USAGE;
 		}
 	}
 	if (!cfg.table)
-		return fatal_usage("--table is required", NULL);
-	if (proc_signals_init() != 0) {
-		fprintf(stderr, PROG ": fatal: unable to install signal handlers\n");
-		return KVW_EXIT_SYS;
-	}
-	snprintf(role, sizeof role, "heartbeat%s%.20s", name ? "." : "",
-		 name ? name : "");
-	log_init(role, -1, (enum log_level)lvl);
+		return cli_bad(&cl, "--table is required");
+	if (proc_signals_init() != 0)
+		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
+	cli_log_init(&cl, "heartbeat", -1);
 	rc = hbeat_open(&cfg, &h, err, sizeof err);
-	if (rc) {
-		fprintf(stderr, PROG ": fatal: unable to open table %s: %s\n",
-			cfg.table, err);
-		return rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
-	}
-	if (proc_ready((int)ready_fd) != 0) {
-		fprintf(stderr, PROG ": fatal: unable to write to --ready-fd\n");
+	if (rc)
+		return cli_fatal(PROG, rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS,
+				 "unable to open table %s: %s", cfg.table, err);
+	if (proc_ready(cl.ready_fd) != 0) {
 		hbeat_close(&h);
-		return KVW_EXIT_SYS;
+		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to write to --ready-fd");
 	}
 	rc = hbeat_run(h, err, sizeof err);
 	hbeat_close(&h);
-	if (rc) {
-		fprintf(stderr, PROG ": fatal: %s\n", err);
-		return KVW_EXIT_SYS;
-	}
+	if (rc)
+		return cli_fatal(PROG, KVW_EXIT_SYS, "%s", err);
 	return KVW_EXIT_OK;
 }

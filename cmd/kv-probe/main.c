@@ -6,8 +6,8 @@
  * With no TRANSPORT it lists every known one and exits 0.
  */
 #include <stdio.h>
-#include <string.h>
 
+#include "cli.h"
 #include "kvw.h"
 #include "xport.h"
 
@@ -22,31 +22,28 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	static const struct option none[] = { { NULL, 0, NULL, 0 } };
 	struct xport_avail av[16];
+	struct cli cl;
 	char msg[256];
-	int i, first = 1, skip = 0;
+	int i, c, first, skip = 0;
 	size_t n, k;
 
-	if (argc > 1 && strcmp(argv[1], "--help") == 0) {
-		usage(stdout);
-		return KVW_EXIT_OK;
+	cli_init(&cl, "kv-probe", CLI_OPERANDS, 0, NULL);
+	while ((c = cli_next(&cl, argc, argv, none)) != CLI_END) {
+		if (c == CLI_HELP) {
+			usage(stdout);
+			return KVW_EXIT_OK;
+		}
+		usage(stderr); /* CLI_BAD: after its fatal line */
+		return KVW_EXIT_USAGE;
 	}
-	if (argc > 1 && strcmp(argv[1], "--") == 0)
-		first = 2;
+	first = optind;
 	/* Check every name before probing any: a typo is a usage error. */
-	for (i = first; i < argc; i++) {
-		if (argv[i][0] == '-' && first == 1) {
-			fprintf(stderr, "kv-probe: fatal: unknown option: %s\n",
-				argv[i]);
-			usage(stderr);
-			return KVW_EXIT_USAGE;
-		}
-		if (xport_find(argv[i]) == NULL) {
-			fprintf(stderr, "kv-probe: fatal: unknown transport: "
-				"%s (known: shm, tcp, rdma, cuda)\n", argv[i]);
-			return KVW_EXIT_USAGE;
-		}
-	}
+	for (i = first; i < argc; i++)
+		if (xport_find(argv[i]) == NULL)
+			return cli_bad(&cl, "unknown transport: %s (known: shm, "
+				       "tcp, rdma, cuda)", argv[i]);
 	if (first >= argc) {
 		n = xport_probe_all(av, sizeof av / sizeof av[0]);
 		for (k = 0; k < n && k < sizeof av / sizeof av[0]; k++)

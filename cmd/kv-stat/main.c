@@ -8,18 +8,18 @@
  * no table holds that room, 100 usage, 111 a table or the endpoints file
  * could not be read (the others are still shown).
  */
-#include <getopt.h>
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "kvw.h"
 #include "render.h"
 #include "rtab.h"
 #include "runinfo.h"
 
 #define MAX_TABLES RUNINFO_MAX_MEMBERS
+#define PROG "kv-stat"
 
 static void usage(FILE *f)
 {
@@ -44,10 +44,10 @@ static void usage(FILE *f)
 		"endpoints file\ncould not be read.\n");
 }
 
-static int fatal_usage(const char *msg, const char *arg)
+/* After a usage error's fatal line: the usage on stderr. Returns
+ * KVW_EXIT_USAGE. */
+static int usage_error(void)
 {
-	fprintf(stderr, "kv-stat: fatal: %s%s%s\n", msg, arg ? ": " : "",
-		arg ? arg : "");
 	usage(stderr);
 	return KVW_EXIT_USAGE;
 }
@@ -82,27 +82,25 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "room", required_argument, NULL, 'r' },
 		{ "all", no_argument, NULL, 'a' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct render_table tb[MAX_TABLES];
 	struct render_opts ro = { 0 };
 	struct runinfo *ri = NULL;
 	const char *run_dir = NULL;
+	struct cli cl;
 	char err[512];
 	unsigned n = 0, shown;
 	int json = 0, c, rc = KVW_EXIT_OK;
 
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		char *end;
-
+	cli_init(&cl, PROG, 0, 0, NULL);
+	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		switch (c) {
 		case 'd':
-			run_dir = optarg;
+			run_dir = cl.arg;
 			break;
 		case 't':
-			add_table(tb, &n, base_name(optarg), optarg);
+			add_table(tb, &n, base_name(cl.arg), cl.arg);
 			break;
 		case 'j':
 			json = 1;
@@ -111,32 +109,30 @@ int main(int argc, char **argv)
 			ro.all = 1;
 			break;
 		case 'r':
-			errno = 0;
-			ro.room = strtoull(optarg, &end, 0);
-			if (errno || *end || !*optarg || optarg[0] == '-')
-				return fatal_usage("bad room id", optarg);
+			if (cli_u64(cl.arg, 0, UINT64_MAX, &ro.room)) {
+				cli_bad(&cl, "bad room id: %s", cl.arg);
+				return usage_error();
+			}
 			ro.have_room = 1;
 			break;
-		case 'h':
+		case CLI_HELP:
 			usage(stdout);
 			return KVW_EXIT_OK;
-		default:
-			return fatal_usage("unknown or incomplete option",
-					   argv[optind - 1]);
+		default: /* CLI_BAD: the fatal line is written */
+			return usage_error();
 		}
 	}
-	if (optind < argc)
-		return fatal_usage("unexpected argument", argv[optind]);
-	if (!run_dir && n == 0)
-		return fatal_usage("give --run-dir DIR or --table PATH", NULL);
+	if (!run_dir && n == 0) {
+		cli_bad(&cl, "give --run-dir DIR or --table PATH");
+		return usage_error();
+	}
 	if (run_dir) {
 		int r = runinfo_load(run_dir, &ri, err, sizeof err);
 
-		if (r < 0) {
-			fprintf(stderr, "kv-stat: fatal: unable to read "
-				"endpoints: %s\n", err);
-			return r == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS;
-		}
+		if (r < 0)
+			return cli_fatal(PROG, r == KVW_EINVAL ? KVW_EXIT_USAGE
+							     : KVW_EXIT_SYS,
+					 "unable to read endpoints: %s", err);
 		for (uint32_t i = 0; i < runinfo_count(ri); i++) {
 			const struct runinfo_member *m = runinfo_member(ri, i);
 
@@ -154,11 +150,9 @@ int main(int argc, char **argv)
 	}
 	shown = json ? render_json(stdout, tb, n, &ro)
 		     : render_text(stdout, tb, n, &ro);
-	if (fflush(stdout) != 0) {
-		fprintf(stderr, "kv-stat: fatal: unable to write output: %s\n",
-			strerror(errno));
-		rc = KVW_EXIT_SYS;
-	}
+	if (fflush(stdout) != 0)
+		rc = cli_fatal(PROG, KVW_EXIT_SYS, "unable to write output: %s",
+			       strerror(errno));
 	if (rc == KVW_EXIT_OK && ro.have_room && shown == 0)
 		rc = 1;
 	for (unsigned i = 0; i < n; i++)

@@ -32,6 +32,9 @@ bench() {
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"rooms=6 success=6 failed=0 aborted=0 stuck=0 corrupt=0 "* ]]
+	# kv-bench's CLEARs reach the control processes after it exits:
+	# wait for them before reading the tables.
+	wait_for 10 all_cleared $(awk '/role=(prefill|decode)/ { sub("member=", "", $1); print $1 }' "$RUN/endpoints")
 }
 
 # rows MEMBER: the room rows of MEMBER's table as "state reason pages bytes"
@@ -39,6 +42,16 @@ bench() {
 rows() {
 	"$KVW_BIN/kv-stat" --table "$(endpoint "$1" table)" --all |
 		awk '$1 ~ /^[0-9]+$/ && NF >= 9 { print $2, $3, $7, $8 }'
+}
+
+# all_cleared MEMBER...: no room row of any MEMBER is in a state other
+# than Cleared.
+all_cleared() {
+	local m
+	for m; do
+		rows "$m" | grep -qv '^Cleared ' && return 1
+	done
+	return 0
 }
 
 # bytes_of MEMBER: the bytes of every room row of MEMBER, one per line.

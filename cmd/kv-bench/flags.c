@@ -1,0 +1,182 @@
+/*
+ * flags.c - kv-bench's group and workload flags; see flags.h. The shape
+ * flags are only checked here: they are applied after the group's own
+ * shape line is read (and passed on to kv-up with --spawn).
+ */
+#include "flags.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kvw.h"
+#include "log.h"
+#include "modes.h"
+#include "shape.h"
+
+void kvb_flags_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kv-bench [demo|rooms] (--run-dir DIR | --spawn) "
+		"[options] [shape flags]\n"
+		"       kv-bench copy [options]\n"
+		"Simulated prefill and decode engines moving patterned KV "
+		"through a kvwire group.\n"
+		"  --run-dir DIR        use the group of DIR/endpoints (its "
+		"shape= line is the\n"
+		"                       default shape; shape flags given here "
+		"override it)\n"
+		"  --spawn              start a group with kv-up in a temp dir, "
+		"stop it at the end\n"
+		"  --kv-up PATH         kv-up to run (default: kv-up beside "
+		"this program)\n"
+		"  --up-arg ARG         extra argument for kv-up (repeatable)\n"
+		"  --rooms N            rooms to run (default 100)\n"
+		"  --pages-per-room N   pages of each room (default 16)\n"
+		"  --chunk-pages N      pages per SEND_CHUNK (default 4)\n"
+		"  --zero-last          when pages-per-room is a multiple of "
+		"chunk-pages, end\n"
+		"                       with an empty last chunk\n"
+		"  --concurrency N      rooms in flight (default 8)\n"
+		"  --verify             check every destination byte (K, V, "
+		"aux)\n"
+		"  --seed N             room ids from N (default: random)\n"
+		"  --room-timeout S     per-room deadline in seconds (default "
+		"60)\n"
+		"  --prefill-tp N --prefill-pp N --decode-tp N --decode-pp N\n"
+		"                       topology (--prefill-ranks, "
+		"--decode-ranks: the TP\n"
+		"                       sizes): given to kv-up with --spawn; "
+		"checked with --run-dir\n"
+		"  --abort-frac F       abort that fraction of rooms (0..1) at "
+		"random moments\n"
+		"                       (before SEND_BEGIN, between chunks, "
+		"copies in flight);\n"
+		"                       once releasable their pages get a "
+		"canary, checked\n"
+		"                       before reuse and at the end (changed: "
+		"corrupt)\n"
+		"  --log-level LEVEL    error|warn|info|debug\n"
+		"  --help               this text\n"
+		"  %s\n"
+		"Output: rooms= success= failed= aborted= stuck= corrupt= "
+		"bytes= seconds=\n"
+		"rooms_per_s= gib_per_s= (bytes: payload landed in decode "
+		"pools by rooms that\nsucceeded). Exit: 0 every room succeeded "
+		"(and verified), 1 some did not,\n100 usage, 111 system "
+		"error.\n",
+		shape_usage());
+	kvb_usage(f);
+}
+
+enum { O_RUN = 256, O_SPAWN, O_KVUP, O_UPARG, O_ROOMS, O_PPR, O_CHUNK,
+       O_ZERO, O_CONC, O_VERIFY, O_SEED, O_TIMEOUT, O_PRANKS, O_DRANKS,
+       O_PPP, O_DPP, O_ABORT };
+
+int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
+		    struct bench_config *cfg)
+{
+	static const struct option opts[] = {
+		{ "run-dir", 1, NULL, O_RUN }, { "spawn", 0, NULL, O_SPAWN },
+		{ "kv-up", 1, NULL, O_KVUP }, { "up-arg", 1, NULL, O_UPARG },
+		{ "rooms", 1, NULL, O_ROOMS },
+		{ "pages-per-room", 1, NULL, O_PPR },
+		{ "chunk-pages", 1, NULL, O_CHUNK },
+		{ "zero-last", 0, NULL, O_ZERO },
+		{ "concurrency", 1, NULL, O_CONC },
+		{ "verify", 0, NULL, O_VERIFY }, { "seed", 1, NULL, O_SEED },
+		{ "room-timeout", 1, NULL, O_TIMEOUT },
+		{ "prefill-ranks", 1, NULL, O_PRANKS }, { "prefill-pp", 1, NULL, O_PPP },
+		{ "decode-ranks", 1, NULL, O_DRANKS }, { "decode-pp", 1, NULL, O_DPP },
+		{ "prefill-tp", 1, NULL, O_PRANKS }, { "decode-tp", 1, NULL, O_DRANKS },
+		{ "abort-frac", 1, NULL, O_ABORT }, { NULL, 0, NULL, 0 },
+	};
+	struct cli *cl = &f->cl;
+	int c;
+
+	cli_init(cl, "kv-bench", CLI_LOG_LEVEL | CLI_SHAPE, LOG_WARN, NULL);
+	while ((c = cli_next(cl, argc, argv, opts)) != CLI_END) {
+		const char *v = cl->arg;
+		uint32_t *u32 = NULL;
+
+		switch (c) {
+		case O_RUN: f->run_dir = v; break;
+		case O_SPAWN: f->spawn = 1; break;
+		case O_KVUP: snprintf(f->kv_up, sizeof f->kv_up, "%s", v); break;
+		case O_UPARG:
+			if (f->nup == KVB_MAX_ARGS)
+				return cli_bad(cl, "too many --up-arg");
+			f->up_args[f->nup++] = optarg; /* == v, not const */
+			break;
+		case O_ROOMS: u32 = &cfg->rooms; break;
+		case O_PPR: u32 = &cfg->pages_per_room; break;
+		case O_CHUNK: u32 = &cfg->chunk_pages; break;
+		case O_CONC: u32 = &cfg->concurrency; break;
+		case O_PRANKS: u32 = &f->topo[0]; break;
+		case O_PPP: u32 = &f->topo[1]; break;
+		case O_DRANKS: u32 = &f->topo[2]; break;
+		case O_DPP: u32 = &f->topo[3]; break;
+		case O_ZERO: cfg->zero_last = 1; break;
+		case O_VERIFY: cfg->verify = 1; break;
+		case O_SEED:
+			if (cli_u64(v, 0, UINT64_MAX, &cfg->seed))
+				return cli_bad(cl, "bad --seed: %s", v);
+			cfg->seeded = 1;
+			break;
+		case O_TIMEOUT:
+			if (cli_double(v, 1e-9, 1e6, &cfg->room_timeout_s))
+				return cli_bad(cl, "bad --room-timeout: %s", v);
+			break;
+		case O_ABORT:
+			if (cli_double(v, 0, 1, &cfg->abort_frac))
+				return cli_bad(cl, "bad --abort-frac (0..1): %s", v);
+			break;
+		case CLI_SHAPE_OPT:
+			if (f->nshape == KVB_MAX_ARGS)
+				return cli_bad(cl, "too many shape flags");
+			f->shape_name[f->nshape] = cl->opt;
+			f->shape_val[f->nshape++] = optarg;
+			break;
+		case CLI_HELP: kvb_flags_usage(stdout); return KVW_EXIT_OK;
+		default: /* CLI_BAD: the fatal line is written */
+			return KVW_EXIT_USAGE;
+		}
+		if (u32 && cli_u32(v, 1, UINT32_MAX, u32))
+			return cli_bad(cl, "want a positive integer: %s", v);
+	}
+	if (!!f->run_dir + f->spawn != 1)
+		return cli_bad(cl, "give exactly one of --run-dir and --spawn");
+	return -1;
+}
+
+char **kvb_flags_up_args(struct kvb_flags *f)
+{
+	static char topo_flag[4][16] = { "--prefill-tp", "--prefill-pp",
+					 "--decode-tp", "--decode-pp" };
+
+	for (int k = 0; k < 4; k++) {
+		if (!f->topo[k])
+			continue;
+		snprintf(f->up_num[k], sizeof f->up_num[k], "%u", f->topo[k]);
+		f->up_args[f->nup++] = topo_flag[k];
+		f->up_args[f->nup++] = f->up_num[k];
+	}
+	for (unsigned i = 0; i < f->nshape; i++) {
+		snprintf(f->up_flag[i], sizeof f->up_flag[i], "--%s",
+			 f->shape_name[i]);
+		f->up_args[f->nup++] = f->up_flag[i];
+		if (f->shape_val[i])
+			f->up_args[f->nup++] = f->shape_val[i];
+	}
+	f->up_args[f->nup] = NULL;
+	return f->up_args;
+}
+
+int kvb_flags_shape(const struct kvb_flags *f, struct shape *s, char *err,
+		    size_t errlen)
+{
+	for (unsigned i = 0; i < f->nshape; i++)
+		if (shape_option(s, f->shape_name[i], f->shape_val[i], err,
+				 errlen) < 0)
+			return KVW_EINVAL;
+	return 0;
+}
