@@ -4,7 +4,8 @@
 # exact command and fails. Exit 0 when everything is present.
 set -u
 pkgs="libzmq3-dev libbsd-dev libibverbs-dev libcmocka-dev pkg-config bats \
-bats-support bats-assert bats-file clang python3-zmq libclang-rt-14-dev"
+bats-support bats-assert bats-file clang python3-zmq libclang-rt-14-dev \
+jq bc procps xxd"
 
 missing=""
 for p in $pkgs; do
