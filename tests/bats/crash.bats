@@ -303,3 +303,27 @@ now() { date +%s.%N; }
 	# The worker, running again, drops the stale jobs and serves anew.
 	later_run_ok
 }
+
+@test "a decode that stops answering: the prefill rooms waiting on it fail as peer dead, not at the timeout" {
+	# Deadlines of 120 s: a failure in seconds is the prefill heartbeat.
+	kv_up --workers 2 --heartbeat-interval 0.5 --bootstrap-timeout 120 \
+		--waiting-timeout 120 $SHAPE
+	DENG=$(endpoint d0 engine)
+	BOOT=$(endpoint bootstrap listen)
+	rooms="201 202 203"
+	for r in $rooms; do
+		ctl recv-begin "$DENG" "$r" "$BOOT" "$r" "$r"
+	done
+	# The sender holds the rooms (XFER_INFO in) and waits for its engine.
+	wait_for 20 all_state p0 WaitingForInput $rooms
+	d0=$(pid_of d0)
+	kill -STOP "$d0"
+	t_stop=$(now)
+	wait_for 30 all_failed p0 "peer dead" $rooms
+	t_fail=$(now)
+	kill -CONT "$d0"
+	echo "prefill rooms failed $(echo "$t_fail - $t_stop" | bc)s after the decode stopped; interval 0.5 s, 2 misses"
+	[ "$(echo "$t_fail - $t_stop < 10" | bc)" = 1 ]
+	# The decode is back: new rooms succeed.
+	later_run_ok
+}
