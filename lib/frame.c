@@ -298,6 +298,8 @@ static void rd_body(struct rd *c, struct frame_msg *m)
 		if (m->u.job.desc.len > KVW_MAX_DESC)
 			rd_fail(c, "length over KVW_MAX_DESC", "desc");
 		m->u.job.desc.p = rd_bytes(c, m->u.job.desc.len, "desc");
+		m->u.job.pages = rd_u32(c, "pages");
+		rd_str(c, m->u.job.reply, "reply");
 		break;
 	case FRAME_JOB_DONE:
 		m->u.job_done.slot = rd_u32(c, "slot");
@@ -490,6 +492,8 @@ static void wr_body(struct wr *c, const struct frame_msg *m)
 		wr_u32(c, m->u.job.dst_index, "dst_index");
 		wr_u32(c, m->u.job.desc.len, "desc.len");
 		wr_bytes(c, m->u.job.desc.p, m->u.job.desc.len, "desc");
+		wr_u32(c, m->u.job.pages, "pages");
+		wr_str(c, m->u.job.reply, "reply");
 		break;
 	case FRAME_JOB_DONE:
 		wr_u32(c, m->u.job_done.slot, "slot");
@@ -606,8 +610,12 @@ static int msg_check(const struct frame_msg *m, char *err, size_t errlen)
 			return BAD("%s: is_last not 0/1", t);
 		break;
 	case FRAME_JOB:
-		if (m->u.job.flags & ~FRAME_JOB_LAST)
+		if (m->u.job.flags & ~(FRAME_JOB_LAST | FRAME_JOB_FINAL))
 			return BAD("%s: unknown flags 0x%x", t, m->u.job.flags);
+		if ((m->u.job.flags & FRAME_JOB_FINAL) &&
+		    !(m->u.job.flags & FRAME_JOB_LAST))
+			return BAD("%s: flags 0x%x: FINAL without LAST", t,
+				   m->u.job.flags);
 		if (m->u.job.desc.len > KVW_MAX_DESC)
 			return BAD("%s: desc %u bytes over KVW_MAX_DESC", t, m->u.job.desc.len);
 		if (m->u.job.desc.len && !m->u.job.desc.p)

@@ -76,7 +76,15 @@ enum frame_boot_status {
 #define FRAME_LOOKUP_TOPO_ONLY 0xFFFFFFFFu
 
 /* JOB flags. */
-#define FRAME_JOB_LAST 0x1u /* the room's last job: finish the room after it */
+#define FRAME_JOB_LAST 0x1u /* the destination's last job */
+/* With FRAME_JOB_LAST: the room's final job (the last job of its last real
+ * destination; every other job of the room went to the same worker
+ * before it). Once its copies are in and the room is still live, the
+ * worker moves the room Transferring -> Success in the table itself and
+ * sends STATUS(Success) to `reply` (that destination's return endpoint)
+ * with the JOB header's src_rank and epoch; the control tells the other
+ * real destinations on JOB_DONE. Never without FRAME_JOB_LAST. */
+#define FRAME_JOB_FINAL 0x2u
 
 /* The decoded header. frame_msg_init() fills magic and version. */
 struct frame_hdr {
@@ -279,6 +287,10 @@ struct frame_job {
 	struct frame_bytes desc;    /* the destination's transport descriptor
 				     * (from its REGISTER), <= KVW_MAX_DESC:
 				     * makes the job self-contained */
+	uint32_t pages;             /* added to the room's pages_done by the
+				     * worker when the job succeeds (0: none) */
+	char reply[FRAME_STR_SIZE]; /* FRAME_JOB_FINAL: where STATUS(Success)
+				     * goes (the decode's endpoint); else "" */
 	struct frame_copies copies; /* part 2, <= KVW_MAX_COPIES */
 };
 

@@ -30,7 +30,7 @@ uint64_t proc_epoch(void);
 uint64_t proc_now_ns(void);
 
 /* Milliseconds from now until deadline_ns, clamped to [0, cap_ms];
- * deadline 0 means none (cap_ms). For zmq_poll's timeout. */
+ * deadline 0 means none (cap_ms). For a poll loop's timeout. */
 long proc_poll_ms(uint64_t deadline_ns, uint64_t now_ns, long cap_ms);
 
 #endif

@@ -17,6 +17,7 @@
 #include "pool.h"
 #include "proc.h"
 #include "wire.h"
+#include "wpoll.h"
 #include "xport.h"
 
 #define ROOM_CAPACITY 65536u
@@ -421,6 +422,7 @@ static void peer_msg(struct receiver *r, void *sock, const struct wire_in *in,
 		if (wire_send(sock, &pong, p ? NULL : in->id, p ? 0 : in->idlen,
 			      err, sizeof err) != 0)
 			LOG_RL(LOG_WARN, "PONG: %s", err);
+		receiver_sent_on(r, sock);
 		return;
 	case FRAME_PONG:
 		if (!p)
@@ -502,9 +504,10 @@ static long timers(struct receiver *r)
 
 enum { SRC_ENGINE, SRC_PEER, SRC_BOOT, SRC_PREFILL };
 
-/* Reads what one socket has. Returns 0, or KVW_ESYS when it is gone. */
-static int drain(struct receiver *r, int kind, uint32_t idx, void *sock,
-		 char *err, size_t errlen)
+/* Reads what the socket in loop slot `slot` has; reaching its end marks
+ * the slot drained. Returns 0, or KVW_ESYS when it is gone. */
+static int drain(struct receiver *r, int kind, uint32_t idx, uint32_t slot,
+		 void *sock, char *err, size_t errlen)
 {
 	int router = kind == SRC_ENGINE || kind == SRC_PEER;
 
@@ -514,8 +517,10 @@ static int drain(struct receiver *r, int kind, uint32_t idx, void *sock,
 		char why[200];
 		int rc = wire_recv(sock, router, &in, &m, why, sizeof why);
 
-		if (rc == KVW_EAGAIN)
+		if (rc == KVW_EAGAIN) {
+			wpoll_drained(r->wp, slot);
 			return 0;
+		}
 		if (rc == KVW_ESYS) {
 			snprintf(err, errlen, "%s", why);
 			return KVW_ESYS;
@@ -537,42 +542,59 @@ static int drain(struct receiver *r, int kind, uint32_t idx, void *sock,
 	return 0;
 }
 
+void receiver_sent_on(struct receiver *r, void *sock)
+{
+	if (r->wp)
+		wpoll_touch_sock(r->wp, sock);
+}
+
+/* Slots: engine, peer ROUTER, each bootstrap DEALER, each prefill DEALER
+ * (sockets only ever get added while running, never replaced). */
+static int watch(struct receiver *r, uint32_t *n, uint32_t *nb)
+{
+	uint32_t k = 0;
+
+	*nb = r->nboots;
+	*n = 2 + r->nboots + r->npeers;
+	if (*n > WPOLL_MAX)
+		return KVW_ERANGE;
+	if (wpoll_set(r->wp, k++, r->engine_sock) < 0 ||
+	    wpoll_set(r->wp, k++, r->peer_sock) < 0)
+		return KVW_ESYS;
+	for (uint32_t i = 0; i < r->nboots; i++)
+		if (wpoll_set(r->wp, k++, receiver_boot_sock(r->boots[i])) < 0)
+			return KVW_ESYS;
+	for (uint32_t i = 0; i < r->npeers; i++)
+		if (wpoll_set(r->wp, k++, r->peers[i]->sock) < 0)
+			return KVW_ESYS;
+	wpoll_truncate(r->wp, k);
+	return 0;
+}
+
 int receiver_run(struct receiver *r, char *err, size_t errlen)
 {
-	zmq_pollitem_t *items = NULL;
-	uint32_t cap = 0;
 	int rc = 0;
 
 	LOG(LOG_INFO, "serving: listen %s, engine %s, epoch %016llx", r->listen,
 	    r->engine, (unsigned long long)r->epoch);
+	r->wp = wpoll_new();
+	if (!r->wp) {
+		snprintf(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
 	while (!proc_stopping()) {
 		long timeout = timers(r);
-		uint32_t n = 2 + r->nboots + r->npeers, nb = r->nboots;
+		uint32_t n, nb;
 
-		if (n > cap) {
-			zmq_pollitem_t *v = realloc(items, n * 2 * sizeof *v);
-
-			if (!v) {
-				snprintf(err, errlen, "out of memory");
-				rc = KVW_ENOMEM;
-				break;
-			}
-			items = v;
-			cap = n * 2;
+		if (watch(r, &n, &nb) < 0) {
+			snprintf(err, errlen, "cannot watch %u sockets", n);
+			rc = KVW_ESYS;
+			break;
 		}
-		memset(items, 0, n * sizeof *items);
-		items[0].socket = r->engine_sock;
-		items[1].socket = r->peer_sock;
-		for (uint32_t i = 0; i < nb; i++)
-			items[2 + i].socket = receiver_boot_sock(r->boots[i]);
-		for (uint32_t i = 0; i < n - 2 - nb; i++)
-			items[2 + nb + i].socket = r->peers[i]->sock;
-		for (uint32_t i = 0; i < n; i++)
-			items[i].events = ZMQ_POLLIN;
-		if (zmq_poll(items, (int)n, timeout) < 0) {
+		if (wpoll_wait(r->wp, timeout) < 0) {
 			if (errno == EINTR)
 				continue;
-			snprintf(err, errlen, "zmq_poll: %s", zmq_strerror(errno));
+			snprintf(err, errlen, "poll: %s", strerror(errno));
 			rc = KVW_ESYS;
 			break;
 		}
@@ -580,15 +602,17 @@ int receiver_run(struct receiver *r, char *err, size_t errlen)
 			int kind = i == 0 ? SRC_ENGINE : i == 1 ? SRC_PEER
 				 : i < 2 + nb ? SRC_BOOT : SRC_PREFILL;
 			uint32_t idx = kind == SRC_BOOT ? i - 2 : i - 2 - nb;
+			void *sock = i == 0 ? r->engine_sock : i == 1 ? r->peer_sock
+				   : kind == SRC_BOOT ? receiver_boot_sock(r->boots[idx])
+				   : r->peers[idx]->sock;
 
-			if (items[i].revents & ZMQ_POLLIN)
-				rc = drain(r, kind, idx, items[i].socket, err,
-					   errlen);
+			if (wpoll_due(r->wp, i))
+				rc = drain(r, kind, idx, i, sock, err, errlen);
 		}
 		if (rc)
 			break;
 	}
-	free(items);
+	wpoll_free(&r->wp);
 	LOG(LOG_INFO, "stopping: %u rooms held", r->rooms.n);
 	return rc;
 }

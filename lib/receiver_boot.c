@@ -132,6 +132,7 @@ static void lookup_send(struct receiver *r, struct rx_boot *b, uint64_t tag,
 	m.u.boot_lookup.model = r->model;
 	if (wire_send(b->sock, &m, NULL, 0, err, sizeof err) != 0)
 		LOG_RL(LOG_WARN, "bootstrap %s: %s", b->ep, err);
+	receiver_sent_on(r, b->sock);
 }
 
 static int coord_eq(const struct kvw_coord *a, const struct kvw_coord *c)

@@ -145,6 +145,7 @@ enum {
 int receiver_epoch_note(struct rx_peer *p, uint64_t epoch);
 
 struct receiver {
+	struct wpoll *wp; /* the loop's sockets (receiver_run), else NULL */
 	char listen[FRAME_STR_SIZE];
 	char engine[FRAME_STR_SIZE];
 	char *table_path;
@@ -222,6 +223,9 @@ void receiver_boot_reply(struct receiver *r, struct rx_boot *b,
 /* Resends due lookups; returns the earliest timer (0 = none). */
 uint64_t receiver_boot_tick(struct receiver *r, uint64_t now);
 void *receiver_boot_sock(const struct rx_boot *b);
+/* Tells the loop a message went out on sock (see wpoll.h): every send on a
+ * socket of the loop's set calls it. */
+void receiver_sent_on(struct receiver *r, void *sock);
 void receiver_boot_free(struct rx_boot *b);
 
 #endif

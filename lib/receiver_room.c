@@ -411,11 +411,13 @@ static void peer_refresh(struct receiver *r, struct rx_peer *p)
 	}
 }
 
-static int peer_send(struct rx_peer *p, const struct frame_msg *m)
+static int peer_send(struct receiver *r, struct rx_peer *p,
+		     const struct frame_msg *m)
 {
 	char err[160];
 	int rc = wire_send(p->sock, m, NULL, 0, err, sizeof err);
 
+	receiver_sent_on(r, p->sock);
 	if (rc)
 		LOG_RL(LOG_WARN, "to %s: %s", p->ep, err);
 	return rc;
@@ -435,7 +437,7 @@ static int peer_register(struct receiver *r, struct rx_peer *p)
 	g->desc.len = (uint32_t)r->desclen;
 	g->model = r->model;
 	g->bufs = frame_bufs_of(r->bufs, r->nbufs);
-	if (peer_send(p, &m) != 0)
+	if (peer_send(r, p, &m) != 0)
 		return -1;
 	p->registered = 1;
 	LOG(LOG_DEBUG, "REGISTER sent to %s", p->ep);
@@ -479,7 +481,7 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 		if (!t->dummy)
 			x->pages = frame_u32s_of(room->pages + t->page_start,
 						 t->page_count);
-		if (peer_send(t->peer, &m) != 0) {
+		if (peer_send(r, t->peer, &m) != 0) {
 			receiver_room_mark_sent(room); /* abort what went out */
 			receiver_room_abort(r, room, KVW_R_TRANSFER);
 			return;
@@ -519,7 +521,7 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 		frame_msg_init(&m, FRAME_ABORT, r->my_rank, room->id, r->epoch);
 		m.u.abort.reason = reason;
 		m.u.abort.token = room->abort_token;
-		(void)peer_send(room->targets[i].peer, &m);
+		(void)peer_send(r, room->targets[i].peer, &m);
 	}
 	room->ack_deadline_ns = rtab_now_ns() + r->timeout_ns;
 	if (r->next_ack_deadline == 0 ||

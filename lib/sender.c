@@ -1,9 +1,10 @@
 /*
  * sender.c - kv-sender's control process: building its state in the order
  * runtime.md asks for (layout, room table, pool, worker socket and
- * workers, then the peer and engine sockets), the one zmq_poll loop over
- * three named slots (workers, peers, engine) whose timeout is the nearest
- * of the deadline sweep and a pending worker restart, and the teardown.
+ * workers, then the peer and engine sockets), the one poll loop (wpoll)
+ * over four named slots (workers, peers, engine, bootstrap) whose timeout
+ * is the nearest of the deadline sweep, a pending worker restart and the
+ * bootstrap ping, and the teardown.
  * What each message does lives in sender_xfer.c, sender_peer.c and
  * sender_worker.c; see sender.h for the contract.
  */
@@ -18,6 +19,7 @@
 #include "pool.h"
 #include "proc.h"
 #include "rankmap.h"
+#include "wpoll.h"
 #include "xport.h"
 
 #define ROOM_CAPACITY 65536u
@@ -232,8 +234,10 @@ static int drain(struct sender *s, int slot)
 		int rc = wire_recv(sock, slot != SLOT_BOOT, &in, &m, why,
 				   sizeof why);
 
-		if (rc == KVW_EAGAIN)
+		if (rc == KVW_EAGAIN) {
+			wpoll_drained(s->wp, (uint32_t)slot);
 			return 0;
+		}
 		if (rc == KVW_ESYS) {
 			LOG(LOG_ERROR, "socket gone: %s", why);
 			return rc;
@@ -264,10 +268,32 @@ static uint64_t earliest(uint64_t a, uint64_t b)
 	return !a ? b : !b ? a : a < b ? a : b;
 }
 
+void sender_sent_on(struct sender *s, void *sock)
+{
+	if (s->wp)
+		wpoll_touch_sock(s->wp, sock);
+}
+
+/* The loop's socket set: slot k holds the socket drain(s, k) reads. */
+static int watch(struct sender *s, char *err, size_t errlen)
+{
+	s->wp = wpoll_new();
+	if (!s->wp ||
+	    wpoll_set(s->wp, SLOT_WORK, s->work) < 0 ||
+	    wpoll_set(s->wp, SLOT_PEER, s->peer_sock) < 0 ||
+	    wpoll_set(s->wp, SLOT_ENGINE, s->eng_sock) < 0 ||
+	    (s->boot_sock && wpoll_set(s->wp, SLOT_BOOT, s->boot_sock) < 0)) {
+		snprintf(err, errlen, "cannot watch the sockets");
+		return KVW_ESYS;
+	}
+	return 0;
+}
+
+static int loop(struct sender *s, char *err, size_t errlen);
+
 int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen)
 {
-	zmq_pollitem_t items[NSLOTS];
-	int ready = 0, rc, nslots;
+	int rc;
 
 	s->ready_fd = ready_fd;
 	rc = sender_boot_register(s, err, errlen);
@@ -276,6 +302,19 @@ int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen)
 	rc = sender_boot_open(s, err, errlen);
 	if (rc < 0)
 		return rc;
+	rc = watch(s, err, errlen);
+	if (rc == 0)
+		rc = loop(s, err, errlen);
+	wpoll_free(&s->wp);
+	return rc;
+}
+
+/* The poll loop: timers, then a wait on the sockets (wpoll: one poll(2)
+ * per wakeup), then every socket that can have input is read. */
+static int loop(struct sender *s, char *err, size_t errlen)
+{
+	int ready = 0, rc;
+
 	s->next_sweep_ns = proc_now_ns();
 	while (!proc_stopping()) {
 		uint64_t now, next;
@@ -302,21 +341,16 @@ int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen)
 			    "%u workers", s->rank, s->listen, s->engine_ep,
 			    s->nworkers);
 		}
-		items[SLOT_WORK] = (zmq_pollitem_t){ s->work, 0, ZMQ_POLLIN, 0 };
-		items[SLOT_PEER] = (zmq_pollitem_t){ s->peer_sock, 0, ZMQ_POLLIN, 0 };
-		items[SLOT_ENGINE] = (zmq_pollitem_t){ s->eng_sock, 0, ZMQ_POLLIN, 0 };
-		items[SLOT_BOOT] = (zmq_pollitem_t){ s->boot_sock, 0, ZMQ_POLLIN, 0 };
-		/* No bootstrap: its slot (last) stays out of the poll set. */
-		nslots = s->boot_sock ? NSLOTS : NSLOTS - 1;
-		rc = zmq_poll(items, nslots, proc_poll_ms(next, now, POLL_CAP_MS));
+		/* No bootstrap: its slot (last) stays out of the set. */
+		rc = wpoll_wait(s->wp, proc_poll_ms(next, now, POLL_CAP_MS));
 		if (rc < 0) {
 			if (errno == EINTR)
 				continue;
-			snprintf(err, errlen, "zmq_poll: %s", zmq_strerror(errno));
+			snprintf(err, errlen, "poll: %s", strerror(errno));
 			return KVW_ESYS;
 		}
-		for (int k = 0; k < nslots; k++)
-			if ((items[k].revents & ZMQ_POLLIN) && drain(s, k) < 0)
+		for (int k = 0; k < NSLOTS; k++)
+			if (wpoll_due(s->wp, (uint32_t)k) && drain(s, k) < 0)
 				goto dead;
 	}
 	return 0;

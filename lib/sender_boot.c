@@ -137,6 +137,7 @@ uint64_t sender_boot_tick(struct sender *s, uint64_t now)
 	frame_msg_init(&m, FRAME_PING, s->rank, 0, s->epoch);
 	/* EAGAIN: the bootstrap is down; the next check tries again. */
 	(void)wire_send(s->boot_sock, &m, NULL, 0, NULL, 0);
+	sender_sent_on(s, s->boot_sock);
 	s->boot_next_ns = now + BOOT_CHECK_NS * 4 / 5 +
 			  (uint64_t)(s->epoch ^ now) % (BOOT_CHECK_NS * 2 / 5);
 	return s->boot_next_ns;
@@ -159,7 +160,10 @@ void sender_boot_on_reply(struct sender *s, const struct frame_msg *m)
 		    (unsigned long long)m->hdr.epoch,
 		    (unsigned long long)s->boot_epoch);
 		boot_request(&req, s);
-		if (wire_send(s->boot_sock, &req, NULL, 0, NULL, 0) == 0) {
+		int sent = wire_send(s->boot_sock, &req, NULL, 0, NULL, 0);
+
+		sender_sent_on(s, s->boot_sock);
+		if (sent == 0) {
 			s->boot_asked_epoch = m->hdr.epoch;
 			s->boot_asked_ns = now;
 		}

@@ -90,6 +90,8 @@ struct sender_room {
 	uint32_t nacks, capacks;
 	uint64_t ack_deadline_ns; /* acks still owed then are dropped; 0: none */
 	uint32_t inflight; /* jobs sent to a worker, JOB_DONE not yet seen */
+	uint32_t told; /* 1 + the destination whose STATUS(Success) the worker
+			* sends (its FRAME_JOB_FINAL job); 0: none */
 };
 
 /* Hash map room id -> room, chained, grown by doubling. */
@@ -163,10 +165,16 @@ struct sender {
 	uint64_t boot_asked_epoch;  /* BOOT_REGISTER sent to this epoch ... */
 	uint64_t boot_asked_ns;     /* ... at this time */
 
+	struct wpoll *wp; /* the loop's sockets (sender_run), NULL outside it */
+
 	uint64_t next_sweep_ns;
 	uint64_t ack_expiry_ns; /* earliest ack_deadline_ns of a room; 0: none */
 	int ready_fd;
 };
+
+/* Tells the loop that a message went out on sock (one of its polled
+ * sockets or not): see wpoll.h. Every send on a polled socket calls it. */
+void sender_sent_on(struct sender *s, void *sock);
 
 /* ---- sender_room.c: pure bookkeeping (no sockets, no table) ---------- */
 

@@ -203,6 +203,7 @@ static void reject_unregistered(struct sender *s, const struct wire_in *in,
 	st.u.status.reason = KVW_R_PEER_RESTART;
 	snprintf(st.u.status.text, FRAME_STR_SIZE, "not registered with "
 		 "this prefill incarnation");
+	sender_sent_on(s, s->peer_sock); /* the send below */
 	if (wire_send(s->peer_sock, &st, in->id, in->idlen, NULL, 0))
 		LOG_RL(LOG_DEBUG, "STATUS to an unregistered decode dropped");
 }
@@ -338,6 +339,7 @@ void sender_on_peer(struct sender *s, const struct wire_in *in,
 	switch (m->hdr.type) {
 	case FRAME_PING:
 		frame_msg_init(&pong, FRAME_PONG, s->rank, m->hdr.room, s->epoch);
+		sender_sent_on(s, s->peer_sock); /* the send below */
 		if (wire_send(s->peer_sock, &pong, in->id, in->idlen, NULL, 0))
 			LOG_RL(LOG_DEBUG, "PONG to a vanished pinger dropped");
 		break;

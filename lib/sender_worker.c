@@ -152,6 +152,7 @@ int sender_worker_send(struct sender *s, uint32_t w, struct frame_msg *m,
 	if (sender_jobq_push(&s->w[w].q, rec) < 0)
 		return KVW_ENOMEM;
 	rc = wire_send(s->work, m, id, (size_t)len, why, sizeof why);
+	sender_sent_on(s, s->work);
 	if (rc < 0) {
 		s->w[w].q.n--; /* take back the record just pushed */
 		LOG_RL(LOG_WARN, "worker %u: %s", w, why);

@@ -56,14 +56,16 @@ struct sender_room *sender_room_open(struct sender *s, uint64_t id)
 	return r;
 }
 
-/* STATUS(state, reason, text) to every real destination. */
+/* STATUS(state, reason, text) to every real destination but the one
+ * whose index is skip - 1 (skip 0: none skipped). */
 static void send_status(struct sender *s, struct sender_room *r,
-			unsigned state, unsigned reason, const char *text)
+			unsigned state, unsigned reason, const char *text,
+			uint32_t skip)
 {
 	struct frame_msg m;
 
 	for (uint32_t i = 0; i < r->ndst; i++) {
-		if (r->dst[i].dummy)
+		if (r->dst[i].dummy || i + 1 == skip)
 			continue;
 		frame_msg_init(&m, FRAME_STATUS, s->rank, r->id, s->epoch);
 		m.u.status.state = (uint8_t)state;
@@ -73,11 +75,27 @@ static void send_status(struct sender *s, struct sender_room *r,
 	}
 }
 
+/* When the worker of the room's final job has moved it to Success (and
+ * told that job's destination): STATUS(Success) to the other real
+ * destinations, once. Every job of a room runs on one worker in order, so
+ * that final job's success means every destination's bytes are in.
+ * Returns 1 when the room is so finished, else 0. */
+static int tell_rest(struct sender *s, struct sender_room *r)
+{
+	if (r->final_sent || !r->told || rtab_state(s->t, r->ref) != KVW_SUCCESS)
+		return 0;
+	r->final_sent = 1;
+	LOG_ROOM(LOG_DEBUG, r->id, "success (%u pages, %u destinations)",
+		 r->cursor, sender_room_nreal(r));
+	send_status(s, r, KVW_SUCCESS, KVW_R_NONE, "", r->told);
+	return 1;
+}
+
 void sender_room_fail(struct sender *s, struct sender_room *r,
 		      unsigned reason, const char *why)
 {
 	struct rtab_view v;
-	int rc = rtab_fail(s->t, r->ref, reason);
+	int rc = rtab_fail(s->t, r->ref, reason), got;
 
 	sender_room_drop_chunks(r);
 	if (rc == 0)
@@ -85,12 +103,20 @@ void sender_room_fail(struct sender *s, struct sender_room *r,
 			 kvw_reason_str(reason), why ? why : "");
 	if (r->final_sent)
 		return;
-	if (rtab_get(s->t, r->ref, &v) == 0 && v.state == KVW_FAILED)
+	got = rtab_get(s->t, r->ref, &v) == 0;
+	if (got && v.state == KVW_FAILED) {
 		reason = v.reason; /* whoever failed it first tells why */
-	else if (rc != 0)
-		return; /* not ours to report (Success, or stale) */
+	} else if (rc != 0) {
+		/* Not ours to report (stale), or Success: a worker finished
+		 * the room's final job (every job of the room was done in
+		 * order before it), so the other destinations hear Success. */
+		if (got && v.state == KVW_SUCCESS)
+			tell_rest(s, r);
+		return;
+	}
 	r->final_sent = 1;
-	send_status(s, r, KVW_FAILED, reason, why ? why : kvw_reason_str(reason));
+	send_status(s, r, KVW_FAILED, reason, why ? why : kvw_reason_str(reason),
+		    0);
 }
 
 /* Success from Transferring once every real destination is done. */
@@ -100,6 +126,8 @@ static void room_finish(struct sender *s, struct sender_room *r)
 		return;
 	if (sender_room_nreal(r) && !sender_room_all_done(r))
 		return;
+	if (tell_rest(s, r))
+		return; /* the final job's worker ended the room */
 	if (rtab_state(s->t, r->ref) == KVW_WAITING)
 		rtab_transition_if(s->t, r->ref, RTAB_M(KVW_WAITING),
 				   KVW_TRANSFERRING, 0, NULL);
@@ -109,7 +137,7 @@ static void room_finish(struct sender *s, struct sender_room *r)
 	r->final_sent = 1;
 	LOG_ROOM(LOG_DEBUG, r->id, "success (%u pages, %u destinations)",
 		 r->cursor, sender_room_nreal(r));
-	send_status(s, r, KVW_SUCCESS, KVW_R_NONE, "");
+	send_status(s, r, KVW_SUCCESS, KVW_R_NONE, "", 0);
 }
 
 void sender_room_acks(struct sender *s, struct sender_room *r)
@@ -161,6 +189,15 @@ static int scratch(struct sender *s, size_t n)
 	return 0;
 }
 
+/* Index of the room's last real destination (r->ndst when none). */
+static uint32_t last_real(const struct sender_room *r)
+{
+	for (uint32_t i = r->ndst; i-- > 0;)
+		if (!r->dst[i].dummy)
+			return i;
+	return r->ndst;
+}
+
 /* Plans and sends the jobs for `n` pages of chunk c (from page `off` of
  * it) to destination di. Returns 0, or fails the room and returns < 0. */
 static int send_job(struct sender *s, struct sender_room *r, uint32_t w,
@@ -204,6 +241,14 @@ static int send_job(struct sender *s, struct sender_room *r, uint32_t w,
 	m.u.job.generation = r->ref.gen;
 	m.u.job.peer = d->peer->id;
 	m.u.job.flags = aux ? FRAME_JOB_LAST : 0;
+	if (aux && di == last_real(r)) {
+		/* The room's final job: its worker ends the room. */
+		m.u.job.flags |= FRAME_JOB_FINAL;
+		snprintf(m.u.job.reply, sizeof m.u.job.reply, "%s",
+			 d->peer->endpoint);
+	}
+	/* pages_done counts the first destination's pages (as before). */
+	m.u.job.pages = di == 0 || r->dst[0].dummy ? n : 0;
 	m.u.job.dst_index = di;
 	m.u.job.desc.p = d->peer->desc;
 	m.u.job.desc.len = d->peer->desclen;
@@ -221,6 +266,8 @@ static int send_job(struct sender *s, struct sender_room *r, uint32_t w,
 		return rc;
 	}
 	r->inflight++;
+	if (m.u.job.flags & FRAME_JOB_FINAL)
+		r->told = di + 1;
 	return 0;
 }
 
@@ -367,6 +414,9 @@ static void on_clear(struct sender *s, const struct frame_msg *m)
 	}
 	if (r->cleared)
 		return;
+	/* The engine may clear as soon as the worker set Success, before
+	 * its JOB_DONE is here: the other destinations still hear it. */
+	tell_rest(s, r);
 	if (!r->final_sent && !rtab_terminal((unsigned)rtab_state(s->t, r->ref)))
 		sender_room_fail(s, r, KVW_R_CLEARED, "engine cleared the room");
 	rtab_clear(s->t, r->ref, KVW_R_CLEARED);
@@ -417,8 +467,7 @@ void sender_on_job_done(struct sender *s, uint32_t w, const struct frame_msg *m)
 	if (r->inflight)
 		r->inflight--;
 	if (d->result == 0 && rec.dst < r->ndst) {
-		if (rec.dst == 0 || r->dst[0].dummy)
-			rtab_pages_done_add(s->t, r->ref, rec.pages);
+		/* pages_done was moved by the worker (JOB pages). */
 		if (rec.last)
 			r->dst[rec.dst].done = 1;
 		room_finish(s, r);

@@ -123,6 +123,7 @@ bytes_of() { rows "$1" | awk '{ print $4 }' | sort -u; }
 	# Dummies p1 and p3: their 6 rooms left Bootstrapping (kv-bench waits
 	# for that before sending), ended with no failure reason, 0 pages and
 	# 0 bytes.
+	for m in p0 p1 p2 p3; do echo "$m:"; rows "$m"; done # shown on failure
 	[ "$(rows p1 | wc -l)" -eq 6 ]
 	[ "$(rows p1 | sort -u)" = "Cleared - 0/5 0" ]
 	[ "$(rows p3 | sort -u)" = "Cleared - 0/5 0" ]

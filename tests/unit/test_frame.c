@@ -159,10 +159,13 @@ static void fixture(unsigned type, int variant, struct frame_msg *m)
 		m->u.job.slot = 17;
 		m->u.job.generation = variant ? UINT32_MAX : 2;
 		m->u.job.peer = 4;
-		m->u.job.flags = variant ? FRAME_JOB_LAST : 0;
+		m->u.job.flags = variant ? FRAME_JOB_LAST | FRAME_JOB_FINAL : 0;
 		m->u.job.dst_index = 1;
 		m->u.job.desc.p = (const uint8_t *)"KVSHdesc";
 		m->u.job.desc.len = variant ? 0 : 8;
+		m->u.job.pages = variant ? UINT32_MAX : 3;
+		if (variant)
+			str_max(m->u.job.reply);
 		m->u.job.copies = variant ? frame_copies_of(NULL, 0) : frame_copies_of(copies3, 3);
 		break;
 	case FRAME_JOB_DONE:
@@ -361,6 +364,8 @@ static void assert_msg_eq(const struct frame_msg *a, const struct frame_msg *b)
 		assert_int_equal(a->u.job.desc.len, b->u.job.desc.len);
 		if (a->u.job.desc.len)
 			assert_memory_equal(a->u.job.desc.p, b->u.job.desc.p, a->u.job.desc.len);
+		assert_int_equal(a->u.job.pages, b->u.job.pages);
+		assert_str_eq(a->u.job.reply, b->u.job.reply);
 		assert_int_equal(a->u.job.copies.n, b->u.job.copies.n);
 		for (uint32_t i = 0; i < a->u.job.copies.n; i++) {
 			struct frame_copy p = frame_copies_get(a->u.job.copies, i);
@@ -649,7 +654,8 @@ static const struct patch patches[] = {
 	{ "status reason", FRAME_STATUS, 0, 1, 1, { KVW_NREASONS }, 1, KVW_EINVAL, "reason 12" },
 	{ "is_last 2", FRAME_SEND_CHUNK, 0, 1, 0, { 2 }, 1, KVW_EINVAL, "is_last" },
 	{ "is_last 255", FRAME_SEND_CHUNK, 0, 1, 0, { 255 }, 1, KVW_EINVAL, "is_last" },
-	{ "job flag 2", FRAME_JOB, 0, 1, 12, { 2 }, 1, KVW_EINVAL, "flags" },
+	{ "job flag 2 (FINAL without LAST)", FRAME_JOB, 0, 1, 12, { 2 }, 1, KVW_EINVAL, "FINAL without LAST" },
+	{ "job flag 4", FRAME_JOB, 0, 1, 12, { 4 }, 1, KVW_EINVAL, "flags" },
 	{ "job flag high", FRAME_JOB, 0, 1, 15, { 0x80 }, 1, KVW_EINVAL, "flags" },
 	{ "result positive", FRAME_JOB_DONE, 0, 1, 8, { 1 }, 1, KVW_EINVAL, "positive" },
 	{ "result INT32_MAX", FRAME_JOB_DONE, 0, 1, 8, { 0xFF, 0xFF, 0xFF, 0x7F }, 4, KVW_EINVAL, "positive" },
