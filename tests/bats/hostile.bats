@@ -43,18 +43,33 @@ malformed_ge() { [ "$(malformed "$1")" -ge "$2" ]; }
 # cpu PID: utime + stime of a process, in clock ticks.
 cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-# idle PID...: each process used under 0.25 s of CPU over one second.
+# idle PID...: within 10 s there is a window of at least one second in
+# which each process used under a quarter of a core: its CPU has returned to
+# idle. A window in which one was still busy starts the next window.
 idle() {
-	local p before=() i=0 hz
+	local p
+	IDLE_T0=$(date +%s%N)
+	IDLE_BASE=()
+	for p in "$@"; do IDLE_BASE+=("$(cpu "$p")"); done
+	wait_for 10 idle_window "$@"
+}
+
+idle_window() {
+	local p d i=0 quiet=1 hz now
 	hz=$(getconf CLK_TCK)
-	for p in "$@"; do before+=("$(cpu "$p")"); done
-	sleep 1 # the measuring window itself, not a synchronisation
+	now=$(date +%s%N)
+	[ $((now - IDLE_T0)) -ge 1000000000 ] || return 1
 	for p in "$@"; do
-		local d=$(($(cpu "$p") - before[i]))
+		d=$(($(cpu "$p") - IDLE_BASE[i]))
+		echo "pid $p: $d ticks in $(((now - IDLE_T0) / 1000000)) ms"
+		[ "$d" -le $((hz / 4)) ] || quiet=0
 		i=$((i + 1))
-		echo "pid $p: $d ticks in 1 s"
-		[ "$d" -le $((hz / 4)) ] || return 1
 	done
+	[ "$quiet" = 1 ] && return 0
+	IDLE_T0=$now
+	IDLE_BASE=()
+	for p in "$@"; do IDLE_BASE+=("$(cpu "$p")"); done
+	return 1
 }
 
 # ms_since START_NS
