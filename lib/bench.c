@@ -402,6 +402,8 @@ static int step_prefill(struct run *r, struct room *x, uint32_t k)
 		x->pe[k] = kvw_control_epoch(p->e);
 		prog = 1;
 	}
+	if (c->eager)
+		x->pf[k] |= F_READY; /* the sender queues early chunks */
 	if (!(x->pf[k] & F_READY)) {
 		rc = kvw_poll(p->e, x->id, &st);
 		if (rc == KVW_ENOENT && kvw_control_epoch(p->e) != x->pe[k]) {

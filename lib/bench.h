@@ -94,6 +94,10 @@ struct bench_config {
 	int no_fill;              /* leave source pages as they are (rooms
 				   * mode: the engine's work, not kvwire's);
 				   * ignored with verify */
+	int eager;                /* send chunks right after SEND_BEGIN instead
+				   * of first polling for WaitingForInput: the
+				   * sender queues them until the room's
+				   * destinations are known (rooms mode) */
 	int seeded;               /* room ids from seed (else random) */
 	uint64_t seed;
 	double room_timeout_s;    /* per-room deadline from its start */

@@ -101,6 +101,7 @@ void kvb_defaults(const struct kvb_opts *o, struct bench_config *cfg)
 	cfg->pages_per_room = 1;
 	cfg->chunk_pages = 1;
 	cfg->no_fill = 1;
+	cfg->eager = 1;
 }
 
 void kvb_usage(FILE *f)
