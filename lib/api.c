@@ -6,6 +6,7 @@
 #include "api.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +19,48 @@
 #include "wire.h"
 
 struct kvw_engine {
-	void *ctx;
 	void *sock;
 	struct rtab *tab;
 	struct pool *pool;
 	uint64_t epoch;
 	char err[256]; /* last send error */
 };
+
+/* Every engine handle of a process shares one ZMQ context, so one I/O
+ * thread carries all their commands: a process driving both a prefill and
+ * a decode rank (or several ranks) wakes one thread per batch of sends,
+ * not one per handle. The last close terminates it. */
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *ctx_shared;
+static unsigned ctx_users;
+
+static void *ctx_get(void)
+{
+	void *c;
+
+	pthread_mutex_lock(&ctx_lock);
+	if (ctx_shared == NULL)
+		ctx_shared = zmq_ctx_new();
+	c = ctx_shared;
+	if (c)
+		ctx_users++;
+	pthread_mutex_unlock(&ctx_lock);
+	return c;
+}
+
+static void ctx_put(void)
+{
+	void *c = NULL;
+
+	pthread_mutex_lock(&ctx_lock);
+	if (ctx_users && --ctx_users == 0) {
+		c = ctx_shared;
+		ctx_shared = NULL;
+	}
+	pthread_mutex_unlock(&ctx_lock);
+	if (c)
+		zmq_ctx_term(c); /* every socket of it is closed by now */
+}
 
 _Static_assert(KVW_ROOM_F_ARMED == RTAB_F_ARMED, "flag bits match rtab");
 _Static_assert(KVW_ROOM_F_RELEASABLE == RTAB_F_RELEASABLE, "flag bits");
@@ -36,6 +72,7 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 {
 	struct kvw_engine *e;
 	char dummy[8];
+	void *ctx;
 	int rc;
 
 	if (err == NULL) {
@@ -63,14 +100,15 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 	rc = pool_open(pool_path, 1, &e->pool, err, errlen);
 	if (rc < 0)
 		goto fail;
-	e->ctx = zmq_ctx_new();
-	if (e->ctx == NULL) {
+	ctx = ctx_get();
+	if (ctx == NULL) {
 		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
 		rc = KVW_ESYS;
 		goto fail;
 	}
-	e->sock = wire_socket(e->ctx, ZMQ_DEALER, 0, err, errlen);
+	e->sock = wire_socket(ctx, ZMQ_DEALER, 0, err, errlen);
 	if (e->sock == NULL) {
+		ctx_put();
 		rc = KVW_ESYS;
 		goto fail;
 	}
@@ -95,9 +133,10 @@ void kvw_engine_close(struct kvw_engine **ep)
 	if (ep == NULL || *ep == NULL)
 		return;
 	e = *ep;
-	wire_close(&e->sock);
-	if (e->ctx)
-		zmq_ctx_term(e->ctx);
+	if (e->sock) {
+		wire_close(&e->sock);
+		ctx_put(); /* this handle held the context with its socket */
+	}
 	rtab_close(&e->tab);
 	pool_close(&e->pool);
 	free(e);

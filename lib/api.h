@@ -11,6 +11,8 @@
  * Threads: one kvw_engine belongs to one thread at a time (a ZMQ socket is
  * not thread-safe). kvw_poll only reads shared memory and may be called
  * from any thread while another sends, as long as the engine stays open.
+ * Every engine of a process shares one ZMQ context (one I/O thread); the
+ * last kvw_engine_close terminates it.
  *
  * Errors: every call returns 0 (or a value >= 0 where stated) or a
  * negative KVW_E* (lib/kvw.h). Sends never block: KVW_EAGAIN means the

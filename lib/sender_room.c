@@ -21,11 +21,6 @@ static uint32_t room_hash(uint64_t id)
 	return (uint32_t)id;
 }
 
-uint32_t sender_worker_of(uint64_t room, uint32_t n)
-{
-	return n ? room_hash(room) % n : 0;
-}
-
 int sender_rooms_init(struct sender_rooms *m, uint32_t nbuckets)
 {
 	uint32_t nb = 16;
@@ -347,7 +342,16 @@ int sender_jobq_push(struct sender_jobq *q, const struct sender_jobrec *j)
 	}
 	q->a[(q->head + q->n) % q->cap] = *j;
 	q->n++;
+	q->bytes += j->bytes;
 	return 0;
+}
+
+void sender_jobq_unpush(struct sender_jobq *q)
+{
+	if (q->n == 0)
+		return;
+	q->n--;
+	q->bytes -= q->a[(q->head + q->n) % q->cap].bytes;
 }
 
 const struct sender_jobrec *sender_jobq_head(const struct sender_jobq *q)
@@ -359,6 +363,7 @@ void sender_jobq_pop(struct sender_jobq *q)
 {
 	if (q->n == 0)
 		return;
+	q->bytes -= q->a[q->head].bytes;
 	q->head = (q->head + 1) % q->cap;
 	q->n--;
 }

@@ -51,6 +51,7 @@ struct sender_room *sender_room_open(struct sender *s, uint64_t id)
 		return NULL;
 	}
 	r->ref = ref;
+	r->worker = SENDER_NO_WORKER;
 	if (deadline < s->next_sweep_ns)
 		s->next_sweep_ns = deadline;
 	return r;
@@ -198,6 +199,15 @@ static uint32_t last_real(const struct sender_room *r)
 	return r->ndst;
 }
 
+static uint64_t copy_bytes(const struct frame_copy *c, size_t n)
+{
+	uint64_t b = 0;
+
+	for (size_t i = 0; i < n; i++)
+		b += c[i].len;
+	return b;
+}
+
 /* Plans and sends the jobs for `n` pages of chunk c (from page `off` of
  * it) to destination di. Returns 0, or fails the room and returns < 0. */
 static int send_job(struct sender *s, struct sender_room *r, uint32_t w,
@@ -253,7 +263,8 @@ static int send_job(struct sender *s, struct sender_room *r, uint32_t w,
 	m.u.job.desc.p = d->peer->desc;
 	m.u.job.desc.len = d->peer->desclen;
 	m.u.job.copies = frame_copies_of(s->fc, (uint32_t)nc);
-	rec = (struct sender_jobrec){ r->id, r->ref, di, n, (uint8_t)aux };
+	rec = (struct sender_jobrec){ r->id, r->ref, di, n, (uint8_t)aux,
+				      copy_bytes(s->fc, nc) };
 	rc = rtab_outstanding_add(s->t, r->ref, 1);
 	if (rc < 0) {
 		sender_room_fail(s, r, KVW_R_TRANSFER, "outstanding count");
@@ -327,13 +338,18 @@ static int dispatch_one(struct sender *s, struct sender_room *r, uint32_t w)
 
 void sender_dispatch(struct sender *s, struct sender_room *r)
 {
-	uint32_t w = sender_worker_of(r->id, s->nworkers);
 	int st = rtab_state(s->t, r->ref);
+	uint32_t w;
 
 	if (st != KVW_WAITING && st != KVW_TRANSFERRING)
 		return;
-	if (!s->w[w].up)
-		return; /* stays queued until the worker says hello */
+	/* A room's jobs run on one worker, in order, while any is in
+	 * flight; between bursts it may move to where packing wants it. */
+	if (r->inflight == 0)
+		r->worker = sender_worker_pick(s);
+	w = r->worker;
+	if (w == SENDER_NO_WORKER || !s->w[w].up)
+		return; /* stays queued until a worker says hello */
 	while (r->nq)
 		if (dispatch_one(s, r, w) < 0)
 			return;

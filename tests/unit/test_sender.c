@@ -3,7 +3,8 @@
  * (lib/sender_room.c): the room map, destinations keyed by decode peer,
  * readiness at required_dst_info_num, chunk queueing bounds, slicing of a
  * destination's pages per chunk, job sizing under KVW_MAX_COPIES, the
- * per-worker FIFO of jobs in flight, and the room -> worker hash.
+ * per-worker FIFO of jobs in flight (and its bytes), and how a room's
+ * worker is picked.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -289,21 +290,77 @@ static void test_acks_are_due_only_with_targets_and_nothing_outstanding(void **s
 	free(r.acks);
 }
 
-static void test_worker_of_is_stable_and_in_range(void **state)
+static void test_job_queue_counts_its_bytes(void **state)
 {
-	uint32_t hits[4] = { 0 };
+	struct sender_jobq q;
+	struct sender_jobrec j = { 0 };
 
 	(void)state;
-	assert_int_equal(sender_worker_of(42, 0), 0);
-	for (uint64_t i = 0; i < 4000; i++) {
-		uint32_t w = sender_worker_of(i, 4);
-
-		assert_true(w < 4);
-		assert_int_equal(w, sender_worker_of(i, 4));
-		hits[w]++;
+	memset(&q, 0, sizeof q);
+	for (uint64_t i = 1; i <= 40; i++) {
+		j.bytes = i;
+		assert_int_equal(sender_jobq_push(&q, &j), 0);
 	}
-	for (int k = 0; k < 4; k++)
-		assert_true(hits[k] > 500); /* sequential ids spread out */
+	assert_true(q.bytes == 40 * 41 / 2);
+	sender_jobq_pop(&q);          /* takes 1 */
+	sender_jobq_unpush(&q);       /* takes 40 back */
+	assert_true(q.bytes == 40 * 41 / 2 - 1 - 40);
+	while (q.n)
+		sender_jobq_pop(&q);
+	assert_true(q.bytes == 0);
+	sender_jobq_unpush(&q); /* empty: no-op */
+	assert_true(q.bytes == 0);
+	sender_jobq_free(&q);
+}
+
+/* Gives worker k a queue of `jobs` jobs of `each` bytes. */
+static void load(struct sender *s, uint32_t k, uint32_t jobs, uint64_t each)
+{
+	struct sender_jobrec j = { 0 };
+
+	j.bytes = each;
+	while (s->w[k].q.n)
+		sender_jobq_pop(&s->w[k].q);
+	for (uint32_t i = 0; i < jobs; i++)
+		assert_int_equal(sender_jobq_push(&s->w[k].q, &j), 0);
+}
+
+static void test_worker_pick_packs_small_jobs_and_spreads_big_ones(void **state)
+{
+	struct sender *s = calloc(1, sizeof *s);
+	const uint64_t tiny = 16 << 10, big = SENDER_PACK_BYTES;
+
+	(void)state;
+	assert_non_null(s);
+	s->nworkers = 4;
+	assert_int_equal(sender_worker_pick(s), SENDER_NO_WORKER); /* none up */
+	s->w[2].up = 1;
+	assert_int_equal(sender_worker_pick(s), 2);
+	s->w[0].up = s->w[1].up = s->w[3].up = 1;
+	/* All idle: the one used last (warm caches). */
+	assert_int_equal(sender_worker_pick(s), 2);
+	s->last_worker = 3;
+	assert_int_equal(sender_worker_pick(s), 3);
+	/* A worker already awake with small jobs takes the next room... */
+	load(s, 1, 3, tiny);
+	assert_int_equal(sender_worker_pick(s), 1);
+	/* ... the busiest such one ... */
+	load(s, 0, 5, tiny);
+	assert_int_equal(sender_worker_pick(s), 0);
+	/* ... until its queue passes the mark: then the next busiest. */
+	load(s, 0, 1, big);
+	assert_int_equal(sender_worker_pick(s), 1);
+	/* Every queue past the mark: the least loaded. */
+	load(s, 1, 2, big);
+	load(s, 2, 3, big);
+	load(s, 3, 4, big);
+	assert_int_equal(sender_worker_pick(s), 0);
+	/* A worker that is not up is never picked. */
+	s->w[0].up = 0;
+	assert_int_equal(sender_worker_pick(s), 1);
+	for (uint32_t k = 0; k < 4; k++)
+		sender_jobq_free(&s->w[k].q);
+	free(s);
 }
 
 static void test_rank_of_is_pp_major(void **state)
@@ -329,7 +386,8 @@ int main(void)
 		cmocka_unit_test(test_job_queue_is_fifo_across_wraps_and_growth),
 		cmocka_unit_test(test_ack_targets_are_a_set_of_peer_and_token),
 		cmocka_unit_test(test_acks_are_due_only_with_targets_and_nothing_outstanding),
-		cmocka_unit_test(test_worker_of_is_stable_and_in_range),
+		cmocka_unit_test(test_job_queue_counts_its_bytes),
+		cmocka_unit_test(test_worker_pick_packs_small_jobs_and_spreads_big_ones),
 		cmocka_unit_test(test_rank_of_is_pp_major),
 	};
 
