@@ -307,6 +307,7 @@ static void rd_body(struct rd *c, struct frame_msg *m)
 		m->u.job_done.result = (int32_t)rd_u32(c, "result");
 		m->u.job_done.reason = rd_u32(c, "reason");
 		m->u.job_done.bytes = rd_u64(c, "bytes");
+		m->u.job_done.count = rd_u32(c, "count");
 		break;
 	}
 }
@@ -501,6 +502,7 @@ static void wr_body(struct wr *c, const struct frame_msg *m)
 		wr_u32(c, (uint32_t)m->u.job_done.result, "result");
 		wr_u32(c, m->u.job_done.reason, "reason");
 		wr_u64(c, m->u.job_done.bytes, "bytes");
+		wr_u32(c, m->u.job_done.count, "count");
 		break;
 	}
 }
@@ -630,6 +632,13 @@ static int msg_check(const struct frame_msg *m, char *err, size_t errlen)
 			return BAD("%s: result %d positive", t, m->u.job_done.result);
 		if (m->u.job_done.reason >= KVW_NREASONS)
 			return BAD("%s: reason %u out of range", t, m->u.job_done.reason);
+		if (m->u.job_done.count < 1 ||
+		    m->u.job_done.count > FRAME_JOB_DONE_MAX)
+			return BAD("%s: count %u outside 1..FRAME_JOB_DONE_MAX", t,
+				   m->u.job_done.count);
+		if (m->u.job_done.count > 1 && m->u.job_done.result != 0)
+			return BAD("%s: count %u for a failed job", t,
+				   m->u.job_done.count);
 		break;
 	}
 	if (pages && pages->n && !pages->p)

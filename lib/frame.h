@@ -294,12 +294,20 @@ struct frame_job {
 	struct frame_copies copies; /* part 2, <= KVW_MAX_COPIES */
 };
 
+/* A worker answers its jobs in order. One JOB_DONE answers `count` of
+ * them, the oldest unanswered first, ending with the job named by the
+ * header's room and slot/generation here; count > 1 only when every one
+ * of them succeeded (result 0), so a worker that ran a burst of jobs
+ * wakes its control once for all of them. */
+#define FRAME_JOB_DONE_MAX 1024u
+
 struct frame_job_done {
 	uint32_t slot;
 	uint32_t generation;
 	int32_t result;  /* 0 or a negative KVW_E* */
 	uint32_t reason; /* enum kvw_reason */
-	uint64_t bytes;
+	uint64_t bytes;  /* moved by all `count` jobs */
+	uint32_t count;  /* 1..FRAME_JOB_DONE_MAX; 1 unless result is 0 */
 };
 
 /* One message, header plus the payload selected by hdr.type. Header-only

@@ -247,6 +247,9 @@ uint32_t sender_job_pages(const struct plan *p, uint32_t n, int with_aux,
 /* Job queue of one worker. push: 0 or KVW_ENOMEM. head: NULL when empty. */
 int sender_jobq_push(struct sender_jobq *q, const struct sender_jobrec *j);
 const struct sender_jobrec *sender_jobq_head(const struct sender_jobq *q);
+/* The i-th oldest record (0: the head), or NULL past the end. */
+const struct sender_jobrec *sender_jobq_at(const struct sender_jobq *q,
+					   uint32_t i);
 void sender_jobq_pop(struct sender_jobq *q);
 /* Takes back the record pushed last (its send failed). */
 void sender_jobq_unpush(struct sender_jobq *q);

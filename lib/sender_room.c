@@ -359,6 +359,12 @@ const struct sender_jobrec *sender_jobq_head(const struct sender_jobq *q)
 	return q->n ? &q->a[q->head] : NULL;
 }
 
+const struct sender_jobrec *sender_jobq_at(const struct sender_jobq *q,
+					   uint32_t i)
+{
+	return i < q->n ? &q->a[(q->head + i) % q->cap] : NULL;
+}
+
 void sender_jobq_pop(struct sender_jobq *q)
 {
 	if (q->n == 0)

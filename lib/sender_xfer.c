@@ -460,38 +460,51 @@ void sender_on_engine(struct sender *s, const struct frame_msg *m)
 	}
 }
 
-void sender_on_job_done(struct sender *s, uint32_t w, const struct frame_msg *m)
+/* Worker w answered its oldest job (rec) with result/reason. */
+static void job_answered(struct sender *s, const struct sender_jobrec *rec,
+			 int result, uint32_t reason)
 {
-	const struct frame_job_done *d = &m->u.job_done;
-	const struct sender_jobrec *h = sender_jobq_head(&s->w[w].q);
-	struct sender_jobrec rec;
-	struct sender_room *r;
+	struct sender_room *r = sender_rooms_get(&s->rooms, rec->room);
 
-	if (!h || h->ref.slot != d->slot || h->ref.gen != d->generation ||
-	    h->room != m->hdr.room) {
-		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
-		LOG_RL(LOG_ERROR, "worker %u: JOB_DONE for room %llu does not "
-		       "match the job it was given", w,
-		       (unsigned long long)m->hdr.room);
-		return;
-	}
-	rec = *h;
-	sender_jobq_pop(&s->w[w].q);
-	r = sender_rooms_get(&s->rooms, rec.room);
-	if (!r || r->ref.slot != rec.ref.slot || r->ref.gen != rec.ref.gen)
+	if (!r || r->ref.slot != rec->ref.slot || r->ref.gen != rec->ref.gen)
 		return; /* that incarnation's private state is gone */
 	if (r->inflight)
 		r->inflight--;
-	if (d->result == 0 && rec.dst < r->ndst) {
+	if (result == 0 && rec->dst < r->ndst) {
 		/* pages_done was moved by the worker (JOB pages). */
-		if (rec.last)
-			r->dst[rec.dst].done = 1;
+		if (rec->last)
+			r->dst[rec->dst].done = 1;
 		room_finish(s, r);
-	} else if (d->result != KVW_ESTALE && d->result != 0) {
-		sender_room_fail(s, r, d->reason ? d->reason : KVW_R_TRANSFER,
+	} else if (result != KVW_ESTALE && result != 0) {
+		sender_room_fail(s, r, reason ? reason : KVW_R_TRANSFER,
 				 "transfer failed");
 	}
 	sender_room_acks(s, r); /* may free r */
+}
+
+void sender_on_job_done(struct sender *s, uint32_t w, const struct frame_msg *m)
+{
+	const struct frame_job_done *d = &m->u.job_done;
+	const struct sender_jobrec *h;
+	struct sender_jobrec rec;
+
+	/* The codec allows count > 1 only with result 0. The job it ends
+	 * with must be the count-th oldest: anything else is a worker out of
+	 * step, and nothing is popped. */
+	h = sender_jobq_at(&s->w[w].q, d->count - 1);
+	if (!h || h->ref.slot != d->slot || h->ref.gen != d->generation ||
+	    h->room != m->hdr.room) {
+		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
+		LOG_RL(LOG_ERROR, "worker %u: JOB_DONE for room %llu (%u jobs) "
+		       "does not match the jobs it was given", w,
+		       (unsigned long long)m->hdr.room, d->count);
+		return;
+	}
+	for (uint32_t i = 0; i < d->count; i++) {
+		rec = *sender_jobq_head(&s->w[w].q);
+		sender_jobq_pop(&s->w[w].q);
+		job_answered(s, &rec, d->result, d->reason);
+	}
 }
 
 /* rtab_expire callback: tell decode about each room that timed out. */

@@ -30,6 +30,9 @@
 #define SWORKER_CONNS 64u
 #define SWORKER_REPLIES 16u
 #define POLL_CAP_MS 500L
+/* Answers held back while a burst runs stay under this many bytes of
+ * copies (~200 us at memcpy speed): big jobs are answered one by one. */
+#define SWORKER_DONE_BYTES (1u << 20)
 
 struct sworker_conn {
 	uint8_t *desc; /* owned copy; NULL: free entry */
@@ -56,6 +59,13 @@ struct sworker {
 	struct sworker_conn conns[SWORKER_CONNS];
 	struct sworker_reply replies[SWORKER_REPLIES];
 	uint64_t tick;
+	/* Jobs that succeeded and are not answered yet: one JOB_DONE answers
+	 * them all (frame_job_done) when the input runs dry, at
+	 * FRAME_JOB_DONE_MAX jobs or at SWORKER_DONE_BYTES bytes. */
+	struct {
+		uint32_t n, slot, gen;
+		uint64_t room, bytes;
+	} done;
 	struct xport_copy batch[SWORKER_BATCH];
 	uint64_t delay_us; /* TEST ONLY: KVW_TEST_COPY_DELAY_US */
 };
@@ -284,13 +294,40 @@ static int finish_room(struct sworker *w, const struct frame_msg *m,
 	return 0;
 }
 
+/* One JOB_DONE for `count` jobs ending with (room, slot, gen). */
+static void answer(struct sworker *w, uint64_t room, uint32_t slot,
+		   uint32_t gen, int rc, uint64_t bytes, uint32_t count)
+{
+	struct frame_msg done;
+	char why[256];
+
+	frame_msg_init(&done, FRAME_JOB_DONE, w->id, room, w->epoch);
+	done.u.job_done.slot = slot;
+	done.u.job_done.generation = gen;
+	done.u.job_done.result = rc;
+	done.u.job_done.reason = rc == 0 || rc == KVW_ESTALE ? KVW_R_NONE
+							     : KVW_R_TRANSFER;
+	done.u.job_done.bytes = bytes;
+	done.u.job_done.count = count;
+	if (wire_send(w->sock, &done, NULL, 0, why, sizeof why) < 0)
+		LOG_RL(LOG_ERROR, "JOB_DONE: %s", why);
+}
+
+/* Answers the successful jobs held back, if any. */
+static void answer_done(struct sworker *w)
+{
+	if (w->done.n == 0)
+		return;
+	answer(w, w->done.room, w->done.slot, w->done.gen, 0, w->done.bytes,
+	       w->done.n);
+	memset(&w->done, 0, sizeof w->done);
+}
+
 static void run_job(struct sworker *w, const struct frame_msg *m)
 {
 	const struct frame_job *j = &m->u.job;
 	struct rtab_ref ref = { j->slot, j->generation };
-	struct frame_msg done;
 	uint64_t bytes = 0;
-	char why[256];
 	int rc;
 
 	if (!room_live(w, ref)) {
@@ -315,15 +352,19 @@ static void run_job(struct sworker *w, const struct frame_msg *m)
 	if (rtab_outstanding_add(w->t, ref, -1) < 0)
 		LOG_RL(LOG_WARN, "room %llu: outstanding count already gone",
 		       (unsigned long long)m->hdr.room);
-	frame_msg_init(&done, FRAME_JOB_DONE, w->id, m->hdr.room, w->epoch);
-	done.u.job_done.slot = j->slot;
-	done.u.job_done.generation = j->generation;
-	done.u.job_done.result = rc;
-	done.u.job_done.reason = rc == 0 || rc == KVW_ESTALE ? KVW_R_NONE
-							     : KVW_R_TRANSFER;
-	done.u.job_done.bytes = bytes;
-	if (wire_send(w->sock, &done, NULL, 0, why, sizeof why) < 0)
-		LOG_RL(LOG_ERROR, "JOB_DONE: %s", why);
+	if (rc == 0) {
+		w->done.n++;
+		w->done.room = m->hdr.room;
+		w->done.slot = j->slot;
+		w->done.gen = j->generation;
+		w->done.bytes += bytes;
+		if (w->done.n == FRAME_JOB_DONE_MAX ||
+		    w->done.bytes >= SWORKER_DONE_BYTES)
+			answer_done(w);
+		return;
+	}
+	answer_done(w); /* in order: the successes before this one first */
+	answer(w, m->hdr.room, j->slot, j->generation, rc, bytes, 1);
 }
 
 static int sworker_open(struct sworker *w, const struct sworker_cfg *cfg,
@@ -435,6 +476,13 @@ int sworker_run(const struct sworker_cfg *cfg, char *err, size_t errlen)
 		while (!proc_stopping()) {
 			rc = wire_recv(w->sock, 0, &in, &m, why, sizeof why);
 			if (rc == KVW_EAGAIN) {
+				/* The burst is over: answer it. The send
+				 * may take in the socket's input signal, so
+				 * it is looked at once more. */
+				if (w->done.n) {
+					answer_done(w);
+					continue;
+				}
 				wpoll_drained(wp, 0);
 				break;
 			}

@@ -72,7 +72,7 @@ def valid(name, rnd):
     if name == 'SEND_CHUNK':
         return [h, struct.pack('<B', 0), fd.u32s([1, 2])]
     if name == 'JOB_DONE':
-        return [h, struct.pack('<IIiIQ', 1, 1, 0, 0, 0)]
+        return [h, struct.pack('<IIiIQI', 1, 1, 0, 0, 0, 1)]
     return [h]  # PING, PONG, ABORT_ACK, CLEAR, RECV_ABORT
 
 

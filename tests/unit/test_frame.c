@@ -174,6 +174,7 @@ static void fixture(unsigned type, int variant, struct frame_msg *m)
 		m->u.job_done.result = variant ? INT32_MIN : 0;
 		m->u.job_done.reason = variant ? KVW_R_TRANSFER : KVW_R_NONE;
 		m->u.job_done.bytes = variant ? UINT64_MAX : 8192;
+		m->u.job_done.count = variant ? 1 : FRAME_JOB_DONE_MAX;
 		break;
 	}
 }
@@ -380,6 +381,7 @@ static void assert_msg_eq(const struct frame_msg *a, const struct frame_msg *b)
 		assert_int_equal(a->u.job_done.result, b->u.job_done.result);
 		assert_int_equal(a->u.job_done.reason, b->u.job_done.reason);
 		assert_true(a->u.job_done.bytes == b->u.job_done.bytes);
+		assert_int_equal(a->u.job_done.count, b->u.job_done.count);
 		break;
 	}
 }
@@ -445,6 +447,7 @@ static void test_header_and_body_bytes_are_little_endian_field_by_field(void **s
 		0xF4, 0xFF, 0xFF, 0xFF,         /* result -12 (KVW_ERANGE) */
 		5, 0, 0, 0,                     /* reason KVW_R_TRANSFER */
 		0, 0x20, 0, 0, 0, 0, 0, 0,      /* bytes 8192 */
+		1, 0, 0, 0,                     /* count 1 */
 	};
 	struct frame_msg m;
 	struct frame_out out;
@@ -454,6 +457,7 @@ static void test_header_and_body_bytes_are_little_endian_field_by_field(void **s
 	fixture(FRAME_JOB_DONE, 0, &m);
 	m.u.job_done.result = KVW_ERANGE;
 	m.u.job_done.reason = KVW_R_TRANSFER;
+	m.u.job_done.count = 1;
 	encode_ok(&m, &out);
 	assert_int_equal(out.parts[0].len, sizeof hdr);
 	assert_memory_equal(out.parts[0].data, hdr, sizeof hdr);
@@ -660,6 +664,10 @@ static const struct patch patches[] = {
 	{ "result positive", FRAME_JOB_DONE, 0, 1, 8, { 1 }, 1, KVW_EINVAL, "positive" },
 	{ "result INT32_MAX", FRAME_JOB_DONE, 0, 1, 8, { 0xFF, 0xFF, 0xFF, 0x7F }, 4, KVW_EINVAL, "positive" },
 	{ "done reason", FRAME_JOB_DONE, 0, 1, 12, { KVW_NREASONS }, 1, KVW_EINVAL, "reason" },
+	{ "done count 0", FRAME_JOB_DONE, 0, 1, 24, { 0, 0 }, 2, KVW_EINVAL, "count 0" },
+	{ "done count over cap", FRAME_JOB_DONE, 0, 1, 24, { 1, 4 }, 2, KVW_EINVAL, "count 1025" },
+	{ "done count max", FRAME_JOB_DONE, 0, 1, 24, { 0xFF, 0xFF, 0xFF, 0xFF }, 4, KVW_EINVAL, "outside" },
+	{ "done count 2 failed", FRAME_JOB_DONE, 1, 1, 24, { 2 }, 1, KVW_EINVAL, "count 2 for a failed job" },
 	{ "pages odd length", FRAME_XFER_INFO, 0, 2, -1, { 0 }, 0, KVW_EINVAL, "not a multiple of 4" },
 };
 
