@@ -1,8 +1,9 @@
 /*
  * sender.c - kv-sender's control process: building its state in the order
- * runtime.md asks for (layout, room table, pool, worker socket and
- * workers, then the peer and engine sockets), the one poll loop (wpoll)
- * over four named slots (workers, peers, engine, bootstrap) whose timeout
+ * runtime.md asks for (layout, room table, pool, the workers with their
+ * channels, then the peer and engine sockets), the one poll loop (wpoll)
+ * over the peer, engine and bootstrap sockets and one channel per worker
+ * (lib/chan.h), whose timeout
  * is the nearest of the deadline sweep, a pending worker restart and the
  * bootstrap ping, and the teardown.
  * What each message does lives in sender_xfer.c, sender_peer.c and
@@ -11,6 +12,7 @@
 #include "sender_impl.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include "pool.h"
 #include "proc.h"
 #include "rankmap.h"
+#include "chan.h"
 #include "wpoll.h"
 #include "xport.h"
 
@@ -28,7 +31,8 @@
 #define SWEEP_EVERY_NS 1000000000ull
 #define DRAIN_BUDGET 256 /* messages per socket per poll round */
 
-enum { SLOT_WORK, SLOT_PEER, SLOT_ENGINE, SLOT_BOOT, NSLOTS };
+/* Socket slots, then one plain slot per worker channel. */
+enum { SLOT_PEER, SLOT_ENGINE, SLOT_BOOT, SLOT_WORKER0 };
 
 uint32_t sender_rank_of(const struct kvw_topo *t, const struct kvw_coord *c)
 {
@@ -116,24 +120,14 @@ static int open_files(struct sender *s, char *err, size_t errlen)
 	return rc;
 }
 
-/* A ROUTER bound at ep; the worker socket also takes a restarted worker's
- * identity over (HANDOVER) and never drops a JOB to a high-water mark. */
+/* A ROUTER bound at ep. */
 static void *router(struct sender *s, const char *ep, unsigned mode,
-		    int internal, char *err, size_t errlen)
+		    char *err, size_t errlen)
 {
 	void *r = wire_socket(s->ctx, ZMQ_ROUTER, 0, err, errlen);
-	int one = 1, zero = 0;
 
 	if (!r)
 		return NULL;
-	if (internal &&
-	    (zmq_setsockopt(r, ZMQ_ROUTER_HANDOVER, &one, sizeof one) ||
-	     zmq_setsockopt(r, ZMQ_SNDHWM, &zero, sizeof zero) ||
-	     zmq_setsockopt(r, ZMQ_RCVHWM, &zero, sizeof zero))) {
-		snprintf(err, errlen, "zmq_setsockopt: %s", zmq_strerror(errno));
-		wire_close(&r);
-		return NULL;
-	}
 	if (wire_bind(r, ep, mode, err, errlen) < 0)
 		wire_close(&r);
 	return r;
@@ -159,6 +153,8 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 		snprintf(err, errlen, "out of memory");
 		return KVW_ENOMEM;
 	}
+	for (uint32_t k = 0; k < SENDER_MAX_WORKERS; k++)
+		chan_init(&s->w[k].ch, -1); /* before any failure path closes */
 	s->listen = dup_or(cfg->listen, &oom);
 	s->engine_ep = dup_or(cfg->engine, &oom);
 	s->bootstrap = dup_or(cfg->bootstrap, &oom);
@@ -168,12 +164,6 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 	s->exe = dup_or(cfg->exe, &oom);
 	s->name = dup_or(cfg->name, &oom);
 	s->log_level = dup_or(cfg->log_level, &oom);
-	if (cfg->work)
-		s->work_ep = dup_or(cfg->work, &oom);
-	else if (strncmp(cfg->engine, "ipc://", 6) == 0)
-		oom |= asprintf(&s->work_ep, "%s.w", cfg->engine) < 0;
-	else
-		oom |= asprintf(&s->work_ep, "ipc://%s.work", cfg->table) < 0;
 	s->nworkers = cfg->workers;
 	s->topo = cfg->topo;
 	s->coord = cfg->coord;
@@ -199,17 +189,14 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
 		goto fail;
 	}
-	s->work = router(s, s->work_ep, 0600, 1, err, errlen);
-	if (!s->work)
-		goto fail;
 	rc = sender_workers_start(s, err, errlen);
 	if (rc < 0)
 		goto fail;
 	rc = KVW_ESYS;
-	s->peer_sock = router(s, s->listen, 0, 0, err, errlen);
+	s->peer_sock = router(s, s->listen, 0, err, errlen);
 	if (!s->peer_sock)
 		goto fail;
-	s->eng_sock = router(s, s->engine_ep, 0600, 0, err, errlen);
+	s->eng_sock = router(s, s->engine_ep, 0600, err, errlen);
 	if (!s->eng_sock)
 		goto fail;
 	*out = s;
@@ -219,17 +206,21 @@ fail:
 	return rc;
 }
 
-/* Reads up to DRAIN_BUDGET messages from one slot. KVW_ESYS: the socket
- * or context is gone. */
+/* Reads up to DRAIN_BUDGET messages from one socket slot. KVW_ESYS: the
+ * socket or context is gone. */
 static int drain(struct sender *s, int slot)
 {
-	void *sock = slot == SLOT_WORK ? s->work
-		     : slot == SLOT_PEER ? s->peer_sock
+	void *sock = slot == SLOT_PEER ? s->peer_sock
 		     : slot == SLOT_BOOT ? s->boot_sock : s->eng_sock;
 	struct wire_in in;
 	struct frame_msg m;
 	char why[256];
 
+	if (slot >= SLOT_WORKER0) {
+		sender_worker_drain(s, (uint32_t)(slot - SLOT_WORKER0));
+		wpoll_drained(s->wp, (uint32_t)slot);
+		return 0;
+	}
 	for (int i = 0; i < DRAIN_BUDGET; i++) {
 		int rc = wire_recv(sock, slot != SLOT_BOOT, &in, &m, why,
 				   sizeof why);
@@ -245,14 +236,11 @@ static int drain(struct sender *s, int slot)
 		if (rc < 0) {
 			rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
 			LOG_RL(LOG_WARN, "malformed frame on the %s socket: %s",
-			       slot == SLOT_WORK ? "worker"
-			       : slot == SLOT_PEER ? "peer"
+			       slot == SLOT_PEER ? "peer"
 			       : slot == SLOT_BOOT ? "bootstrap" : "engine", why);
 			continue;
 		}
-		if (slot == SLOT_WORK)
-			sender_on_worker(s, &in, &m);
-		else if (slot == SLOT_PEER)
+		if (slot == SLOT_PEER)
 			sender_on_peer(s, &in, &m);
 		else if (slot == SLOT_BOOT)
 			sender_boot_on_reply(s, &m);
@@ -274,12 +262,25 @@ void sender_sent_on(struct sender *s, void *sock)
 		wpoll_touch_sock(s->wp, sock);
 }
 
+/* Worker channels come and go with their workers, and want POLLOUT only
+ * while they hold unsent bytes: their slots are refreshed before each
+ * wait. */
+static void watch_workers(struct sender *s)
+{
+	for (uint32_t k = 0; k < s->nworkers; k++) {
+		const struct chan *c = &s->w[k].ch;
+
+		wpoll_set_fd(s->wp, SLOT_WORKER0 + k, c->fd,
+			     (short)(POLLIN | (chan_pending(c) ? POLLOUT : 0)));
+	}
+}
+
 /* The loop's socket set: slot k holds the socket drain(s, k) reads. */
 static int watch(struct sender *s, char *err, size_t errlen)
 {
 	s->wp = wpoll_new();
 	if (!s->wp ||
-	    wpoll_set(s->wp, SLOT_WORK, s->work) < 0 ||
+	    wpoll_set_fd(s->wp, SLOT_WORKER0 + s->nworkers - 1, -1, 0) < 0 ||
 	    wpoll_set(s->wp, SLOT_PEER, s->peer_sock) < 0 ||
 	    wpoll_set(s->wp, SLOT_ENGINE, s->eng_sock) < 0 ||
 	    (s->boot_sock && wpoll_set(s->wp, SLOT_BOOT, s->boot_sock) < 0)) {
@@ -321,8 +322,8 @@ static int loop(struct sender *s, char *err, size_t errlen)
 
 		if (proc_take_sigchld()) {
 			/* JOB_DONEs a worker sent before dying count first. */
-			if (drain(s, SLOT_WORK) < 0)
-				goto dead;
+			for (uint32_t k = 0; k < s->nworkers; k++)
+				sender_worker_drain(s, k);
 			sender_workers_reap(s);
 		}
 		now = proc_now_ns();
@@ -341,7 +342,8 @@ static int loop(struct sender *s, char *err, size_t errlen)
 			    "%u workers", s->rank, s->listen, s->engine_ep,
 			    s->nworkers);
 		}
-		/* No bootstrap: its slot (last) stays out of the set. */
+		/* No bootstrap: its slot stays empty (fd -1). */
+		watch_workers(s);
 		rc = wpoll_wait(s->wp, proc_poll_ms(next, now, POLL_CAP_MS));
 		if (rc < 0) {
 			if (errno == EINTR)
@@ -349,7 +351,7 @@ static int loop(struct sender *s, char *err, size_t errlen)
 			snprintf(err, errlen, "poll: %s", strerror(errno));
 			return KVW_ESYS;
 		}
-		for (int k = 0; k < NSLOTS; k++)
+		for (int k = 0; k < SLOT_WORKER0 + (int)s->nworkers; k++)
 			if (wpoll_due(s->wp, (uint32_t)k) && drain(s, k) < 0)
 				goto dead;
 	}
@@ -367,9 +369,10 @@ void sender_close(struct sender **sp)
 		return;
 	s = *sp;
 	sender_workers_stop(s);
-	for (uint32_t k = 0; k < SENDER_MAX_WORKERS; k++)
+	for (uint32_t k = 0; k < SENDER_MAX_WORKERS; k++) {
 		sender_jobq_free(&s->w[k].q);
-	wire_close(&s->work);
+		chan_close(&s->w[k].ch);
+	}
 	wire_close(&s->peer_sock);
 	wire_close(&s->eng_sock);
 	wire_close(&s->boot_sock);
@@ -384,7 +387,6 @@ void sender_close(struct sender **sp)
 	free(s->bootstrap);
 	free(s->table_path);
 	free(s->pool_path);
-	free(s->work_ep);
 	free(s->transport);
 	free(s->exe);
 	free(s->name);

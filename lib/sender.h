@@ -26,8 +26,6 @@ struct sender_cfg {
 	const char *bootstrap; /* bootstrap endpoint; NULL: do not register */
 	const char *table;     /* room table path */
 	const char *pool;      /* KV pool (a name or a path, see pool.h) */
-	const char *work;      /* worker ROUTER endpoint; NULL: derived from
-				* the engine endpoint (ipc) or the table path */
 	const char *transport; /* "shm" */
 	const char *exe;       /* program exec'd in worker mode ("/proc/self/exe") */
 	const char *name;      /* --name passed on to workers; may be NULL */
@@ -44,7 +42,7 @@ struct sender; /* opaque */
 /* Builds every piece of state in the order runtime.md asks for: layout,
  * room table (a table left by a previous incarnation is reopened and its
  * live rooms failed), pool (a stale pool file is unlinked first), the
- * worker ROUTER and the worker processes, then the peer and engine
+ * worker processes (each with its channel), then the peer and engine
  * sockets. cfg's strings are copied. Returns 0 with *out the caller's (free
  * with sender_close), or KVW_EINVAL (bad cfg), KVW_ESYS / KVW_ENOMEM /
  * KVW_EVERSION with the reason in err; *out is NULL on failure and

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "chan.h"
 #include "frame.h"
 #include "plan.h"
 #include "rtab.h"
@@ -127,6 +128,7 @@ struct sender_jobq {
 
 struct sender_worker {
 	pid_t pid;   /* 0: not running */
+	struct chan ch; /* to this incarnation; fd -1 when none */
 	int up;      /* hello seen from this incarnation */
 	uint64_t started_ns;
 	uint64_t restart_at_ns; /* 0: none pending */
@@ -135,7 +137,7 @@ struct sender_worker {
 
 struct sender {
 	/* config (strings owned) */
-	char *listen, *engine_ep, *bootstrap, *table_path, *pool_path, *work_ep;
+	char *listen, *engine_ep, *bootstrap, *table_path, *pool_path;
 	char *transport, *exe, *name, *log_level;
 	uint32_t nworkers;
 	uint32_t last_worker; /* picked last (sender_worker_pick) */
@@ -156,7 +158,7 @@ struct sender {
 	struct rtab *t;
 	struct pool *pool;
 	void *ctx;
-	void *work, *peer_sock, *eng_sock;
+	void *peer_sock, *eng_sock;
 
 	struct sender_rooms rooms;
 	struct sender_peer **peers;
@@ -295,9 +297,11 @@ void sender_peers_free(struct sender *s);
 /* ---- sender_worker.c --------------------------------------------------- */
 
 int sender_workers_start(struct sender *s, char *err, size_t errlen);
-/* Handles one message on the worker ROUTER. */
-void sender_on_worker(struct sender *s, const struct wire_in *in,
-		      const struct frame_msg *m);
+/* Reads every whole message worker k's channel holds and handles it
+ * (hello, JOB_DONE), after writing what the channel had queued. A channel
+ * that ended (the worker died: SIGCHLD follows) or broke (the worker is
+ * killed) is closed. */
+void sender_worker_drain(struct sender *s, uint32_t k);
 /* Reaps dead workers, fails their rooms, restarts them when due. */
 void sender_workers_reap(struct sender *s);
 /* Restarts workers whose restart time has come; returns the nearest

@@ -12,6 +12,7 @@
 #include "sender_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,17 +28,23 @@
 
 static int worker_spawn(struct sender *s, uint32_t k, char *err, size_t errlen)
 {
-	char idbuf[16];
+	char idbuf[16], fdbuf[16];
 	char *argv[20];
-	int n = 0;
+	int n = 0, fds[2];
 	pid_t parent = getpid(), pid;
 
+	if (chan_pair(fds) < 0) {
+		snprintf(err, errlen, "worker %u: socketpair: %s", k,
+			 strerror(errno));
+		return KVW_ESYS;
+	}
 	snprintf(idbuf, sizeof idbuf, "%u", k);
+	snprintf(fdbuf, sizeof fdbuf, "%d", fds[1]);
 	argv[n++] = s->exe;
 	argv[n++] = "--worker-id";
 	argv[n++] = idbuf;
-	argv[n++] = "--work";
-	argv[n++] = s->work_ep;
+	argv[n++] = "--job-fd";
+	argv[n++] = fdbuf;
 	argv[n++] = "--table";
 	argv[n++] = s->table_path;
 	argv[n++] = "--pool";
@@ -56,18 +63,26 @@ static int worker_spawn(struct sender *s, uint32_t k, char *err, size_t errlen)
 	pid = fork();
 	if (pid < 0) {
 		snprintf(err, errlen, "fork worker %u: %s", k, strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
 		return KVW_ESYS;
 	}
 	if (pid == 0) {
 		/* Only async-signal-safe calls until exec. SIGKILL, not
 		 * SIGTERM: a worker must not finish its batch once the
-		 * control that owns its rooms is gone. */
+		 * control that owns its rooms is gone. Its end of the
+		 * channel is the one descriptor it inherits on purpose. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(KVW_EXIT_PEER);
+		if (fcntl(fds[1], F_SETFD, 0) < 0)
+			_exit(KVW_EXIT_SYS);
 		execv(argv[0], argv);
 		_exit(KVW_EXIT_SYS);
 	}
+	close(fds[1]);
+	chan_close(&s->w[k].ch); /* the previous incarnation's, if any */
+	chan_init(&s->w[k].ch, fds[0]);
 	s->w[k].pid = pid;
 	s->w[k].up = 0;
 	s->w[k].started_ns = proc_now_ns();
@@ -144,24 +159,8 @@ static void redispatch(void *arg, struct sender_room *r)
 		sender_dispatch(a->s, r);
 }
 
-void sender_on_worker(struct sender *s, const struct wire_in *in,
-		      const struct frame_msg *m)
+static void on_worker(struct sender *s, uint32_t k, const struct frame_msg *m)
 {
-	char id[16];
-	unsigned k;
-	int len;
-
-	for (k = 0; k < s->nworkers; k++) {
-		len = snprintf(id, sizeof id, "w%u", k);
-		if ((size_t)len == in->idlen && memcmp(id, in->id, in->idlen) == 0)
-			break;
-	}
-	if (k == s->nworkers || !s->w[k].pid) {
-		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
-		LOG_RL(LOG_WARN, "worker socket: %s from an unknown identity",
-		       frame_type_str(m->hdr.type));
-		return;
-	}
 	if (m->hdr.type == FRAME_PONG) {
 		struct redispatch_arg a = { s, k };
 
@@ -178,16 +177,50 @@ void sender_on_worker(struct sender *s, const struct wire_in *in,
 	}
 }
 
+void sender_worker_drain(struct sender *s, uint32_t k)
+{
+	struct sender_worker *w = &s->w[k];
+	struct frame_msg m;
+	char why[256];
+	int rc;
+
+	if (w->ch.fd < 0)
+		return;
+	if (chan_flush(&w->ch) == KVW_ESYS) {
+		rc = KVW_ESYS;
+		snprintf(why, sizeof why, "peer gone");
+	} else {
+		while ((rc = chan_recv(&w->ch, &m, why, sizeof why)) != KVW_EAGAIN &&
+		       rc != KVW_ESYS) {
+			if (rc == 0) {
+				on_worker(s, k, &m);
+				continue;
+			}
+			rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
+			LOG_RL(LOG_ERROR, "worker %u: malformed frame: %s", k, why);
+		}
+	}
+	if (rc != KVW_ESYS)
+		return;
+	/* The worker exited (its SIGCHLD does the rest) or wrote something
+	 * that is not a record: no job can reach it any more. Not reaped
+	 * yet, its pid cannot have been reused. */
+	LOG(LOG_WARN, "worker %u: channel: %s", k, why);
+	if (w->pid > 0)
+		kill(w->pid, SIGKILL);
+	w->up = 0;
+	chan_close(&w->ch);
+}
+
 int sender_worker_send(struct sender *s, uint32_t w, struct frame_msg *m,
 		       const struct sender_jobrec *rec)
 {
-	char id[16], why[256];
-	int len = snprintf(id, sizeof id, "w%u", w), rc;
+	char why[256];
+	int rc;
 
 	if (sender_jobq_push(&s->w[w].q, rec) < 0)
 		return KVW_ENOMEM;
-	rc = wire_send(s->work, m, id, (size_t)len, why, sizeof why);
-	sender_sent_on(s, s->work);
+	rc = chan_send(&s->w[w].ch, m, why, sizeof why);
 	if (rc < 0) {
 		sender_jobq_unpush(&s->w[w].q);
 		LOG_RL(LOG_WARN, "worker %u: %s", w, why);
@@ -212,6 +245,7 @@ static void worker_died(struct sender *s, uint32_t k, int status)
 		    WEXITSTATUS(status));
 	w->pid = 0;
 	w->up = 0;
+	chan_close(&w->ch); /* its JOB_DONEs were read before the reap */
 	while ((h = sender_jobq_head(&w->q)) != NULL) {
 		struct sender_jobrec rec = *h;
 		struct sender_room *r = sender_rooms_get(&s->rooms, rec.room);
@@ -309,10 +343,11 @@ void sender_workers_stop(struct sender *s)
 		}
 	} while (left && proc_now_ns() < until);
 	for (uint32_t k = 0; k < s->nworkers; k++) {
-		if (s->w[k].pid <= 0)
-			continue;
-		kill(s->w[k].pid, SIGKILL);
-		waitpid(s->w[k].pid, &status, 0);
-		s->w[k].pid = 0;
+		if (s->w[k].pid > 0) {
+			kill(s->w[k].pid, SIGKILL);
+			waitpid(s->w[k].pid, &status, 0);
+			s->w[k].pid = 0;
+		}
+		chan_close(&s->w[k].ch);
 	}
 }

@@ -1,6 +1,6 @@
 /*
  * sworker.c - a kv-sender worker; see sworker.h. State is built before the
- * socket connects: the room table (writable: the worker moves the
+ * hello goes to the control: the room table (writable: the worker moves the
  * outstanding count, bytes and, on a transport error, the state), this
  * rank's pool (read-only, registered as the copies' source) and the
  * transport. Decode pools are connected on first use and cached by their
@@ -13,6 +13,7 @@
 #include "sworker.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +24,8 @@
 #include "pool.h"
 #include "proc.h"
 #include "rtab.h"
+#include "chan.h"
 #include "wire.h"
-#include "wpoll.h"
 #include "xport.h"
 
 #define SWORKER_CONNS 64u
@@ -55,7 +56,8 @@ struct sworker {
 	struct pool *pool;
 	struct xport *x;
 	uint32_t src; /* registered id of the own pool */
-	void *ctx, *sock;
+	void *ctx;      /* for the DEALERs to decode endpoints only */
+	struct chan ch; /* to the control: JOBs in, hello and JOB_DONEs out */
 	struct sworker_conn conns[SWORKER_CONNS];
 	struct sworker_reply replies[SWORKER_REPLIES];
 	uint64_t tick;
@@ -309,7 +311,7 @@ static void answer(struct sworker *w, uint64_t room, uint32_t slot,
 							     : KVW_R_TRANSFER;
 	done.u.job_done.bytes = bytes;
 	done.u.job_done.count = count;
-	if (wire_send(w->sock, &done, NULL, 0, why, sizeof why) < 0)
+	if (chan_send(&w->ch, &done, why, sizeof why) < 0)
 		LOG_RL(LOG_ERROR, "JOB_DONE: %s", why);
 }
 
@@ -372,8 +374,7 @@ static int sworker_open(struct sworker *w, const struct sworker_cfg *cfg,
 {
 	uint8_t desc[KVW_MAX_DESC];
 	size_t desclen;
-	char ident[16];
-	int zero = 0, rc;
+	int rc;
 	const struct xport_ops *ops = xport_find(cfg->transport);
 
 	if (!ops) {
@@ -403,18 +404,6 @@ static int sworker_open(struct sworker *w, const struct sworker_cfg *cfg,
 		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
 		return KVW_ESYS;
 	}
-	w->sock = wire_socket(w->ctx, ZMQ_DEALER, 0, err, errlen);
-	if (!w->sock)
-		return KVW_ESYS;
-	snprintf(ident, sizeof ident, "w%u", w->id);
-	if (zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, ident, strlen(ident)) ||
-	    zmq_setsockopt(w->sock, ZMQ_SNDHWM, &zero, sizeof zero) ||
-	    zmq_setsockopt(w->sock, ZMQ_RCVHWM, &zero, sizeof zero) ||
-	    zmq_connect(w->sock, cfg->work) != 0) {
-		snprintf(err, errlen, "worker socket %s: %s", cfg->work,
-			 zmq_strerror(errno));
-		return KVW_ESYS;
-	}
 	return 0;
 }
 
@@ -424,7 +413,7 @@ static void sworker_close(struct sworker *w)
 		free(w->conns[i].desc);
 	for (uint32_t i = 0; i < SWORKER_REPLIES; i++)
 		wire_close(&w->replies[i].sock);
-	wire_close(&w->sock);
+	chan_close(&w->ch);
 	if (w->ctx)
 		zmq_ctx_term(w->ctx);
 	xport_close(&w->x);
@@ -432,19 +421,51 @@ static void sworker_close(struct sworker *w)
 	rtab_close(&w->t);
 }
 
+/* Reads and runs every whole JOB the control has sent, then answers the
+ * burst. 0, or KVW_ESYS when the channel is finished (err says why). */
+static int take_jobs(struct sworker *w, char *err, size_t errlen)
+{
+	struct frame_msg m;
+	char why[256];
+	int rc;
+
+	while (!proc_stopping()) {
+		rc = chan_recv(&w->ch, &m, why, sizeof why);
+		if (rc == KVW_EAGAIN)
+			break;
+		if (rc == KVW_ESYS) {
+			snprintf(err, errlen, "control channel: %s", why);
+			return rc;
+		}
+		if (rc < 0) {
+			rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
+			LOG_RL(LOG_ERROR, "malformed frame from the control: %s",
+			       why);
+			continue;
+		}
+		if (m.hdr.type == FRAME_JOB) {
+			run_job(w, &m);
+		} else {
+			rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
+			LOG_RL(LOG_WARN, "unexpected %s from the control",
+			       frame_type_str(m.hdr.type));
+		}
+	}
+	answer_done(w); /* the burst is over */
+	return 0;
+}
+
 int sworker_run(const struct sworker_cfg *cfg, char *err, size_t errlen)
 {
 	struct sworker *w = calloc(1, sizeof *w);
-	struct wpoll *wp = NULL;
 	struct frame_msg m;
-	struct wire_in in;
-	char why[256];
 	int rc;
 
 	if (!w) {
 		snprintf(err, errlen, "out of memory");
 		return KVW_ENOMEM;
 	}
+	chan_init(&w->ch, cfg->job_fd);
 	w->id = cfg->id;
 	w->epoch = proc_epoch();
 	w->delay_us = test_delay_env();
@@ -452,63 +473,34 @@ int sworker_run(const struct sworker_cfg *cfg, char *err, size_t errlen)
 	if (rc < 0)
 		goto out;
 	frame_msg_init(&m, FRAME_PONG, w->id, 0, w->epoch);
-	rc = wire_send(w->sock, &m, NULL, 0, err, errlen);
+	rc = chan_send(&w->ch, &m, err, errlen);
 	if (rc < 0)
 		goto out;
-	wp = wpoll_new();
-	if (!wp || wpoll_set(wp, 0, w->sock) < 0) {
-		snprintf(err, errlen, "cannot watch the worker socket");
-		rc = KVW_ESYS;
-		goto out;
-	}
 	while (!proc_stopping()) {
-		/* Every send on the socket happens inside the receive loop,
-		 * whose last call found it empty: no touch is needed. */
-		if (wpoll_wait(wp, POLL_CAP_MS) < 0) {
+		struct pollfd p = { w->ch.fd, POLLIN, 0 };
+
+		if (chan_pending(&w->ch))
+			p.events |= POLLOUT;
+		if (poll(&p, 1, (int)POLL_CAP_MS) < 0) {
 			if (errno == EINTR)
 				continue;
 			snprintf(err, errlen, "poll: %s", strerror(errno));
 			rc = KVW_ESYS;
 			goto out;
 		}
-		if (!wpoll_due(wp, 0))
-			continue;
-		while (!proc_stopping()) {
-			rc = wire_recv(w->sock, 0, &in, &m, why, sizeof why);
-			if (rc == KVW_EAGAIN) {
-				/* The burst is over: answer it. The send
-				 * may take in the socket's input signal, so
-				 * it is looked at once more. */
-				if (w->done.n) {
-					answer_done(w);
-					continue;
-				}
-				wpoll_drained(wp, 0);
-				break;
-			}
-			if (rc == KVW_ESYS) {
-				snprintf(err, errlen, "%s", why);
+		if (chan_pending(&w->ch) && chan_flush(&w->ch) == KVW_ESYS) {
+			snprintf(err, errlen, "control channel: peer gone");
+			rc = KVW_ESYS;
+			goto out;
+		}
+		if (p.revents) {
+			rc = take_jobs(w, err, errlen);
+			if (rc < 0)
 				goto out;
-			}
-			if (rc < 0) {
-				rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
-				LOG_RL(LOG_ERROR, "malformed frame from the "
-				       "control: %s", why);
-				continue;
-			}
-			if (m.hdr.type == FRAME_JOB) {
-				run_job(w, &m);
-			} else {
-				rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
-				LOG_RL(LOG_WARN, "unexpected %s from the control",
-				       frame_type_str(m.hdr.type));
-			}
-			wire_in_release(&in);
 		}
 	}
 	rc = 0;
 out:
-	wpoll_free(&wp);
 	sworker_close(w);
 	free(w);
 	return rc;

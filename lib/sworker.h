@@ -1,6 +1,7 @@
 /*
- * sworker.h - one kv-sender worker process: a DEALER (identity "w<K>") to
- * the control's worker ROUTER; it says hello (PONG, src_rank K), then runs
+ * sworker.h - one kv-sender worker process: a channel (lib/chan.h, a
+ * socketpair inherited from the control) to the control; it says hello
+ * (PONG, src_rank K), then runs
  * one JOB at a time: re-check the room (same generation, Waiting or
  * Transferring) before and between batches of copies, connect the decode
  * pool named by the JOB's descriptor once and keep it mapped, write the
@@ -16,8 +17,8 @@
 #include "kvw.h"
 
 struct sworker_cfg {
-	uint32_t id;           /* K: identity "w<K>", hello src_rank */
-	const char *work;      /* the control's worker endpoint */
+	uint32_t id;           /* K: the hello's src_rank */
+	int job_fd;            /* its end of the channel to the control */
 	const char *table;     /* the control's room table */
 	const char *pool;      /* this rank's KV pool (source of copies) */
 	const char *transport; /* "shm" */
@@ -30,7 +31,7 @@ struct sworker_cfg {
  * each worker at start) makes every batch wait N microseconds between its
  * room re-check and its write, so tests can abort copies in flight. */
 
-/* Runs the worker until SIGTERM (proc_stopping) or the socket dies.
+/* Runs the worker until SIGTERM (proc_stopping) or the channel ends.
  * Returns 0 on a clean stop; KVW_ENOENT / KVW_EVERSION / KVW_ESYS /
  * KVW_ENODEV when its state cannot be built (table, pool, transport,
  * socket), with err saying why. */

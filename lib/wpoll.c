@@ -1,7 +1,8 @@
 /*
  * wpoll.c - see wpoll.h. The descriptors are kept in a pollfd array in
  * slot order (grown by doubling), so a wait is one poll(2) over the set;
- * a slot with no socket carries fd -1, which poll ignores.
+ * an empty slot carries fd -1, which poll ignores. A slot with a
+ * descriptor but no socket is a plain one (wpoll_set_fd).
  */
 #include "wpoll.h"
 
@@ -75,11 +76,9 @@ static void mark(struct wpoll *w, uint32_t i, uint8_t due)
 		w->ndue--;
 }
 
-int wpoll_set(struct wpoll *w, uint32_t i, void *sock)
+/* Makes slot i exist; new slots are empty. */
+static int extend(struct wpoll *w, uint32_t i)
 {
-	int fd = -1;
-	size_t len = sizeof fd;
-
 	if (i >= WPOLL_MAX)
 		return KVW_EINVAL;
 	if (grow(w, i + 1) < 0)
@@ -89,7 +88,17 @@ int wpoll_set(struct wpoll *w, uint32_t i, void *sock)
 		w->pfd[w->n] = (struct pollfd){ -1, POLLIN, 0 };
 		w->due[w->n] = 0;
 	}
-	if (w->sock[i] == sock)
+	return 0;
+}
+
+int wpoll_set(struct wpoll *w, uint32_t i, void *sock)
+{
+	size_t len = sizeof(int);
+	int fd = -1, rc = extend(w, i);
+
+	if (rc < 0)
+		return rc;
+	if (w->sock[i] == sock && (sock || w->pfd[i].fd < 0))
 		return 0;
 	w->sock[i] = NULL;
 	w->pfd[i].fd = -1;
@@ -99,8 +108,24 @@ int wpoll_set(struct wpoll *w, uint32_t i, void *sock)
 	if (zmq_getsockopt(sock, ZMQ_FD, &fd, &len) != 0)
 		return KVW_ESYS;
 	w->sock[i] = sock;
-	w->pfd[i].fd = fd;
+	w->pfd[i] = (struct pollfd){ fd, POLLIN, 0 };
 	mark(w, i, 1);
+	return 0;
+}
+
+int wpoll_set_fd(struct wpoll *w, uint32_t i, int fd, short events)
+{
+	int rc = extend(w, i);
+
+	if (rc < 0)
+		return rc;
+	if (!w->sock[i] && w->pfd[i].fd == fd && fd >= 0) {
+		w->pfd[i].events = events;
+		return 0;
+	}
+	w->sock[i] = NULL;
+	w->pfd[i] = (struct pollfd){ fd, events, 0 };
+	mark(w, i, fd >= 0);
 	return 0;
 }
 
@@ -145,7 +170,8 @@ int wpoll_wait(struct wpoll *w, long timeout_ms)
 	if (rc <= 0)
 		return rc;
 	for (uint32_t i = 0; i < w->n; i++)
-		if (w->sock[i] && (w->pfd[i].revents & (POLLIN | POLLERR | POLLHUP)))
+		if (w->pfd[i].fd >= 0 &&
+		    (w->pfd[i].revents & (POLLIN | POLLOUT | POLLERR | POLLHUP)))
 			mark(w, i, 1);
 	return (int)w->ndue;
 }

@@ -37,6 +37,12 @@ void wpoll_free(struct wpoll **w);
  * never due) replaces it and is due. Returns 0, or KVW_EINVAL, KVW_ENOMEM
  * (set unchanged) or KVW_ESYS (ZMQ_FD unavailable; the slot left empty). */
 int wpoll_set(struct wpoll *w, uint32_t i, void *sock);
+/* Puts a plain descriptor in slot i (fd < 0: an empty slot), polled for
+ * `events` (POLLIN, POLLOUT). Level-triggered: the slot is due whenever
+ * poll(2) reports one of them (or an error or hang-up) and after the
+ * caller's wpoll_drained() only until the next such report. The same fd
+ * again only changes its events. 0, KVW_EINVAL or KVW_ENOMEM. */
+int wpoll_set_fd(struct wpoll *w, uint32_t i, int fd, short events);
 /* Drops slots i.. (the set has i slots). */
 void wpoll_truncate(struct wpoll *w, uint32_t n);
 

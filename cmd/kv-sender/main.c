@@ -6,6 +6,7 @@
  * bootstrap refused the registration), 111 system failure.
  */
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -24,9 +25,10 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: " PROG " --listen EP --engine EP --table PATH --pool PATH\n"
 		"         [--bootstrap EP] [--workers N] [--topo tp,pp] [--rank tp,pp]\n"
-		"         [--bootstrap-timeout SECONDS] [--transport shm] [--work EP]\n"
+		"         [--bootstrap-timeout SECONDS] [--transport shm]\n"
 		"         [--ready-fd N] [--log-level L] [--name NAME] [shape flags]\n"
-		"       " PROG " --worker-id K --work EP --table PATH --pool PATH\n"
+		"       " PROG " --worker-id K --job-fd FD --table PATH --pool PATH\n"
+		"         (worker mode: started by the control, FD its socketpair end)\n"
 		"  %s\n"
 		"Prefill-side control process of kvwire: takes REGISTER/XFER_INFO/ABORT\n"
 		"from decode peers on --listen and SEND_BEGIN/SEND_CHUNK/CLEAR from the\n"
@@ -38,7 +40,7 @@ static void usage(FILE *f)
 }
 
 enum { O_LISTEN = 256, O_ENGINE, O_BOOT, O_TABLE, O_POOL, O_WORKERS, O_TOPO,
-       O_RANK, O_BTIMEOUT, O_TRANSPORT, O_WORKER_ID, O_WORK };
+       O_RANK, O_BTIMEOUT, O_TRANSPORT, O_WORKER_ID, O_JOB_FD };
 
 int main(int argc, char **argv)
 {
@@ -49,16 +51,16 @@ int main(int argc, char **argv)
 		{ "topo", 1, 0, O_TOPO }, { "rank", 1, 0, O_RANK },
 		{ "bootstrap-timeout", 1, 0, O_BTIMEOUT },
 		{ "transport", 1, 0, O_TRANSPORT }, { "worker-id", 1, 0, O_WORKER_ID },
-		{ "work", 1, 0, O_WORK }, { 0, 0, 0, 0 },
+		{ "job-fd", 1, 0, O_JOB_FD }, { 0, 0, 0, 0 },
 	};
 	struct sender_cfg cfg = { .workers = 4, .transport = "shm",
 				  .exe = "/proc/self/exe",
 				  .bootstrap_timeout_ns = 300000000000ull };
-	struct sworker_cfg wcfg = { 0 };
+	struct sworker_cfg wcfg = { .job_fd = -1 };
 	struct sender *s = NULL;
 	struct cli cl;
 	int worker = 0, c, rc;
-	uint32_t q[4];
+	uint32_t q[4], jfd;
 	char err[512] = "";
 	const char *env = getenv("KVW_BOOTSTRAP_TIMEOUT");
 
@@ -77,7 +79,12 @@ int main(int argc, char **argv)
 		case O_BOOT: cfg.bootstrap = v; break;
 		case O_TABLE: cfg.table = v; break;
 		case O_POOL: cfg.pool = v; break;
-		case O_WORK: cfg.work = v; break;
+		case O_JOB_FD:
+			if (cli_u32(v, 0, INT32_MAX, &jfd))
+				return cli_fatal(PROG, KVW_EXIT_USAGE,
+						 "bad --job-fd: %s", v);
+			wcfg.job_fd = (int)jfd;
+			break;
 		case O_TRANSPORT: cfg.transport = v; break;
 		case CLI_HELP: usage(stdout); return KVW_EXIT_OK;
 		case O_WORKERS:
@@ -116,11 +123,13 @@ int main(int argc, char **argv)
 	if (proc_signals_init() < 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	if (worker) {
-		if (!cfg.work || !cfg.table || !cfg.pool)
+		if (wcfg.job_fd < 0 || !cfg.table || !cfg.pool)
+			return cli_fatal(PROG, KVW_EXIT_USAGE, "worker mode needs "
+					 "--job-fd, --table, --pool");
+		if (fcntl(wcfg.job_fd, F_GETFD) < 0)
 			return cli_fatal(PROG, KVW_EXIT_USAGE,
-					 "worker mode needs --work, --table, --pool");
+					 "--job-fd %d is not open", wcfg.job_fd);
 		cli_log_init(&cl, "sworker", (int)wcfg.id);
-		wcfg.work = cfg.work;
 		wcfg.table = cfg.table;
 		wcfg.pool = cfg.pool;
 		wcfg.transport = cfg.transport;

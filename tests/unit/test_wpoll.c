@@ -7,7 +7,8 @@
  * same socket again keeps its state, a new socket in a slot is due, an
  * empty slot never is; truncating drops slots; and a message sent while
  * the caller also sent on the same socket (the case that can swallow the
- * descriptor's signal) is still seen once the caller touches the socket.
+ * descriptor's signal) is still seen once the caller touches the socket;
+ * a plain descriptor in a slot (wpoll_set_fd) is level-triggered.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,8 +16,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "proc.h"
 #include "wire.h"
@@ -160,6 +164,52 @@ static void test_input_around_a_send_is_found_after_the_touch(void **state)
 	}
 }
 
+/* A plain descriptor (a worker channel) sits beside the sockets: due
+ * when set, level-triggered on input, on POLLOUT only when asked, and
+ * setting the same fd again only changes its events. */
+static void test_a_plain_descriptor_is_due_on_input_and_on_pollout_when_asked(void **state)
+{
+	struct pair *p = *state;
+	int sv[2];
+	char c;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	assert_int_equal(wpoll_set(p->w, 0, p->a), 0);
+	assert_int_equal(drain_a(p), 0);
+	assert_int_equal(wpoll_set_fd(p->w, 1, sv[0], POLLIN), 0);
+	assert_true(wpoll_due(p->w, 1));
+	wpoll_drained(p->w, 1);
+	assert_int_equal(wpoll_wait(p->w, 20), 0); /* nothing to read */
+	assert_int_equal(write(sv[1], "ab", 2), 2);
+	assert_int_equal(wpoll_wait(p->w, 5000), 1);
+	assert_true(wpoll_due(p->w, 1));
+	assert_false(wpoll_due(p->w, 0));
+	assert_int_equal(read(sv[0], &c, 1), 1);
+	wpoll_drained(p->w, 1);
+	/* Level-triggered: a byte left behind makes it due again. */
+	assert_int_equal(wpoll_wait(p->w, 5000), 1);
+	assert_true(wpoll_due(p->w, 1));
+	assert_int_equal(read(sv[0], &c, 1), 1);
+	wpoll_drained(p->w, 1);
+	/* Same fd, POLLOUT asked: due at once (the buffer has room), and
+	 * the state was kept (not marked due by the set itself). */
+	assert_int_equal(wpoll_set_fd(p->w, 1, sv[0], POLLIN | POLLOUT), 0);
+	assert_false(wpoll_due(p->w, 1));
+	assert_int_equal(wpoll_wait(p->w, 5000), 1);
+	assert_true(wpoll_due(p->w, 1));
+	wpoll_drained(p->w, 1);
+	assert_int_equal(wpoll_set_fd(p->w, 1, sv[0], POLLIN), 0);
+	assert_int_equal(wpoll_wait(p->w, 20), 0);
+	/* fd -1: an empty slot that is never due. */
+	assert_int_equal(wpoll_set_fd(p->w, 1, -1, POLLIN), 0);
+	assert_false(wpoll_due(p->w, 1));
+	assert_int_equal(write(sv[1], "c", 1), 1);
+	assert_int_equal(wpoll_wait(p->w, 20), 0);
+	assert_int_equal(wpoll_set_fd(p->w, WPOLL_MAX, sv[0], POLLIN), KVW_EINVAL);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -168,6 +218,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_touch_makes_a_drained_socket_due_without_waiting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slots_keep_state_for_the_same_socket_and_reset_for_a_new_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_input_around_a_send_is_found_after_the_touch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_plain_descriptor_is_due_on_input_and_on_pollout_when_asked, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

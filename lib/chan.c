@@ -1,0 +1,286 @@
+/*
+ * chan.c - see chan.h. A send goes straight from the encoded parts to the
+ * kernel with one sendmsg(2); only what the kernel does not take is copied
+ * into the queue. A receive reads in large pieces and hands out whole
+ * records in place.
+ */
+#include "chan.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define READ_MIN (64u * 1024u)     /* bytes asked of each read(2) at least */
+#define KEEP_MAX (1024u * 1024u)   /* an idle buffer above this is freed */
+#define SOCKBUF (1024 * 1024)      /* asked for; the kernel may give less */
+
+__attribute__((format(printf, 4, 5)))
+static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
+}
+
+int chan_pair(int fds[2])
+{
+	int sz = SOCKBUF;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+		       fds) != 0)
+		return KVW_ESYS;
+	/* Fewer partial writes for big jobs; a smaller grant is fine. */
+	for (int i = 0; i < 2; i++) {
+		(void)setsockopt(fds[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+		(void)setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+	}
+	return 0;
+}
+
+void chan_init(struct chan *c, int fd)
+{
+	memset(c, 0, sizeof *c);
+	c->fd = fd;
+}
+
+void chan_close(struct chan *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->in);
+	free(c->out);
+	memset(c, 0, sizeof *c);
+	c->fd = -1;
+}
+
+int chan_pending(const struct chan *c)
+{
+	return c->out_off < c->out_len;
+}
+
+/* Room for `more` bytes at the end of the queue. */
+static int out_reserve(struct chan *c, size_t more)
+{
+	size_t cap = c->out_cap ? c->out_cap : 4096;
+	uint8_t *p;
+
+	if (c->out_off && c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+	if (c->out_len + more <= c->out_cap)
+		return 0;
+	if (c->out_off) {
+		/* Slide the unsent tail to the front first. */
+		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+		c->out_len -= c->out_off;
+		c->out_off = 0;
+		if (c->out_len + more <= c->out_cap)
+			return 0;
+	}
+	while (cap < c->out_len + more)
+		cap *= 2;
+	p = realloc(c->out, cap);
+	if (!p)
+		return KVW_ENOMEM;
+	c->out = p;
+	c->out_cap = cap;
+	return 0;
+}
+
+static int gone(int e)
+{
+	return e != EAGAIN && e != EWOULDBLOCK && e != EINTR;
+}
+
+int chan_flush(struct chan *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off,
+				 c->out_len - c->out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return gone(errno) ? KVW_ESYS : 1;
+		c->out_off += (size_t)n;
+	}
+	c->out_off = c->out_len = 0;
+	if (c->out_cap > KEEP_MAX) {
+		free(c->out);
+		c->out = NULL;
+		c->out_cap = 0;
+	}
+	return 0;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+int chan_send(struct chan *c, const struct frame_msg *m, char *err,
+	      size_t errlen)
+{
+	struct frame_out o;
+	uint8_t head[4 + 1 + 4 * KVW_MAX_FRAMES];
+	struct iovec iov[1 + KVW_MAX_FRAMES];
+	size_t hlen, total, sent = 0;
+	int rc = frame_encode(m, &o, err, errlen);
+
+	if (rc)
+		return rc;
+	if (c->fd < 0)
+		return fail(KVW_ESYS, err, errlen, "channel closed");
+	hlen = 5 + 4 * o.nparts;
+	total = hlen;
+	head[4] = (uint8_t)o.nparts;
+	iov[0] = (struct iovec){ head, hlen };
+	for (size_t i = 0; i < o.nparts; i++) {
+		put32(head + 5 + 4 * i, (uint32_t)o.parts[i].len);
+		iov[1 + i] = (struct iovec){ (void *)(uintptr_t)o.parts[i].data,
+					     o.parts[i].len };
+		total += o.parts[i].len;
+	}
+	put32(head, (uint32_t)(total - 4));
+	if (!chan_pending(c)) {
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 1 + o.nparts };
+		ssize_t n;
+
+		do
+			n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		if (n < 0 && gone(errno))
+			return fail(KVW_ESYS, err, errlen, "send %s: %s",
+				    frame_type_str(m->hdr.type),
+				    strerror(errno));
+		sent = n > 0 ? (size_t)n : 0;
+		if (sent == total)
+			return 0;
+	}
+	/* Queue what the kernel did not take, in order. */
+	if (out_reserve(c, total - sent) < 0)
+		return fail(KVW_ENOMEM, err, errlen, "out of memory");
+	for (size_t i = 0; i <= o.nparts; i++) {
+		size_t len = iov[i].iov_len;
+		const uint8_t *p = iov[i].iov_base;
+
+		if (sent >= len) {
+			sent -= len;
+			continue;
+		}
+		memcpy(c->out + c->out_len, p + sent, len - sent);
+		c->out_len += len - sent;
+		sent = 0;
+	}
+	rc = chan_flush(c);
+	return rc == KVW_ESYS ? fail(KVW_ESYS, err, errlen, "send %s: peer gone",
+				     frame_type_str(m->hdr.type))
+			      : 0;
+}
+
+/* Room to hold `need` unread bytes from the start of the buffer, and at
+ * least READ_MIN free after them. */
+static int in_reserve(struct chan *c, size_t need)
+{
+	size_t avail = c->in_len - c->in_off, cap = c->in_cap ? c->in_cap : READ_MIN;
+	uint8_t *p;
+
+	if (c->in_off) {
+		memmove(c->in, c->in + c->in_off, avail);
+		c->in_len = avail;
+		c->in_off = 0;
+	}
+	if (need < avail + READ_MIN)
+		need = avail + READ_MIN;
+	if (need <= c->in_cap)
+		return 0;
+	while (cap < need)
+		cap *= 2;
+	p = realloc(c->in, cap);
+	if (!p)
+		return KVW_ENOMEM;
+	c->in = p;
+	c->in_cap = cap;
+	return 0;
+}
+
+/* Takes the whole record at in_off (its length L already checked) and
+ * decodes it. */
+static int take(struct chan *c, uint32_t L, struct frame_msg *m, char *err,
+		size_t errlen)
+{
+	const uint8_t *r = c->in + c->in_off + 4;
+	unsigned n = r[0];
+	size_t off, sum = 0;
+
+	if (n < 1 || n > KVW_MAX_FRAMES || 1 + 4 * (size_t)n > L)
+		return fail(KVW_ESYS, err, errlen, "channel broken: record "
+			    "of %u parts", n);
+	off = 1 + 4 * (size_t)n;
+	for (unsigned i = 0; i < n; i++) {
+		size_t len = frame_le32(r + 1 + 4 * i);
+
+		if (len > L - off - sum)
+			return fail(KVW_ESYS, err, errlen, "channel broken: "
+				    "part %u runs past its record", i);
+		c->parts[i] = (struct frame_part){ r + off + sum, len };
+		sum += len;
+	}
+	if (off + sum != L)
+		return fail(KVW_ESYS, err, errlen, "channel broken: parts "
+			    "of %zu bytes in a record of %u", sum, L);
+	c->in_off += 4 + (size_t)L;
+	return frame_decode(c->parts, n, m, err, errlen);
+}
+
+int chan_recv(struct chan *c, struct frame_msg *m, char *err, size_t errlen)
+{
+	for (;;) {
+		size_t avail = c->in_len - c->in_off, need = 4;
+		ssize_t n;
+
+		if (avail >= 4) {
+			uint32_t L = frame_le32(c->in + c->in_off);
+
+			if (L < 5 || L > CHAN_RECORD_MAX)
+				return fail(KVW_ESYS, err, errlen, "channel "
+					    "broken: record of %u bytes", L);
+			if (avail >= 4 + (size_t)L)
+				return take(c, L, m, err, errlen);
+			need = 4 + (size_t)L;
+		} else if (avail == 0 && c->in_cap > KEEP_MAX) {
+			free(c->in);
+			c->in = NULL;
+			c->in_cap = c->in_off = c->in_len = 0;
+		}
+		if (c->fd < 0)
+			return fail(KVW_ESYS, err, errlen, "channel closed");
+		if (in_reserve(c, need) < 0)
+			return fail(KVW_ESYS, err, errlen, "out of memory");
+		n = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
+		if (n > 0) {
+			c->in_len += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return fail(KVW_ESYS, err, errlen, "end of stream");
+		if (errno == EINTR)
+			continue;
+		if (!gone(errno))
+			return KVW_EAGAIN;
+		return fail(KVW_ESYS, err, errlen, "read: %s", strerror(errno));
+	}
+}
