@@ -2,7 +2,10 @@
  * frame.h - kvwire's one frame codec. A message is a list of parts (ZMQ
  * frames): part 0 is the fixed 32-byte header, part 1 (when the type has
  * one) the body, part 2 (when the type has one) a packed array that can be
- * big and is therefore sent zero-copy. Everything is packed field by field
+ * big and is therefore never copied by the codec: encode points part 2 at
+ * the caller's array, decode hands out views into the received part (the
+ * one copy left on the way out is zmq_send's into its message; the worker
+ * channel's sendmsg makes none). Everything is packed field by field
  * in little-endian order; no struct is ever put on the wire raw.
  * frame_decode() validates a whole received message (magic, version, type,
  * part count, exact lengths, caps, enum ranges) before anything acts on it;
