@@ -123,14 +123,19 @@ int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
 
 void spawn_default_kv_up(char *buf, size_t len)
 {
-	ssize_t n = len > 8 ? readlink("/proc/self/exe", buf, len - 8) : -1;
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	char *slash;
 
 	if (n <= 0) {
 		snprintf(buf, len, "bin/kv-up");
 		return;
 	}
-	buf[n] = '\0';
-	slash = strrchr(buf, '/');
-	snprintf(slash ? slash + 1 : buf, 8, "kv-up");
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (slash)
+		slash[1] = '\0';
+	else
+		exe[0] = '\0';
+	snprintf(buf, len, "%skv-up", exe);
 }
