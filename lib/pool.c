@@ -2,7 +2,8 @@
  * pool.c - KV pools as shared-memory files. Creation is exclusive and
  * reserves the whole size with posix_fallocate before mapping, so a pool
  * that exists is fully backed: a later copy into it never faults for lack of
- * space in /dev/shm. Any failure unwinds completely (no half-made file).
+ * space in /dev/shm. Every mapping is populated up front (pool_map). Any
+ * failure unwinds completely (no half-made file).
  */
 #include "pool.h"
 
@@ -49,6 +50,20 @@ int pool_path_for(const char *name, char *buf, size_t len)
 	if (n < 0 || (size_t)n >= len || (size_t)n > POOL_PATH_MAX)
 		return KVW_EINVAL;
 	return 0;
+}
+
+/* Maps a pool with every page in place (MAP_POPULATE). Workers and engines
+ * copy into pools page by page; faulting a mapping in 4 KiB at a time costs a
+ * trap per page in each process that maps it (about 11 us per write fault in
+ * a VM here: 2.9 s per GiB, against 0.03 s to populate a GiB whose pages
+ * exist), and the demo workload spent a fifth of its CPU on those faults.
+ * The creator's mapping also zeroes every page, once, when the pool is made
+ * (0.67 s per GiB here) instead of on some room's first copy. */
+static void *pool_map(int fd, uint64_t size, int writable)
+{
+	return mmap(NULL, (size_t)size,
+		    PROT_READ | (writable ? PROT_WRITE : 0),
+		    MAP_SHARED | MAP_POPULATE, fd, 0);
 }
 
 /* Allocates a pool with its path filled and nothing open. */
@@ -112,8 +127,7 @@ int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
 			       (unsigned long long)size, p->path, strerror(e));
 		goto fail_unlink;
 	}
-	p->base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED,
-		       p->fd, 0);
+	p->base = pool_map(p->fd, size, 1);
 	if (p->base == MAP_FAILED) {
 		e = errno;
 		rc = pool_errf(err, errlen, e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,
@@ -166,9 +180,7 @@ int pool_open(const char *path, int writable, struct pool **out, char *err,
 		goto fail;
 	}
 	p->size = (uint64_t)st.st_size;
-	p->base = mmap(NULL, (size_t)p->size,
-		       PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED,
-		       p->fd, 0);
+	p->base = pool_map(p->fd, p->size, writable);
 	if (p->base == MAP_FAILED) {
 		e = errno;
 		rc = pool_errf(err, errlen, e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,

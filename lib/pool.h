@@ -32,7 +32,8 @@ int pool_path_for(const char *name, char *buf, size_t len);
 /* Creates a pool file of `size` bytes (a name or a path, as pool_path_for),
  * mode 0600, refusing to replace an existing file (O_EXCL: a live pool is
  * never clobbered; a stale one must be pool_unlink'ed first), reserves all
- * of it (posix_fallocate) and maps it read-write. On success *out owns the
+ * of it (posix_fallocate) and maps it read-write with every page in place
+ * (MAP_POPULATE, which zeroes them now). On success *out owns the
  * mapping and the fd; free with pool_close. On failure *out is NULL, no file
  * is left behind and err says why. Returns 0, KVW_EINVAL (size 0, size beyond
  * off_t/size_t, bad name), KVW_EEXIST, KVW_ENOMEM (no space to reserve
@@ -40,8 +41,8 @@ int pool_path_for(const char *name, char *buf, size_t len);
 int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
 		size_t errlen);
 
-/* Opens and maps an existing pool (a symlink as the last component is
- * refused); its size comes from fstat. writable = 0
+/* Opens and maps an existing pool, populated (a symlink as the last
+ * component is refused); its size comes from fstat. writable = 0
  * maps it read-only. On success *out owns the mapping; free with
  * pool_close. Returns 0, KVW_ENOENT (no such file), KVW_EINVAL (bad name,
  * empty file, not a regular file), KVW_ESYS; *out is NULL on failure. */
