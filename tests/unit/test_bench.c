@@ -1,7 +1,8 @@
 /*
  * test_bench.c - kv-bench's pattern and allocator, without processes: a
  * filled room verifies clean; one flipped byte in a K page, a V page or the
- * aux slot is counted; another room's key or another page list fails; the
+ * aux slot is counted; a word shifted or token slots swapped inside a page,
+ * another room's key or another page list fails; the
  * pattern survives the planner's copies unchanged across TP mismatches
  * (prefill TP 2 -> decode TP 1, TP 1 -> TP 2, and replicated heads) and
  * PP stages, so what a decode rank verifies is exactly what the prefill
@@ -115,6 +116,37 @@ static void filled_room_verifies_and_flipped_bytes_are_counted(void **state)
 	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 1);
 	r.pool[r.bufs[r.n - 1].offset + 2u * 20 + 19] ^= 1;
 	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 0);
+	free(r.pool);
+}
+
+/* Bytes that arrive at the wrong place inside a page (a word shifted by
+ * its own size, two token slots swapped) do not verify: the pattern holds
+ * the offset and the token, not only the page. */
+static void bytes_shifted_or_swapped_within_a_page_do_not_verify(void **state)
+{
+	uint32_t pages[1] = { 3 };
+	struct shape s;
+	struct rank r;
+	uint8_t *pg, tmp[64];
+	uint64_t slot;
+
+	(void)state;
+	small_shape(&s);
+	s.head_dim = 8; /* 16-byte heads: two whole words per segment */
+	rank_make(&r, &s, 1, 1, 0, 0, 0);
+	bench_fill(r.pool, &r.g, 21, pages, 1, 0);
+	pg = r.pool + r.bufs[0].offset + 3u * r.bufs[0].item_len;
+	slot = r.bufs[0].item_len / r.g.page_tokens;
+	assert_true(slot >= 16 && slot <= sizeof tmp);
+	memmove(pg + 8, pg, 8); /* word 0 of a segment now also at word 1 */
+	assert_true(bench_verify(r.pool, &r.g, 21, pages, 1, 0) >= 6);
+	bench_fill(r.pool, &r.g, 21, pages, 1, 0);
+	assert_int_equal(bench_verify(r.pool, &r.g, 21, pages, 1, 0), 0);
+	memcpy(tmp, pg, slot); /* token slots 0 and 1 swapped */
+	memcpy(pg, pg + slot, slot);
+	memcpy(pg + slot, tmp, slot);
+	assert_true(bench_verify(r.pool, &r.g, 21, pages, 1, 0) >
+		    slot * 2 * 9 / 10);
 	free(r.pool);
 }
 
@@ -238,6 +270,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(filled_room_verifies_and_flipped_bytes_are_counted),
+		cmocka_unit_test(
+			bytes_shifted_or_swapped_within_a_page_do_not_verify),
 		cmocka_unit_test(another_room_or_page_list_does_not_verify),
 		cmocka_unit_test(pattern_survives_tp_slicing_both_ways),
 		cmocka_unit_test(replicated_heads_and_pp_stages_verify),
