@@ -3,15 +3,14 @@
  * bounded cursor (rd_*) whose first failure (short input, a string too
  * long or holding a NUL, a count over its cap) sticks and is reported by
  * rd_end(), which also refuses trailing bytes; the decoded struct then goes
- * through the same value checks (msg_check) that frame_encode() applies
- * before it writes anything with the mirror cursor (wr_*). Nothing here
+ * through the same value checks (frame_msg_check, frame_check.c) that
+ * frame_encode() applies before it writes anything with the mirror cursor
+ * (wr_*). Nothing here
  * allocates: decoded arrays are views into the caller's parts, encoded
  * arrays are the caller's own memory.
  */
-#include "frame.h"
+#include "frame_impl.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 /* Per type: name, part count (header included), and for types with a
@@ -52,20 +51,6 @@ const char *frame_type_str(unsigned type)
 unsigned frame_nparts(unsigned type)
 {
 	return type >= 1 && type <= FRAME_TYPE_MAX ? types[type].nparts : 0;
-}
-
-/* Writes a one-line reason into err (when given) and returns rc. */
-__attribute__((format(printf, 4, 5)))
-static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
 }
 
 /* ---- reading cursor: the first failure sticks, later reads yield 0 ---- */
@@ -159,10 +144,10 @@ static void rd_str(struct rd *c, char s[FRAME_STR_SIZE], const char *what)
 static int rd_end(const struct rd *c, unsigned type, char *err, size_t errlen)
 {
 	if (c->why)
-		return fail(KVW_EINVAL, err, errlen, "%s body: %s at %s",
+		return frame_fail(KVW_EINVAL, err, errlen, "%s body: %s at %s",
 			    frame_type_str(type), c->why, c->what);
 	if (c->off != c->len)
-		return fail(KVW_EINVAL, err, errlen, "%s body: %zu trailing bytes",
+		return frame_fail(KVW_EINVAL, err, errlen, "%s body: %zu trailing bytes",
 			    frame_type_str(type), c->len - c->off);
 	return 0;
 }
@@ -399,7 +384,7 @@ static void wr_model(struct wr *c, const struct kvw_model *m)
 	wr_u32(c, m->flags, "model");
 }
 
-/* Writes the body of a type that has one; m has passed msg_check(). */
+/* Writes the body of a type that has one; m has passed frame_msg_check(). */
 static void wr_body(struct wr *c, const struct frame_msg *m)
 {
 	switch (m->hdr.type) {
@@ -507,146 +492,6 @@ static void wr_body(struct wr *c, const struct frame_msg *m)
 	}
 }
 
-/* ---- value checks shared by decode and encode ---- */
-
-/* Sizes at least 1 and every coordinate inside them. */
-static int topo_check(const struct kvw_topo *t, const struct kvw_coord *x)
-{
-	return t->tp && t->pp && t->cp && t->dp && x->tp < t->tp &&
-	       x->pp < t->pp && x->cp < t->cp && x->dp < t->dp;
-}
-
-/* The part 2 view of a type that has one, or NULL. */
-static const struct frame_u32s *msg_pages(const struct frame_msg *m)
-{
-	switch (m->hdr.type) {
-	case FRAME_XFER_INFO: return &m->u.xfer_info.pages;
-	case FRAME_SEND_CHUNK: return &m->u.send_chunk.pages;
-	case FRAME_RECV_BEGIN: return &m->u.recv_begin.pages;
-	}
-	return NULL;
-}
-
-/* Checks the values of a message whose header type is known: enum ranges,
- * caps, flags. Returns 0 or KVW_EINVAL with the reason in err. */
-static int msg_check(const struct frame_msg *m, char *err, size_t errlen)
-{
-	const char *t = frame_type_str(m->hdr.type);
-	const struct frame_u32s *pages = msg_pages(m);
-
-#define BAD(...) fail(KVW_EINVAL, err, errlen, __VA_ARGS__)
-	if (pages && pages->n > KVW_MAX_PAGES)
-		return BAD("%s: %u pages over KVW_MAX_PAGES", t, pages->n);
-	switch (m->hdr.type) {
-	case FRAME_BOOT_REGISTER: {
-		const struct frame_boot_register *b = &m->u.boot_register;
-
-		if (!topo_check(&b->topo, &b->coord))
-			return BAD("%s: coord outside topo", t);
-		if (b->layer_count > UINT32_MAX - b->layer_first)
-			return BAD("%s: layer range overflows", t);
-		break;
-	}
-	case FRAME_BOOT_LOOKUP: {
-		const struct kvw_coord *w = &m->u.boot_lookup.want;
-		int any = (w->tp == FRAME_LOOKUP_TOPO_ONLY) + (w->pp == FRAME_LOOKUP_TOPO_ONLY) +
-			  (w->cp == FRAME_LOOKUP_TOPO_ONLY) + (w->dp == FRAME_LOOKUP_TOPO_ONLY);
-
-		if (any != 0 && any != 4)
-			return BAD("%s: want mixes topology-only and coordinates", t);
-		break;
-	}
-	case FRAME_BOOT_REPLY: {
-		const struct frame_boot_reply *b = &m->u.boot_reply;
-
-		if (b->status >= FRAME_BOOT_NSTATUS)
-			return BAD("%s: status %u out of range", t, b->status);
-		if (b->status == FRAME_BOOT_OK && !topo_check(&b->topo, &b->coord))
-			return BAD("%s: coord outside topo", t);
-		if (b->layer_count > UINT32_MAX - b->layer_first)
-			return BAD("%s: layer range overflows", t);
-		break;
-	}
-	case FRAME_REGISTER: {
-		const struct frame_register *r = &m->u.reg;
-
-		if (!topo_check(&r->topo, &r->coord))
-			return BAD("%s: coord outside topo", t);
-		if (r->desc.len > KVW_MAX_DESC)
-			return BAD("%s: desc %u bytes over KVW_MAX_DESC", t, r->desc.len);
-		if (r->desc.len && !r->desc.p)
-			return BAD("%s: desc has no data", t);
-		if (r->bufs.n > KVW_MAX_BUFFERS)
-			return BAD("%s: nbufs %u over KVW_MAX_BUFFERS", t, r->bufs.n);
-		if (r->bufs.n && !r->bufs.p && !r->bufs.native)
-			return BAD("%s: bufs has no data", t);
-		for (uint32_t i = 0; i < r->bufs.n; i++)
-			if (frame_bufs_get(r->bufs, i).role >= KVW_NROLES)
-				return BAD("%s: bufs[%u] role out of range", t, i);
-		break;
-	}
-	case FRAME_XFER_INFO:
-		if (m->u.xfer_info.required_dst_info_num < 1)
-			return BAD("%s: required_dst_info_num is 0", t);
-		if (m->u.xfer_info.dummy > 1)
-			return BAD("%s: dummy not 0/1", t);
-		break;
-	case FRAME_ABORT:
-		if (m->u.abort.reason >= KVW_NREASONS)
-			return BAD("%s: reason %u out of range", t, m->u.abort.reason);
-		if (m->u.abort.token == 0)
-			return BAD("%s: token 0", t);
-		break;
-	case FRAME_ABORT_ACK:
-		if (m->u.abort_ack.token == 0)
-			return BAD("%s: token 0", t);
-		break;
-	case FRAME_STATUS:
-		if (m->u.status.state != KVW_SUCCESS && m->u.status.state != KVW_FAILED)
-			return BAD("%s: state %u not Success/Failed", t, m->u.status.state);
-		if (m->u.status.reason >= KVW_NREASONS)
-			return BAD("%s: reason %u out of range", t, m->u.status.reason);
-		break;
-	case FRAME_SEND_CHUNK:
-		if (m->u.send_chunk.is_last > 1)
-			return BAD("%s: is_last not 0/1", t);
-		break;
-	case FRAME_JOB:
-		if (m->u.job.flags & ~(FRAME_JOB_LAST | FRAME_JOB_FINAL))
-			return BAD("%s: unknown flags 0x%x", t, m->u.job.flags);
-		if ((m->u.job.flags & FRAME_JOB_FINAL) &&
-		    !(m->u.job.flags & FRAME_JOB_LAST))
-			return BAD("%s: flags 0x%x: FINAL without LAST", t,
-				   m->u.job.flags);
-		if (m->u.job.desc.len > KVW_MAX_DESC)
-			return BAD("%s: desc %u bytes over KVW_MAX_DESC", t, m->u.job.desc.len);
-		if (m->u.job.desc.len && !m->u.job.desc.p)
-			return BAD("%s: desc has no data", t);
-		if (m->u.job.copies.n > KVW_MAX_COPIES)
-			return BAD("%s: %u copies over KVW_MAX_COPIES", t, m->u.job.copies.n);
-		if (m->u.job.copies.n && !m->u.job.copies.p)
-			return BAD("%s: copies has no data", t);
-		break;
-	case FRAME_JOB_DONE:
-		if (m->u.job_done.result > 0)
-			return BAD("%s: result %d positive", t, m->u.job_done.result);
-		if (m->u.job_done.reason >= KVW_NREASONS)
-			return BAD("%s: reason %u out of range", t, m->u.job_done.reason);
-		if (m->u.job_done.count < 1 ||
-		    m->u.job_done.count > FRAME_JOB_DONE_MAX)
-			return BAD("%s: count %u outside 1..FRAME_JOB_DONE_MAX", t,
-				   m->u.job_done.count);
-		if (m->u.job_done.count > 1 && m->u.job_done.result != 0)
-			return BAD("%s: count %u for a failed job", t,
-				   m->u.job_done.count);
-		break;
-	}
-	if (pages && pages->n && !pages->p)
-		return BAD("%s: pages has no data", t);
-#undef BAD
-	return 0;
-}
-
 /* ---- public entry points ---- */
 
 void frame_msg_init(struct frame_msg *m, unsigned type, uint32_t src_rank,
@@ -665,14 +510,14 @@ void frame_msg_init(struct frame_msg *m, unsigned type, uint32_t src_rank,
 static int hdr_check(const struct frame_hdr *h, char *err, size_t errlen)
 {
 	if (h->magic != FRAME_MAGIC)
-		return fail(KVW_EVERSION, err, errlen, "header: bad magic 0x%08x", h->magic);
+		return frame_fail(KVW_EVERSION, err, errlen, "header: bad magic 0x%08x", h->magic);
 	if (h->version != FRAME_VERSION)
-		return fail(KVW_EVERSION, err, errlen, "header: version %u, want %u",
+		return frame_fail(KVW_EVERSION, err, errlen, "header: version %u, want %u",
 			    h->version, FRAME_VERSION);
 	if (h->type < 1 || h->type > FRAME_TYPE_MAX)
-		return fail(KVW_EINVAL, err, errlen, "header: unknown type %u", h->type);
+		return frame_fail(KVW_EINVAL, err, errlen, "header: unknown type %u", h->type);
 	if (h->flags)
-		return fail(KVW_EINVAL, err, errlen, "header: unknown flags 0x%x", h->flags);
+		return frame_fail(KVW_EINVAL, err, errlen, "header: unknown flags 0x%x", h->flags);
 	return 0;
 }
 
@@ -684,7 +529,7 @@ int frame_hdr_decode(const struct frame_part *part0, struct frame_hdr *out,
 	int rc;
 
 	if (!part0 || part0->len != FRAME_HDR_LEN || !part0->data)
-		return fail(KVW_EINVAL, err, errlen, "header: %zu bytes, want %u",
+		return frame_fail(KVW_EINVAL, err, errlen, "header: %zu bytes, want %u",
 			    part0 ? part0->len : 0, FRAME_HDR_LEN);
 	out->magic = rd_u32(&c, "magic");
 	out->version = rd_u8(&c, "version");
@@ -696,7 +541,7 @@ int frame_hdr_decode(const struct frame_part *part0, struct frame_hdr *out,
 	out->epoch = rd_u64(&c, "epoch");
 	rc = hdr_check(out, err, errlen);
 	if (rc == 0 && reserved)
-		rc = fail(KVW_EINVAL, err, errlen, "header: reserved word not zero");
+		rc = frame_fail(KVW_EINVAL, err, errlen, "header: reserved word not zero");
 	return rc;
 }
 
@@ -707,18 +552,18 @@ int frame_decode(const struct frame_part *parts, size_t nparts,
 	int rc;
 
 	if (!parts || nparts < 1)
-		return fail(KVW_EINVAL, err, errlen, "empty message");
+		return frame_fail(KVW_EINVAL, err, errlen, "empty message");
 	rc = frame_hdr_decode(&parts[0], &out->hdr, err, errlen);
 	if (rc < 0)
 		return rc;
 	type = out->hdr.type;
 	want = types[type].nparts;
 	if (nparts != want)
-		return fail(KVW_EINVAL, err, errlen, "%s: %zu parts, want %u",
+		return frame_fail(KVW_EINVAL, err, errlen, "%s: %zu parts, want %u",
 			    types[type].name, nparts, want);
 	for (size_t i = 1; i < nparts; i++)
 		if (parts[i].len && !parts[i].data)
-			return fail(KVW_EINVAL, err, errlen, "%s: part %zu has no data",
+			return frame_fail(KVW_EINVAL, err, errlen, "%s: part %zu has no data",
 				    types[type].name, i);
 	if (want >= 2) {
 		struct rd c = { parts[1].data, parts[1].len, 0, NULL, NULL };
@@ -733,11 +578,11 @@ int frame_decode(const struct frame_part *parts, size_t nparts,
 		struct frame_u32s v;
 
 		if (len % elem)
-			return fail(KVW_EINVAL, err, errlen,
+			return frame_fail(KVW_EINVAL, err, errlen,
 				    "%s: array of %zu bytes not a multiple of %zu",
 				    types[type].name, len, elem);
 		if (len / elem > types[type].cap)
-			return fail(KVW_EINVAL, err, errlen, "%s: %zu elements over cap %u",
+			return frame_fail(KVW_EINVAL, err, errlen, "%s: %zu elements over cap %u",
 				    types[type].name, len / elem, types[type].cap);
 		v.p = parts[2].data;
 		v.n = (uint32_t)(len / elem);
@@ -752,7 +597,7 @@ int frame_decode(const struct frame_part *parts, size_t nparts,
 			out->u.recv_begin.pages = v;
 		}
 	}
-	return msg_check(out, err, errlen);
+	return frame_msg_check(out, err, errlen);
 }
 
 int frame_encode(const struct frame_msg *m, struct frame_out *out, char *err,
@@ -766,7 +611,7 @@ int frame_encode(const struct frame_msg *m, struct frame_out *out, char *err,
 	rc = hdr_check(h, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = msg_check(m, err, errlen);
+	rc = frame_msg_check(m, err, errlen);
 	if (rc < 0)
 		return rc;
 	wr_u32(&c, h->magic, "magic");
@@ -778,7 +623,7 @@ int frame_encode(const struct frame_msg *m, struct frame_out *out, char *err,
 	wr_u64(&c, h->room, "room");
 	wr_u64(&c, h->epoch, "epoch");
 	if (c.bad || c.off != FRAME_HDR_LEN)
-		return fail(KVW_EINVAL, err, errlen, "header: encoded %zu bytes", c.off);
+		return frame_fail(KVW_EINVAL, err, errlen, "header: encoded %zu bytes", c.off);
 	n = types[h->type].nparts;
 	out->parts[0].data = out->hdr;
 	out->parts[0].len = FRAME_HDR_LEN;
@@ -786,13 +631,13 @@ int frame_encode(const struct frame_msg *m, struct frame_out *out, char *err,
 		c = (struct wr){ out->body, sizeof out->body, 0, NULL };
 		wr_body(&c, m);
 		if (c.bad)
-			return fail(KVW_EINVAL, err, errlen, "%s: cannot encode %s",
+			return frame_fail(KVW_EINVAL, err, errlen, "%s: cannot encode %s",
 				    types[h->type].name, c.bad);
 		out->parts[1].data = out->body;
 		out->parts[1].len = c.off;
 	}
 	if (n >= 3) {
-		const struct frame_u32s *pages = msg_pages(m);
+		const struct frame_u32s *pages = frame_msg_pages(m);
 
 		if (pages) {
 			out->parts[2].data = pages->p;
