@@ -7,8 +7,6 @@
 #include "chan.h"
 
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -18,19 +16,6 @@
 #define READ_MIN (64u * 1024u)     /* bytes asked of each read(2) at least */
 #define KEEP_MAX (1024u * 1024u)   /* an idle buffer above this is freed */
 #define SOCKBUF (1024 * 1024)      /* asked for; the kernel may give less */
-
-__attribute__((format(printf, 4, 5)))
-static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
 
 int chan_pair(int fds[2])
 {
@@ -143,7 +128,7 @@ int chan_send(struct chan *c, const struct frame_msg *m, char *err,
 	if (rc)
 		return rc;
 	if (c->fd < 0)
-		return fail(KVW_ESYS, err, errlen, "channel closed");
+		return kvw_errf(err, errlen, KVW_ESYS, "channel closed");
 	hlen = 5 + 4 * o.nparts;
 	total = hlen;
 	head[4] = (uint8_t)o.nparts;
@@ -163,16 +148,16 @@ int chan_send(struct chan *c, const struct frame_msg *m, char *err,
 			n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		while (n < 0 && errno == EINTR);
 		if (n < 0 && gone(errno))
-			return fail(KVW_ESYS, err, errlen, "send %s: %s",
-				    frame_type_str(m->hdr.type),
-				    strerror(errno));
+			return kvw_errf(err, errlen, KVW_ESYS, "send %s: %s",
+					frame_type_str(m->hdr.type),
+					strerror(errno));
 		sent = n > 0 ? (size_t)n : 0;
 		if (sent == total)
 			return 0;
 	}
 	/* Queue what the kernel did not take, in order. */
 	if (out_reserve(c, total - sent) < 0)
-		return fail(KVW_ENOMEM, err, errlen, "out of memory");
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	for (size_t i = 0; i <= o.nparts; i++) {
 		size_t len = iov[i].iov_len;
 		const uint8_t *p = iov[i].iov_base;
@@ -186,9 +171,10 @@ int chan_send(struct chan *c, const struct frame_msg *m, char *err,
 		sent = 0;
 	}
 	rc = chan_flush(c);
-	return rc == KVW_ESYS ? fail(KVW_ESYS, err, errlen, "send %s: peer gone",
-				     frame_type_str(m->hdr.type))
-			      : 0;
+	return rc == KVW_ESYS
+		   ? kvw_errf(err, errlen, KVW_ESYS, "send %s: peer gone",
+			      frame_type_str(m->hdr.type))
+		   : 0;
 }
 
 /* Room to hold `need` unread bytes from the start of the buffer, and at
@@ -227,21 +213,24 @@ static int take(struct chan *c, uint32_t L, struct frame_msg *m, char *err,
 	size_t off, sum = 0;
 
 	if (n < 1 || n > KVW_MAX_FRAMES || 1 + 4 * (size_t)n > L)
-		return fail(KVW_ESYS, err, errlen, "channel broken: record "
-			    "of %u parts", n);
+		return kvw_errf(err, errlen, KVW_ESYS,
+				"channel broken: record of %u parts",
+				n);
 	off = 1 + 4 * (size_t)n;
 	for (unsigned i = 0; i < n; i++) {
 		size_t len = frame_le32(r + 1 + 4 * i);
 
 		if (len > L - off - sum)
-			return fail(KVW_ESYS, err, errlen, "channel broken: "
-				    "part %u runs past its record", i);
+			return kvw_errf(err, errlen, KVW_ESYS,
+					"channel broken: part %u runs past its record",
+					i);
 		c->parts[i] = (struct frame_part){ r + off + sum, len };
 		sum += len;
 	}
 	if (off + sum != L)
-		return fail(KVW_ESYS, err, errlen, "channel broken: parts "
-			    "of %zu bytes in a record of %u", sum, L);
+		return kvw_errf(err, errlen, KVW_ESYS,
+				"channel broken: parts of %zu bytes in a record of %u",
+				sum, L);
 	c->in_off += 4 + (size_t)L;
 	return frame_decode(c->parts, n, m, err, errlen);
 }
@@ -256,8 +245,9 @@ int chan_recv(struct chan *c, struct frame_msg *m, char *err, size_t errlen)
 			uint32_t L = frame_le32(c->in + c->in_off);
 
 			if (L < 5 || L > CHAN_RECORD_MAX)
-				return fail(KVW_ESYS, err, errlen, "channel "
-					    "broken: record of %u bytes", L);
+				return kvw_errf(err, errlen, KVW_ESYS,
+						"channel broken: record of %u bytes",
+						L);
 			if (avail >= 4 + (size_t)L)
 				return take(c, L, m, err, errlen);
 			need = 4 + (size_t)L;
@@ -267,20 +257,22 @@ int chan_recv(struct chan *c, struct frame_msg *m, char *err, size_t errlen)
 			c->in_cap = c->in_off = c->in_len = 0;
 		}
 		if (c->fd < 0)
-			return fail(KVW_ESYS, err, errlen, "channel closed");
+			return kvw_errf(err, errlen, KVW_ESYS,
+					"channel closed");
 		if (in_reserve(c, need) < 0)
-			return fail(KVW_ESYS, err, errlen, "out of memory");
+			return kvw_errf(err, errlen, KVW_ESYS, "out of memory");
 		n = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
 		if (n > 0) {
 			c->in_len += (size_t)n;
 			continue;
 		}
 		if (n == 0)
-			return fail(KVW_ESYS, err, errlen, "end of stream");
+			return kvw_errf(err, errlen, KVW_ESYS, "end of stream");
 		if (errno == EINTR)
 			continue;
 		if (!gone(errno))
 			return KVW_EAGAIN;
-		return fail(KVW_ESYS, err, errlen, "read: %s", strerror(errno));
+		return kvw_errf(err, errlen, KVW_ESYS, "read: %s",
+				strerror(errno));
 	}
 }

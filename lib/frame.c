@@ -144,11 +144,12 @@ static void rd_str(struct rd *c, char s[FRAME_STR_SIZE], const char *what)
 static int rd_end(const struct rd *c, unsigned type, char *err, size_t errlen)
 {
 	if (c->why)
-		return frame_fail(KVW_EINVAL, err, errlen, "%s body: %s at %s",
-			    frame_type_str(type), c->why, c->what);
+		return kvw_errf(err, errlen, KVW_EINVAL, "%s body: %s at %s",
+				frame_type_str(type), c->why, c->what);
 	if (c->off != c->len)
-		return frame_fail(KVW_EINVAL, err, errlen, "%s body: %zu trailing bytes",
-			    frame_type_str(type), c->len - c->off);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"%s body: %zu trailing bytes",
+				frame_type_str(type), c->len - c->off);
 	return 0;
 }
 
@@ -510,14 +511,18 @@ void frame_msg_init(struct frame_msg *m, unsigned type, uint32_t src_rank,
 static int hdr_check(const struct frame_hdr *h, char *err, size_t errlen)
 {
 	if (h->magic != FRAME_MAGIC)
-		return frame_fail(KVW_EVERSION, err, errlen, "header: bad magic 0x%08x", h->magic);
+		return kvw_errf(err, errlen, KVW_EVERSION,
+				"header: bad magic 0x%08x", h->magic);
 	if (h->version != FRAME_VERSION)
-		return frame_fail(KVW_EVERSION, err, errlen, "header: version %u, want %u",
-			    h->version, FRAME_VERSION);
+		return kvw_errf(err, errlen, KVW_EVERSION,
+				"header: version %u, want %u", h->version,
+				FRAME_VERSION);
 	if (h->type < 1 || h->type > FRAME_TYPE_MAX)
-		return frame_fail(KVW_EINVAL, err, errlen, "header: unknown type %u", h->type);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"header: unknown type %u", h->type);
 	if (h->flags)
-		return frame_fail(KVW_EINVAL, err, errlen, "header: unknown flags 0x%x", h->flags);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"header: unknown flags 0x%x", h->flags);
 	return 0;
 }
 
@@ -529,8 +534,9 @@ int frame_hdr_decode(const struct frame_part *part0, struct frame_hdr *out,
 	int rc;
 
 	if (!part0 || part0->len != FRAME_HDR_LEN || !part0->data)
-		return frame_fail(KVW_EINVAL, err, errlen, "header: %zu bytes, want %u",
-			    part0 ? part0->len : 0, FRAME_HDR_LEN);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"header: %zu bytes, want %u",
+				part0 ? part0->len : 0, FRAME_HDR_LEN);
 	out->magic = rd_u32(&c, "magic");
 	out->version = rd_u8(&c, "version");
 	out->type = rd_u8(&c, "type");
@@ -541,7 +547,8 @@ int frame_hdr_decode(const struct frame_part *part0, struct frame_hdr *out,
 	out->epoch = rd_u64(&c, "epoch");
 	rc = hdr_check(out, err, errlen);
 	if (rc == 0 && reserved)
-		rc = frame_fail(KVW_EINVAL, err, errlen, "header: reserved word not zero");
+		rc = kvw_errf(err, errlen, KVW_EINVAL,
+			      "header: reserved word not zero");
 	return rc;
 }
 
@@ -552,19 +559,21 @@ int frame_decode(const struct frame_part *parts, size_t nparts,
 	int rc;
 
 	if (!parts || nparts < 1)
-		return frame_fail(KVW_EINVAL, err, errlen, "empty message");
+		return kvw_errf(err, errlen, KVW_EINVAL, "empty message");
 	rc = frame_hdr_decode(&parts[0], &out->hdr, err, errlen);
 	if (rc < 0)
 		return rc;
 	type = out->hdr.type;
 	want = types[type].nparts;
 	if (nparts != want)
-		return frame_fail(KVW_EINVAL, err, errlen, "%s: %zu parts, want %u",
-			    types[type].name, nparts, want);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"%s: %zu parts, want %u", types[type].name,
+				nparts, want);
 	for (size_t i = 1; i < nparts; i++)
 		if (parts[i].len && !parts[i].data)
-			return frame_fail(KVW_EINVAL, err, errlen, "%s: part %zu has no data",
-				    types[type].name, i);
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"%s: part %zu has no data",
+					types[type].name, i);
 	if (want >= 2) {
 		struct rd c = { parts[1].data, parts[1].len, 0, NULL, NULL };
 
@@ -578,12 +587,15 @@ int frame_decode(const struct frame_part *parts, size_t nparts,
 		struct frame_u32s v;
 
 		if (len % elem)
-			return frame_fail(KVW_EINVAL, err, errlen,
-				    "%s: array of %zu bytes not a multiple of %zu",
-				    types[type].name, len, elem);
+			return kvw_errf(
+			    err, errlen, KVW_EINVAL,
+			    "%s: array of %zu bytes not a multiple of %zu",
+			    types[type].name, len, elem);
 		if (len / elem > types[type].cap)
-			return frame_fail(KVW_EINVAL, err, errlen, "%s: %zu elements over cap %u",
-				    types[type].name, len / elem, types[type].cap);
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"%s: %zu elements over cap %u",
+					types[type].name, len / elem,
+					types[type].cap);
 		v.p = parts[2].data;
 		v.n = (uint32_t)(len / elem);
 		if (type == FRAME_JOB) {
@@ -623,7 +635,8 @@ int frame_encode(const struct frame_msg *m, struct frame_out *out, char *err,
 	wr_u64(&c, h->room, "room");
 	wr_u64(&c, h->epoch, "epoch");
 	if (c.bad || c.off != FRAME_HDR_LEN)
-		return frame_fail(KVW_EINVAL, err, errlen, "header: encoded %zu bytes", c.off);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"header: encoded %zu bytes", c.off);
 	n = types[h->type].nparts;
 	out->parts[0].data = out->hdr;
 	out->parts[0].len = FRAME_HDR_LEN;
@@ -631,8 +644,9 @@ int frame_encode(const struct frame_msg *m, struct frame_out *out, char *err,
 		c = (struct wr){ out->body, sizeof out->body, 0, NULL };
 		wr_body(&c, m);
 		if (c.bad)
-			return frame_fail(KVW_EINVAL, err, errlen, "%s: cannot encode %s",
-				    types[h->type].name, c.bad);
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"%s: cannot encode %s",
+					types[h->type].name, c.bad);
 		out->parts[1].data = out->body;
 		out->parts[1].len = c.off;
 	}

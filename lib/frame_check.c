@@ -7,21 +7,6 @@
  */
 #include "frame_impl.h"
 
-#include <stdarg.h>
-#include <stdio.h>
-
-int frame_fail(int rc, char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 /* Sizes at least 1 and every coordinate inside them. */
 static int topo_check(const struct kvw_topo *t, const struct kvw_coord *x)
 {
@@ -44,7 +29,7 @@ int frame_msg_check(const struct frame_msg *m, char *err, size_t errlen)
 	const char *t = frame_type_str(m->hdr.type);
 	const struct frame_u32s *pages = frame_msg_pages(m);
 
-#define BAD(...) frame_fail(KVW_EINVAL, err, errlen, __VA_ARGS__)
+#define BAD(...) kvw_errf(err, errlen, KVW_EINVAL, __VA_ARGS__)
 	if (pages && pages->n > KVW_MAX_PAGES)
 		return BAD("%s: %u pages over KVW_MAX_PAGES", t, pages->n);
 	switch (m->hdr.type) {

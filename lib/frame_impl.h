@@ -8,10 +8,6 @@
 
 #include "frame.h"
 
-/* Writes a one-line reason into err (when given) and returns rc. */
-__attribute__((format(printf, 4, 5)))
-int frame_fail(int rc, char *err, size_t errlen, const char *fmt, ...);
-
 /* The part 2 view (page indices) of a type that has one, or NULL. */
 const struct frame_u32s *frame_msg_pages(const struct frame_msg *m);
 

@@ -1,7 +1,36 @@
 /*
- * kvw.c - names for the shared codes of kvw.h, for logs and tools.
+ * kvw.c - names for the shared codes of kvw.h, for logs and tools, and the
+ * one formatter of failure reasons every module uses.
  */
 #include "kvw.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static void vseterr(char *err, size_t errlen, const char *fmt, va_list ap)
+{
+	if (err != NULL && errlen > 0)
+		vsnprintf(err, errlen, fmt, ap);
+}
+
+void kvw_seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vseterr(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+int kvw_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vseterr(err, errlen, fmt, ap);
+	va_end(ap);
+	return rc;
+}
 
 const char *kvw_strerror(int err)
 {

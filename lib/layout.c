@@ -5,22 +5,6 @@
  */
 #include "layout.h"
 
-#include <stdarg.h>
-#include <stdio.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 uint32_t layout_item_len(const struct kvw_model *m)
 {
 	uint64_t heads, len;
@@ -61,25 +45,25 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 	int rc = 0;
 
 	if (s == NULL || n == NULL || (cap && out == NULL)) {
-		seterr(err, errlen, "layout_make: missing argument");
+		kvw_seterr(err, errlen, "layout_make: missing argument");
 		return KVW_EINVAL;
 	}
 	*n = 0;
 	if ((s->layers || s->draft_layers) &&
 	    (s->item_len == 0 || s->pages == 0)) {
-		seterr(err, errlen,
-		       "layout: item length %u and pages %u must be > 0",
-		       s->item_len, s->pages);
+		kvw_seterr(err, errlen,
+			   "layout: item length %u and pages %u must be > 0",
+			   s->item_len, s->pages);
 		return KVW_EINVAL;
 	}
 	if (s->aux_slots && s->aux_item_len == 0) {
-		seterr(err, errlen, "layout: aux item length must be > 0");
+		kvw_seterr(err, errlen, "layout: aux item length must be > 0");
 		return KVW_EINVAL;
 	}
 	if ((uint64_t)s->first_layer + s->layers > LAYOUT_DRAFT_BASE ||
 	    s->draft_layers > UINT32_MAX - LAYOUT_DRAFT_BASE) {
-		seterr(err, errlen,
-		       "layout: layer ids overrun the draft id range");
+		kvw_seterr(err, errlen,
+			   "layout: layer ids overrun the draft id range");
 		return KVW_EINVAL;
 	}
 	if (s->mla)
@@ -100,13 +84,13 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 		rc = put(out, cap, &k, &off, 0, KVW_ROLE_AUX, s->pool,
 			 s->aux_item_len, s->aux_slots);
 	if (rc < 0) {
-		seterr(err, errlen, "layout: offsets overflow");
+		kvw_seterr(err, errlen, "layout: offsets overflow");
 		return rc;
 	}
 	*n = k;
 	if (k > cap) {
-		seterr(err, errlen, "layout needs %u buffers, room for %u", k,
-		       cap);
+		kvw_seterr(err, errlen, "layout needs %u buffers, room for %u",
+			   k, cap);
 		return KVW_ENOMEM;
 	}
 	if (end != NULL)

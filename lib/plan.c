@@ -8,8 +8,6 @@
  */
 #include "plan_impl.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 const char *plan_role_str(unsigned role)
@@ -20,29 +18,18 @@ const char *plan_role_str(unsigned role)
 	return role < KVW_NROLES ? names[role] : "?";
 }
 
-void plan_seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /* Checks that every buffer of a side lies inside its pool. */
 static int side_check(const struct plan_side *s, const char *name, char *err,
 		      size_t errlen)
 {
 	if (s == NULL || s->model == NULL || (s->nbufs && s->bufs == NULL) ||
 	    s->pool_size == NULL || s->npools == 0) {
-		plan_seterr(err, errlen, "%s layout incomplete", name);
+		kvw_seterr(err, errlen, "%s layout incomplete", name);
 		return KVW_EINVAL;
 	}
 	if (s->nbufs > KVW_MAX_BUFFERS) {
-		plan_seterr(err, errlen, "%s layout has %u buffers (max %u)",
-			    name, s->nbufs, KVW_MAX_BUFFERS);
+		kvw_seterr(err, errlen, "%s layout has %u buffers (max %u)",
+			   name, s->nbufs, KVW_MAX_BUFFERS);
 		return KVW_EINVAL;
 	}
 	for (uint32_t i = 0; i < s->nbufs; i++) {
@@ -51,23 +38,23 @@ static int side_check(const struct plan_side *s, const char *name, char *err,
 
 		if (b->role >= KVW_NROLES || b->pool >= s->npools ||
 		    b->item_len == 0) {
-			plan_seterr(err, errlen,
-				    "%s buffer %u (layer %u): bad role %u, "
-				    "pool %u or item length %u",
-				    name, i, b->layer_id, b->role, b->pool,
-				    b->item_len);
+			kvw_seterr(err, errlen,
+				   "%s buffer %u (layer %u): bad role %u, "
+				   "pool %u or item length %u",
+				   name, i, b->layer_id, b->role, b->pool,
+				   b->item_len);
 			return KVW_EINVAL;
 		}
 		len = (uint64_t)b->item_len * b->pages; /* < 2^64: two u32 */
 		if (__builtin_add_overflow(b->offset, len, &end) ||
 		    end > s->pool_size[b->pool]) {
-			plan_seterr(err, errlen,
-				    "%s layer %u role %s: bytes %llu+%llu "
-				    "outside pool %u (%llu bytes)",
-				    name, b->layer_id, plan_role_str(b->role),
-				    (unsigned long long)b->offset,
-				    (unsigned long long)len, b->pool,
-				    (unsigned long long)s->pool_size[b->pool]);
+			kvw_seterr(err, errlen,
+				   "%s layer %u role %s: bytes %llu+%llu "
+				   "outside pool %u (%llu bytes)",
+				   name, b->layer_id, plan_role_str(b->role),
+				   (unsigned long long)b->offset,
+				   (unsigned long long)len, b->pool,
+				   (unsigned long long)s->pool_size[b->pool]);
 			return KVW_EINVAL;
 		}
 	}
@@ -108,9 +95,9 @@ static int side_index(const struct plan_side *s, const char *name,
 		if (tab[i].key == tab[i - 1].key) {
 			const struct kvw_buf *b = &s->bufs[tab[i].idx];
 
-			plan_seterr(err, errlen,
-				    "%s layout has layer %u role %s twice",
-				    name, b->layer_id, plan_role_str(b->role));
+			kvw_seterr(err, errlen,
+				   "%s layout has layer %u role %s twice", name,
+				   b->layer_id, plan_role_str(b->role));
 			return KVW_EINVAL;
 		}
 	}
@@ -162,26 +149,26 @@ static int pair_make(const struct plan *p, const struct kvw_buf *s,
 		uint64_t width = (uint64_t)h->n_heads * h->head_bytes;
 
 		if (s->item_len % pt || d->item_len % pt) {
-			plan_seterr(err, errlen,
-				    "layer %u role %s: item lengths %u/%u are "
-				    "not whole token slots of %u tokens",
-				    s->layer_id, plan_role_str(s->role),
-				    s->item_len, d->item_len, pt);
+			kvw_seterr(err, errlen,
+				   "layer %u role %s: item lengths %u/%u are "
+				   "not whole token slots of %u tokens",
+				   s->layer_id, plan_role_str(s->role),
+				   s->item_len, d->item_len, pt);
 			return KVW_EINVAL;
 		}
 		if ((h->src_head_start + (uint64_t)h->n_heads) * h->head_bytes >
 			src_slot ||
 		    (h->dst_head_start + (uint64_t)h->n_heads) * h->head_bytes >
 			dst_slot) {
-			plan_seterr(err, errlen,
-				    "layer %u role %s: head slice of %u heads "
-				    "at src %u/dst %u (%u bytes each) does not "
-				    "fit token slots of %llu/%llu bytes",
-				    s->layer_id, plan_role_str(s->role),
-				    h->n_heads, h->src_head_start,
-				    h->dst_head_start, h->head_bytes,
-				    (unsigned long long)src_slot,
-				    (unsigned long long)dst_slot);
+			kvw_seterr(err, errlen,
+				   "layer %u role %s: head slice of %u heads "
+				   "at src %u/dst %u (%u bytes each) does not "
+				   "fit token slots of %llu/%llu bytes",
+				   s->layer_id, plan_role_str(s->role),
+				   h->n_heads, h->src_head_start,
+				   h->dst_head_start, h->head_bytes,
+				   (unsigned long long)src_slot,
+				   (unsigned long long)dst_slot);
 			return KVW_EINVAL;
 		}
 		/* A slice that is the whole of two equal slots is a page copy.
@@ -191,11 +178,11 @@ static int pair_make(const struct plan *p, const struct kvw_buf *s,
 		      width == src_slot && width == dst_slot);
 	}
 	if (!pr->sliced && s->item_len != d->item_len) {
-		plan_seterr(err, errlen,
-			    "layer %u role %s: item length %u on source, %u on "
-			    "destination",
-			    s->layer_id, plan_role_str(s->role), s->item_len,
-			    d->item_len);
+		kvw_seterr(err, errlen,
+			   "layer %u role %s: item length %u on source, %u on "
+			   "destination",
+			   s->layer_id, plan_role_str(s->role), s->item_len,
+			   d->item_len);
 		return KVW_EINVAL;
 	}
 	return 0;
@@ -207,14 +194,14 @@ static int heads_check(const struct plan_side *src, const struct plan_heads *h,
 	if (h == NULL)
 		return 0;
 	if (h->n_heads == 0 || h->head_bytes == 0) {
-		plan_seterr(err, errlen, "head slice of %u heads of %u bytes",
-			    h->n_heads, h->head_bytes);
+		kvw_seterr(err, errlen, "head slice of %u heads of %u bytes",
+			   h->n_heads, h->head_bytes);
 		return KVW_EINVAL;
 	}
 	if (src->model->head_bytes && src->model->head_bytes != h->head_bytes) {
-		plan_seterr(err, errlen,
-			    "head slice says %u bytes per head, model %u",
-			    h->head_bytes, src->model->head_bytes);
+		kvw_seterr(err, errlen,
+			   "head slice says %u bytes per head, model %u",
+			   h->head_bytes, src->model->head_bytes);
 		return KVW_EINVAL;
 	}
 	return 0;
@@ -232,9 +219,9 @@ static int aux_pairs(struct plan *p, const struct plan_side *src,
 	for (uint32_t i = 0; i < dst->nbufs; i++)
 		have += dst->bufs[i].role == KVW_ROLE_AUX;
 	if (want > have) {
-		plan_seterr(err, errlen,
-			    "source has %u AUX buffers, destination %u", want,
-			    have);
+		kvw_seterr(err, errlen,
+			   "source has %u AUX buffers, destination %u", want,
+			   have);
 		return KVW_EINVAL;
 	}
 	for (uint32_t i = 0; i < src->nbufs; i++) {
@@ -270,7 +257,7 @@ int plan_build(const struct plan_side *src, const struct plan_side *dst,
 	int rc;
 
 	if (out == NULL) {
-		plan_seterr(err, errlen, "no output for the plan");
+		kvw_seterr(err, errlen, "no output for the plan");
 		return KVW_EINVAL;
 	}
 	*out = NULL;
@@ -286,7 +273,7 @@ int plan_build(const struct plan_side *src, const struct plan_side *dst,
 	stab = malloc((src->nbufs + 1) * sizeof *stab);
 	dtab = malloc((dst->nbufs + 1) * sizeof *dtab);
 	if (p == NULL || stab == NULL || dtab == NULL) {
-		plan_seterr(err, errlen, "out of memory building a plan");
+		kvw_seterr(err, errlen, "out of memory building a plan");
 		goto fail;
 	}
 	p->page_tokens = src->model->page_tokens;
@@ -307,9 +294,9 @@ int plan_build(const struct plan_side *src, const struct plan_side *dst,
 			continue;
 		f = side_find(dtab, nd, buf_key(s));
 		if (f == NULL) {
-			plan_seterr(err, errlen,
-				    "layer %u role %s has no destination",
-				    s->layer_id, plan_role_str(s->role));
+			kvw_seterr(err, errlen,
+				   "layer %u role %s has no destination",
+				   s->layer_id, plan_role_str(s->role));
 			rc = KVW_EINVAL;
 			goto fail;
 		}

@@ -34,13 +34,13 @@ static int chunk_check(const struct plan *p, const uint32_t *sp,
 			const struct pair *pr =
 			    &p->pairs[s ? p->src_min_at : p->dst_min_at];
 
-			plan_seterr(err, errlen,
-				    "%s page index %u (position %u) outside "
-				    "layer %u role %s (%u pages)",
-				    s ? "source" : "destination",
-				    s ? sp[i] : dp[i], i, pr->layer_id,
-				    plan_role_str(pr->role),
-				    s ? p->src_min_pages : p->dst_min_pages);
+			kvw_seterr(err, errlen,
+				   "%s page index %u (position %u) outside "
+				   "layer %u role %s (%u pages)",
+				   s ? "source" : "destination",
+				   s ? sp[i] : dp[i], i, pr->layer_id,
+				   plan_role_str(pr->role),
+				   s ? p->src_min_pages : p->dst_min_pages);
 			return KVW_ERANGE;
 		}
 		runs +=
@@ -52,10 +52,10 @@ static int chunk_check(const struct plan *p, const uint32_t *sp,
 	    (src_aux >= p->src_aux_min || dst_aux >= p->dst_aux_min)) {
 		int s = src_aux >= p->src_aux_min;
 
-		plan_seterr(err, errlen,
-			    "%s aux slot %u outside AUX buffer (%u slots)",
-			    s ? "source" : "destination", s ? src_aux : dst_aux,
-			    s ? p->src_aux_min : p->dst_aux_min);
+		kvw_seterr(err, errlen,
+			   "%s aux slot %u outside AUX buffer (%u slots)",
+			   s ? "source" : "destination", s ? src_aux : dst_aux,
+			   s ? p->src_aux_min : p->dst_aux_min);
 		return KVW_ERANGE;
 	}
 	*nruns = runs;
@@ -70,8 +70,8 @@ static int out_of_buffer(const struct pair *pr, char *err, size_t errlen)
     __attribute__((cold, noinline));
 static int out_of_buffer(const struct pair *pr, char *err, size_t errlen)
 {
-	plan_seterr(err, errlen, "layer %u role %s: copy outside its buffer",
-		    pr->layer_id, plan_role_str(pr->role));
+	kvw_seterr(err, errlen, "layer %u role %s: copy outside its buffer",
+		   pr->layer_id, plan_role_str(pr->role));
 	return KVW_ERANGE;
 }
 
@@ -177,12 +177,12 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 		*n = 0;
 	if (p == NULL || n == NULL || (npages && (!src_pages || !dst_pages)) ||
 	    (cap && out == NULL)) {
-		plan_seterr(err, errlen, "plan_chunk: missing argument");
+		kvw_seterr(err, errlen, "plan_chunk: missing argument");
 		return KVW_EINVAL;
 	}
 	if (npages > KVW_MAX_PAGES) {
-		plan_seterr(err, errlen, "chunk of %u pages (max %u)", npages,
-			    KVW_MAX_PAGES);
+		kvw_seterr(err, errlen, "chunk of %u pages (max %u)", npages,
+			   KVW_MAX_PAGES);
 		return KVW_EINVAL;
 	}
 	rc = chunk_check(p, src_pages, dst_pages, npages, with_aux, src_aux,
@@ -195,9 +195,8 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 	       (with_aux ? p->naux : 0);
 	*n = (size_t)need;
 	if (need > cap) {
-		plan_seterr(err, errlen,
-			    "chunk needs %llu copies, room for %zu",
-			    (unsigned long long)need, cap);
+		kvw_seterr(err, errlen, "chunk needs %llu copies, room for %zu",
+			   (unsigned long long)need, cap);
 		return KVW_ENOMEM;
 	}
 	/* The run table lives in out[0..nruns), which pair 0's own copies

@@ -35,8 +35,4 @@ struct plan {
 /* "K", "V", "KV", "AUX", "STATE" or "?". */
 const char *plan_role_str(unsigned role);
 
-/* snprintf into a caller's error buffer (NULL or 0 length: nothing). */
-void plan_seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 #endif

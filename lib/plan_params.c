@@ -10,37 +10,37 @@ int plan_models_compat(const struct kvw_model *src, const struct kvw_model *dst,
 		       char *err, size_t errlen)
 {
 	if (src == NULL || dst == NULL) {
-		plan_seterr(err, errlen, "model missing");
+		kvw_seterr(err, errlen, "model missing");
 		return KVW_EINVAL;
 	}
 	if (src->page_tokens == 0 || src->page_tokens != dst->page_tokens) {
-		plan_seterr(err, errlen,
-			    "page size differs: prefill %u, decode %u",
-			    src->page_tokens, dst->page_tokens);
+		kvw_seterr(err, errlen,
+			   "page size differs: prefill %u, decode %u",
+			   src->page_tokens, dst->page_tokens);
 		return KVW_EINVAL;
 	}
 	if (src->dtype && dst->dtype && src->dtype != dst->dtype) {
-		plan_seterr(err, errlen,
-			    "kv dtype differs: prefill %u, decode %u",
-			    src->dtype, dst->dtype);
+		kvw_seterr(err, errlen,
+			   "kv dtype differs: prefill %u, decode %u",
+			   src->dtype, dst->dtype);
 		return KVW_EINVAL;
 	}
 	if ((src->flags ^ dst->flags) & KVW_MODEL_MLA) {
-		plan_seterr(err, errlen, "one side is MLA, the other is not");
+		kvw_seterr(err, errlen, "one side is MLA, the other is not");
 		return KVW_EINVAL;
 	}
 	if (src->head_bytes && dst->head_bytes &&
 	    src->head_bytes != dst->head_bytes) {
-		plan_seterr(err, errlen,
-			    "head bytes differ: prefill %u, decode %u",
-			    src->head_bytes, dst->head_bytes);
+		kvw_seterr(err, errlen,
+			   "head bytes differ: prefill %u, decode %u",
+			   src->head_bytes, dst->head_bytes);
 		return KVW_EINVAL;
 	}
 	if (src->total_kv_heads && dst->total_kv_heads &&
 	    src->total_kv_heads != dst->total_kv_heads) {
-		plan_seterr(err, errlen,
-			    "total kv heads differ: prefill %u, decode %u",
-			    src->total_kv_heads, dst->total_kv_heads);
+		kvw_seterr(err, errlen,
+			   "total kv heads differ: prefill %u, decode %u",
+			   src->total_kv_heads, dst->total_kv_heads);
 		return KVW_EINVAL;
 	}
 	return 0;
@@ -55,20 +55,20 @@ int plan_heads_compute(const struct kvw_model *m, uint32_t ptp, uint32_t prank,
 	uint32_t src_heads, dst_heads, rep, u;
 
 	if (m == NULL || out == NULL || ptp == 0 || dtp == 0) {
-		plan_seterr(err, errlen,
-			    "head slice: model, output and tp sizes needed");
+		kvw_seterr(err, errlen,
+			   "head slice: model, output and tp sizes needed");
 		return KVW_EINVAL;
 	}
 	if ((ptp > dtp ? ptp % dtp : dtp % ptp) != 0) {
-		plan_seterr(err, errlen,
-			    "head slice: tp sizes %u and %u do not divide", ptp,
-			    dtp);
+		kvw_seterr(err, errlen,
+			   "head slice: tp sizes %u and %u do not divide", ptp,
+			   dtp);
 		return KVW_EINVAL;
 	}
 	H = m->total_kv_heads ? m->total_kv_heads
 			      : (uint64_t)m->rank_kv_heads * ptp;
 	if (H == 0 || H > UINT32_MAX || m->head_bytes == 0) {
-		plan_seterr(
+		kvw_seterr(
 		    err, errlen,
 		    "head slice: model states no kv heads or head bytes");
 		return KVW_EINVAL;
@@ -77,7 +77,7 @@ int plan_heads_compute(const struct kvw_model *m, uint32_t ptp, uint32_t prank,
 		uint32_t tp = side ? dtp : ptp;
 
 		if (H >= tp ? H % tp != 0 : tp % H != 0) {
-			plan_seterr(
+			kvw_seterr(
 			    err, errlen,
 			    "head slice: %llu kv heads do not split over tp %u",
 			    (unsigned long long)H, tp);
@@ -106,11 +106,11 @@ int plan_heads_compute(const struct kvw_model *m, uint32_t ptp, uint32_t prank,
 	h.head_bytes = m->head_bytes;
 	if (h.src_head_start + h.n_heads > src_heads ||
 	    h.dst_head_start + h.n_heads > dst_heads) {
-		plan_seterr(err, errlen,
-			    "head slice: %u heads at src %u/dst %u do not fit "
-			    "%u/%u heads per slot",
-			    h.n_heads, h.src_head_start, h.dst_head_start,
-			    src_heads, dst_heads);
+		kvw_seterr(err, errlen,
+			   "head slice: %u heads at src %u/dst %u do not fit "
+			   "%u/%u heads per slot",
+			   h.n_heads, h.src_head_start, h.dst_head_start,
+			   src_heads, dst_heads);
 		return KVW_EINVAL;
 	}
 	*out = h;

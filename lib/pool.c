@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,19 +22,6 @@ struct pool {
 	uint64_t size;
 	char path[POOL_PATH_MAX + 1];
 };
-
-__attribute__((format(printf, 4, 5)))
-static int pool_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err != NULL && errlen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
 
 int pool_path_for(const char *name, char *buf, size_t len)
 {
@@ -75,13 +61,13 @@ static int pool_new(const char *name, struct pool **out, char *err,
 	*out = NULL;
 	p = calloc(1, sizeof *p);
 	if (p == NULL)
-		return pool_errf(err, errlen, KVW_ENOMEM, "pool: out of memory");
+		return kvw_errf(err, errlen, KVW_ENOMEM, "pool: out of memory");
 	p->fd = -1;
 	p->base = MAP_FAILED;
 	if (pool_path_for(name, p->path, sizeof p->path) != 0) {
 		free(p);
-		return pool_errf(err, errlen, KVW_EINVAL,
-				 "pool: bad name or path too long");
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"pool: bad name or path too long");
 	}
 	*out = p;
 	return 0;
@@ -95,9 +81,9 @@ int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
 
 	*out = NULL;
 	if (size == 0 || size > (uint64_t)INT64_MAX || size > SIZE_MAX)
-		return pool_errf(err, errlen, KVW_EINVAL,
-				 "pool: invalid size %llu",
-				 (unsigned long long)size);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"pool: invalid size %llu",
+				(unsigned long long)size);
 	rc = pool_new(path, &p, err, errlen);
 	if (rc != 0)
 		return rc;
@@ -106,33 +92,33 @@ int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
 	p->fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (p->fd < 0) {
 		e = errno;
-		rc = pool_errf(err, errlen, e == EEXIST ? KVW_EEXIST : KVW_ESYS,
-			       "pool: unable to create %s: %s", p->path,
-			       strerror(e));
+		rc = kvw_errf(err, errlen, e == EEXIST ? KVW_EEXIST : KVW_ESYS,
+			      "pool: unable to create %s: %s", p->path,
+			      strerror(e));
 		goto fail_free;
 	}
 	if (fchmod(p->fd, 0600) != 0) { /* umask may have taken bits away */
 		e = errno;
-		rc = pool_errf(err, errlen, KVW_ESYS, "pool: chmod %s: %s",
-			       p->path, strerror(e));
+		rc = kvw_errf(err, errlen, KVW_ESYS, "pool: chmod %s: %s",
+			      p->path, strerror(e));
 		goto fail_unlink;
 	}
 	/* Reserve every page now: a full /dev/shm fails here, not as a SIGBUS
 	 * on the first copy. posix_fallocate returns the error number. */
 	e = posix_fallocate(p->fd, 0, (off_t)size);
 	if (e != 0) {
-		rc = pool_errf(err, errlen,
-			       e == ENOSPC || e == EFBIG ? KVW_ENOMEM : KVW_ESYS,
-			       "pool: unable to reserve %llu bytes for %s: %s",
-			       (unsigned long long)size, p->path, strerror(e));
+		rc = kvw_errf(err, errlen,
+			      e == ENOSPC || e == EFBIG ? KVW_ENOMEM : KVW_ESYS,
+			      "pool: unable to reserve %llu bytes for %s: %s",
+			      (unsigned long long)size, p->path, strerror(e));
 		goto fail_unlink;
 	}
 	p->base = pool_map(p->fd, size, 1);
 	if (p->base == MAP_FAILED) {
 		e = errno;
-		rc = pool_errf(err, errlen, e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,
-			       "pool: unable to map %s: %s", p->path,
-			       strerror(e));
+		rc = kvw_errf(err, errlen, e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,
+			      "pool: unable to map %s: %s", p->path,
+			      strerror(e));
 		goto fail_unlink;
 	}
 	*out = p;
@@ -161,31 +147,31 @@ int pool_open(const char *path, int writable, struct pool **out, char *err,
 			     O_NOFOLLOW);
 	if (p->fd < 0) {
 		e = errno;
-		rc = pool_errf(err, errlen, e == ENOENT ? KVW_ENOENT : KVW_ESYS,
-			       "pool: unable to open %s: %s", p->path,
-			       strerror(e));
+		rc = kvw_errf(err, errlen, e == ENOENT ? KVW_ENOENT : KVW_ESYS,
+			      "pool: unable to open %s: %s", p->path,
+			      strerror(e));
 		goto fail;
 	}
 	if (fstat(p->fd, &st) != 0) {
 		e = errno;
-		rc = pool_errf(err, errlen, KVW_ESYS, "pool: stat %s: %s",
-			       p->path, strerror(e));
+		rc = kvw_errf(err, errlen, KVW_ESYS, "pool: stat %s: %s",
+			      p->path, strerror(e));
 		goto fail;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_size <= 0 ||
 	    (uint64_t)st.st_size > SIZE_MAX) {
-		rc = pool_errf(err, errlen, KVW_EINVAL,
-			       "pool: %s is not a non-empty regular file",
-			       p->path);
+		rc = kvw_errf(err, errlen, KVW_EINVAL,
+			      "pool: %s is not a non-empty regular file",
+			      p->path);
 		goto fail;
 	}
 	p->size = (uint64_t)st.st_size;
 	p->base = pool_map(p->fd, p->size, writable);
 	if (p->base == MAP_FAILED) {
 		e = errno;
-		rc = pool_errf(err, errlen, e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,
-			       "pool: unable to map %s: %s", p->path,
-			       strerror(e));
+		rc = kvw_errf(err, errlen, e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,
+			      "pool: unable to map %s: %s", p->path,
+			      strerror(e));
 		goto fail;
 	}
 	*out = p;
@@ -260,7 +246,9 @@ int pool_adopt(const char *path, uint64_t size, struct pool **out,
 	}
 	rc = pool_unlink(path);
 	if (rc < 0 && rc != KVW_ENOENT)
-		return pool_errf(err, errlen, rc, "pool: unable to remove the "
-				 "stale pool %s", path);
+		return kvw_errf(err, errlen, rc,
+				"pool: unable to remove the "
+				"stale pool %s",
+				path);
 	return pool_create(path, size, out, err, errlen);
 }

@@ -8,22 +8,6 @@
 
 #include "plan.h"
 
-#include <stdarg.h>
-#include <stdio.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 static int topo_ok(const struct kvw_topo *t)
 {
 	return t->tp && t->pp && t->cp && t->dp;
@@ -35,35 +19,38 @@ static int rankmap_check(const struct rankmap_in *in, char *err, size_t errlen)
 	const struct kvw_topo *P = &in->prefill, *D = &in->decode;
 
 	if (!topo_ok(P) || !topo_ok(D)) {
-		seterr(err, errlen,
-		       "topology sizes must be >= 1 (prefill tp %u pp %u cp %u "
-		       "dp %u, decode tp %u pp %u cp %u dp %u)",
-		       P->tp, P->pp, P->cp, P->dp, D->tp, D->pp, D->cp, D->dp);
+		kvw_seterr(
+		    err, errlen,
+		    "topology sizes must be >= 1 (prefill tp %u pp %u cp %u "
+		    "dp %u, decode tp %u pp %u cp %u dp %u)",
+		    P->tp, P->pp, P->cp, P->dp, D->tp, D->pp, D->cp, D->dp);
 		return KVW_EINVAL;
 	}
 	if ((D->tp > P->tp ? D->tp % P->tp : P->tp % D->tp) != 0) {
-		seterr(err, errlen,
-		       "decode tp %u and prefill tp %u: the larger is not a "
-		       "multiple of the smaller",
-		       D->tp, P->tp);
+		kvw_seterr(
+		    err, errlen,
+		    "decode tp %u and prefill tp %u: the larger is not a "
+		    "multiple of the smaller",
+		    D->tp, P->tp);
 		return KVW_EINVAL;
 	}
 	if (D->cp != 1) {
-		seterr(err, errlen, "decode cp %u not supported (must be 1)",
-		       D->cp);
+		kvw_seterr(err, errlen,
+			   "decode cp %u not supported (must be 1)", D->cp);
 		return KVW_EINVAL;
 	}
 	if (D->pp != 1 && D->pp != P->pp) {
-		seterr(err, errlen,
-		       "decode pp %u must be 1 or equal prefill pp %u", D->pp,
-		       P->pp);
+		kvw_seterr(err, errlen,
+			   "decode pp %u must be 1 or equal prefill pp %u",
+			   D->pp, P->pp);
 		return KVW_EINVAL;
 	}
 	if (in->decode_rank.pp >= D->pp || in->decode_rank.cp >= D->cp ||
 	    in->prefill_dp >= P->dp) {
-		seterr(err, errlen,
-		       "decode rank pp %u cp %u or prefill dp %u out of range",
-		       in->decode_rank.pp, in->decode_rank.cp, in->prefill_dp);
+		kvw_seterr(
+		    err, errlen,
+		    "decode rank pp %u cp %u or prefill dp %u out of range",
+		    in->decode_rank.pp, in->decode_rank.cp, in->prefill_dp);
 		return KVW_EINVAL;
 	}
 	return 0;
@@ -78,7 +65,7 @@ int rankmap_compute(const struct rankmap_in *in, struct rankmap *out, char *err,
 	int rc;
 
 	if (in == NULL || out == NULL) {
-		seterr(err, errlen, "rankmap: missing argument");
+		kvw_seterr(err, errlen, "rankmap: missing argument");
 		return KVW_EINVAL;
 	}
 	if ((rc = rankmap_check(in, err, errlen)) < 0)
@@ -117,8 +104,8 @@ int rankmap_compute(const struct rankmap_in *in, struct rankmap *out, char *err,
 
 	total = (uint64_t)tp_n * cp_n * pp_n;
 	if (total > RANKMAP_MAX_TARGETS) {
-		seterr(err, errlen, "rankmap: %llu targets (max %u)",
-		       (unsigned long long)total, RANKMAP_MAX_TARGETS);
+		kvw_seterr(err, errlen, "rankmap: %llu targets (max %u)",
+			   (unsigned long long)total, RANKMAP_MAX_TARGETS);
 		return KVW_EINVAL;
 	}
 	out->prefill = in->prefill;

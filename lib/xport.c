@@ -6,27 +6,14 @@
  */
 #include "xport_impl.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-int xport_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err != NULL && errlen > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 static int xport_tcp_probe(char *err, size_t errlen)
 {
-	return xport_errf(err, errlen, KVW_ENODEV,
-			  "tcp: not available: not implemented yet "
-			  "(the tcp transport is a later issue)");
+	return kvw_errf(err, errlen, KVW_ENODEV,
+			"tcp: not available: not implemented yet "
+			"(the tcp transport is a later issue)");
 }
 
 static int xport_tcp_open(struct xport **out, char *err, size_t errlen)
@@ -82,11 +69,11 @@ int xport_open(const struct xport_ops *ops, struct xport **out, char *err,
 {
 	*out = NULL;
 	if (ops == NULL)
-		return xport_errf(err, errlen, KVW_EINVAL, "xport: no transport");
+		return kvw_errf(err, errlen, KVW_EINVAL, "xport: no transport");
 	if (ops->open == NULL || ops->close == NULL)
-		return xport_errf(err, errlen, KVW_ENODEV,
-				  "%s: not available: not implemented yet",
-				  ops->name);
+		return kvw_errf(err, errlen, KVW_ENODEV,
+				"%s: not available: not implemented yet",
+				ops->name);
 	return ops->open(out, err, errlen);
 }
 
@@ -100,9 +87,9 @@ const struct xport_ops *xport_ops_of(const struct xport *x)
 static int xport_missing(const struct xport *x, const char *what, char *err,
 			 size_t errlen)
 {
-	return xport_errf(err, errlen, KVW_ENODEV,
-			  "%s: not available: %s not implemented yet",
-			  x->ops->name, what);
+	return kvw_errf(err, errlen, KVW_ENODEV,
+			"%s: not available: %s not implemented yet",
+			x->ops->name, what);
 }
 
 int xport_register(struct xport *x, const struct pool *p, uint32_t *id,

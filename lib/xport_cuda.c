@@ -55,29 +55,29 @@ static int xcuda_probe(char *err, size_t errlen)
 
 	pthread_once(&xcuda.once, xcuda_load);
 	if (xcuda.h == NULL)
-		return xport_errf(err, errlen, KVW_ENODEV,
-				  "cuda: not available: libcudart not found");
+		return kvw_errf(err, errlen, KVW_ENODEV,
+				"cuda: not available: libcudart not found");
 	if (xcuda.get_device_count == NULL)
-		return xport_errf(err, errlen, KVW_ENODEV,
-				  "cuda: not available: libcudart has no "
-				  "cudaGetDeviceCount");
+		return kvw_errf(err, errlen, KVW_ENODEV,
+				"cuda: not available: libcudart has no "
+				"cudaGetDeviceCount");
 	/* Fails (e.g. error 35, 100) when there is no driver or no GPU. */
 	rc = xcuda.get_device_count(&n);
 	if (rc != 0)
-		return xport_errf(err, errlen, KVW_ENODEV,
-				  "cuda: not available: cudaGetDeviceCount "
-				  "failed (error %d%s%s)", rc,
-				  xcuda.get_error_string ? ": " : "",
-				  xcuda.get_error_string
-					  ? xcuda.get_error_string(rc)
-					  : "");
+		return kvw_errf(
+		    err, errlen, KVW_ENODEV,
+		    "cuda: not available: cudaGetDeviceCount "
+		    "failed (error %d%s%s)",
+		    rc, xcuda.get_error_string ? ": " : "",
+		    xcuda.get_error_string ? xcuda.get_error_string(rc) : "");
 	if (n <= 0)
-		return xport_errf(err, errlen, KVW_ENODEV,
-				  "cuda: not available: no CUDA devices "
-				  "(cudaGetDeviceCount found 0)");
-	return xport_errf(err, errlen, KVW_ENODEV,
-			  "cuda: not available: found %d GPU(s), but the CUDA "
-			  "IPC copy path is not implemented yet", n);
+		return kvw_errf(err, errlen, KVW_ENODEV,
+				"cuda: not available: no CUDA devices "
+				"(cudaGetDeviceCount found 0)");
+	return kvw_errf(err, errlen, KVW_ENODEV,
+			"cuda: not available: found %d GPU(s), but the CUDA "
+			"IPC copy path is not implemented yet",
+			n);
 }
 
 /* Until the copy path exists an instance would be useless: refuse with the

@@ -22,9 +22,4 @@ extern const struct xport_ops xport_shm_ops;
 extern const struct xport_ops xport_rdma_ops;
 extern const struct xport_ops xport_cuda_ops;
 
-/* snprintf into err[errlen] when err is non-NULL; returns rc, so a failure
- * reads `return xport_errf(err, errlen, KVW_EINVAL, "...", ...);`. */
-int xport_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
 #endif

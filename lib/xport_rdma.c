@@ -111,20 +111,20 @@ static int xrdma_devices(struct ibv_device ***list, int *n, char *err,
 	*n = 0;
 	pthread_once(&xrdma.once, xrdma_load);
 	if (xrdma.h == NULL)
-		return xport_errf(err, errlen, KVW_ENODEV,
-				  "rdma: not available: %s", xrdma.why);
+		return kvw_errf(err, errlen, KVW_ENODEV,
+				"rdma: not available: %s", xrdma.why);
 	*list = xrdma.get_device_list(n);
 	if (*list == NULL)
-		return xport_errf(err, errlen, KVW_ENODEV,
-				  "rdma: not available: no RDMA devices "
-				  "(ibv_get_device_list failed: %s)",
-				  strerror(errno));
+		return kvw_errf(err, errlen, KVW_ENODEV,
+				"rdma: not available: no RDMA devices "
+				"(ibv_get_device_list failed: %s)",
+				strerror(errno));
 	if (*n <= 0) {
 		xrdma.free_device_list(*list);
 		*list = NULL;
-		return xport_errf(err, errlen, KVW_ENODEV,
-				  "rdma: not available: no RDMA devices "
-				  "(ibv_get_device_list found 0)");
+		return kvw_errf(err, errlen, KVW_ENODEV,
+				"rdma: not available: no RDMA devices "
+				"(ibv_get_device_list found 0)");
 	}
 	return 0;
 }
@@ -137,10 +137,11 @@ static int xrdma_probe(char *err, size_t errlen)
 	rc = xrdma_devices(&list, &n, err, errlen);
 	if (rc != 0)
 		return rc;
-	rc = xport_errf(err, errlen, KVW_ENODEV,
-			"rdma: not available: found %d device(s) (first %s), "
-			"but queue pairs and RDMA WRITE are not implemented "
-			"yet", n, xrdma.get_device_name(list[0]));
+	rc = kvw_errf(err, errlen, KVW_ENODEV,
+		      "rdma: not available: found %d device(s) (first %s), "
+		      "but queue pairs and RDMA WRITE are not implemented "
+		      "yet",
+		      n, xrdma.get_device_name(list[0]));
 	xrdma.free_device_list(list);
 	return rc;
 }
@@ -177,23 +178,23 @@ static int xrdma_open(struct xport **out, char *err, size_t errlen)
 		return rc;
 	r = calloc(1, sizeof *r);
 	if (r == NULL) {
-		rc = xport_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
+		rc = kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
 		goto fail;
 	}
 	r->base.ops = &xport_rdma_ops;
 	r->ctx = xrdma.open_device(list[0]);
 	if (r->ctx == NULL) {
-		rc = xport_errf(err, errlen, KVW_ENODEV,
-				"rdma: not available: unable to open %s: %s",
-				xrdma.get_device_name(list[0]), strerror(errno));
+		rc = kvw_errf(err, errlen, KVW_ENODEV,
+			      "rdma: not available: unable to open %s: %s",
+			      xrdma.get_device_name(list[0]), strerror(errno));
 		goto fail;
 	}
 	r->pd = xrdma.alloc_pd(r->ctx);
 	if (r->pd == NULL) {
-		rc = xport_errf(err, errlen, KVW_ESYS,
-				"rdma: unable to allocate a protection domain "
-				"on %s: %s", xrdma.get_device_name(list[0]),
-				strerror(errno));
+		rc = kvw_errf(err, errlen, KVW_ESYS,
+			      "rdma: unable to allocate a protection domain "
+			      "on %s: %s",
+			      xrdma.get_device_name(list[0]), strerror(errno));
 		goto fail;
 	}
 	xrdma.free_device_list(list); /* allowed once the device is open */
@@ -226,17 +227,17 @@ static int xrdma_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	struct ibv_mr *mr;
 
 	if (desccap < XRDMA_DESC_LEN)
-		return xport_errf(err, errlen, KVW_EINVAL,
-				  "rdma: descriptor buffer too small");
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"rdma: descriptor buffer too small");
 	if (r->nmr == XRDMA_MAX_MR)
-		return xport_errf(err, errlen, KVW_ENOMEM,
-				  "rdma: too many registered pools");
+		return kvw_errf(err, errlen, KVW_ENOMEM,
+				"rdma: too many registered pools");
 	mr = xrdma.reg_mr(r->pd, pool_base(p), (size_t)pool_size(p),
 			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (mr == NULL)
-		return xport_errf(err, errlen, KVW_ESYS,
-				  "rdma: unable to register %s: %s",
-				  pool_path(p), strerror(errno));
+		return kvw_errf(err, errlen, KVW_ESYS,
+				"rdma: unable to register %s: %s", pool_path(p),
+				strerror(errno));
 	memcpy(desc, "KVRD", 4);
 	put_le(desc + 4, 1, 2);
 	put_le(desc + 6, 0, 2);
@@ -256,9 +257,9 @@ static int xrdma_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 	(void)desc;
 	(void)desclen;
 	(void)id;
-	return xport_errf(err, errlen, KVW_ENODEV,
-			  "rdma: not available: connect (RC queue pair setup) "
-			  "is not implemented yet");
+	return kvw_errf(err, errlen, KVW_ENODEV,
+			"rdma: not available: connect (RC queue pair setup) "
+			"is not implemented yet");
 }
 
 static int xrdma_write_batch(struct xport *x, const struct xport_copy *c,
@@ -267,9 +268,9 @@ static int xrdma_write_batch(struct xport *x, const struct xport_copy *c,
 	(void)x;
 	(void)c;
 	(void)n;
-	return xport_errf(err, errlen, KVW_ENODEV,
-			  "rdma: not available: RDMA WRITE is not implemented "
-			  "yet");
+	return kvw_errf(err, errlen, KVW_ENODEV,
+			"rdma: not available: RDMA WRITE is not implemented "
+			"yet");
 }
 
 static int xrdma_wait(struct xport *x, int timeout_ms, char *err,
@@ -277,9 +278,9 @@ static int xrdma_wait(struct xport *x, int timeout_ms, char *err,
 {
 	(void)x;
 	(void)timeout_ms;
-	return xport_errf(err, errlen, KVW_ENODEV,
-			  "rdma: not available: completion polling is not "
-			  "implemented yet");
+	return kvw_errf(err, errlen, KVW_ENODEV,
+			"rdma: not available: completion polling is not "
+			"implemented yet");
 }
 
 const struct xport_ops xport_rdma_ops = {

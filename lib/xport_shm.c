@@ -67,7 +67,7 @@ static int xshm_open(struct xport **out, char *err, size_t errlen)
 	*out = NULL;
 	s = calloc(1, sizeof *s);
 	if (s == NULL)
-		return xport_errf(err, errlen, KVW_ENOMEM, "shm: out of memory");
+		return kvw_errf(err, errlen, KVW_ENOMEM, "shm: out of memory");
 	s->base.ops = &xport_shm_ops;
 	*out = &s->base;
 	return 0;
@@ -138,19 +138,20 @@ static int xshm_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	int64_t slot;
 
 	if (!xshm_pool_name_ok(path) || path[0] != '/')
-		return xport_errf(err, errlen, KVW_EINVAL,
-				  "shm: %s: pool files must be absolute and "
-				  "named kvwire.<name>.pool", path);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"shm: %s: pool files must be absolute and "
+				"named kvwire.<name>.pool",
+				path);
 	if (SHM_HDR + plen > desccap || SHM_HDR + plen > KVW_MAX_DESC)
-		return xport_errf(err, errlen, KVW_EINVAL,
-				  "shm: descriptor for %s does not fit", path);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"shm: descriptor for %s does not fit", path);
 	if (fstat(pool_fd(p), &st) != 0)
-		return xport_errf(err, errlen, KVW_ESYS, "shm: stat %s: %s",
-				  path, strerror(errno));
+		return kvw_errf(err, errlen, KVW_ESYS, "shm: stat %s: %s", path,
+				strerror(errno));
 	slot = xshm_slot(&s->loc, &s->nloc, &s->caploc);
 	if (slot < 0)
-		return xport_errf(err, errlen, KVW_ENOMEM,
-				  "shm: too many registered pools");
+		return kvw_errf(err, errlen, KVW_ENOMEM,
+				"shm: too many registered pools");
 	s->loc[slot].base = pool_base(p);
 	s->loc[slot].size = pool_size(p);
 
@@ -179,26 +180,26 @@ static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
 	*out = NULL;
 	if (desc == NULL || len < SHM_HDR || len > KVW_MAX_DESC ||
 	    memcmp(desc, SHM_MAGIC, 4) != 0)
-		return xport_errf(err, errlen, KVW_EINVAL,
-				  "shm: malformed descriptor (%zu bytes)", len);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"shm: malformed descriptor (%zu bytes)", len);
 	if (get_le(desc + 4, 2) != SHM_VERSION)
-		return xport_errf(err, errlen, KVW_EVERSION,
-				  "shm: descriptor version %llu, expected %u",
-				  (unsigned long long)get_le(desc + 4, 2),
-				  SHM_VERSION);
+		return kvw_errf(err, errlen, KVW_EVERSION,
+				"shm: descriptor version %llu, expected %u",
+				(unsigned long long)get_le(desc + 4, 2),
+				SHM_VERSION);
 	plen = get_le(desc + 6, 2);
 	size = get_le(desc + 8, 8);
 	*dev = get_le(desc + 16, 8);
 	*ino = get_le(desc + 24, 8);
 	if (plen == 0 || plen > POOL_PATH_MAX || SHM_HDR + plen != len ||
 	    memchr(desc + SHM_HDR, '\0', plen) != NULL || size == 0)
-		return xport_errf(err, errlen, KVW_EINVAL,
-				  "shm: malformed descriptor (path or size)");
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"shm: malformed descriptor (path or size)");
 	memcpy(path, desc + SHM_HDR, plen);
 	path[plen] = '\0';
 	if (path[0] != '/' || !xshm_pool_name_ok(path))
-		return xport_errf(err, errlen, KVW_EINVAL,
-				  "shm: descriptor path is not a kvwire pool");
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"shm: descriptor path is not a kvwire pool");
 
 	/* pool_open does not follow a symlink in the last component; the
 	 * identity check then proves it is the very file the peer registered. */
@@ -206,22 +207,22 @@ static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
 	if (rc != 0)
 		return rc;
 	if (fstat(pool_fd(*out), &st) != 0) {
-		rc = xport_errf(err, errlen, KVW_ESYS, "shm: stat %s: %s", path,
-				 strerror(errno));
+		rc = kvw_errf(err, errlen, KVW_ESYS, "shm: stat %s: %s", path,
+			      strerror(errno));
 		pool_close(out);
 		return rc;
 	}
 	if ((uint64_t)st.st_dev != *dev || (uint64_t)st.st_ino != *ino) {
 		pool_close(out);
-		return xport_errf(err, errlen, KVW_ESTALE,
-				  "shm: peer pool %s was replaced", path);
+		return kvw_errf(err, errlen, KVW_ESTALE,
+				"shm: peer pool %s was replaced", path);
 	}
 	if (pool_size(*out) != size) {
-		rc = xport_errf(err, errlen, KVW_ESTALE,
-				"shm: peer pool %s is %llu bytes, descriptor "
-				"says %llu", path,
-				(unsigned long long)pool_size(*out),
-				(unsigned long long)size);
+		rc = kvw_errf(err, errlen, KVW_ESTALE,
+			      "shm: peer pool %s is %llu bytes, descriptor "
+			      "says %llu",
+			      path, (unsigned long long)pool_size(*out),
+			      (unsigned long long)size);
 		pool_close(out);
 		return rc;
 	}
@@ -253,8 +254,8 @@ static int xshm_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 	slot = xshm_slot(&s->rmt, &s->nrmt, &s->caprmt);
 	if (slot < 0) {
 		pool_close(&p);
-		return xport_errf(err, errlen, KVW_ENOMEM,
-				  "shm: too many connected pools");
+		return kvw_errf(err, errlen, KVW_ENOMEM,
+				"shm: too many connected pools");
 	}
 	s->rmt[slot] = (struct xshm_region){
 		.base = pool_base(p), .size = pool_size(p), .owned = p,
@@ -337,18 +338,19 @@ static int xshm_remote_intact(const struct xshm_region *r, char *err,
 	struct stat st;
 
 	if (fstat(pool_fd(r->owned), &st) != 0)
-		return xport_errf(err, errlen, KVW_ESYS, "shm: stat %s: %s",
-				  pool_path(r->owned), strerror(errno));
+		return kvw_errf(err, errlen, KVW_ESYS, "shm: stat %s: %s",
+				pool_path(r->owned), strerror(errno));
 	if (st.st_nlink == 0)
-		return xport_errf(err, errlen, KVW_ENOENT,
-				  "shm: peer pool %s was removed",
-				  pool_path(r->owned));
+		return kvw_errf(err, errlen, KVW_ENOENT,
+				"shm: peer pool %s was removed",
+				pool_path(r->owned));
 	if ((uint64_t)st.st_size < r->size)
-		return xport_errf(err, errlen, KVW_ERANGE,
-				  "shm: peer pool %s shrank to %llu bytes "
-				  "(mapped %llu)", pool_path(r->owned),
-				  (unsigned long long)st.st_size,
-				  (unsigned long long)r->size);
+		return kvw_errf(err, errlen, KVW_ERANGE,
+				"shm: peer pool %s shrank to %llu bytes "
+				"(mapped %llu)",
+				pool_path(r->owned),
+				(unsigned long long)st.st_size,
+				(unsigned long long)r->size);
 	return 0;
 }
 
@@ -359,9 +361,9 @@ static int xshm_copy(struct xshm_xport *s, const struct xport_copy *c,
 {
 	if (xshm_guard_installed) {
 		if (sigsetjmp(xshm_guard_jb, 0) != 0)
-			return xport_errf(err, errlen, KVW_ERANGE,
-					  "shm: peer pool truncated during a "
-					  "copy (SIGBUS caught)");
+			return kvw_errf(err, errlen, KVW_ERANGE,
+					"shm: peer pool truncated during a "
+					"copy (SIGBUS caught)");
 		xshm_guard_x = s;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -383,18 +385,18 @@ static int xshm_write_batch(struct xport *x, const struct xport_copy *c,
 	for (i = 0; i < n; i++) {
 		if (c[i].src >= s->nloc || s->loc[c[i].src].base == NULL ||
 		    c[i].dst >= s->nrmt || s->rmt[c[i].dst].base == NULL)
-			return xport_errf(err, errlen, KVW_EINVAL,
-					  "shm: copy %zu: unknown region "
-					  "(src %u, dst %u)", i, c[i].src,
-					  c[i].dst);
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"shm: copy %zu: unknown region "
+					"(src %u, dst %u)",
+					i, c[i].src, c[i].dst);
 		if (!xshm_in(c[i].src_off, c[i].len, s->loc[c[i].src].size) ||
 		    !xshm_in(c[i].dst_off, c[i].len, s->rmt[c[i].dst].size))
-			return xport_errf(err, errlen, KVW_ERANGE,
-					  "shm: copy %zu out of range (src_off "
-					  "%llu, dst_off %llu, len %llu)", i,
-					  (unsigned long long)c[i].src_off,
-					  (unsigned long long)c[i].dst_off,
-					  (unsigned long long)c[i].len);
+			return kvw_errf(err, errlen, KVW_ERANGE,
+					"shm: copy %zu out of range (src_off "
+					"%llu, dst_off %llu, len %llu)",
+					i, (unsigned long long)c[i].src_off,
+					(unsigned long long)c[i].dst_off,
+					(unsigned long long)c[i].len);
 		/* One fstat per remote run of the batch (usually one). */
 		if (c[i].dst != checked) {
 			rc = xshm_remote_intact(&s->rmt[c[i].dst], err, errlen);
