@@ -34,10 +34,10 @@ const char *kvw_strerror(int err);
  * formatted into err[errlen] when err is given (NULL or errlen 0: nothing
  * is written). kvw_errf returns rc, so a failure reads
  * `return kvw_errf(err, errlen, KVW_EINVAL, "...", ...);`. */
-__attribute__((format(printf, 3, 4))) void kvw_seterr(char *err, size_t errlen,
-						      const char *fmt, ...);
-__attribute__((format(printf, 4, 5))) int
-kvw_errf(char *err, size_t errlen, int rc, const char *fmt, ...);
+__attribute__((format(printf, 3, 4)))
+void kvw_seterr(char *err, size_t errlen, const char *fmt, ...);
+__attribute__((format(printf, 4, 5)))
+int kvw_errf(char *err, size_t errlen, int rc, const char *fmt, ...);
 
 /* Process exit codes (s6 convention, DESIGN.md section 9). */
 enum kvw_exit {
