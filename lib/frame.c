@@ -5,9 +5,8 @@
  * rd_end(), which also refuses trailing bytes; the decoded struct then goes
  * through the same value checks (frame_msg_check, frame_check.c) that
  * frame_encode() applies before it writes anything with the mirror cursor
- * (wr_*). Nothing here
- * allocates: decoded arrays are views into the caller's parts, encoded
- * arrays are the caller's own memory.
+ * (wr_*). Nothing here allocates: decoded arrays are views into the
+ * caller's parts, encoded arrays are the caller's own memory.
  */
 #include "frame_impl.h"
 

@@ -19,19 +19,17 @@ static int rankmap_check(const struct rankmap_in *in, char *err, size_t errlen)
 	const struct kvw_topo *P = &in->prefill, *D = &in->decode;
 
 	if (!topo_ok(P) || !topo_ok(D)) {
-		kvw_seterr(
-		    err, errlen,
-		    "topology sizes must be >= 1 (prefill tp %u pp %u cp %u "
-		    "dp %u, decode tp %u pp %u cp %u dp %u)",
-		    P->tp, P->pp, P->cp, P->dp, D->tp, D->pp, D->cp, D->dp);
+		kvw_seterr(err, errlen,
+			   "topology sizes must be >= 1 (prefill tp %u pp %u cp %u "
+			   "dp %u, decode tp %u pp %u cp %u dp %u)",
+			   P->tp, P->pp, P->cp, P->dp, D->tp, D->pp, D->cp, D->dp);
 		return KVW_EINVAL;
 	}
 	if ((D->tp > P->tp ? D->tp % P->tp : P->tp % D->tp) != 0) {
-		kvw_seterr(
-		    err, errlen,
-		    "decode tp %u and prefill tp %u: the larger is not a "
-		    "multiple of the smaller",
-		    D->tp, P->tp);
+		kvw_seterr(err, errlen,
+			   "decode tp %u and prefill tp %u: the larger is not a "
+			   "multiple of the smaller",
+			   D->tp, P->tp);
 		return KVW_EINVAL;
 	}
 	if (D->cp != 1) {
@@ -47,10 +45,9 @@ static int rankmap_check(const struct rankmap_in *in, char *err, size_t errlen)
 	}
 	if (in->decode_rank.pp >= D->pp || in->decode_rank.cp >= D->cp ||
 	    in->prefill_dp >= P->dp) {
-		kvw_seterr(
-		    err, errlen,
-		    "decode rank pp %u cp %u or prefill dp %u out of range",
-		    in->decode_rank.pp, in->decode_rank.cp, in->prefill_dp);
+		kvw_seterr(err, errlen,
+			   "decode rank pp %u cp %u or prefill dp %u out of range",
+			   in->decode_rank.pp, in->decode_rank.cp, in->prefill_dp);
 		return KVW_EINVAL;
 	}
 	return 0;
