@@ -21,15 +21,25 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
 	-Wmissing-prototypes -Wcast-qual -Wsign-compare
 OPT ?= -O2 -g
 CPPFLAGS += -Ilib -D_GNU_SOURCE
-CFLAGS += -std=c17 $(OPT) $(WARN) -fPIC -pthread
+# Hidden by default: libkvwire.so exports only what lib/api.h marks KVW_API.
+CFLAGS += -std=c17 $(OPT) $(WARN) -fPIC -pthread -fvisibility=hidden
 LDLIBS += -lzmq -lbsd -ldl -lrt -lm -pthread
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-LIB_SRC := $(sort $(wildcard lib/*.c))
+# The library by layer (docs/ARCHITECTURE.md): base, then wire, table, plan
+# and xport (which never include each other), then roles, then the engine
+# API on top. lib/cli/ is what the programs share (flags, the run
+# directory's endpoints file): linked into programs, not into libkvwire.
+LAYERS := base wire table plan xport roles
+LIB_SRC := $(sort $(wildcard lib/*.c $(LAYERS:%=lib/%/*.c)))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
+CLI_SRC := $(sort $(wildcard lib/cli/*.c))
+CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
+# kv-bench's code without its main(), for its unit test.
+BENCH_LIB_OBJ := $(patsubst %.c,$(B)/%.o,$(filter-out cmd/kv-bench/main.c,$(wildcard cmd/kv-bench/*.c)))
 CMDS := $(notdir $(wildcard cmd/*))
 PROGS := $(CMDS:%=$(BINDIR)/%)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
@@ -45,6 +55,8 @@ DEPS_OK := build/.deps-ok
 .SECONDARY:
 all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS)
 
+KVWCLI := $(B)/libkvwcli.a
+
 # Installs missing Debian packages (as root) once; delete the stamp to recheck.
 $(DEPS_OK): mk/deps.sh
 	@./mk/deps.sh
@@ -59,18 +71,25 @@ $(LIBDIR)/libkvwire.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+$(KVWCLI): $(CLI_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
 $(LIBDIR)/libkvwire.so: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 .SECONDEXPANSION:
-$(BINDIR)/%: $$(subst .c,.o,$$(addprefix $(B)/,$$(wildcard cmd/$$*/*.c))) $(LIBDIR)/libkvwire.a
+$(BINDIR)/%: $$(subst .c,.o,$$(addprefix $(B)/,$$(wildcard cmd/$$*/*.c))) $(KVWCLI) $(LIBDIR)/libkvwire.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBDIR)/libkvwire.a $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(KVWCLI) $(LIBDIR)/libkvwire.a $(LDLIBS)
 
-$(B)/tests/%: $(B)/tests/unit/%.o $(LIBDIR)/libkvwire.a
+# Unit tests may include a program's own headers ("kv-bench/bench.h").
+$(B)/tests/unit/%.o: CPPFLAGS += -Icmd
+$(B)/tests/test_bench: $(BENCH_LIB_OBJ)
+$(B)/tests/%: $(B)/tests/unit/%.o $(KVWCLI) $(LIBDIR)/libkvwire.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBDIR)/libkvwire.a -lcmocka $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(filter $(BENCH_LIB_OBJ),$^) $(KVWCLI) $(LIBDIR)/libkvwire.a -lcmocka $(LDLIBS)
 
 $(B)/bench/%: $(B)/tests/bench/%.o $(LIBDIR)/libkvwire.a
 	@mkdir -p $(@D)
@@ -97,9 +116,9 @@ demo: all
 # libFuzzer targets: clang, every lib source compiled into each target.
 FUZZ_CFLAGS := -std=c17 -g -O1 -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 fuzz: $(FUZZERS)
-build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) lib/*.h | $(DEPS_OK)
+build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(CLI_SRC) $(wildcard lib/*.h lib/*/*.h) | $(DEPS_OK)
 	@mkdir -p $(@D)
-	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(LDLIBS)
+	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(CLI_SRC) $(LDLIBS)
 
 clean:
 	rm -rf build lib/libkvwire.a lib/libkvwire.so $(CMDS:%=bin/%)

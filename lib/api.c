@@ -12,11 +12,11 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "frame.h"
-#include "pool.h"
-#include "proc.h"
-#include "rtab.h"
-#include "wire.h"
+#include "base/proc.h"
+#include "table/rtab.h"
+#include "wire/frame.h"
+#include "wire/wire.h"
+#include "xport/pool.h"
 
 struct kvw_engine {
 	void *sock;

@@ -15,10 +15,14 @@
  * last kvw_engine_close terminates it.
  *
  * Errors: every call returns 0 (or a value >= 0 where stated) or a
- * negative KVW_E* (lib/kvw.h). Sends never block: KVW_EAGAIN means the
+ * negative KVW_E* (lib/base/kvw.h). Sends never block: KVW_EAGAIN means the
  * control process's queue is full (or it is not up yet and the queue is
  * full); nothing was queued and the caller retries later. KVW_ESYS means the
  * socket or its context is gone: the engine must be closed.
+ *
+ * The top of lib/: this is the one public header. libkvwire.so is built
+ * with hidden visibility and exports only what is marked KVW_API here and
+ * in base/kvw.h (its codes' names); tests/api.exports pins the list.
  */
 #ifndef KVW_API_H
 #define KVW_API_H
@@ -26,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvw.h"
+#include "base/kvw.h"
 
 struct kvw_engine; /* opaque */
 
@@ -57,27 +61,27 @@ struct kvw_room_status {
  * is KVW_EINVAL (NULL or over-long argument), KVW_ENOENT (table or pool
  * missing), KVW_EVERSION (not a room table of this version), KVW_ENOMEM or
  * KVW_ESYS. err may be NULL. */
-int kvw_engine_open(const char *engine_endpoint, const char *table_path,
+KVW_API int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 		    const char *pool_path, struct kvw_engine **out, char *err,
 		    size_t errlen);
 
 /* Closes the socket (unsent commands are dropped), unmaps the table and the
  * pool, frees *e and sets *e = NULL. Accepts NULL and *e == NULL. The
  * control process and its files are untouched. */
-void kvw_engine_close(struct kvw_engine **e);
+KVW_API void kvw_engine_close(struct kvw_engine **e);
 
 /* The mapped pool: base address and size in bytes. The mapping belongs to
  * the engine and is valid until kvw_engine_close. */
-void *kvw_pool_base(const struct kvw_engine *e);
-uint64_t kvw_pool_size(const struct kvw_engine *e);
+KVW_API void *kvw_pool_base(const struct kvw_engine *e);
+KVW_API uint64_t kvw_pool_size(const struct kvw_engine *e);
 
 /* The last send error's text ("" after a success); owned by e. */
-const char *kvw_engine_error(const struct kvw_engine *e);
+KVW_API const char *kvw_engine_error(const struct kvw_engine *e);
 
 /* ---- prefill side (kv-sender) ---------------------------------------- */
 
 /* SEND_BEGIN: the room will send num_pages pages and aux slot aux_slot. */
-int kvw_send_begin(struct kvw_engine *e, uint64_t room, uint32_t num_pages,
+KVW_API int kvw_send_begin(struct kvw_engine *e, uint64_t room, uint32_t num_pages,
 		   uint32_t aux_slot);
 
 /* SEND_CHUNK: the next n source pages of the room (pages[0..n) are copied
@@ -85,7 +89,7 @@ int kvw_send_begin(struct kvw_engine *e, uint64_t room, uint32_t num_pages,
  * marks the room's final chunk (the aux slot goes with it); n may be 0 only
  * for a last chunk. KVW_EINVAL when n > KVW_MAX_PAGES, pages is NULL with
  * n > 0, or n == 0 with is_last == 0. */
-int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *pages,
+KVW_API int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *pages,
 		   uint32_t n, int is_last);
 
 /* ---- decode side (kv-receiver) --------------------------------------- */
@@ -96,26 +100,26 @@ int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *pages,
  * return; n may be 0 for a room of aux data only) and aux slot aux_slot.
  * KVW_EINVAL when n > KVW_MAX_PAGES, pages is NULL with n > 0, or the
  * bootstrap address is NULL, empty or too long. */
-int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
+KVW_API int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 		   const char *bootstrap_ep, uint32_t prefill_dp_rank,
 		   const uint32_t *pages, uint32_t n, uint32_t aux_slot);
 
 /* RECV_ABORT: fail the room (reason aborted) and ask every prefill target
  * to stop; the room's flags show KVW_ROOM_F_RELEASABLE once all acked. */
-int kvw_abort(struct kvw_engine *e, uint64_t room);
+KVW_API int kvw_abort(struct kvw_engine *e, uint64_t room);
 
 /* ---- both sides -------------------------------------------------------- */
 
 /* CLEAR: the engine is done with the room; the control process drops its
  * state (a room still active is failed first). */
-int kvw_clear(struct kvw_engine *e, uint64_t room);
+KVW_API int kvw_clear(struct kvw_engine *e, uint64_t room);
 
 /* Reads the room's current incarnation from the mapped table: no syscall,
  * no message. Returns 0 and fills *st; KVW_ENOENT when the room is not in
  * the table (its BEGIN not processed yet: "pending"); KVW_EAGAIN when the
  * owner is rewriting the slot right now (retry). *st is unchanged on
  * error. */
-int kvw_poll(const struct kvw_engine *e, uint64_t room,
+KVW_API int kvw_poll(const struct kvw_engine *e, uint64_t room,
 	     struct kvw_room_status *st);
 
 /* The epoch of the control process that owns the table now; it changes
@@ -123,6 +127,6 @@ int kvw_poll(const struct kvw_engine *e, uint64_t room,
  * still active). A command accepted under one epoch whose room is still
  * missing (kvw_poll: KVW_ENOENT) under another was lost with the old
  * process: the engine should treat that room as failed. */
-uint64_t kvw_control_epoch(const struct kvw_engine *e);
+KVW_API uint64_t kvw_control_epoch(const struct kvw_engine *e);
 
 #endif

@@ -1,13 +1,13 @@
 /*
- * copy.c - `kv-bench copy`: flags for bench_copy_run (lib/bench_copy.c)
+ * copy.c - `kv-bench copy`: flags for bench_copy_run (cmd/kv-bench/bench_copy.c)
  * and its report, one row per pattern.
  */
 #include <string.h>
 
 #include "bench_copy.h"
-#include "cli.h"
 #include "modes.h"
-#include "proc.h"
+#include "base/proc.h"
+#include "cli/cli.h"
 
 static void copy_usage(FILE *f)
 {

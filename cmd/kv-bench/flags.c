@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kvw.h"
-#include "log.h"
 #include "modes.h"
-#include "shape.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "plan/shape.h"
 
 void kvb_flags_usage(FILE *f)
 {

@@ -13,7 +13,7 @@
 #include <stdio.h>
 
 #include "bench.h"
-#include "cli.h"
+#include "cli/cli.h"
 
 #define KVB_MAX_ARGS 128
 

@@ -4,7 +4,7 @@
  * (--spawn): rooms of random ids move patterned KV pages from the prefill
  * pools to the decode pools, optionally verified byte by byte. Prints one
  * summary line of key=value pairs on stdout; a progress bar on stderr when
- * that is a terminal. The logic is in lib/bench.c; the flags are in flags.c;
+ * that is a terminal. The logic is in cmd/kv-bench/bench.c; the flags are in flags.c;
  * the modes (copy, rooms, demo) and their reports against the machine's
  * limits are in modes.c and copy.c.
  */
@@ -13,14 +13,14 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "cli.h"
 #include "flags.h"
-#include "kvw.h"
 #include "modes.h"
-#include "proc.h"
-#include "runinfo.h"
-#include "shape.h"
 #include "spawn.h"
+#include "base/kvw.h"
+#include "base/proc.h"
+#include "cli/cli.h"
+#include "cli/runinfo.h"
+#include "plan/shape.h"
 
 #define PROG "kv-bench"
 

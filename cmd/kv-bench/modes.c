@@ -13,9 +13,9 @@
 
 #include "bench_limit.h"
 #include "bench_rooms.h"
-#include "cli.h"
-#include "kvw.h"
-#include "runinfo.h"
+#include "base/kvw.h"
+#include "cli/cli.h"
+#include "cli/runinfo.h"
 
 #define PROG "kv-bench"
 #define GIB (1024.0 * 1024.0 * 1024.0)

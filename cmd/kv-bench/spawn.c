@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proc.h"
+#include "base/proc.h"
 
 static int rm_one(const char *path, const struct stat *st, int flag,
 		  struct FTW *ftw)

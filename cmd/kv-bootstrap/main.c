@@ -10,12 +10,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "boot.h"
-#include "cli.h"
-#include "kvw.h"
-#include "log.h"
-#include "proc.h"
-#include "wire.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "cli/cli.h"
+#include "roles/boot.h"
+#include "wire/wire.h"
 
 /* Messages handled per wakeup before signals are looked at again. */
 #define BATCH 256

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "kvw.h"
+#include "base/kvw.h"
 
 struct opts {
 	int timeout_ms, last, have_coord;

@@ -8,13 +8,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bootc.h"
-#include "cli.h"
 #include "ctl.h"
-#include "kvw.h"
-#include "log.h"
-#include "proc.h"
-#include "shape.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "cli/cli.h"
+#include "plan/shape.h"
+#include "roles/bootc.h"
 
 #define PROG "kv-ctl"
 

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootc.h"
-#include "cli.h"
 #include "ctl.h"
-#include "proc.h"
+#include "base/proc.h"
+#include "cli/cli.h"
+#include "roles/bootc.h"
 
 /* Parses "1,2,3" ("" = none) into a calloc'd array (caller frees, also
  * on error). */

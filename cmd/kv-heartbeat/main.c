@@ -1,15 +1,15 @@
 /*
  * kv-heartbeat - pings the peers in a kvwire room table's peer table and
- * fails the rooms of peers that stop answering or restart (lib/hbeat.h).
+ * fails the rooms of peers that stop answering or restart (lib/roles/hbeat.h).
  * Exit codes: 0 clean stop on SIGTERM, 100 usage, 111 system failure.
  */
 #include <stdio.h>
 
-#include "cli.h"
-#include "hbeat.h"
-#include "kvw.h"
-#include "log.h"
-#include "proc.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "cli/cli.h"
+#include "roles/hbeat.h"
 
 #define PROG "kv-heartbeat"
 

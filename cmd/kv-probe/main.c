@@ -7,9 +7,9 @@
  */
 #include <stdio.h>
 
-#include "cli.h"
-#include "kvw.h"
-#include "xport.h"
+#include "base/kvw.h"
+#include "cli/cli.h"
+#include "xport/xport.h"
 
 static void usage(FILE *f)
 {

@@ -1,18 +1,18 @@
 /*
  * kv-receiver - the decode rank's kvwire control process: parses flags,
- * builds the receiver (room table, pool, transport, sockets; lib/receiver.h),
+ * builds the receiver (room table, pool, transport, sockets; lib/roles/receiver.h),
  * says READY on --ready-fd and runs the poll loop until SIGTERM. Exit codes:
  * 0 clean stop, 100 usage, 77 transport not available, 111 system failure.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cli.h"
-#include "kvw.h"
-#include "log.h"
-#include "proc.h"
-#include "receiver.h"
-#include "shape.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "cli/cli.h"
+#include "plan/shape.h"
+#include "roles/receiver.h"
 
 #define PROG "kv-receiver"
 

@@ -1,6 +1,6 @@
 /*
- * kv-sender - the prefill rank's transfer control process (lib/sender.h)
- * and, with --worker-id, one of its worker processes (lib/sworker.h),
+ * kv-sender - the prefill rank's transfer control process (lib/roles/sender.h)
+ * and, with --worker-id, one of its worker processes (lib/roles/worker.h),
  * which the control execs from /proc/self/exe. This file only parses
  * flags and maps results to exit codes: 0 clean stop, 100 usage (or the
  * bootstrap refused the registration), 111 system failure.
@@ -10,13 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cli.h"
-#include "kvw.h"
-#include "log.h"
-#include "proc.h"
-#include "sender.h"
-#include "shape.h"
-#include "sworker.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "cli/cli.h"
+#include "plan/shape.h"
+#include "roles/sender.h"
+#include "roles/worker.h"
 
 #define PROG "kv-sender"
 
@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 	struct sender_cfg cfg = { .workers = 4, .transport = "shm",
 				  .exe = "/proc/self/exe",
 				  .bootstrap_timeout_ns = 300000000000ull };
-	struct sworker_cfg wcfg = { .job_fd = -1 };
+	struct worker_cfg wcfg = { .job_fd = -1 };
 	struct sender *s = NULL;
 	struct cli cl;
 	int worker = 0, c, rc;
@@ -133,7 +133,7 @@ int main(int argc, char **argv)
 		wcfg.table = cfg.table;
 		wcfg.pool = cfg.pool;
 		wcfg.transport = cfg.transport;
-		rc = sworker_run(&wcfg, err, sizeof err);
+		rc = worker_run(&wcfg, err, sizeof err);
 		if (rc < 0) {
 			LOG(LOG_ERROR, "fatal: %s", err);
 			return rc == KVW_ENODEV ? KVW_EXIT_SKIP : KVW_EXIT_SYS;

@@ -12,11 +12,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
-#include "kvw.h"
 #include "render.h"
-#include "rtab.h"
-#include "runinfo.h"
+#include "base/kvw.h"
+#include "cli/cli.h"
+#include "cli/runinfo.h"
+#include "table/rtab.h"
 
 #define MAX_TABLES RUNINFO_MAX_MEMBERS
 #define PROG "kv-stat"

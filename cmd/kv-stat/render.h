@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "rtab.h"
+#include "table/rtab.h"
 
 /* One table to show: t is NULL when it could not be opened (error says
  * why). */

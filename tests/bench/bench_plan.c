@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "layout.h"
-#include "plan.h"
+#include "plan/layout.h"
+#include "plan/plan.h"
 
 #define NPAGES	   1000u
 #define POOL_PAGES 4096u

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "rtab.h"
+#include "table/rtab.h"
 
 #define ROOMS 10000u
 #define CAP 16384u

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "boot.h"
-#include "frame.h"
+#include "roles/boot.h"
+#include "wire/frame.h"
 
 #define NMAX (KVW_MAX_FRAMES + 1)
 #define EPOCH 0x1234u

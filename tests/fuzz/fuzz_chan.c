@@ -18,7 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "chan.h"
+#include "wire/chan.h"
 
 #define INPUT_MAX (256u * 1024u) /* longer inputs are ignored */
 #define SMALL_MAX (16u * 1024u)  /* cap for pieces under 64 bytes */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
+#include "wire/frame.h"
 
 #define NMAX (KVW_MAX_FRAMES + 1)
 

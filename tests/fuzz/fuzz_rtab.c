@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rtab.h"
+#include "table/rtab.h"
 
 #define CAP 16u
 #define PEERS 4u

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runinfo.h"
-#include "shape.h"
+#include "cli/runinfo.h"
+#include "plan/shape.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """e2e.py - small helpers for tests/bats/e2e.bats, the end-to-end tests of a
-whole kvwire group. Frames are packed as lib/frame.h documents (see
+whole kvwire group. Frames are packed as lib/wire/frame.h documents (see
 kvwfake.py). Needs Debian's /usr/bin/python3 (pyzmq).
 
   e2e.py fill POOL SEED

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """fake_decode.py - plays a decode rank (and the prefill engine) against a
-real kv-sender, packing frames exactly as lib/frame.h documents. Used by
+real kv-sender, packing frames exactly as lib/wire/frame.h documents. Used by
 tests/bats/sender.bats; run with Debian's /usr/bin/python3 (it has pyzmq).
 
 transfer: creates the decode pool file, binds a ROUTER for STATUS, sends

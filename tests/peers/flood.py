@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """flood.py - hostile peers for tests/bats/hostile.bats. Frames are packed as
-lib/frame.h documents (helpers shared with fake_decode.py). Needs Debian's
+lib/wire/frame.h documents (helpers shared with fake_decode.py). Needs Debian's
 /usr/bin/python3 (pyzmq).
 
   flood.py flood EP --target T --count N [--seed S]

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """kvwfake.py - Python stand-ins for the prefill side of kvwire, for tests of
 kv-receiver and kv-heartbeat, plus small clients (engine, control) and a room
-table reader. Frames are packed exactly as lib/frame.h documents: part 0 is
+table reader. Frames are packed exactly as lib/wire/frame.h documents: part 0 is
 the 32-byte little-endian header, part 1 the body, part 2 a packed array.
 Needs Debian's /usr/bin/python3 (pyzmq).
 

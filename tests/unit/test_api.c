@@ -22,10 +22,10 @@
 #include <zmq.h>
 
 #include "api.h"
-#include "frame.h"
-#include "pool.h"
-#include "rtab.h"
-#include "wire.h"
+#include "table/rtab.h"
+#include "wire/frame.h"
+#include "wire/wire.h"
+#include "xport/pool.h"
 
 static char err[512];
 

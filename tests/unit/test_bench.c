@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
-#include "layout.h"
-#include "plan.h"
-#include "shape.h"
+#include "kv-bench/bench.h"
+#include "plan/layout.h"
+#include "plan/plan.h"
+#include "plan/shape.h"
 
 static char err[256];
 

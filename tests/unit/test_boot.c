@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "boot.h"
-#include "frame.h"
+#include "roles/boot.h"
+#include "wire/frame.h"
 
 #define EPOCH 0x1122334455667788ull
 

@@ -1,5 +1,5 @@
 /*
- * test_chan.c - frames over a real socketpair (lib/chan.c), both ends in
+ * test_chan.c - frames over a real socketpair (lib/wire/chan.c), both ends in
  * this one thread, both non-blocking. Proved: a JOB, a JOB_DONE and a PONG
  * arrive in order, field for field; a JOB of KVW_MAX_COPIES copies (more
  * than the socket buffer) and small frames behind it are queued by
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chan.h"
+#include "wire/chan.h"
 
 /* ---- fixtures ---- */
 

@@ -16,10 +16,10 @@
 
 #include <string.h>
 
-#include "cli.h"
-#include "kvw.h"
-#include "log.h"
-#include "shape.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "cli/cli.h"
+#include "plan/shape.h"
 
 enum { O_LISTEN = 256, O_FLAG };
 

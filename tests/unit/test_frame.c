@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
+#include "wire/frame.h"
 
 /* ---- fixtures ---- */
 

@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout.h"
-#include "plan.h"
-#include "rankmap.h"
+#include "plan/layout.h"
+#include "plan/plan.h"
+#include "plan/rankmap.h"
 
 #define MAXB 256
 

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pool.h"
+#include "xport/pool.h"
 
 static char path_a[POOL_PATH_MAX + 1];
 

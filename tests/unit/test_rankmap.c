@@ -15,7 +15,7 @@
 
 #include <string.h>
 
-#include "rankmap.h"
+#include "plan/rankmap.h"
 
 static struct rankmap m;
 static char err[256];

@@ -11,8 +11,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "rankmap.h"
-#include "receiver_impl.h"
+#include "plan/rankmap.h"
+#include "roles/receiver_impl.h"
 
 static struct rx_room *room_for(struct kvw_topo pre, struct kvw_topo dec,
 				uint32_t dtp, uint32_t flags)

@@ -27,7 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "rtab.h"
+#include "table/rtab.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define UNDER_TSAN 1

@@ -22,8 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runinfo.h"
-#include "shape.h"
+#include "cli/runinfo.h"
+#include "plan/shape.h"
 
 static char err[512];
 

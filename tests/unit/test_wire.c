@@ -23,11 +23,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "frame.h"
-#include "pool.h"
-#include "proc.h"
-#include "receiver_impl.h"
-#include "wire.h"
+#include "base/proc.h"
+#include "roles/receiver_impl.h"
+#include "wire/frame.h"
+#include "wire/wire.h"
+#include "xport/pool.h"
 
 struct pair {
 	void *ctx, *router, *dealer;

@@ -22,9 +22,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "proc.h"
-#include "wire.h"
-#include "wpoll.h"
+#include "base/proc.h"
+#include "wire/wire.h"
+#include "wire/wpoll.h"
 
 struct pair {
 	void *ctx, *a, *b;

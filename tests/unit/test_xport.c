@@ -24,8 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pool.h"
-#include "xport.h"
+#include "xport/pool.h"
+#include "xport/xport.h"
 
 #define SRC_SIZE (64u * 1024)
 #define DST_SIZE (48u * 1024)

@@ -1,0 +1,757 @@
+/*
+ * bench.c - kv-bench's event loop (see bench.h). One simulated engine per
+ * prefill and decode member (a struct kvw_engine each); page indices are
+ * allocated per instance (every rank of an instance uses the same indices,
+ * as an engine's scheduler does). Each room in flight walks: RECV_BEGIN to
+ * every decode rank, SEND_BEGIN to every prefill rank, SEND_CHUNKs from each
+ * prefill rank once its room is WaitingForInput (or further), then waits for
+ * every decode rank to report Success (or one to report Failed, or the
+ * room's deadline), verifies, CLEARs both sides and frees its pages. Pages of
+ * a room that did not succeed are never reused in this run: a late copy
+ * could still land in them. Commands that meet a full queue (KVW_EAGAIN) are
+ * retried on the next pass; the loop only naps when a pass made no
+ * progress.
+ */
+#include "bench.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "base/proc.h"
+#include "cli/runinfo.h"
+
+#define MAX_RANKS 64u
+#define MAX_BUFS 4096u
+
+struct eng {
+	const struct runinfo_member *m;
+	struct kvw_engine *e;
+	struct kvw_buf *bufs;
+	struct bench_geom g;
+};
+
+/* Per-rank progress flags of one room. */
+#define F_SENT 0x1u   /* BEGIN accepted */
+#define F_READY 0x2u  /* prefill: room WaitingForInput or further */
+#define F_DONE 0x4u   /* prefill: last chunk sent / decode: Success */
+#define F_FAILED 0x8u /* the rank's room is Failed (or vanished) */
+#define F_CLEAR 0x10u /* CLEAR accepted */
+#define F_ABORT 0x20u /* decode: RECV_ABORT accepted */
+#define F_REL 0x40u   /* decode: the aborted room is releasable (or Success) */
+
+enum { R_IDLE, R_RUN, R_CLEAR };
+enum { O_NONE, O_SUCCESS, O_FAILED, O_STUCK, O_CORRUPT, O_ABORTED,
+       O_ABORT_STUCK };
+/* When an aborted room is aborted (--abort-frac): right after its
+ * RECV_BEGINs (before any SEND_BEGIN), after some of its chunks, or once
+ * its last chunk went out and the prefill is transferring (copies in
+ * flight), or already done. */
+enum { AB_NONE, AB_BEFORE, AB_BETWEEN, AB_COPYING };
+#define CANARY_SALT 0x63616e6172795f5fULL /* canary pattern key: id ^ salt */
+
+struct room {
+	int phase, outcome;
+	uint64_t id, deadline, t_begin, t_done;
+	uint32_t *src, *dst, src_aux, dst_aux;
+	uint8_t *pf, *df; /* flags per prefill / decode rank */
+	uint64_t *pe, *de; /* control epoch when that rank took the BEGIN */
+	uint32_t *cur;    /* prefill: pages sent so far */
+	uint8_t abort_at, aborted; /* AB_*; RECV_ABORT went to a decode rank */
+	uint32_t abort_pages;      /* AB_BETWEEN: pages sent before the abort */
+};
+
+/* Destination pages of an aborted room after it became releasable: they
+ * hold a canary pattern that must never change (a byte landing after the
+ * release would change it). */
+struct canary {
+	uint64_t key;
+	uint32_t *dst, dst_aux;
+};
+
+struct run {
+	const struct bench_config *c;
+	const char *boot;
+	struct eng p[MAX_RANKS], d[MAX_RANKS];
+	uint32_t np, nd;
+	struct bench_alloc pa, da, paux, daux;
+	struct room *rooms;
+	uint64_t rng, room_bytes, arng;
+	struct canary *can;
+	uint32_t ncan, capcan;
+	struct bench_result *res;
+	char *err;
+	size_t errlen;
+};
+
+static void plan_abort(struct run *r, struct room *x);
+static void canary_flush(struct run *r);
+
+static uint64_t next_id(struct run *r)
+{
+	uint64_t z;
+
+	do {
+		r->rng += 0x9e3779b97f4a7c15ULL;
+		z = r->rng;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+		z = (z ^ (z >> 31)) & 0x7fffffffffffffffULL;
+	} while (z == 0);
+	return z;
+}
+
+static int open_side(struct run *r, struct eng *x, const struct shape *s,
+		     int decode)
+{
+	const struct runinfo_member *m = x->m;
+	uint64_t need;
+	uint32_t n;
+	int rc;
+
+	x->bufs = calloc(MAX_BUFS, sizeof *x->bufs);
+	if (x->bufs == NULL)
+		return KVW_ENOMEM;
+	rc = shape_layout(s, &m->topo, &m->rank, decode, x->bufs, MAX_BUFS, &n,
+			  &need, r->err, r->errlen);
+	if (rc < 0)
+		return rc;
+	bench_geom_init(&x->g, s, &m->topo, &m->rank, x->bufs, n);
+	rc = kvw_engine_open(m->engine, m->table, m->pool, &x->e, r->err,
+			     r->errlen);
+	if (rc < 0)
+		return rc;
+	if (kvw_pool_size(x->e) < need) {
+		snprintf(r->err, r->errlen, "%s: pool %s has %llu bytes, the "
+			 "shape needs %llu: give kv-bench the group's shape "
+			 "flags", m->name, m->pool,
+			 (unsigned long long)kvw_pool_size(x->e),
+			 (unsigned long long)need);
+		return KVW_EINVAL;
+	}
+	return 0;
+}
+
+static int setup(struct run *r, const struct runinfo *ri)
+{
+	const struct bench_config *c = r->c;
+	uint32_t np = runinfo_nrole(ri, RUNINFO_PREFILL);
+	uint32_t nd = runinfo_nrole(ri, RUNINFO_DECODE), k;
+	int rc;
+
+	r->boot = runinfo_bootstrap(ri);
+	if ((c->prefill_ranks && c->prefill_ranks != np) ||
+	    (c->decode_ranks && c->decode_ranks != nd)) {
+		snprintf(r->err, r->errlen, "the group has %u prefill and %u "
+			 "decode members, not %u and %u", np, nd,
+			 c->prefill_ranks ? c->prefill_ranks : np,
+			 c->decode_ranks ? c->decode_ranks : nd);
+		return KVW_EINVAL;
+	}
+	if (!r->boot || np == 0 || nd == 0 || np > MAX_RANKS ||
+	    nd > MAX_RANKS) {
+		snprintf(r->err, r->errlen, "endpoints need a bootstrap and "
+			 "1..%u prefill and decode members (have %s, %u, %u)",
+			 MAX_RANKS, r->boot ? "bootstrap" : "no bootstrap", np,
+			 nd);
+		return KVW_EINVAL;
+	}
+	if (c->pages_per_room == 0 || c->pages_per_room > c->shape.pages ||
+	    c->pages_per_room > KVW_MAX_PAGES || c->chunk_pages == 0 ||
+	    c->concurrency == 0 || c->rooms == 0) {
+		snprintf(r->err, r->errlen, "need 1 <= pages-per-room <= %u "
+			 "(--pages), chunk-pages, concurrency and rooms >= 1",
+			 c->shape.pages);
+		return KVW_EINVAL;
+	}
+	for (k = 0; k < np; k++) {
+		r->p[k].m = runinfo_nth(ri, RUNINFO_PREFILL, k);
+		r->np = k + 1;
+		if ((rc = open_side(r, &r->p[k], &c->shape, 0)) < 0)
+			return rc;
+	}
+	for (k = 0; k < nd; k++) {
+		r->d[k].m = runinfo_nth(ri, RUNINFO_DECODE, k);
+		r->nd = k + 1;
+		if ((rc = open_side(r, &r->d[k], &c->shape, 1)) < 0)
+			return rc;
+		r->room_bytes += bench_room_bytes(&r->d[k].g, c->pages_per_room);
+	}
+	if (bench_alloc_init(&r->pa, c->shape.pages) ||
+	    bench_alloc_init(&r->da, c->shape.pages) ||
+	    bench_alloc_init(&r->paux, c->shape.aux_slots) ||
+	    bench_alloc_init(&r->daux, c->shape.aux_slots))
+		return KVW_ENOMEM;
+	r->rooms = calloc(c->concurrency, sizeof *r->rooms);
+	if (r->rooms == NULL)
+		return KVW_ENOMEM;
+	for (k = 0; k < c->concurrency; k++) {
+		struct room *x = &r->rooms[k];
+
+		x->src = calloc(c->pages_per_room, sizeof *x->src);
+		x->dst = calloc(c->pages_per_room, sizeof *x->dst);
+		x->cur = calloc(np, sizeof *x->cur);
+		x->pf = calloc(np, 1);
+		x->df = calloc(nd, 1);
+		x->pe = calloc(np, sizeof *x->pe);
+		x->de = calloc(nd, sizeof *x->de);
+		if (!x->src || !x->dst || !x->cur || !x->pf || !x->df ||
+		    !x->pe || !x->de)
+			return KVW_ENOMEM;
+	}
+	return 0;
+}
+
+static void teardown(struct run *r)
+{
+	for (uint32_t k = 0; k < r->np; k++) {
+		kvw_engine_close(&r->p[k].e);
+		free(r->p[k].bufs);
+	}
+	for (uint32_t k = 0; k < r->nd; k++) {
+		kvw_engine_close(&r->d[k].e);
+		free(r->d[k].bufs);
+	}
+	for (uint32_t k = 0; r->rooms && k < r->c->concurrency; k++) {
+		free(r->rooms[k].src);
+		free(r->rooms[k].dst);
+		free(r->rooms[k].cur);
+		free(r->rooms[k].pf);
+		free(r->rooms[k].df);
+		free(r->rooms[k].pe);
+		free(r->rooms[k].de);
+	}
+	free(r->rooms);
+	for (uint32_t i = 0; i < r->ncan; i++)
+		free(r->can[i].dst);
+	free(r->can);
+	bench_alloc_fini(&r->pa);
+	bench_alloc_fini(&r->da);
+	bench_alloc_fini(&r->paux);
+	bench_alloc_fini(&r->daux);
+}
+
+/* Takes pages and aux slots for a room and fills its source pages.
+ * Returns 1 when started, 0 when the pools are exhausted. */
+static int start_room(struct run *r, struct room *x, uint64_t now)
+{
+	uint32_t n = r->c->pages_per_room;
+
+	if (r->da.n < n || r->daux.n < 1)
+		canary_flush(r); /* checks released pages, then reuses them */
+	if (r->pa.n < n || r->da.n < n || r->paux.n < 1 || r->daux.n < 1)
+		return 0;
+	bench_alloc_take(&r->pa, n, x->src);
+	bench_alloc_take(&r->da, n, x->dst);
+	bench_alloc_take(&r->paux, 1, &x->src_aux);
+	bench_alloc_take(&r->daux, 1, &x->dst_aux);
+	x->id = next_id(r);
+	x->phase = R_RUN;
+	x->outcome = O_NONE;
+	x->deadline = now + (uint64_t)(r->c->room_timeout_s * 1e9);
+	memset(x->pf, 0, r->np);
+	memset(x->df, 0, r->nd);
+	memset(x->cur, 0, r->np * sizeof *x->cur);
+	plan_abort(r, x);
+	for (uint32_t k = 0; k < r->np && (r->c->verify || !r->c->no_fill); k++)
+		bench_fill(kvw_pool_base(r->p[k].e), &r->p[k].g, x->id, x->src,
+			   n, x->src_aux);
+	return 1;
+}
+
+/* ---- aborts (--abort-frac) and canaries ---------------------------- */
+
+static uint64_t abort_rnd(struct run *r)
+{
+	uint64_t z = r->arng += 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Decides whether and when the room just started is aborted. */
+static void plan_abort(struct run *r, struct room *x)
+{
+	uint32_t n = r->c->pages_per_room, cp = r->c->chunk_pages;
+	uint32_t full = n / cp; /* chunks before a possible short last one */
+
+	x->abort_at = AB_NONE;
+	x->aborted = 0;
+	x->abort_pages = 0;
+	if (!(r->c->abort_frac > 0) ||
+	    (double)(abort_rnd(r) >> 11) / 9007199254740992.0 >= r->c->abort_frac)
+		return;
+	x->abort_at = (uint8_t)(AB_BEFORE + abort_rnd(r) % 3);
+	if (x->abort_at == AB_BETWEEN) {
+		uint32_t k = (n + cp - 1) / cp; /* chunks carrying pages */
+
+		if (k < 2 || full < 1)
+			x->abort_at = AB_COPYING;
+		else
+			x->abort_pages = cp * (uint32_t)(1 + abort_rnd(r) %
+							 (k - 1));
+	}
+}
+
+/* 1 when the planned moment of the abort has come. */
+static int abort_due(struct run *r, struct room *x)
+{
+	struct kvw_room_status st;
+	uint32_t k;
+
+	for (k = 0; k < r->np; k++) {
+		if (x->pf[k] & F_FAILED)
+			continue;
+		if (x->abort_at == AB_BETWEEN && x->cur[k] < x->abort_pages)
+			return 0;
+		if (x->abort_at == AB_COPYING && !(x->pf[k] & F_DONE))
+			return 0;
+	}
+	if (x->abort_at != AB_COPYING)
+		return 1;
+	/* Copies in flight (Transferring), or already over. */
+	if (kvw_poll(r->p[0].e, x->id, &st) < 0)
+		return 0;
+	return st.state != KVW_BOOTSTRAPPING && st.state != KVW_WAITING;
+}
+
+/* Writes the canary over the destination pages of every decode rank and
+ * keeps them in the canary list. */
+static void canary_keep(struct run *r, const struct room *x)
+{
+	uint32_t n = r->c->pages_per_room;
+	struct canary *c;
+
+	for (uint32_t k = 0; k < r->nd; k++)
+		bench_fill(kvw_pool_base(r->d[k].e), &r->d[k].g,
+			   x->id ^ CANARY_SALT, x->dst, n, x->dst_aux);
+	if (r->ncan == r->capcan) {
+		uint32_t cap = r->capcan ? 2 * r->capcan : 16;
+
+		c = realloc(r->can, cap * sizeof *c);
+		if (!c)
+			return; /* out of memory: those pages stay out of use */
+		r->can = c;
+		r->capcan = cap;
+	}
+	c = &r->can[r->ncan];
+	c->dst = malloc(n * sizeof *c->dst);
+	if (!c->dst)
+		return;
+	memcpy(c->dst, x->dst, n * sizeof *c->dst);
+	c->key = x->id ^ CANARY_SALT;
+	c->dst_aux = x->dst_aux;
+	r->ncan++;
+}
+
+/* Checks every kept canary (a changed one counts as corrupt: a byte
+ * landed after its room was released) and gives the pages back. */
+static void canary_flush(struct run *r)
+{
+	uint32_t n = r->c->pages_per_room;
+
+	for (uint32_t i = 0; i < r->ncan; i++) {
+		struct canary *c = &r->can[i];
+		uint64_t bad = 0;
+
+		for (uint32_t k = 0; k < r->nd; k++)
+			bad += bench_verify(kvw_pool_base(r->d[k].e), &r->d[k].g,
+					    c->key, c->dst, n, c->dst_aux);
+		if (bad)
+			r->res->corrupt++;
+		bench_alloc_put(&r->da, n, c->dst);
+		bench_alloc_put(&r->daux, 1, &c->dst_aux);
+		free(c->dst);
+	}
+	r->ncan = 0;
+}
+
+/* Maps a send result: 1 accepted, 0 retry later, < 0 fatal. */
+static int sent(struct run *r, struct eng *x, int rc)
+{
+	if (rc == 0)
+		return 1;
+	if (rc == KVW_EAGAIN)
+		return 0;
+	snprintf(r->err, r->errlen, "%s: %s", x->m->name,
+		 kvw_engine_error(x->e));
+	return rc;
+}
+
+/* Sends what prefill rank k of room x can send now. Returns progress
+ * (> 0), 0, or a fatal error. */
+static int step_prefill(struct run *r, struct room *x, uint32_t k)
+{
+	const struct bench_config *c = r->c;
+	struct eng *p = &r->p[k];
+	struct kvw_room_status st;
+	uint32_t n = c->pages_per_room;
+	int rc, prog = 0;
+
+	if (x->aborted)
+		return 0; /* the engine stops sending once it aborted */
+	if (!(x->pf[k] & F_SENT)) {
+		rc = sent(r, p, kvw_send_begin(p->e, x->id, n, x->src_aux));
+		if (rc <= 0)
+			return rc;
+		x->pf[k] |= F_SENT;
+		x->pe[k] = kvw_control_epoch(p->e);
+		prog = 1;
+	}
+	if (c->eager)
+		x->pf[k] |= F_READY; /* the sender queues early chunks */
+	if (!(x->pf[k] & F_READY)) {
+		rc = kvw_poll(p->e, x->id, &st);
+		if (rc == KVW_ENOENT && kvw_control_epoch(p->e) != x->pe[k]) {
+			/* The BEGIN died with a kv-sender that restarted. */
+			x->pf[k] |= F_FAILED | F_DONE;
+			return 1;
+		}
+		if (rc < 0)
+			return prog;
+		if (st.state == KVW_FAILED || st.state == KVW_CLEARED) {
+			x->pf[k] |= F_FAILED | F_DONE;
+			return 1;
+		}
+		if (st.state == KVW_BOOTSTRAPPING)
+			return prog;
+		x->pf[k] |= F_READY;
+		prog = 1;
+	}
+	while (!(x->pf[k] & F_DONE)) {
+		uint32_t left = n - x->cur[k];
+		uint32_t len = left < c->chunk_pages ? left : c->chunk_pages;
+		int last = len == left &&
+			   !(c->zero_last && n % c->chunk_pages == 0 && len);
+
+		if (x->abort_at == AB_BETWEEN && x->cur[k] >= x->abort_pages)
+			break; /* the abort comes first */
+		rc = sent(r, p, kvw_send_chunk(p->e, x->id, x->src + x->cur[k],
+					       len, last));
+		if (rc <= 0)
+			return rc < 0 ? rc : prog;
+		x->cur[k] += len;
+		if (last)
+			x->pf[k] |= F_DONE;
+		prog = 1;
+	}
+	return prog;
+}
+
+/* Checks every decode rank's copy of a finished room. */
+static int intact(struct run *r, const struct room *x)
+{
+	for (uint32_t k = 0; k < r->nd; k++)
+		if (bench_verify(kvw_pool_base(r->d[k].e), &r->d[k].g, x->id,
+				 x->dst, r->c->pages_per_room, x->dst_aux))
+			return 0;
+	return 1;
+}
+
+/* Reads decode rank k's room: Success -> F_DONE; Failed, Cleared, or
+ * missing from a table whose owner restarted since it took the RECV_BEGIN
+ * (the command died with it) -> F_FAILED. */
+static void poll_decode(struct run *r, struct room *x, uint32_t k)
+{
+	struct kvw_room_status st;
+	int rc = kvw_poll(r->d[k].e, x->id, &st);
+
+	if (rc == KVW_ENOENT && kvw_control_epoch(r->d[k].e) != x->de[k])
+		x->df[k] |= F_FAILED;
+	else if (rc == 0 && st.state == KVW_SUCCESS)
+		x->df[k] |= F_DONE;
+	else if (rc == 0 && (st.state == KVW_FAILED || st.state == KVW_CLEARED))
+		x->df[k] |= F_FAILED;
+}
+
+/* An aborted room: RECV_ABORT to every decode rank, then waits until each
+ * shows its room releasable (every prefill target acked; Success counts:
+ * nothing can land after it), writes the canary and moves on to CLEAR; the
+ * room's deadline passing first makes it stuck. Returns progress, 0, or a
+ * fatal error. */
+static int step_aborted(struct run *r, struct room *x, uint64_t now)
+{
+	struct kvw_room_status st;
+	uint32_t k, rel = 0;
+	int rc, prog = 0;
+
+	for (k = 0; k < r->nd; k++) {
+		struct eng *d = &r->d[k];
+
+		if (!(x->df[k] & F_ABORT)) {
+			rc = sent(r, d, kvw_abort(d->e, x->id));
+			if (rc < 0)
+				return rc;
+			x->df[k] |= rc ? F_ABORT : 0;
+			prog |= rc;
+		}
+		if ((x->df[k] & (F_ABORT | F_REL)) == F_ABORT &&
+		    kvw_poll(d->e, x->id, &st) == 0 &&
+		    (st.state == KVW_SUCCESS ||
+		     (st.state == KVW_FAILED &&
+		      (st.flags & KVW_ROOM_F_RELEASABLE)))) {
+			x->df[k] |= F_REL;
+			prog = 1;
+		}
+		rel += (x->df[k] & F_REL) != 0;
+	}
+	if (rel == r->nd) {
+		canary_keep(r, x);
+		x->outcome = O_ABORTED;
+	} else if (now >= x->deadline) {
+		x->outcome = O_ABORT_STUCK;
+	} else {
+		return prog;
+	}
+	x->phase = R_CLEAR;
+	return 1;
+}
+
+/* Advances a running room; returns progress (> 0), 0, or a fatal error. */
+static int step_run(struct run *r, struct room *x, uint64_t now)
+{
+	uint32_t k, ok = 0;
+	int rc, prog = 0;
+
+	for (k = 0; k < r->nd; k++) {
+		struct eng *d = &r->d[k];
+
+		if (x->df[k] & F_SENT)
+			continue;
+		rc = sent(r, d, kvw_recv_begin(d->e, x->id, r->boot, 0, x->dst,
+					       r->c->pages_per_room,
+					       x->dst_aux));
+		if (rc < 0)
+			return rc;
+		x->df[k] |= rc ? F_SENT : 0;
+		if (rc)
+			x->de[k] = kvw_control_epoch(d->e);
+		if (rc && k == 0)
+			x->t_begin = proc_now_ns();
+		prog |= rc;
+	}
+	for (k = 0; k < r->nd; k++)
+		if (!(x->df[k] & F_SENT))
+			return prog; /* prefill begins after every RECV_BEGIN */
+	if (x->abort_at == AB_BEFORE)
+		x->aborted = 1;
+	for (k = 0; k < r->np; k++) {
+		rc = step_prefill(r, x, k);
+		if (rc < 0)
+			return rc;
+		prog |= rc;
+	}
+	if (x->abort_at && !x->aborted && abort_due(r, x))
+		x->aborted = 1;
+	if (x->aborted) {
+		rc = step_aborted(r, x, now);
+		return rc < 0 ? rc : (prog | rc);
+	}
+	for (k = 0; k < r->nd; k++) {
+		if (!(x->df[k] & (F_DONE | F_FAILED)))
+			poll_decode(r, x, k);
+		if (x->df[k] & F_FAILED)
+			x->outcome = O_FAILED;
+		ok += (x->df[k] & F_DONE) != 0;
+	}
+	if (x->outcome == O_NONE && ok == r->nd) {
+		x->t_done = proc_now_ns();
+		x->outcome = !r->c->verify || intact(r, x) ? O_SUCCESS
+							   : O_CORRUPT;
+	}
+	if (x->outcome == O_NONE && now >= x->deadline)
+		x->outcome = O_STUCK;
+	if (x->outcome != O_NONE) {
+		x->phase = R_CLEAR;
+		prog = 1;
+	}
+	return prog;
+}
+
+/* CLEARs every rank; returns 1 when all were sent, 0 to retry, < 0. */
+static int step_clear(struct run *r, struct room *x)
+{
+	int rc, all = 1;
+
+	for (uint32_t k = 0; k < r->nd + r->np; k++) {
+		struct eng *e = k < r->nd ? &r->d[k] : &r->p[k - r->nd];
+		uint8_t *f = k < r->nd ? &x->df[k] : &x->pf[k - r->nd];
+
+		if (*f & F_CLEAR)
+			continue;
+		rc = sent(r, e, kvw_clear(e->e, x->id));
+		if (rc < 0)
+			return rc;
+		*f |= rc ? F_CLEAR : 0;
+		all &= rc;
+	}
+	return all;
+}
+
+static void finish(struct run *r, struct room *x, struct bench_result *res)
+{
+	uint32_t n = r->c->pages_per_room;
+
+	res->rooms++;
+	res->inflight--;
+	switch (x->outcome) {
+	case O_SUCCESS:
+		res->success++;
+		res->bytes += r->room_bytes;
+		if (res->nlat < r->c->lat_cap)
+			r->c->lat_ns[res->nlat++] = x->t_done - x->t_begin;
+		break;
+	case O_CORRUPT:
+		res->corrupt++;
+		break;
+	case O_STUCK:
+		res->stuck++;
+		break;
+	case O_ABORT_STUCK:
+		res->stuck++;
+		/* fall through */
+	case O_ABORTED:
+		res->aborted++;
+		break;
+	default:
+		res->failed++;
+		break;
+	}
+	/* Pages of a room that did not complete stay out of use. */
+	if (x->outcome == O_ABORTED) {
+		/* Every prefill target acked: nothing reads its source pages
+		 * any more. The destination pages wait, under their canary,
+		 * in the canary list (see canary_keep). */
+		bench_alloc_put(&r->pa, n, x->src);
+		bench_alloc_put(&r->paux, 1, &x->src_aux);
+	}
+	if (x->outcome == O_SUCCESS || x->outcome == O_CORRUPT) {
+		bench_alloc_put(&r->pa, n, x->src);
+		bench_alloc_put(&r->da, n, x->dst);
+		bench_alloc_put(&r->paux, 1, &x->src_aux);
+		bench_alloc_put(&r->daux, 1, &x->dst_aux);
+	}
+	x->phase = R_IDLE;
+}
+
+/* Stopping early: one CLEAR per rank for every room in flight. */
+static void abandon(struct run *r)
+{
+	for (uint32_t i = 0; i < r->c->concurrency; i++) {
+		struct room *x = &r->rooms[i];
+
+		if (x->phase != R_IDLE)
+			step_clear(r, x);
+	}
+}
+
+/* Waits before the next pass over the tables, idle_ns after the last
+ * progress. Just after progress the next event is a ZMQ hop away (tens of
+ * microseconds): yield the CPU to the group's processes rather than sleep
+ * through it (a timer sleep costs a wakeup and, by default, 50 us of
+ * slack); a long idle stretch sleeps, growing up to 1 ms, so a bench
+ * waiting on slow rooms does not take a core the group needs. */
+static void nap(uint64_t idle_ns)
+{
+	struct timespec ts = { 0, 0 };
+
+	if (idle_ns < 200000) {
+		sched_yield();
+		return;
+	}
+	ts.tv_nsec = (long)(idle_ns / 8 < 1000000 ? idle_ns / 8 : 1000000);
+	nanosleep(&ts, NULL);
+}
+
+static int loop(struct run *r, bench_progress_fn *progress, void *arg,
+		struct bench_result *res)
+{
+	const struct bench_config *c = r->c;
+	uint64_t t0 = proc_now_ns(), last_cb = t0, last_prog = t0;
+	uint32_t launched = 0;
+	int rc = 0;
+
+	while (res->rooms < c->rooms && rc >= 0) {
+		uint64_t now = proc_now_ns();
+		int prog = 0;
+
+		for (uint32_t i = 0; i < c->concurrency && rc >= 0; i++) {
+			struct room *x = &r->rooms[i];
+
+			if (x->phase == R_IDLE && launched < c->rooms &&
+			    start_room(r, x, now)) {
+				launched++;
+				res->inflight++;
+				prog = 1;
+			}
+			if (x->phase == R_RUN)
+				rc = step_run(r, x, now);
+			if (rc >= 0 && x->phase == R_CLEAR &&
+			    (rc = step_clear(r, x)) > 0)
+				finish(r, x, res);
+			prog |= rc > 0;
+		}
+		if (rc < 0)
+			break;
+		if (res->inflight == 0 && launched < c->rooms) {
+			/* Every slot is idle: either a slot freed late in this
+			 * pass, or quarantined pages left too few for a room. */
+			if (start_room(r, &r->rooms[0], now)) {
+				launched++;
+				res->inflight++;
+				prog = 1;
+			} else {
+				res->failed += c->rooms - launched;
+				res->rooms += c->rooms - launched;
+				launched = c->rooms;
+			}
+		}
+		if (progress && now - last_cb >= 100000000ULL) {
+			res->seconds = (double)(now - t0) / 1e9;
+			last_cb = now;
+			if (progress(arg, res, c->rooms)) {
+				abandon(r);
+				break;
+			}
+		}
+		if (prog)
+			last_prog = now;
+		else
+			nap(now - last_prog);
+	}
+	canary_flush(r); /* the last look at every released page */
+	res->seconds = (double)(proc_now_ns() - t0) / 1e9;
+	return rc < 0 ? rc : 0;
+}
+
+int bench_run(const struct runinfo *ri, const struct bench_config *cfg,
+	      bench_progress_fn *progress, void *arg,
+	      struct bench_result *res, char *err, size_t errlen)
+{
+	struct run *r = calloc(1, sizeof *r);
+	int rc;
+
+	memset(res, 0, sizeof *res);
+	if (r == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	r->c = cfg;
+	r->err = err;
+	r->errlen = errlen;
+	r->rng = cfg->seeded ? cfg->seed : proc_epoch();
+	r->arng = r->rng ^ 0x61626f7274212121ULL;
+	r->res = res;
+	rc = setup(r, ri);
+	if (rc == KVW_ENOMEM)
+		snprintf(err, errlen, "out of memory");
+	if (rc == 0)
+		rc = loop(r, progress, arg, res);
+	teardown(r);
+	free(r);
+	return rc;
+}

@@ -1,0 +1,226 @@
+/*
+ * bench_copy.c - kv-bench copy (see bench_copy.h). Layout: each pool holds
+ * 2 x total_bytes cut into slots of one run (contiguous) or one page
+ * (scattered); a pass uses every other slot, in a shuffled order chosen
+ * independently for the source and the destination, so no two copied pages
+ * of the scattered pattern are adjacent on either side and no pass walks
+ * memory in address order.
+ */
+#include "bench_copy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_limit.h"
+#include "base/proc.h"
+#include "roles/worker.h"
+#include "xport/pool.h"
+#include "xport/xport.h"
+
+struct bc {
+	struct pool *src_rw, *src_ro, *dst;
+	struct xport *px, *dx; /* prefill side, decode side */
+	uint32_t src_id, dst_id;
+	struct xport_copy *copies;
+	struct bench_limit_span *spans;
+	uint32_t n;
+	char src_path[64], dst_path[64];
+};
+
+static uint64_t mix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* v[0..n) = 0, 2, 4, ... shuffled. */
+static void even_slots(uint32_t *v, uint32_t n, uint64_t *seed)
+{
+	for (uint32_t i = 0; i < n; i++)
+		v[i] = 2 * i;
+	for (uint32_t i = n; i > 1; i--) {
+		uint32_t j = (uint32_t)(mix(seed) % i), t = v[i - 1];
+
+		v[i - 1] = v[j];
+		v[j] = t;
+	}
+}
+
+static int build_list(struct bc *b, const struct bench_copy_cfg *c,
+		      uint64_t copy_bytes, char *err, size_t errlen)
+{
+	uint64_t seed = c->seed;
+	uint32_t *s = calloc(b->n, sizeof *s), *d = calloc(b->n, sizeof *d);
+	uint8_t *sb = pool_base(b->src_ro), *db = pool_base(b->dst);
+	int rc = 0;
+
+	b->copies = calloc(b->n, sizeof *b->copies);
+	b->spans = calloc(b->n, sizeof *b->spans);
+	if (!s || !d || !b->copies || !b->spans) {
+		snprintf(err, errlen, "out of memory (%u copies)", b->n);
+		rc = KVW_ENOMEM;
+		goto out;
+	}
+	even_slots(s, b->n, &seed);
+	even_slots(d, b->n, &seed);
+	for (uint32_t i = 0; i < b->n; i++) {
+		uint64_t so = (uint64_t)s[i] * copy_bytes;
+		uint64_t dof = (uint64_t)d[i] * copy_bytes;
+
+		b->copies[i] = (struct xport_copy){ so, dof, copy_bytes,
+						    b->src_id, b->dst_id };
+		b->spans[i] = (struct bench_limit_span){ db + dof, sb + so,
+							 copy_bytes };
+	}
+out:
+	free(s);
+	free(d);
+	return rc;
+}
+
+static int setup(struct bc *b, uint64_t copy_bytes, char *err, size_t errlen)
+{
+	uint8_t desc[KVW_MAX_DESC], own[KVW_MAX_DESC];
+	size_t desclen, ownlen;
+	uint32_t decode_id;
+	uint64_t size = 2ull * b->n * copy_bytes;
+	const struct xport_ops *shm = xport_find("shm");
+	int rc;
+
+	snprintf(b->src_path, sizeof b->src_path,
+		 "/dev/shm/kvwire.bench-copy-%d-src.pool", (int)getpid());
+	snprintf(b->dst_path, sizeof b->dst_path,
+		 "/dev/shm/kvwire.bench-copy-%d-dst.pool", (int)getpid());
+	(void)pool_unlink(b->src_path);
+	(void)pool_unlink(b->dst_path);
+	if ((rc = pool_create(b->src_path, size, &b->src_rw, err, errlen)) < 0 ||
+	    (rc = pool_create(b->dst_path, size, &b->dst, err, errlen)) < 0 ||
+	    (rc = pool_open(b->src_path, 0, &b->src_ro, err, errlen)) < 0)
+		return rc;
+	/* A pattern in the source, so the check after a pass means something. */
+	for (uint64_t i = 0; i < size / 8; i++)
+		((uint64_t *)pool_base(b->src_rw))[i] = i * 0x9e3779b97f4a7c15ULL;
+	memset(pool_base(b->dst), 0, size);
+	/* Decode side registers its pool; the prefill side registers its own
+	 * (read-only) and connects the decode one by descriptor. */
+	if ((rc = xport_open(shm, &b->dx, err, errlen)) < 0 ||
+	    (rc = xport_register(b->dx, b->dst, &decode_id, desc, sizeof desc,
+				 &desclen, err, errlen)) < 0 ||
+	    (rc = xport_open(shm, &b->px, err, errlen)) < 0 ||
+	    (rc = xport_register(b->px, b->src_ro, &b->src_id, own, sizeof own,
+				 &ownlen, err, errlen)) < 0)
+		return rc;
+	return xport_connect(b->px, desc, desclen, &b->dst_id, err, errlen);
+}
+
+static void teardown(struct bc *b)
+{
+	xport_close(&b->px);
+	xport_close(&b->dx);
+	pool_close(&b->src_ro);
+	pool_close(&b->src_rw);
+	pool_close(&b->dst);
+	if (b->src_path[0])
+		(void)pool_unlink(b->src_path);
+	if (b->dst_path[0])
+		(void)pool_unlink(b->dst_path);
+	free(b->copies);
+	free(b->spans);
+}
+
+/* One pass of the whole list through the transport, batch by batch as a
+ * worker sends it. */
+static int xport_pass(struct bc *b, char *err, size_t errlen)
+{
+	for (uint32_t i = 0; i < b->n; i += WORKER_BATCH) {
+		uint32_t k = b->n - i < WORKER_BATCH ? b->n - i : WORKER_BATCH;
+		int rc = xport_write_batch(b->px, b->copies + i, k, err, errlen);
+
+		if (rc < 0)
+			return rc;
+	}
+	return xport_wait(b->px, -1, err, errlen);
+}
+
+/* Transport passes for at least min_s; GiB/s into *gibs. */
+static int xport_timed(struct bc *b, uint64_t pass_bytes, double min_s,
+		       double *gibs, char *err, size_t errlen)
+{
+	uint64_t t0 = proc_now_ns(), t, passes = 0;
+	int rc;
+
+	do {
+		if ((rc = xport_pass(b, err, errlen)) < 0)
+			return rc;
+		passes++;
+		t = proc_now_ns() - t0;
+	} while (t < (uint64_t)(min_s * 1e9));
+	*gibs = (double)(pass_bytes * passes) / (1024.0 * 1024 * 1024) /
+		((double)t / 1e9);
+	return 0;
+}
+
+static int verify(const struct bc *b)
+{
+	for (uint32_t i = 0; i < b->n; i++)
+		if (memcmp(b->spans[i].dst, b->spans[i].src, b->spans[i].len))
+			return 0;
+	return 1;
+}
+
+int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
+		   char *err, size_t errlen)
+{
+	uint64_t copy_bytes = c->page_bytes *
+			      (c->pattern == BENCH_COPY_CONTIGUOUS ? c->run_pages
+								   : 1);
+	struct bc b = { 0 };
+	int rc;
+
+	memset(r, 0, sizeof *r);
+	if (c->page_bytes == 0 || c->run_pages == 0 || c->reps == 0 ||
+	    copy_bytes > c->total_bytes || c->total_bytes / copy_bytes > UINT32_MAX) {
+		snprintf(err, errlen, "need page bytes, run pages, reps >= 1 and "
+			 "one copy (%llu bytes) <= bytes per pass (%llu)",
+			 (unsigned long long)copy_bytes,
+			 (unsigned long long)c->total_bytes);
+		return KVW_EINVAL;
+	}
+	b.n = (uint32_t)(c->total_bytes / copy_bytes);
+	r->copies = b.n;
+	r->copy_bytes = copy_bytes;
+	r->bytes = (uint64_t)b.n * copy_bytes;
+	rc = setup(&b, copy_bytes, err, errlen);
+	if (rc == 0)
+		rc = build_list(&b, c, copy_bytes, err, errlen);
+	/* Untimed warm-up: faults in both sides' mappings. */
+	if (rc == 0)
+		rc = xport_pass(&b, err, errlen);
+	if (rc == 0) {
+		r->verified = verify(&b);
+		(void)bench_limit_memcpy(b.spans, b.n, 0);
+	}
+	for (uint32_t k = 0; rc == 0 && k < c->reps; k++) {
+		double before, x = 0, after;
+
+		before = bench_limit_memcpy(b.spans, b.n, c->min_s);
+		rc = xport_timed(&b, r->bytes, c->min_s, &x, err, errlen);
+		after = bench_limit_memcpy(b.spans, b.n, c->min_s);
+		r->before_gibs = before > r->before_gibs ? before : r->before_gibs;
+		r->after_gibs = after > r->after_gibs ? after : r->after_gibs;
+		r->xport_gibs = x > r->xport_gibs ? x : r->xport_gibs;
+	}
+	if (rc == 0) {
+		double lim = r->before_gibs > r->after_gibs ? r->before_gibs
+							    : r->after_gibs;
+
+		r->ratio = lim > 0 ? r->xport_gibs / lim : 0;
+	}
+	teardown(&b);
+	return rc;
+}

@@ -1,0 +1,52 @@
+/*
+ * bench_copy.h - kv-bench copy: the shm transport's bandwidth against a
+ * single-thread memcpy of the very same copy list, in one process and run.
+ * Two real pool files are made in /dev/shm; the "decode" one is registered
+ * through one shm transport instance and connected by its descriptor from a
+ * second ("prefill") instance that registered the source pool read-only,
+ * exactly as a sender worker does; the copies go through xport_write_batch
+ * in batches of WORKER_BATCH. The memcpy reference copies the same list
+ * between the same files' pages (through this process's own mappings of
+ * them), right before and right after the transport pass.
+ */
+#ifndef KVW_BENCH_COPY_H
+#define KVW_BENCH_COPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kvw.h"
+
+enum bench_copy_pattern {
+	BENCH_COPY_CONTIGUOUS, /* runs of run_pages consecutive pages */
+	BENCH_COPY_SCATTERED,  /* single pages, no two adjacent, any order */
+};
+
+struct bench_copy_cfg {
+	uint64_t page_bytes;   /* >= 1 */
+	uint32_t run_pages;    /* pages per run (contiguous), >= 1 */
+	enum bench_copy_pattern pattern;
+	uint64_t total_bytes;  /* bytes per pass (rounded down to whole runs) */
+	double min_s;          /* each timed measurement lasts at least this */
+	uint32_t reps;         /* memcpy / transport / memcpy rounds, >= 1 */
+	uint64_t seed;         /* order of the pages */
+};
+
+struct bench_copy_result {
+	uint64_t bytes;        /* per pass */
+	uint32_t copies;       /* per pass (after the pattern, not coalesced) */
+	uint64_t copy_bytes;   /* bytes of one copy */
+	double xport_gibs;     /* best transport pass, GiB/s */
+	double before_gibs;    /* best memcpy right before a transport pass */
+	double after_gibs;     /* best memcpy right after one */
+	double ratio;          /* xport / max(before, after) */
+	int verified;          /* 1: the destination held the source's bytes */
+};
+
+/* Runs the measurement. Pool files are removed before returning. Returns 0
+ * with *r, or KVW_EINVAL (bad cfg), KVW_ENOMEM, KVW_ESYS, or a transport
+ * error, with err saying why. */
+int bench_copy_run(const struct bench_copy_cfg *cfg,
+		   struct bench_copy_result *r, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,149 @@
+/*
+ * kvw.h - the few constants every kvwire module shares: error codes,
+ * process exit codes, room states and the caps that bound untrusted input.
+ * Nothing here allocates or does I/O; it is included by every lib/ header.
+ *
+ * Layer base (lib/base/): what every layer needs and nothing kvwire-specific
+ * beyond codes: the shared codes (kvw), the logger (log), process helpers
+ * (proc) and the id map (idmap). It includes no other layer; every other
+ * layer may include it.
+ */
+#ifndef KVW_H
+#define KVW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What libkvwire.so exports (it is built -fvisibility=hidden): the engine
+ * API of lib/api.h and the three names of codes below. The exported set is
+ * pinned by tests/api.exports. */
+#define KVW_API __attribute__((visibility("default")))
+
+/* Library errors: functions return 0 (or a count) on success and a negative
+ * KVW_E* on failure; detail goes into a caller-owned buffer. */
+enum kvw_err {
+	KVW_OK = 0,
+	KVW_EINVAL = -1,   /* bad argument or malformed input */
+	KVW_ENOMEM = -2,   /* allocation or table capacity exhausted */
+	KVW_ESYS = -3,     /* a system call failed; errno is kept */
+	KVW_ENOENT = -4,   /* no such room / peer / key */
+	KVW_EEXIST = -5,   /* already present */
+	KVW_ESTALE = -6,   /* generation or epoch no longer current */
+	KVW_ESTATE = -7,   /* transition not in the legal table */
+	KVW_EVERSION = -8, /* magic or version mismatch */
+	KVW_ETIMEDOUT = -9,
+	KVW_EAGAIN = -10,  /* try again later (not ready yet) */
+	KVW_ENODEV = -11,  /* hardware or runtime for a transport is missing */
+	KVW_ERANGE = -12,  /* index or length outside the registered region */
+};
+
+/* Returns a static string naming a KVW_E* code ("EINVAL", ...). */
+KVW_API const char *kvw_strerror(int err);
+
+/* The library's way to say why something failed: a one-line reason
+ * formatted into err[errlen] when err is given (NULL or errlen 0: nothing
+ * is written). kvw_errf returns rc, so a failure reads
+ * `return kvw_errf(err, errlen, KVW_EINVAL, "...", ...);`. */
+__attribute__((format(printf, 3, 4)))
+void kvw_seterr(char *err, size_t errlen, const char *fmt, ...);
+__attribute__((format(printf, 4, 5)))
+int kvw_errf(char *err, size_t errlen, int rc, const char *fmt, ...);
+
+/* Process exit codes (s6 convention; the table is in README.md). */
+enum kvw_exit {
+	KVW_EXIT_OK = 0,
+	KVW_EXIT_SKIP = 77,    /* no such device: transport unavailable */
+	KVW_EXIT_TIMEOUT = 99,
+	KVW_EXIT_USAGE = 100,
+	KVW_EXIT_SYS = 111,
+	KVW_EXIT_PEER = 102,   /* peer or supervisor gone */
+};
+
+/* Room states. The numbering of the first five is SGLang's KVPoll, so
+ * engines map them 1:1; CLEARED is kvwire's tombstone. */
+enum kvw_state {
+	KVW_FAILED = 0,
+	KVW_BOOTSTRAPPING = 1,
+	KVW_WAITING = 2,       /* WaitingForInput */
+	KVW_TRANSFERRING = 3,
+	KVW_SUCCESS = 4,
+	KVW_CLEARED = 5,
+	KVW_NSTATES = 6,
+};
+
+/* Returns "Failed", "Bootstrapping", ... or "?" for an out-of-range value. */
+KVW_API const char *kvw_state_str(unsigned state);
+
+/* Why a room failed: carried in the room table and in STATUS frames. */
+enum kvw_reason {
+	KVW_R_NONE = 0,
+	KVW_R_ABORTED = 1,      /* decode or engine asked for it */
+	KVW_R_TIMEOUT = 2,      /* its deadline passed */
+	KVW_R_PEER_DEAD = 3,    /* heartbeat misses */
+	KVW_R_PEER_RESTART = 4, /* the peer came back with a new epoch */
+	KVW_R_TRANSFER = 5,     /* a transport copy failed */
+	KVW_R_BAD_INDEX = 6,    /* a page index outside the registered pool */
+	KVW_R_LAYOUT = 7,       /* layouts do not pair */
+	KVW_R_WORKER_DIED = 8,
+	KVW_R_OWNER_RESTART = 9, /* the owning process restarted */
+	KVW_R_BOOTSTRAP = 10,   /* lookup at the bootstrap failed */
+	KVW_R_CLEARED = 11,     /* engine cleared a room that was still active */
+	KVW_NREASONS = 12,
+};
+
+/* Returns a short static text for a reason ("aborted", "timeout", ...). */
+KVW_API const char *kvw_reason_str(unsigned reason);
+
+/* Parallel topology of one engine instance (sizes) and one rank's place in
+ * it (coordinates). */
+struct kvw_topo {
+	uint32_t tp, pp, cp, dp;
+};
+struct kvw_coord {
+	uint32_t tp, pp, cp, dp;
+};
+
+/* What a buffer of a KV layout holds. */
+enum kvw_role {
+	KVW_ROLE_K = 0,
+	KVW_ROLE_V = 1,
+	KVW_ROLE_KV = 2,    /* MLA: one latent buffer per layer */
+	KVW_ROLE_AUX = 3,   /* per-request metadata, indexed by aux slot */
+	KVW_ROLE_STATE = 4, /* mamba/SWA state, indexed like pages */
+	KVW_NROLES = 5,
+};
+
+#define KVW_MODEL_MLA 0x1u
+
+/* Model shape that both sides must agree on or slice between. */
+struct kvw_model {
+	uint32_t page_tokens;    /* tokens per page */
+	uint32_t dtype;          /* element type code; 0 = unspecified */
+	uint32_t total_kv_heads; /* KV heads of the whole model */
+	uint32_t rank_kv_heads;  /* KV heads held by this rank */
+	uint32_t head_bytes;     /* bytes of one head of one token */
+	uint32_t flags;          /* KVW_MODEL_* */
+};
+
+/* One buffer of a KV layout: `pages` items of `item_len` bytes each,
+ * starting at `offset` in pool number `pool`. item_len is the bytes of one
+ * page (for AUX: of one slot). Draft layers carry their own layer ids. */
+struct kvw_buf {
+	uint32_t layer_id;
+	uint8_t role; /* enum kvw_role */
+	uint8_t pool;
+	uint64_t offset;
+	uint32_t item_len;
+	uint32_t pages;
+};
+
+/* Caps on anything an untrusted peer can state. Decoders reject larger
+ * counts before touching memory. */
+#define KVW_MAX_PAGES 65536u     /* page indices in one XFER_INFO / chunk */
+#define KVW_MAX_BUFFERS 1024u    /* buffers in one layout */
+#define KVW_MAX_STR 255u         /* endpoint, name and text strings */
+#define KVW_MAX_DESC 4096u       /* opaque transport descriptor bytes */
+#define KVW_MAX_COPIES 262144u   /* planned copies in one JOB */
+#define KVW_MAX_FRAMES 8u        /* frames in one message, header included */
+
+#endif

@@ -1,0 +1,236 @@
+/*
+ * cli.c - the command-line handling every kvwire program shares; see
+ * cli.h. The common options are appended to the program's own getopt_long
+ * table once, on the first cli_next call, and handled here so that each
+ * program rejects, reports and exits on them the same way.
+ */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kvw.h"
+#include "base/log.h"
+#include "plan/shape.h"
+
+/* The common options' vals, above every value cli_next returns. */
+enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE };
+
+void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
+	      struct shape *shape)
+{
+	memset(c, 0, sizeof *c);
+	c->prog = prog;
+	c->flags = flags;
+	c->ready_fd = -1;
+	c->log_level = log_level;
+	c->shape = shape;
+	optind = 0;
+}
+
+/* Fills c->table with own, then the common options of c->flags. Returns 0,
+ * or -1 when they do not fit (a program bug). */
+static int build(struct cli *c, const struct option *own)
+{
+	static const struct option common[] = {
+		{ "help", no_argument, NULL, O_HELP },
+		{ "ready-fd", required_argument, NULL, O_READY },
+		{ "log-level", required_argument, NULL, O_LOG },
+		{ "name", required_argument, NULL, O_NAME },
+	};
+	const unsigned want[] = { 0, CLI_READY_FD, CLI_LOG_LEVEL, CLI_NAME };
+	const char *sname;
+	int has, n = 0;
+
+	for (; own && own[n].name; n++) {
+		if (n == CLI_MAX_OPTS - 1)
+			return -1;
+		c->table[n] = own[n];
+	}
+	for (size_t i = 0; i < sizeof common / sizeof common[0]; i++) {
+		if (want[i] && !(c->flags & want[i]))
+			continue; /* --help (want 0) is always there */
+		if (n == CLI_MAX_OPTS - 1)
+			return -1;
+		c->table[n++] = common[i];
+	}
+	for (unsigned i = 0; (c->flags & CLI_SHAPE) &&
+			     (sname = shape_option_name(i, &has)); i++) {
+		if (n == CLI_MAX_OPTS - 1)
+			return -1;
+		c->table[n++] = (struct option){ sname, has ? required_argument
+							    : no_argument,
+						 NULL, O_SHAPE };
+	}
+	c->table[n] = (struct option){ NULL, 0, NULL, 0 };
+	return 0;
+}
+
+/* Applies one common option; returns 0 to go on, CLI_HELP, CLI_SHAPE_OPT
+ * or CLI_BAD. */
+static int common(struct cli *c, int v)
+{
+	char err[256];
+	uint32_t fd;
+
+	switch (v) {
+	case O_HELP:
+		return CLI_HELP;
+	case O_READY:
+		if (cli_u32(c->arg, 0, 1u << 20, &fd))
+			return cli_fatal(c->prog, CLI_BAD, "bad --ready-fd: %s",
+					 c->arg);
+		c->ready_fd = (int)fd;
+		return 0;
+	case O_LOG:
+		if ((c->log_level = log_level_parse(c->arg)) < 0)
+			return cli_fatal(c->prog, CLI_BAD, "bad --log-level: %s",
+					 c->arg);
+		c->log_level_arg = c->arg;
+		return 0;
+	case O_NAME:
+		c->name = c->arg;
+		return 0;
+	default: { /* O_SHAPE */
+		struct shape scratch;
+
+		if (!c->shape)
+			shape_default(&scratch);
+		if (shape_option(c->shape ? c->shape : &scratch, c->opt, c->arg,
+				 err, sizeof err) < 0)
+			return cli_fatal(c->prog, CLI_BAD, "%s", err);
+		return c->shape ? 0 : CLI_SHAPE_OPT;
+	}
+	}
+}
+
+int cli_next(struct cli *c, int argc, char **argv, const struct option *own)
+{
+	int v, idx, rc;
+
+	if (!c->table[0].name && build(c, own))
+		return cli_fatal(c->prog, CLI_BAD, "too many options");
+	opterr = 0;
+	for (;;) {
+		idx = -1;
+		v = getopt_long(argc, argv, ":", c->table, &idx);
+		if (v == -1)
+			break;
+		if (v == '?' || v == ':' || idx < 0)
+			return cli_fatal(c->prog, CLI_BAD, "%s: %s",
+					 v == ':' ? "option needs a value"
+						  : "unknown option",
+					 argv[optind - 1]);
+		c->opt = c->table[idx].name;
+		c->arg = optarg;
+		if (v < O_HELP)
+			return v;
+		if ((rc = common(c, v)) != 0)
+			return rc;
+	}
+	if (!(c->flags & CLI_OPERANDS) && optind < argc)
+		return cli_fatal(c->prog, CLI_BAD, "unexpected argument: %s",
+				 argv[optind]);
+	return CLI_END;
+}
+
+int cli_fatal(const char *prog, int code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s: fatal: %s\n", prog, msg);
+	return code;
+}
+
+int cli_bad(const struct cli *c, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	return cli_fatal(c->prog, KVW_EXIT_USAGE, "%s", msg);
+}
+
+int cli_exit_code(int rc)
+{
+	switch (rc) {
+	case 0: return KVW_EXIT_OK;
+	case KVW_EINVAL: return KVW_EXIT_USAGE;
+	case KVW_ENODEV: return KVW_EXIT_SKIP;
+	case KVW_ETIMEDOUT: return KVW_EXIT_TIMEOUT;
+	default: return KVW_EXIT_SYS;
+	}
+}
+
+void cli_log_init(const struct cli *c, const char *role, int idx)
+{
+	char tag[48];
+
+	snprintf(tag, sizeof tag, "%s%s%.20s", role, c->name ? "." : "",
+		 c->name ? c->name : "");
+	log_init(tag, idx, (enum log_level)c->log_level);
+}
+
+int cli_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	int hex = s && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+	unsigned long long v;
+	char *end;
+
+	/* strtoull would take a sign, blanks and (base 0) octal. */
+	if (!s || !(hex ? s[2] : s[0]) || !(hex ? isxdigit((unsigned char)s[2])
+					       : isdigit((unsigned char)s[0])))
+		return KVW_EINVAL;
+	errno = 0;
+	v = strtoull(hex ? s + 2 : s, &end, hex ? 16 : 10);
+	if (errno || *end || v < min || v > max)
+		return KVW_EINVAL;
+	*out = v;
+	return 0;
+}
+
+int cli_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+	uint64_t v;
+
+	if (cli_u64(s, min, max, &v))
+		return KVW_EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+int cli_double(const char *s, double min, double max, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s)
+		return KVW_EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	/* NaN fails both comparisons. */
+	if (errno || *end || !(v >= min && v <= max))
+		return KVW_EINVAL;
+	*out = v;
+	return 0;
+}
+
+int cli_seconds(const char *s, double min_s, double max_s, uint64_t *ns)
+{
+	double v;
+
+	if (cli_double(s, min_s, max_s, &v))
+		return KVW_EINVAL;
+	*ns = (uint64_t)(v * 1e9);
+	return 0;
+}

@@ -1,0 +1,103 @@
+/*
+ * cli.h - what every kvwire program's main() does the same way: the common
+ * options (--help, --ready-fd, --log-level, --name and the shape flags)
+ * merged into the program's own getopt_long table and applied here, strict
+ * number parsers, the one fatal-message form `prog: fatal: ...`, and the
+ * map from KVW_E* codes to the documented exit codes. It is the only lib/
+ * module that writes to stderr, and only for the programs' main(), which
+ * own stderr; nothing else in lib/ may call it.
+ *
+ * lib/cli/ is what the programs share (this module and runinfo, the run
+ * directory's endpoints file). It is built into build/<variant>/libkvwcli.a
+ * and linked into the programs only, never into libkvwire; it may include
+ * any layer.
+ */
+#ifndef KVW_CLI_H
+#define KVW_CLI_H
+
+#include <getopt.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct shape;
+
+/* Which common options a program takes (--help is always taken). */
+enum cli_flag {
+	CLI_READY_FD = 1u << 0,  /* --ready-fd N into ready_fd */
+	CLI_LOG_LEVEL = 1u << 1, /* --log-level L into log_level */
+	CLI_NAME = 1u << 2,      /* --name NAME into name */
+	CLI_SHAPE = 1u << 3,     /* the shape flags (shape_option) */
+	CLI_OPERANDS = 1u << 4,  /* operands allowed (argv[optind..]) */
+};
+
+/* What cli_next returns besides a program option's `val`, which must lie
+ * in [1, CLI_HELP) and not be '?' or ':'. */
+enum {
+	CLI_END = -1,      /* options done; with CLI_OPERANDS see optind */
+	CLI_HELP = 0x4000, /* --help: print usage to stdout, exit 0 */
+	CLI_BAD,           /* usage error, fatal line written: exit 100 */
+	CLI_SHAPE_OPT,     /* a valid shape flag, when shape is NULL */
+};
+
+#define CLI_MAX_OPTS 64
+
+/* Parse state of one program's command line; fill with cli_init. */
+struct cli {
+	const char *prog;          /* "kv-sender", the fatal lines' prefix */
+	unsigned flags;            /* enum cli_flag */
+	int ready_fd;              /* --ready-fd, -1 when not given */
+	int log_level;             /* enum log_level; --log-level or default */
+	const char *log_level_arg; /* --log-level as given, NULL if not */
+	const char *name;          /* --name, NULL if not given */
+	struct shape *shape;       /* CLI_SHAPE: flags applied here, or NULL */
+	const char *opt;           /* long name of the option just returned */
+	const char *arg;           /* its value, NULL when it takes none */
+	struct option table[CLI_MAX_OPTS]; /* own + common, built by cli_next */
+};
+
+/* Prepares c and restarts getopt (optind = 0, glibc). shape may be NULL:
+ * then each valid shape flag is returned as CLI_SHAPE_OPT (opt, arg set)
+ * for the program to apply later. */
+void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
+	      struct shape *shape);
+
+/* The next option of argv (getopt_long, so --opt=v and --opt v, any order;
+ * operands are moved to the end). Applies the common options itself and
+ * returns the program's own option `val` (c->opt, c->arg set), CLI_HELP,
+ * CLI_SHAPE_OPT, CLI_END, or CLI_BAD after writing one fatal line (unknown
+ * option, missing value, bad common value, or an operand without
+ * CLI_OPERANDS). own ends with a zeroed entry and must not list "help". */
+int cli_next(struct cli *c, int argc, char **argv, const struct option *own);
+
+/* Writes "prog: fatal: MESSAGE\n" to stderr; returns code, so that main()
+ * can `return cli_fatal(PROG, KVW_EXIT_USAGE, "bad --x: %s", v);`. */
+int cli_fatal(const char *prog, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* cli_fatal(c->prog, KVW_EXIT_USAGE, ...): a usage error of c's program;
+ * returns KVW_EXIT_USAGE (100). */
+int cli_bad(const struct cli *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* The exit code for a library result: 0 -> 0, KVW_EINVAL -> 100 (usage),
+ * KVW_ENODEV -> 77 (skip), KVW_ETIMEDOUT -> 99, any other -> 111. */
+int cli_exit_code(int rc);
+
+/* Calls log_init with role "ROLE" or "ROLE.NAME" (--name, cut at 20
+ * bytes), index idx (< 0: none) and c->log_level. */
+void cli_log_init(const struct cli *c, const char *role, int idx);
+
+/* Whole-string unsigned integers, decimal or 0x hex (no sign, no octal),
+ * in [min, max]. Return 0, or KVW_EINVAL with *out unchanged. */
+int cli_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int cli_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out);
+
+/* A whole-string decimal number in [min, max]; 0 or KVW_EINVAL (*out
+ * unchanged). */
+int cli_double(const char *s, double min, double max, double *out);
+
+/* Seconds, fractional, in [min_s, max_s] (min_s > 0), into *ns; 0 or
+ * KVW_EINVAL (*ns unchanged). */
+int cli_seconds(const char *s, double min_s, double max_s, uint64_t *ns);
+
+#endif

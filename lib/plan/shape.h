@@ -1,0 +1,74 @@
+/*
+ * shape.h - the model shape a kvwire group is started with (layers, page
+ * tokens, heads, ...) and the per-rank KV layout and pool size it implies.
+ * kv-sender, kv-receiver and kv-bench derive their layouts from the same
+ * flags through these functions, so both ends agree without a side channel.
+ */
+#ifndef KVW_SHAPE_H
+#define KVW_SHAPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kvw.h"
+
+struct shape {
+	uint32_t layers;       /* target layers of the whole model */
+	uint32_t draft_layers; /* speculative draft layers (decode only) */
+	uint32_t page_tokens;  /* tokens per page */
+	uint32_t kv_heads;     /* KV heads of the whole model */
+	uint32_t head_dim;     /* elements per head */
+	uint32_t dtype_bytes;  /* bytes per element (2 = bf16) */
+	uint32_t pages;        /* pages in each rank's pool */
+	uint32_t aux_slots;    /* per-request metadata slots */
+	uint32_t aux_bytes;    /* bytes per aux slot */
+	int mla;               /* 1: one latent KV buffer per layer */
+};
+
+/* The demo's realistic default: 32 layers, 16-token pages of 8 KV heads x
+ * 128 dims in bf16 (32 KiB per page per buffer), 512 pages, 256 aux slots
+ * of 64 bytes, no draft layers, MHA. */
+void shape_default(struct shape *s);
+
+/* Applies one long option of the shape ("layers", "draft-layers",
+ * "page-tokens", "heads", "head-dim", "dtype-bytes", "pages", "aux-slots",
+ * "aux-bytes", "mla" (value ignored, may be NULL)). Returns 1 when `name`
+ * is a shape option and was applied, 0 when it is not a shape option,
+ * KVW_EINVAL (with err) for a bad value. */
+int shape_option(struct shape *s, const char *name, const char *value,
+		 char *err, size_t errlen);
+
+/* The name of shape option i as shape_option takes it ("layers", ...,
+ * "mla"), NULL past the last; *takes_value is 0 only for "mla". For option
+ * tables that must not repeat the list. */
+const char *shape_option_name(unsigned i, int *takes_value);
+
+/* One line of --help text listing the shape options. */
+const char *shape_usage(void);
+
+/* The model summary of rank `c` of topology `t`: page_tokens, dtype code
+ * (= dtype_bytes), total and per-rank KV heads (heads are split over TP,
+ * replicated when fewer heads than ranks), head_bytes, MLA flag. */
+void shape_model(const struct shape *s, const struct kvw_topo *t,
+		 const struct kvw_coord *c, struct kvw_model *m);
+
+/* The layer range [*first, *first + *count) that PP stage c->pp of t->pp
+ * holds: an even split, the first (layers % pp) stages one layer more. */
+void shape_layers(const struct shape *s, const struct kvw_topo *t,
+		  const struct kvw_coord *c, uint32_t *first, uint32_t *count);
+
+/* Fills out[0..*n) with the layout of rank c (its PP stage's layers, draft
+ * layers when with_draft, one AUX buffer), all in pool 0, and *pool_bytes
+ * with the pool size it needs. Returns 0, KVW_ENOMEM (cap too small, *n =
+ * needed) or KVW_EINVAL with err. */
+int shape_layout(const struct shape *s, const struct kvw_topo *t,
+		 const struct kvw_coord *c, int with_draft,
+		 struct kvw_buf *out, uint32_t cap, uint32_t *n,
+		 uint64_t *pool_bytes, char *err, size_t errlen);
+
+/* Parses "A,B" (tp,pp) or "A,B,C,D" (tp,pp,cp,dp) into four u32 (missing
+ * trailing fields: 1 for sizes, 0 for coordinates as `fill` says).
+ * Returns 0 or KVW_EINVAL. */
+int shape_parse_quad(const char *s, uint32_t fill, uint32_t out[4]);
+
+#endif

@@ -1,0 +1,305 @@
+/*
+ * hbeat.c - the heartbeat loop of hbeat.h. One zmq_poll loop over one
+ * DEALER per peer; its timeout is the nearer of the next tick and the
+ * earliest outstanding PING's timeout, so the process sleeps in zmq_poll
+ * and wakes exactly when something is due. A PONG is matched to its peer
+ * by the socket it came on (each peer has its own DEALER); a PING is
+ * answered when any PONG arrives on that socket before its timeout.
+ */
+#include "hbeat.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/proc.h"
+#include "table/rtab.h"
+#include "wire/frame.h"
+#include "wire/wire.h"
+
+#define POLL_CAP_MS 1000
+#define DRAIN_MAX 256 /* messages taken from one peer per wakeup */
+
+#define HB_RETIRED 4u /* earlier epochs remembered per peer */
+
+struct hb_peer {
+	void *sock;
+	uint64_t sent_ns; /* an unanswered PING went out then; 0 = none */
+	char ep[RTAB_ENDPOINT_MAX];
+	uint64_t epoch;                /* last epoch this process heard */
+	uint64_t retired[HB_RETIRED];  /* epochs it had before */
+	uint32_t nretired;
+};
+
+struct hbeat {
+	struct rtab *tab;
+	void *ctx;
+	uint64_t interval_ns, timeout_ns;
+	uint32_t max_failures;
+	uint64_t epoch, seq;
+	struct hb_peer *peers; /* index = peer id - 1 */
+	uint32_t cap;
+};
+
+int hbeat_open(const struct hbeat_cfg *cfg, struct hbeat **out, char *err,
+	       size_t errlen)
+{
+	struct hbeat *h;
+	int rc;
+
+	*out = NULL;
+	if (!cfg->table || cfg->interval_ns < 50000000ull || cfg->max_failures < 1) {
+		snprintf(err, errlen, "need a table, interval >= 0.05 s, "
+			 "max failures >= 1");
+		return KVW_EINVAL;
+	}
+	h = calloc(1, sizeof *h);
+	if (!h) {
+		snprintf(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	h->interval_ns = cfg->interval_ns;
+	h->timeout_ns = cfg->ping_timeout_ns && cfg->ping_timeout_ns < cfg->interval_ns
+		      ? cfg->ping_timeout_ns : cfg->interval_ns;
+	h->max_failures = cfg->max_failures;
+	h->epoch = proc_epoch();
+	rc = rtab_open(cfg->table, 1, &h->tab, err, errlen);
+	if (rc)
+		goto fail;
+	h->cap = rtab_peer_capacity(h->tab);
+	h->peers = calloc(h->cap, sizeof *h->peers);
+	rc = KVW_ENOMEM;
+	if (!h->peers) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	h->ctx = zmq_ctx_new();
+	rc = KVW_ESYS;
+	if (!h->ctx) {
+		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		goto fail;
+	}
+	*out = h;
+	return 0;
+fail:
+	hbeat_close(&h);
+	return rc;
+}
+
+void hbeat_close(struct hbeat **hp)
+{
+	struct hbeat *h = hp ? *hp : NULL;
+
+	if (!h)
+		return;
+	for (uint32_t i = 0; h->peers && i < h->cap; i++)
+		wire_close(&h->peers[i].sock);
+	if (h->ctx)
+		zmq_ctx_term(h->ctx);
+	rtab_close(&h->tab);
+	free(h->peers);
+	free(h);
+	*hp = NULL;
+}
+
+/* The PING to peer id went unanswered. */
+static void miss(struct hbeat *h, uint32_t id)
+{
+	struct rtab_peer_view v;
+	int n = rtab_peer_miss(h->tab, id);
+
+	h->peers[id - 1].sent_ns = 0;
+	if (n < 0 || (uint32_t)n < h->max_failures)
+		return;
+	if (rtab_peer_get(h->tab, id, &v) != 0 || v.liveness == RTAB_PEER_DEAD)
+		return;
+	(void)rtab_peer_set_liveness(h->tab, id, RTAB_PEER_DEAD);
+	n = rtab_fail_peer(h->tab, id, KVW_R_PEER_DEAD, NULL, NULL);
+	LOG(LOG_WARN, "peer %u %s: dead after %u missed pings; %d rooms failed",
+	    id, v.endpoint, h->max_failures, n < 0 ? 0 : n);
+}
+
+/* Counts misses of every PING whose timeout passed. Returns the earliest
+ * timeout still pending (0 = none). */
+static uint64_t check_misses(struct hbeat *h, uint64_t now)
+{
+	uint64_t next = 0;
+
+	for (uint32_t i = 0; i < h->cap; i++) {
+		uint64_t due;
+
+		if (!h->peers[i].sent_ns)
+			continue;
+		due = h->peers[i].sent_ns + h->timeout_ns;
+		if (now >= due)
+			miss(h, i + 1);
+		else if (next == 0 || due < next)
+			next = due;
+	}
+	return next;
+}
+
+/* Sends one PING to every peer of the table that is not DEAD. */
+static void tick(struct hbeat *h, uint64_t now)
+{
+	struct rtab_peer_view v;
+	uint32_t cursor = 0;
+	char err[200];
+
+	h->seq++;
+	while (rtab_peer_next(h->tab, &cursor, &v) == 0) {
+		struct hb_peer *p;
+		struct frame_msg m;
+
+		/* DEAD peers are pinged too (their misses no longer count):
+		 * the PONG of one that came back revives it. */
+		if (v.id == 0 || v.id > h->cap)
+			continue;
+		p = &h->peers[v.id - 1];
+		if (!p->sock) {
+			p->sock = wire_socket(h->ctx, ZMQ_DEALER, 0, err, sizeof err);
+			if (!p->sock) {
+				LOG_RL(LOG_ERROR, "peer %s: %s", v.endpoint, err);
+				continue;
+			}
+			if (zmq_connect(p->sock, v.endpoint) != 0) {
+				LOG_RL(LOG_ERROR, "peer %s: connect: %s", v.endpoint,
+				       zmq_strerror(errno));
+				wire_close(&p->sock);
+				continue;
+			}
+			snprintf(p->ep, sizeof p->ep, "%s", v.endpoint);
+			LOG(LOG_INFO, "watching peer %u %s", v.id, v.endpoint);
+		}
+		frame_msg_init(&m, FRAME_PING, 0, h->seq, h->epoch);
+		/* A full queue (peer gone) is simply a PING that gets no PONG. */
+		if (wire_send(p->sock, &m, NULL, 0, err, sizeof err) != 0)
+			LOG(LOG_DEBUG, "peer %s: %s", p->ep, err);
+		p->sent_ns = now;
+	}
+}
+
+/* 1 when epoch is one peer p had before (then the message is stale);
+ * otherwise records it as p's current epoch, retiring the previous one. */
+static int retired(struct hb_peer *p, uint64_t epoch)
+{
+	if (epoch == 0 || epoch == p->epoch)
+		return 0;
+	for (uint32_t i = 0; i < HB_RETIRED; i++)
+		if (p->retired[i] == epoch)
+			return 1;
+	if (p->epoch)
+		p->retired[p->nretired++ % HB_RETIRED] = p->epoch;
+	p->epoch = epoch;
+	return 0;
+}
+
+static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
+{
+	int changed;
+
+	if (m->hdr.type != FRAME_PONG) {
+		rtab_counter_add(h->tab, RTAB_C_MALFORMED, 1);
+		LOG_RL(LOG_WARN, "peer %u sent %s: dropped", id,
+		       frame_type_str(m->hdr.type));
+		return;
+	}
+	h->peers[id - 1].sent_ns = 0;
+	if (retired(&h->peers[id - 1], m->hdr.epoch)) {
+		/* A reply of an earlier incarnation (epochs are random:
+		 * "older" means one this peer had before): dropped. */
+		rtab_counter_add(h->tab, RTAB_C_STALE, 1);
+		LOG_RL(LOG_INFO, "peer %u: PONG of retired epoch %016llx dropped",
+		       id, (unsigned long long)m->hdr.epoch);
+		return;
+	}
+	changed = rtab_peer_seen(h->tab, id, m->hdr.epoch, proc_now_ns());
+	if (changed == 1) {
+		int n = rtab_fail_peer(h->tab, id, KVW_R_PEER_RESTART, NULL, NULL);
+
+		LOG(LOG_WARN, "peer %u %s restarted (epoch %016llx); %d rooms failed",
+		    id, h->peers[id - 1].ep, (unsigned long long)m->hdr.epoch,
+		    n < 0 ? 0 : n);
+	}
+}
+
+/* Reads up to DRAIN_MAX messages waiting on peer id's socket (a peer that
+ * floods it cannot starve the ticks); KVW_ESYS if the socket died. */
+static int drain(struct hbeat *h, uint32_t id, char *err, size_t errlen)
+{
+	for (int k = 0; k < DRAIN_MAX; k++) {
+		struct wire_in in;
+		struct frame_msg m;
+		char why[200];
+		int rc = wire_recv(h->peers[id - 1].sock, 0, &in, &m, why,
+				   sizeof why);
+
+		if (rc == KVW_EAGAIN)
+			return 0;
+		if (rc == KVW_ESYS) {
+			snprintf(err, errlen, "%s", why);
+			return rc;
+		}
+		if (rc) {
+			rtab_counter_add(h->tab, RTAB_C_MALFORMED, 1);
+			LOG_RL(LOG_WARN, "peer %u: malformed message: %s", id, why);
+			continue;
+		}
+		pong(h, id, &m);
+		wire_in_release(&in);
+	}
+	return 0;
+}
+
+int hbeat_run(struct hbeat *h, char *err, size_t errlen)
+{
+	zmq_pollitem_t *items = calloc(h->cap, sizeof *items);
+	uint32_t *ids = calloc(h->cap, sizeof *ids);
+	uint64_t next_tick = proc_now_ns();
+	int rc = 0;
+
+	if (!items || !ids) {
+		snprintf(err, errlen, "out of memory");
+		rc = KVW_ENOMEM;
+		goto out;
+	}
+	LOG(LOG_INFO, "interval %.3f s, %u misses make a peer dead",
+	    (double)h->interval_ns / 1e9, h->max_failures);
+	while (!proc_stopping() && rc == 0) {
+		uint64_t now = proc_now_ns(), due;
+		int n = 0;
+
+		due = check_misses(h, now);
+		if (now >= next_tick) {
+			tick(h, now);
+			next_tick += h->interval_ns;
+			if (next_tick <= now) /* we fell behind: do not burst */
+				next_tick = now + h->interval_ns;
+			due = check_misses(h, now);
+		}
+		if (due == 0 || next_tick < due)
+			due = next_tick;
+		for (uint32_t i = 0; i < h->cap; i++)
+			if (h->peers[i].sock) {
+				items[n] = (zmq_pollitem_t){ .socket = h->peers[i].sock,
+							     .events = ZMQ_POLLIN };
+				ids[n++] = i + 1;
+			}
+		if (zmq_poll(items, n, proc_poll_ms(due, now, POLL_CAP_MS)) < 0) {
+			if (errno == EINTR)
+				continue;
+			snprintf(err, errlen, "zmq_poll: %s", zmq_strerror(errno));
+			rc = KVW_ESYS;
+			break;
+		}
+		for (int i = 0; i < n && rc == 0; i++)
+			if (items[i].revents & ZMQ_POLLIN)
+				rc = drain(h, ids[i], err, errlen);
+	}
+out:
+	free(items);
+	free(ids);
+	return rc;
+}

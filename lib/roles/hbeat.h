@@ -1,0 +1,44 @@
+/*
+ * hbeat.h - kv-heartbeat: watches the prefill peers in a control process's
+ * peer table. Every interval it sends PING to each peer that is not DEAD
+ * (one DEALER per endpoint, made on first use); a PONG within the ping
+ * timeout marks the peer seen (rtab_peer_seen); a PONG with a new epoch
+ * for a peer whose epoch was known means it restarted, and its non-terminal
+ * rooms fail (KVW_R_PEER_RESTART); an unanswered PING is a miss
+ * (rtab_peer_miss), and max_failures consecutive misses mark the peer DEAD
+ * and fail its non-terminal rooms (KVW_R_PEER_DEAD), matched by peer id.
+ * The heartbeat never inserts or clears rooms.
+ */
+#ifndef KVW_HBEAT_H
+#define KVW_HBEAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kvw.h"
+
+struct hbeat_cfg {
+	const char *table;        /* the owner's room table, opened writable */
+	uint64_t interval_ns;     /* >= 50 ms */
+	uint32_t max_failures;    /* >= 1 */
+	uint64_t ping_timeout_ns; /* 0 or more than interval: the interval */
+};
+
+struct hbeat; /* opaque */
+
+/* Maps the table (rtab_open writable) and makes the ZMQ context; no socket
+ * yet (peers come and go with the table). Returns 0 and *out (free with
+ * hbeat_close), KVW_EINVAL for a bad config, or the rtab_open error
+ * (KVW_ENOENT: no table at that path) with the reason in err. */
+int hbeat_open(const struct hbeat_cfg *cfg, struct hbeat **out, char *err,
+	       size_t errlen);
+
+/* Pings until proc_stopping() (SIGTERM/SIGINT). Returns 0 on a requested
+ * stop, KVW_ESYS with the reason in err if ZMQ failed. */
+int hbeat_run(struct hbeat *h, char *err, size_t errlen);
+
+/* Closes every socket (LINGER 0) and the context, unmaps the table, frees;
+ * accepts NULL, *h == NULL and a half-built object; sets *h = NULL. */
+void hbeat_close(struct hbeat **h);
+
+#endif

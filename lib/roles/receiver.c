@@ -1,0 +1,618 @@
+/*
+ * receiver.c - kv-receiver's setup, poll loop and message handlers (see
+ * receiver.h). One zmq_poll loop serves the engine ROUTER, the peer ROUTER,
+ * one DEALER per bootstrap and one per prefill peer; its timeout is the
+ * nearest of the room deadlines, the abort-ack deadlines and the bootstrap
+ * retry timers. Handlers get already-decoded frames; anything malformed is
+ * counted and warned about at a bounded rate and changes nothing.
+ */
+#include "receiver_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/proc.h"
+#include "wire/wire.h"
+#include "wire/wpoll.h"
+#include "xport/pool.h"
+#include "xport/xport.h"
+
+#define ROOM_CAPACITY 65536u
+#define PEER_CAPACITY 1024u
+#define ROOM_BUCKETS 16384u
+#define POLL_CAP_MS 1000
+#define DRAIN_MAX 256 /* messages taken from one socket per wakeup */
+
+static void bad_config(char *err, size_t errlen, const char *what)
+{
+	snprintf(err, errlen, "%s", what);
+}
+
+static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
+		      char *err, size_t errlen)
+{
+	char path[POOL_PATH_MAX + 1], e2[200];
+	const struct xport_ops *ops;
+	uint64_t pool_bytes = 0;
+	uint32_t id;
+	int existed = 0, rc;
+
+	rc = rtab_create(cfg->table, ROOM_CAPACITY, PEER_CAPACITY, r->epoch,
+			 &r->tab, &existed, e2, sizeof e2);
+	if (rc) {
+		snprintf(err, errlen, "table %s: %s", cfg->table, e2);
+		return rc;
+	}
+	if (existed) {
+		rc = rtab_fail_stale_owner(r->tab, r->epoch, NULL, NULL);
+		if (rc > 0)
+			LOG(LOG_WARN, "table %s: failed %d rooms of the previous owner",
+			    cfg->table, rc);
+	}
+	r->model = (struct kvw_model){ 0 };
+	shape_model(&r->shape, &r->topo, &r->rank, &r->model);
+	r->bufs = calloc(KVW_MAX_BUFFERS, sizeof *r->bufs);
+	if (!r->bufs) {
+		bad_config(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	rc = shape_layout(&r->shape, &r->topo, &r->rank, 1, r->bufs,
+			  KVW_MAX_BUFFERS, &r->nbufs, &pool_bytes, e2, sizeof e2);
+	if (rc) {
+		snprintf(err, errlen, "layout: %s", e2);
+		return rc == KVW_ENOMEM ? KVW_EINVAL : rc;
+	}
+	rc = pool_path_for(cfg->pool, path, sizeof path);
+	if (rc) {
+		snprintf(err, errlen, "pool name %s is not usable", cfg->pool);
+		return rc;
+	}
+	/* A restarted receiver keeps the pool its engine still maps and its
+	 * prefill peers' workers map by name (same size); else a fresh one. */
+	rc = pool_adopt(path, pool_bytes, &r->pool, &existed, e2, sizeof e2);
+	if (rc == 0 && existed)
+		LOG(LOG_INFO, "reusing pool %s", path);
+	if (rc) {
+		snprintf(err, errlen, "pool %s: %s", path, e2);
+		return rc;
+	}
+	ops = xport_find(r->transport);
+	if (!ops) {
+		snprintf(err, errlen, "unknown transport %s", r->transport);
+		return KVW_EINVAL;
+	}
+	rc = xport_open(ops, &r->xp, e2, sizeof e2);
+	if (rc == 0)
+		rc = xport_register(r->xp, r->pool, &id, r->desc, sizeof r->desc,
+				    &r->desclen, e2, sizeof e2);
+	if (rc) {
+		snprintf(err, errlen, "transport %s: %s", r->transport, e2);
+		return rc;
+	}
+	LOG(LOG_INFO, "pool %s: %llu bytes, %u buffers", path,
+	    (unsigned long long)pool_bytes, r->nbufs);
+	return 0;
+}
+
+static int open_sockets(struct receiver *r, char *err, size_t errlen)
+{
+	r->ctx = zmq_ctx_new();
+	if (!r->ctx) {
+		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		return KVW_ESYS;
+	}
+	r->engine_sock = wire_socket(r->ctx, ZMQ_ROUTER, 0, err, errlen);
+	if (!r->engine_sock || wire_bind(r->engine_sock, r->engine, 0600, err,
+					 errlen) != 0)
+		return KVW_ESYS;
+	r->peer_sock = wire_socket(r->ctx, ZMQ_ROUTER, 0, err, errlen);
+	if (!r->peer_sock || wire_bind(r->peer_sock, r->listen, 0, err,
+				       errlen) != 0)
+		return KVW_ESYS;
+	return 0;
+}
+
+int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
+		  char *err, size_t errlen)
+{
+	struct receiver *r;
+	int rc;
+
+	*out = NULL;
+	if (!cfg->listen || !cfg->engine || !cfg->table || !cfg->pool ||
+	    strlen(cfg->listen) > KVW_MAX_STR || strlen(cfg->engine) > KVW_MAX_STR) {
+		bad_config(err, errlen, "listen, engine, table and pool are required");
+		return KVW_EINVAL;
+	}
+	if (!cfg->topo.tp || !cfg->topo.pp || !cfg->topo.cp || !cfg->topo.dp ||
+	    cfg->rank.tp >= cfg->topo.tp || cfg->rank.pp >= cfg->topo.pp ||
+	    cfg->rank.cp >= cfg->topo.cp || cfg->rank.dp >= cfg->topo.dp) {
+		bad_config(err, errlen, "rank outside the topology");
+		return KVW_EINVAL;
+	}
+	r = calloc(1, sizeof *r);
+	if (!r) {
+		bad_config(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	snprintf(r->listen, sizeof r->listen, "%s", cfg->listen);
+	snprintf(r->engine, sizeof r->engine, "%s", cfg->engine);
+	snprintf(r->transport, sizeof r->transport, "%s",
+		 cfg->transport ? cfg->transport : "shm");
+	r->table_path = strdup(cfg->table);
+	r->pool_path = strdup(cfg->pool);
+	r->topo = cfg->topo;
+	r->rank = cfg->rank;
+	r->shape = cfg->shape;
+	r->timeout_ns = cfg->waiting_timeout_ns;
+	r->epoch = proc_epoch();
+	r->rnd = (uint32_t)(r->epoch | 1);
+	/* Abort tokens start at a random point: a restarted receiver never
+	 * reuses the tokens of its previous incarnation (short of a 2^-64
+	 * coincidence). */
+	r->abort_seq = r->epoch * 0x9e3779b97f4a7c15ULL;
+	r->my_rank = cfg->rank.tp;
+	r->all_cp_ranks = cfg->all_cp_ranks;
+	rc = KVW_ENOMEM;
+	if (!r->table_path || !r->pool_path ||
+	    receiver_rooms_init(&r->rooms, ROOM_BUCKETS) != 0) {
+		bad_config(err, errlen, "out of memory");
+		goto fail;
+	}
+	rc = open_state(r, cfg, err, errlen);
+	if (rc)
+		goto fail;
+	rc = open_sockets(r, err, errlen);
+	if (rc)
+		goto fail;
+	*out = r;
+	return 0;
+fail:
+	receiver_close(&r);
+	return rc;
+}
+
+void receiver_close(struct receiver **rp)
+{
+	struct receiver *r = rp ? *rp : NULL;
+
+	if (!r)
+		return;
+	for (uint32_t i = 0; i < r->nboots; i++)
+		receiver_boot_free(r->boots[i]);
+	for (uint32_t i = 0; i < r->npeers; i++) {
+		wire_close(&r->peers[i]->sock);
+		free(r->peers[i]);
+	}
+	free(r->boots);
+	free(r->peers);
+	wire_close(&r->engine_sock);
+	wire_close(&r->peer_sock);
+	if (r->ctx)
+		zmq_ctx_term(r->ctx);
+	receiver_rooms_free(&r->rooms);
+	xport_close(&r->xp);
+	pool_close(&r->pool);
+	rtab_close(&r->tab);
+	free(r->bufs);
+	free(r->table_path);
+	free(r->pool_path);
+	free(r);
+	*rp = NULL;
+}
+
+/* ---- engine messages ----------------------------------------------------- */
+
+/* The engine's page indices and aux slot must lie inside this rank's pool:
+ * a room naming anything outside fails at once (bad index) and nothing of
+ * it reaches a prefill rank. Returns 1 when the room was failed. */
+static int pages_outside(struct receiver *r, struct rx_room *room)
+{
+	char why[120];
+	uint32_t i;
+
+	for (i = 0; i < room->npages; i++)
+		if (room->pages[i] >= r->shape.pages)
+			break;
+	if (i < room->npages)
+		snprintf(why, sizeof why, "page index %u (position %u) outside "
+			 "the %u-page pool", room->pages[i], i, r->shape.pages);
+	else if (r->shape.aux_slots && room->aux_slot >= r->shape.aux_slots)
+		snprintf(why, sizeof why, "aux slot %u outside the %u slots",
+			 room->aux_slot, r->shape.aux_slots);
+	else
+		return 0;
+	rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
+	LOG_RL(LOG_WARN, "room %llu: RECV_BEGIN: %s", (unsigned long long)room->id,
+	       why);
+	receiver_room_fail(r, room, KVW_R_BAD_INDEX, why);
+	return 1;
+}
+
+static void recv_begin(struct receiver *r, const struct frame_msg *m)
+{
+	const struct frame_recv_begin *b = &m->u.recv_begin;
+	uint64_t id = m->hdr.room, deadline = rtab_now_ns() + r->timeout_ns;
+	struct rx_room *room = receiver_rooms_get(&r->rooms, id);
+	struct rtab_ref ref;
+	int rc;
+
+	if (room) {
+		int st = rtab_state(r->tab, room->ref);
+
+		if (st >= 0 && st != KVW_CLEARED) {
+			LOG_RL(LOG_WARN, "room %llu: RECV_BEGIN for a room that "
+			       "exists (%s): ignored", (unsigned long long)id,
+			       kvw_state_str((unsigned)st));
+			return;
+		}
+		receiver_room_free(receiver_rooms_del(&r->rooms, id));
+	}
+	rc = rtab_insert(r->tab, id, 0, deadline, &ref);
+	if (rc) {
+		LOG_RL(LOG_WARN, "room %llu: RECV_BEGIN: cannot insert: %s",
+		       (unsigned long long)id, kvw_strerror(rc));
+		return;
+	}
+	(void)rtab_set_expected(r->tab, ref, b->pages.n);
+	room = receiver_room_new(id, NULL, 0);
+	if (room && b->pages.n) {
+		room->pages = malloc((size_t)b->pages.n * sizeof *room->pages);
+		if (room->pages)
+			for (uint32_t i = 0; i < b->pages.n; i++)
+				room->pages[i] = frame_u32s_get(b->pages, i);
+		room->npages = b->pages.n;
+	}
+	if (!room || (b->pages.n && !room->pages)) {
+		receiver_room_free(room);
+		(void)rtab_fail(r->tab, ref, KVW_R_BOOTSTRAP);
+		LOG_ROOM(LOG_ERROR, id, "out of memory");
+		return;
+	}
+	room->ref = ref;
+	room->aux_slot = b->aux_slot;
+	room->prefill_dp = b->prefill_dp_rank;
+	snprintf(room->boot_ep, sizeof room->boot_ep, "%s", b->bootstrap);
+	receiver_rooms_put(&r->rooms, room);
+	if (r->next_deadline == 0 || deadline < r->next_deadline)
+		r->next_deadline = deadline;
+	LOG_ROOM(LOG_DEBUG, id, "RECV_BEGIN: %u pages via %s", room->npages,
+		 room->boot_ep);
+	if (!b->bootstrap[0]) {
+		receiver_room_fail(r, room, KVW_R_BOOTSTRAP, "no bootstrap address");
+		return;
+	}
+	if (pages_outside(r, room))
+		return;
+	receiver_boot_want(r, room);
+}
+
+static void engine_msg(struct receiver *r, const struct frame_msg *m)
+{
+	struct rx_room *room = receiver_rooms_get(&r->rooms, m->hdr.room);
+	struct rtab_ref ref;
+
+	switch (m->hdr.type) {
+	case FRAME_RECV_BEGIN:
+		recv_begin(r, m);
+		return;
+	case FRAME_RECV_ABORT:
+		if (room)
+			receiver_room_abort(r, room, KVW_R_ABORTED);
+		else
+			LOG_ROOM(LOG_DEBUG, m->hdr.room, "RECV_ABORT: unknown room");
+		return;
+	case FRAME_CLEAR:
+		if (room && !rtab_terminal((unsigned)rtab_state(r->tab, room->ref)))
+			receiver_room_abort(r, room, KVW_R_CLEARED);
+		if (rtab_lookup(r->tab, m->hdr.room, &ref) == 0)
+			(void)rtab_clear(r->tab, ref, KVW_R_CLEARED);
+		receiver_room_free(receiver_rooms_del(&r->rooms, m->hdr.room));
+		return;
+	default:
+		rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
+		LOG_RL(LOG_WARN, "engine sent %s: dropped",
+		       frame_type_str(m->hdr.type));
+	}
+}
+
+/* ---- peer messages -------------------------------------------------------- */
+
+static void status_msg(struct receiver *r, const struct frame_msg *m)
+{
+	struct rx_room *room = receiver_rooms_get(&r->rooms, m->hdr.room);
+	const struct frame_status *s = &m->u.status;
+	struct rx_target *t = NULL;
+	int st, rc;
+
+	st = room ? rtab_state(r->tab, room->ref) : KVW_ENOENT;
+	if (st < 0 || rtab_terminal((unsigned)st)) {
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "STATUS for a %s room: ignored",
+			 st < 0 ? "unknown" : kvw_state_str((unsigned)st));
+		return;
+	}
+	for (uint32_t i = 0; i < room->ntargets && !t; i++)
+		if (room->targets[i].unique == m->hdr.src_rank &&
+		    !room->targets[i].dummy && room->targets[i].peer)
+			t = &room->targets[i];
+	if (!t || !room->sent) {
+		rtab_counter_add(r->tab, RTAB_C_STALE, 1);
+		LOG_RL(LOG_WARN, "room %llu: STATUS from rank %u, not a target",
+		       (unsigned long long)m->hdr.room, m->hdr.src_rank);
+		return;
+	}
+	if (receiver_peer_seen(r, t->peer, m->hdr.epoch))
+		return; /* a retired epoch, or a restart: its rooms just failed */
+	if (s->state == KVW_FAILED && s->reason == KVW_R_PEER_RESTART)
+		t->peer->registered = 0; /* it does not know us (any more) */
+	if (s->state == KVW_FAILED) {
+		receiver_room_fail(r, room, s->reason ? s->reason : KVW_R_TRANSFER,
+				   s->text);
+		return;
+	}
+	rc = receiver_room_success(room, m->hdr.src_rank);
+	if (rc == RX_COMPLETE &&
+	    rtab_transition_if(r->tab, room->ref, RTAB_M_ACTIVE, KVW_SUCCESS,
+			       0, NULL) == 0) {
+		(void)rtab_pages_done_add(r->tab, room->ref, room->npages);
+		LOG_ROOM(LOG_DEBUG, room->id, "Success (%u of %u prefill ranks)",
+			 room->success.n, room->required_resp);
+	} else if (rc == RX_DUP) {
+		LOG_ROOM(LOG_DEBUG, room->id, "Success from rank %u again: "
+			 "counted once", m->hdr.src_rank);
+	} else if (rc == RX_COUNTED) {
+		LOG_ROOM(LOG_DEBUG, room->id, "Success from rank %u (%u of %u)",
+			 m->hdr.src_rank, room->success.n, room->required_resp);
+	}
+}
+
+static void ack_msg(struct receiver *r, const struct frame_msg *m)
+{
+	struct rx_room *room = receiver_rooms_get(&r->rooms, m->hdr.room);
+	int rc;
+
+	if (!room) {
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "ABORT_ACK for an unknown room");
+		return;
+	}
+	rc = receiver_room_ack(room, m->hdr.src_rank, m->u.abort_ack.token);
+	if (rc == RX_IGNORED) {
+		/* Unarmed, another arming's token (an older incarnation of
+		 * the room id), or not a target: it releases nothing. */
+		rtab_counter_add(r->tab, RTAB_C_STALE, 1);
+		LOG_ROOM(LOG_DEBUG, room->id, "ABORT_ACK from rank %u dropped: "
+			 "room %s", m->hdr.src_rank, room->armed ?
+			 "armed with another token" : "not armed");
+		return;
+	}
+	if (rc == RX_COMPLETE) {
+		room->ack_deadline_ns = 0;
+		(void)rtab_flags_or(r->tab, room->ref, RTAB_F_RELEASABLE);
+		LOG_ROOM(LOG_INFO, room->id, "every target acked the abort");
+	}
+}
+
+/* 0 when an ABORT_ACK carries a retired epoch of the target it names
+ * (dropped, counted stale), else 1. */
+static int ack_epoch_ok(struct receiver *r, const struct frame_msg *m)
+{
+	struct rx_room *room = receiver_rooms_get(&r->rooms, m->hdr.room);
+
+	for (uint32_t i = 0; room && i < room->ntargets; i++)
+		if (room->targets[i].unique == m->hdr.src_rank &&
+		    room->targets[i].peer)
+			return receiver_peer_seen(r, room->targets[i].peer,
+						  m->hdr.epoch) >= 0;
+	return 1;
+}
+
+/* p: the prefill peer whose DEALER this came on, NULL for the ROUTER. */
+static void peer_msg(struct receiver *r, void *sock, const struct wire_in *in,
+		     struct rx_peer *p, const struct frame_msg *m)
+{
+	struct frame_msg pong;
+	char err[160];
+
+	switch (m->hdr.type) {
+	case FRAME_PING:
+		frame_msg_init(&pong, FRAME_PONG, r->my_rank, m->hdr.room, r->epoch);
+		if (wire_send(sock, &pong, p ? NULL : in->id, p ? 0 : in->idlen,
+			      err, sizeof err) != 0)
+			LOG_RL(LOG_WARN, "PONG: %s", err);
+		receiver_sent_on(r, sock);
+		return;
+	case FRAME_PONG:
+		if (!p)
+			break; /* nobody is pinged through the ROUTER */
+		(void)receiver_peer_seen(r, p, m->hdr.epoch);
+		return;
+	case FRAME_STATUS:
+		status_msg(r, m);
+		return;
+	case FRAME_ABORT_ACK:
+		if (ack_epoch_ok(r, m))
+			ack_msg(r, m);
+		return;
+	default:
+		break;
+	}
+	rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
+	LOG_RL(LOG_WARN, "peer sent %s: dropped", frame_type_str(m->hdr.type));
+}
+
+/* ---- timers ---------------------------------------------------------------- */
+
+static void on_expired(void *arg, const struct rtab_view *v)
+{
+	struct receiver *r = arg;
+	struct rx_room *room = receiver_rooms_get(&r->rooms, v->room);
+
+	LOG_ROOM(LOG_WARN, v->room, "timed out");
+	if (room && room->ref.slot == v->ref.slot && room->ref.gen == v->ref.gen)
+		receiver_room_abort(r, room, KVW_R_TIMEOUT);
+}
+
+static void ack_timers(struct receiver *r, uint64_t now)
+{
+	uint64_t next = 0;
+
+	for (uint32_t k = 0; k < r->rooms.nb; k++)
+		for (struct rx_room *q = r->rooms.b[k]; q; q = q->hnext) {
+			if (!q->ack_deadline_ns)
+				continue;
+			if (q->ack_deadline_ns <= now) {
+				q->ack_deadline_ns = 0;
+				(void)rtab_flags_or(r->tab, q->ref, RTAB_F_RELEASABLE);
+				LOG_ROOM(LOG_WARN, q->id, "releasing with %u of %u "
+					 "abort acks", q->acked.n, q->ack_needed);
+			} else if (next == 0 || q->ack_deadline_ns < next) {
+				next = q->ack_deadline_ns;
+			}
+		}
+	r->next_ack_deadline = next;
+}
+
+/* Runs due timers; returns the poll timeout in ms. */
+static long timers(struct receiver *r)
+{
+	uint64_t now = rtab_now_ns(), next;
+
+	if (r->next_deadline && now >= r->next_deadline) {
+		(void)rtab_expire(r->tab, now, on_expired, r);
+		r->next_deadline = rtab_next_deadline(r->tab);
+	}
+	if (r->next_ack_deadline && now >= r->next_ack_deadline)
+		ack_timers(r, now);
+	if (r->npeers && now >= r->next_sync_ns) {
+		receiver_peers_sync(r);
+		r->next_sync_ns = now + RX_SYNC_NS;
+	}
+	next = receiver_boot_tick(r, now);
+	if (r->next_deadline && (next == 0 || r->next_deadline < next))
+		next = r->next_deadline;
+	if (r->next_ack_deadline && (next == 0 || r->next_ack_deadline < next))
+		next = r->next_ack_deadline;
+	if (r->npeers && (next == 0 || r->next_sync_ns < next))
+		next = r->next_sync_ns;
+	return proc_poll_ms(next, now, POLL_CAP_MS);
+}
+
+/* ---- the loop ---------------------------------------------------------------- */
+
+enum { SRC_ENGINE, SRC_PEER, SRC_BOOT, SRC_PREFILL };
+
+/* Reads what the socket in loop slot `slot` has; reaching its end marks
+ * the slot drained. Returns 0, or KVW_ESYS when it is gone. */
+static int drain(struct receiver *r, int kind, uint32_t idx, uint32_t slot,
+		 void *sock, char *err, size_t errlen)
+{
+	int router = kind == SRC_ENGINE || kind == SRC_PEER;
+
+	for (int n = 0; n < DRAIN_MAX; n++) {
+		struct wire_in in;
+		struct frame_msg m;
+		char why[200];
+		int rc = wire_recv(sock, router, &in, &m, why, sizeof why);
+
+		if (rc == KVW_EAGAIN) {
+			wpoll_drained(r->wp, slot);
+			return 0;
+		}
+		if (rc == KVW_ESYS) {
+			snprintf(err, errlen, "%s", why);
+			return KVW_ESYS;
+		}
+		if (rc) {
+			rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
+			LOG_RL(LOG_WARN, "malformed message dropped: %s", why);
+			continue;
+		}
+		if (kind == SRC_ENGINE)
+			engine_msg(r, &m);
+		else if (kind == SRC_BOOT)
+			receiver_boot_reply(r, r->boots[idx], &m);
+		else
+			peer_msg(r, sock, &in, kind == SRC_PREFILL ? r->peers[idx]
+								  : NULL, &m);
+		wire_in_release(&in);
+	}
+	return 0;
+}
+
+void receiver_sent_on(struct receiver *r, void *sock)
+{
+	if (r->wp)
+		wpoll_touch_sock(r->wp, sock);
+}
+
+/* Slots: engine, peer ROUTER, each bootstrap DEALER, each prefill DEALER
+ * (sockets only ever get added while running, never replaced). */
+static int watch(struct receiver *r, uint32_t *n, uint32_t *nb)
+{
+	uint32_t k = 0;
+
+	*nb = r->nboots;
+	*n = 2 + r->nboots + r->npeers;
+	if (*n > WPOLL_MAX)
+		return KVW_ERANGE;
+	if (wpoll_set(r->wp, k++, r->engine_sock) < 0 ||
+	    wpoll_set(r->wp, k++, r->peer_sock) < 0)
+		return KVW_ESYS;
+	for (uint32_t i = 0; i < r->nboots; i++)
+		if (wpoll_set(r->wp, k++, receiver_boot_sock(r->boots[i])) < 0)
+			return KVW_ESYS;
+	for (uint32_t i = 0; i < r->npeers; i++)
+		if (wpoll_set(r->wp, k++, r->peers[i]->sock) < 0)
+			return KVW_ESYS;
+	wpoll_truncate(r->wp, k);
+	return 0;
+}
+
+int receiver_run(struct receiver *r, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	LOG(LOG_INFO, "serving: listen %s, engine %s, epoch %016llx", r->listen,
+	    r->engine, (unsigned long long)r->epoch);
+	r->wp = wpoll_new();
+	if (!r->wp) {
+		snprintf(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	while (!proc_stopping()) {
+		long timeout = timers(r);
+		uint32_t n, nb;
+
+		if (watch(r, &n, &nb) < 0) {
+			snprintf(err, errlen, "cannot watch %u sockets", n);
+			rc = KVW_ESYS;
+			break;
+		}
+		if (wpoll_wait(r->wp, timeout) < 0) {
+			if (errno == EINTR)
+				continue;
+			snprintf(err, errlen, "poll: %s", strerror(errno));
+			rc = KVW_ESYS;
+			break;
+		}
+		for (uint32_t i = 0; i < n && rc == 0; i++) {
+			int kind = i == 0 ? SRC_ENGINE : i == 1 ? SRC_PEER
+				 : i < 2 + nb ? SRC_BOOT : SRC_PREFILL;
+			uint32_t idx = kind == SRC_BOOT ? i - 2 : i - 2 - nb;
+			void *sock = i == 0 ? r->engine_sock : i == 1 ? r->peer_sock
+				   : kind == SRC_BOOT ? receiver_boot_sock(r->boots[idx])
+				   : r->peers[idx]->sock;
+
+			if (wpoll_due(r->wp, i))
+				rc = drain(r, kind, idx, i, sock, err, errlen);
+		}
+		if (rc)
+			break;
+	}
+	wpoll_free(&r->wp);
+	LOG(LOG_INFO, "stopping: %u rooms held", r->rooms.n);
+	return rc;
+}

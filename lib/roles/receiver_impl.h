@@ -1,0 +1,231 @@
+/*
+ * receiver_impl.h - the private state of kv-receiver, shared by receiver.c
+ * (setup, poll loop, handlers), receiver_room.c (rooms, targets, the
+ * counting rules) and receiver_boot.c (the asynchronous bootstrap cache),
+ * and by the unit test. Not part of the library's public interface.
+ */
+#ifndef KVW_RECEIVER_IMPL_H
+#define KVW_RECEIVER_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "receiver.h"
+#include "plan/rankmap.h"
+#include "table/rtab.h"
+#include "wire/frame.h"
+
+/* A set of distinct u32 (prefill unique ranks), grown on demand. */
+struct receiver_rset {
+	uint32_t *v;
+	uint32_t n, cap;
+};
+
+/* Adds x: 1 if it was new, 0 if already present, KVW_ENOMEM. */
+int receiver_rset_add(struct receiver_rset *s, uint32_t x);
+int receiver_rset_has(const struct receiver_rset *s, uint32_t x);
+void receiver_rset_free(struct receiver_rset *s);
+
+struct rx_peer;
+struct rx_boot;
+
+#define RX_RETIRED 4u /* earlier epochs remembered per prefill peer */
+#define RX_SYNC_NS 100000000ull /* peer table check (heartbeat's view) */
+
+/* One prefill rank a room talks to. */
+struct rx_target {
+	struct kvw_coord coord;
+	uint32_t unique;       /* prefill unique rank (rankmap_unique) */
+	uint8_t dummy;         /* dummy XFER_INFO, no data, no STATUS */
+	uint32_t page_start;   /* its share of the room's pages */
+	uint32_t page_count;
+	struct rx_peer *peer;  /* NULL until the bootstrap resolved it */
+};
+
+/* Private state of one room (one incarnation in the table). */
+struct rx_room {
+	uint64_t id;
+	struct rtab_ref ref;
+	uint32_t *pages;
+	uint32_t npages;
+	uint32_t aux_slot, prefill_dp;
+	char boot_ep[FRAME_STR_SIZE];
+	struct rx_target *targets; /* NULL until the topology is known */
+	uint32_t ntargets;
+	uint32_t required_dst_info_num;
+	uint32_t required_resp;    /* required_prefill_response_num */
+	struct receiver_rset success; /* unique ranks that reported Success */
+	struct receiver_rset acked;   /* unique ranks that sent ABORT_ACK */
+	uint32_t ack_needed;  /* distinct unique ranks that got XFER_INFO */
+	int sent;             /* XFER_INFO went to every target */
+	int armed;            /* ABORT sent, waiting for acks */
+	uint64_t abort_token; /* this arming's token (ABORT carries it; an
+			       * ABORT_ACK counts only with it); 0: unarmed */
+	uint64_t ack_deadline_ns;
+	struct rx_room *hnext;
+};
+
+/* Results of the counting rules. */
+enum {
+	RX_IGNORED = 0,  /* not a target of this room (or a dummy reporting) */
+	RX_DUP = 1,      /* this rank was already counted */
+	RX_COUNTED = 2,  /* counted, more are needed */
+	RX_COMPLETE = 3, /* counted, the required number is reached */
+};
+
+/* Pure room bookkeeping (unit-tested). */
+struct rx_room *receiver_room_new(uint64_t id, const uint32_t *pages,
+				  uint32_t npages);
+void receiver_room_free(struct rx_room *room);
+/* Fills the room's targets from a computed map; unique ranks come from
+ * rankmap_unique(m->prefill, coord) (prefill_tp is used only when the map
+ * states no prefill topology). Returns 0, KVW_ENOMEM or KVW_EINVAL. */
+int receiver_room_set_targets(struct rx_room *room, const struct rankmap *m,
+			      uint32_t prefill_tp);
+/* A Success STATUS from unique rank src: RX_IGNORED unless src is a real
+ * (non-dummy) target; counts distinct ranks against required_resp. */
+int receiver_room_success(struct rx_room *room, uint32_t src);
+/* An ABORT_ACK from unique rank src (dummy targets included) carrying
+ * token: RX_IGNORED unless the room is armed, token is the arming's token
+ * (an ack of an older incarnation of the room id, or of an abort this room
+ * never sent, changes nothing) and src a target; RX_DUP for a rank that
+ * already acked; RX_COMPLETE when every target that got XFER_INFO acked.
+ * Returns KVW_ENOMEM on allocation failure. */
+int receiver_room_ack(struct rx_room *room, uint32_t src, uint64_t token);
+/* Arms the room for an abort with token (!= 0): acks counted so far are
+ * forgotten. Returns 0, or KVW_EINVAL for token 0 or a room armed already
+ * (nothing changed). */
+int receiver_room_arm(struct rx_room *room, uint64_t token);
+/* Marks XFER_INFO as sent to every target: ack_needed = distinct ranks. */
+void receiver_room_mark_sent(struct rx_room *room);
+
+/* Room map keyed by room id. */
+struct rx_rooms {
+	struct rx_room **b;
+	uint32_t nb; /* power of two */
+	uint32_t n;
+};
+int receiver_rooms_init(struct rx_rooms *h, uint32_t nbuckets);
+struct rx_room *receiver_rooms_get(const struct rx_rooms *h, uint64_t id);
+void receiver_rooms_put(struct rx_rooms *h, struct rx_room *room);
+/* Unlinks and returns the room, or NULL. */
+struct rx_room *receiver_rooms_del(struct rx_rooms *h, uint64_t id);
+void receiver_rooms_free(struct rx_rooms *h);
+
+/* Bootstrap retry backoff: the next delay after `prev_ms` (0 = first),
+ * doubling from 100 ms up to 500 ms, with jitter from `rnd`; always in
+ * [100, 500]. */
+uint32_t receiver_boot_backoff(uint32_t prev_ms, uint32_t rnd);
+
+/* ---- the running receiver ---------------------------------------- */
+
+/* One prefill rank the receiver has resolved. */
+struct rx_peer {
+	char ep[FRAME_STR_SIZE];
+	uint32_t id;      /* rtab peer id */
+	uint32_t unique;  /* its unique rank */
+	uint64_t epoch;   /* last epoch heard from it, 0 = none yet */
+	int registered;   /* REGISTER sent in this epoch */
+	void *sock;       /* outbound DEALER */
+	uint64_t retired[RX_RETIRED]; /* its earlier epochs (0: unused) */
+	uint32_t nretired;            /* epochs retired so far */
+	int dead;         /* its rooms were failed for a DEAD liveness */
+};
+
+/* What an epoch heard from a peer means (receiver_epoch_note). */
+enum {
+	RX_EP_CURRENT = 0, /* the recorded one (or the first one, now recorded) */
+	RX_EP_NEW = 1,     /* a new incarnation: recorded, the old one retired */
+	RX_EP_STALE = 2,   /* one of its retired epochs: drop the message */
+};
+
+/* Pure: classifies `epoch` (0 = none: CURRENT) for peer p and records a
+ * new one. Epochs are random, so "older" means "retired": one p had
+ * before; the last RX_RETIRED are remembered. */
+int receiver_epoch_note(struct rx_peer *p, uint64_t epoch);
+
+struct receiver {
+	struct wpoll *wp; /* the loop's sockets (receiver_run), else NULL */
+	char listen[FRAME_STR_SIZE];
+	char engine[FRAME_STR_SIZE];
+	char *table_path;
+	char *pool_path;
+	char transport[FRAME_STR_SIZE];
+	struct kvw_topo topo;
+	struct kvw_coord rank;
+	struct shape shape;
+	uint64_t timeout_ns;
+	uint64_t epoch;
+	uint32_t my_rank; /* header src_rank: the decode tp rank */
+	int all_cp_ranks; /* pull from every prefill CP rank */
+
+	struct rtab *tab;
+	struct pool *pool;
+	struct xport *xp;
+	uint8_t desc[KVW_MAX_DESC];
+	size_t desclen;
+	struct kvw_buf *bufs;
+	uint32_t nbufs;
+	struct kvw_model model;
+
+	void *ctx;
+	void *peer_sock;   /* ROUTER on listen */
+	void *engine_sock; /* ROUTER on engine */
+
+	struct rx_rooms rooms;
+	struct rx_boot **boots;
+	uint32_t nboots, capboots;
+	struct rx_peer **peers;
+	uint32_t npeers, cappeers;
+
+	uint64_t next_deadline; /* cached earliest room deadline, 0 = none */
+	uint64_t next_ack_deadline;
+	uint64_t next_sync_ns;  /* next receiver_peers_sync */
+	uint64_t abort_seq;     /* last abort token handed out */
+	uint32_t rnd;           /* jitter state */
+};
+
+/* receiver_room.c: sending and room transitions. */
+struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
+				  uint32_t unique, char *err, size_t errlen);
+/* A message from peer p carried epoch: records it; a changed epoch is a
+ * restart: the peer's rooms fail (KVW_R_PEER_RESTART), it is registered
+ * again before its next XFER_INFO. Returns 1 on a restart, 0 for its
+ * current epoch, -1 for a retired epoch (counted stale: drop the
+ * message). */
+int receiver_peer_seen(struct receiver *r, struct rx_peer *p, uint64_t epoch);
+/* Takes in what other processes wrote in the peer table (kv-heartbeat): a
+ * new epoch fails the peer's rooms (peer restart) and forces a new
+ * REGISTER; DEAD liveness fails them (peer dead). Rooms with several
+ * targets are covered here, not only those whose table peer id is p. */
+void receiver_peers_sync(struct receiver *r);
+/* Every target is resolved: REGISTER where needed, XFER_INFO to each,
+ * Bootstrapping -> WaitingForInput. */
+void receiver_room_send(struct receiver *r, struct rx_room *room);
+/* Fails the room (if not terminal) with reason, then arms it (RTAB_F_ARMED,
+ * a fresh token) BEFORE any ABORT leaves, then sends ABORT to every target
+ * (real and dummy) that got XFER_INFO; releasable at once if none did, else
+ * once every target acked (receiver.c) or at the release deadline (now +
+ * the waiting timeout) with a warning. A Success room is left alone; an
+ * armed one is not aborted twice. */
+void receiver_room_abort(struct receiver *r, struct rx_room *room,
+			 unsigned reason);
+void receiver_room_fail(struct receiver *r, struct rx_room *room,
+			unsigned reason, const char *why);
+uint32_t receiver_rand(struct receiver *r);
+
+/* receiver_boot.c: the bootstrap cache. */
+/* Queues the room on its bootstrap's resolution; may finish at once. */
+void receiver_boot_want(struct receiver *r, struct rx_room *room);
+/* A BOOT_REPLY arrived on bootstrap b's DEALER. */
+void receiver_boot_reply(struct receiver *r, struct rx_boot *b,
+			 const struct frame_msg *m);
+/* Resends due lookups; returns the earliest timer (0 = none). */
+uint64_t receiver_boot_tick(struct receiver *r, uint64_t now);
+void *receiver_boot_sock(const struct rx_boot *b);
+/* Tells the loop a message went out on sock (see wpoll.h): every send on a
+ * socket of the loop's set calls it. */
+void receiver_sent_on(struct receiver *r, void *sock);
+void receiver_boot_free(struct rx_boot *b);
+
+#endif

@@ -1,0 +1,532 @@
+/*
+ * receiver_room.c - kv-receiver's rooms: the private room record and map,
+ * the counting rules (distinct prefill ranks reporting Success against
+ * required_prefill_response_num; ABORT_ACKs from every target that got
+ * XFER_INFO), the prefill peer cache, and the messages a room sends to its
+ * targets (REGISTER once per peer epoch, XFER_INFO, ABORT). State changes
+ * go through the room table's compare-and-swap, so a room that another
+ * process (kv-heartbeat) already failed is never moved again.
+ */
+#include "receiver_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "wire/wire.h"
+
+/* ---- distinct rank sets ---------------------------------------------- */
+
+int receiver_rset_has(const struct receiver_rset *s, uint32_t x)
+{
+	for (uint32_t i = 0; i < s->n; i++)
+		if (s->v[i] == x)
+			return 1;
+	return 0;
+}
+
+int receiver_rset_add(struct receiver_rset *s, uint32_t x)
+{
+	if (receiver_rset_has(s, x))
+		return 0;
+	if (s->n == s->cap) {
+		uint32_t cap = s->cap ? 2 * s->cap : 4;
+		uint32_t *v = realloc(s->v, cap * sizeof *v);
+
+		if (!v)
+			return KVW_ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = x;
+	return 1;
+}
+
+void receiver_rset_free(struct receiver_rset *s)
+{
+	free(s->v);
+	memset(s, 0, sizeof *s);
+}
+
+/* ---- the room record -------------------------------------------------- */
+
+struct rx_room *receiver_room_new(uint64_t id, const uint32_t *pages,
+				  uint32_t npages)
+{
+	struct rx_room *room = calloc(1, sizeof *room);
+
+	if (!room)
+		return NULL;
+	room->id = id;
+	if (npages) {
+		room->pages = malloc((size_t)npages * sizeof *room->pages);
+		if (!room->pages) {
+			free(room);
+			return NULL;
+		}
+		memcpy(room->pages, pages, (size_t)npages * sizeof *pages);
+	}
+	room->npages = npages;
+	return room;
+}
+
+void receiver_room_free(struct rx_room *room)
+{
+	if (!room)
+		return;
+	receiver_rset_free(&room->success);
+	receiver_rset_free(&room->acked);
+	free(room->targets);
+	free(room->pages);
+	free(room);
+}
+
+int receiver_room_set_targets(struct rx_room *room, const struct rankmap *m,
+			      uint32_t prefill_tp)
+{
+	struct rx_target *t;
+
+	if (m->ntargets == 0 || m->ntargets > RANKMAP_MAX_TARGETS ||
+	    prefill_tp == 0)
+		return KVW_EINVAL;
+	t = calloc(m->ntargets, sizeof *t);
+	if (!t)
+		return KVW_ENOMEM;
+	for (uint32_t i = 0; i < m->ntargets; i++) {
+		const struct rankmap_target *g = &m->targets[i];
+
+		t[i].coord = g->coord;
+		t[i].unique = m->prefill.tp
+				  ? rankmap_unique(&m->prefill, &g->coord)
+				  : g->coord.pp * prefill_tp + g->coord.tp;
+		t[i].dummy = g->dummy;
+		if (rankmap_target_pages(m, i, room->npages, &t[i].page_start,
+					 &t[i].page_count) != 0) {
+			free(t);
+			return KVW_EINVAL;
+		}
+	}
+	free(room->targets);
+	room->targets = t;
+	room->ntargets = m->ntargets;
+	room->required_dst_info_num = m->required_dst_info_num;
+	room->required_resp = m->required_prefill_response_num;
+	return 0;
+}
+
+int receiver_room_success(struct rx_room *room, uint32_t src)
+{
+	int real = 0, rc;
+
+	for (uint32_t i = 0; i < room->ntargets; i++)
+		if (room->targets[i].unique == src && !room->targets[i].dummy)
+			real = 1;
+	if (!real)
+		return RX_IGNORED;
+	rc = receiver_rset_add(&room->success, src);
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return RX_DUP;
+	return room->success.n >= room->required_resp ? RX_COMPLETE
+						      : RX_COUNTED;
+}
+
+void receiver_room_mark_sent(struct rx_room *room)
+{
+	struct receiver_rset seen = { 0 };
+
+	room->sent = 1;
+	for (uint32_t i = 0; i < room->ntargets; i++)
+		(void)receiver_rset_add(&seen, room->targets[i].unique);
+	room->ack_needed = seen.n;
+	receiver_rset_free(&seen);
+}
+
+int receiver_room_arm(struct rx_room *room, uint64_t token)
+{
+	if (token == 0 || room->armed)
+		return KVW_EINVAL;
+	receiver_rset_free(&room->acked);
+	room->abort_token = token;
+	room->armed = 1;
+	return 0;
+}
+
+int receiver_room_ack(struct rx_room *room, uint32_t src, uint64_t token)
+{
+	int target = 0, rc;
+
+	if (!room->armed || !room->sent || token != room->abort_token)
+		return RX_IGNORED;
+	for (uint32_t i = 0; i < room->ntargets; i++)
+		if (room->targets[i].unique == src)
+			target = 1;
+	if (!target)
+		return RX_IGNORED;
+	rc = receiver_rset_add(&room->acked, src);
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return RX_DUP;
+	return room->acked.n >= room->ack_needed ? RX_COMPLETE : RX_COUNTED;
+}
+
+/* ---- the room map --------------------------------------------------------- */
+
+static uint32_t room_hash(uint64_t id, uint32_t nb)
+{
+	id ^= id >> 33;
+	id *= 0xff51afd7ed558ccdULL;
+	id ^= id >> 33;
+	return (uint32_t)id & (nb - 1);
+}
+
+int receiver_rooms_init(struct rx_rooms *h, uint32_t nbuckets)
+{
+	memset(h, 0, sizeof *h);
+	if (nbuckets == 0 || (nbuckets & (nbuckets - 1)))
+		return KVW_EINVAL;
+	h->b = calloc(nbuckets, sizeof *h->b);
+	if (!h->b)
+		return KVW_ENOMEM;
+	h->nb = nbuckets;
+	return 0;
+}
+
+struct rx_room *receiver_rooms_get(const struct rx_rooms *h, uint64_t id)
+{
+	struct rx_room *p = h->b[room_hash(id, h->nb)];
+
+	while (p && p->id != id)
+		p = p->hnext;
+	return p;
+}
+
+void receiver_rooms_put(struct rx_rooms *h, struct rx_room *room)
+{
+	uint32_t k = room_hash(room->id, h->nb);
+
+	room->hnext = h->b[k];
+	h->b[k] = room;
+	h->n++;
+}
+
+struct rx_room *receiver_rooms_del(struct rx_rooms *h, uint64_t id)
+{
+	struct rx_room **pp = &h->b[room_hash(id, h->nb)];
+
+	while (*pp && (*pp)->id != id)
+		pp = &(*pp)->hnext;
+	if (!*pp)
+		return NULL;
+	struct rx_room *room = *pp;
+	*pp = room->hnext;
+	room->hnext = NULL;
+	h->n--;
+	return room;
+}
+
+void receiver_rooms_free(struct rx_rooms *h)
+{
+	for (uint32_t k = 0; h->b && k < h->nb; k++) {
+		struct rx_room *p = h->b[k];
+
+		while (p) {
+			struct rx_room *next = p->hnext;
+
+			receiver_room_free(p);
+			p = next;
+		}
+	}
+	free(h->b);
+	memset(h, 0, sizeof *h);
+}
+
+/* ---- peers --------------------------------------------------------------- */
+
+uint32_t receiver_rand(struct receiver *r)
+{
+	/* xorshift32: jitter only, no secrecy needed. */
+	uint32_t x = r->rnd ? r->rnd : 0x9e3779b9u;
+
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	r->rnd = x;
+	return x;
+}
+
+struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
+				  uint32_t unique, char *err, size_t errlen)
+{
+	struct rx_peer *p;
+	uint32_t id;
+	int rc;
+
+	for (uint32_t i = 0; i < r->npeers; i++)
+		if (strcmp(r->peers[i]->ep, ep) == 0)
+			return r->peers[i];
+	rc = rtab_peer_upsert(r->tab, ep, 0, &id, NULL);
+	if (rc) {
+		snprintf(err, errlen, "peer table: %s for %.120s",
+			 kvw_strerror(rc), ep);
+		return NULL;
+	}
+	if (r->npeers == r->cappeers) {
+		uint32_t cap = r->cappeers ? 2 * r->cappeers : 8;
+		struct rx_peer **v = realloc(r->peers, cap * sizeof *v);
+
+		if (!v) {
+			snprintf(err, errlen, "out of memory");
+			return NULL;
+		}
+		r->peers = v;
+		r->cappeers = cap;
+	}
+	p = calloc(1, sizeof *p);
+	if (!p) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	snprintf(p->ep, sizeof p->ep, "%s", ep);
+	p->id = id;
+	p->unique = unique;
+	p->sock = wire_socket(r->ctx, ZMQ_DEALER, 0, err, errlen);
+	if (!p->sock)
+		goto fail;
+	if (zmq_connect(p->sock, ep) != 0) {
+		snprintf(err, errlen, "connect %.120s: %s", ep,
+			 zmq_strerror(zmq_errno()));
+		goto fail;
+	}
+	r->peers[r->npeers++] = p;
+	LOG(LOG_INFO, "prefill peer %u: %s (rank %u)", id, ep, unique);
+	return p;
+fail:
+	wire_close(&p->sock);
+	free(p);
+	return NULL;
+}
+
+/* Fails every non-terminal room that has p among its targets. */
+static void fail_rooms_of(struct receiver *r, struct rx_peer *p,
+			  unsigned reason)
+{
+	for (uint32_t k = 0; k < r->rooms.nb; k++)
+		for (struct rx_room *q = r->rooms.b[k]; q; q = q->hnext)
+			for (uint32_t i = 0; i < q->ntargets; i++)
+				if (q->targets[i].peer == p) {
+					if (rtab_fail(r->tab, q->ref, reason) == 0)
+						LOG_ROOM(LOG_WARN, q->id,
+							 "failed: %s (%s)",
+							 kvw_reason_str(reason),
+							 p->ep);
+					break;
+				}
+}
+
+int receiver_epoch_note(struct rx_peer *p, uint64_t epoch)
+{
+	if (epoch == 0 || epoch == p->epoch)
+		return RX_EP_CURRENT;
+	for (uint32_t i = 0; i < RX_RETIRED; i++)
+		if (p->retired[i] == epoch)
+			return RX_EP_STALE;
+	if (p->epoch == 0) {
+		p->epoch = epoch;
+		return RX_EP_CURRENT;
+	}
+	p->retired[p->nretired++ % RX_RETIRED] = p->epoch;
+	p->epoch = epoch;
+	return RX_EP_NEW;
+}
+
+/* p came back as a new incarnation (or died): what was sent to the old
+ * one is lost, so its rooms fail and it must be registered again. */
+static void peer_lost(struct receiver *r, struct rx_peer *p, unsigned reason)
+{
+	p->registered = 0;
+	fail_rooms_of(r, p, reason);
+}
+
+int receiver_peer_seen(struct receiver *r, struct rx_peer *p, uint64_t epoch)
+{
+	uint64_t was = p->epoch;
+	int k = receiver_epoch_note(p, epoch);
+
+	if (k == RX_EP_STALE) {
+		rtab_counter_add(r->tab, RTAB_C_STALE, 1);
+		LOG_RL(LOG_INFO, "prefill peer %s: message of its retired epoch "
+		       "%016llx dropped", p->ep, (unsigned long long)epoch);
+		return -1;
+	}
+	if (epoch)
+		(void)rtab_peer_seen(r->tab, p->id, epoch, rtab_now_ns());
+	if (k == RX_EP_CURRENT)
+		return 0;
+	LOG(LOG_WARN, "prefill peer %s restarted (epoch %016llx -> %016llx)",
+	    p->ep, (unsigned long long)was, (unsigned long long)epoch);
+	peer_lost(r, p, KVW_R_PEER_RESTART);
+	return 1;
+}
+
+static void peer_sync(struct receiver *r, struct rx_peer *p)
+{
+	struct rtab_peer_view v;
+	uint64_t was = p->epoch;
+
+	if (rtab_peer_get(r->tab, p->id, &v) != 0)
+		return;
+	if (receiver_epoch_note(p, v.epoch) == RX_EP_NEW) {
+		LOG(LOG_WARN, "prefill peer %s has a new epoch %016llx (was "
+		    "%016llx): its rooms fail, it is registered again", p->ep,
+		    (unsigned long long)v.epoch, (unsigned long long)was);
+		peer_lost(r, p, KVW_R_PEER_RESTART);
+	}
+	if (v.liveness != RTAB_PEER_DEAD) {
+		p->dead = 0;
+	} else if (!p->dead) {
+		p->dead = 1;
+		LOG(LOG_WARN, "prefill peer %s is dead: its rooms fail", p->ep);
+		peer_lost(r, p, KVW_R_PEER_DEAD);
+	}
+}
+
+void receiver_peers_sync(struct receiver *r)
+{
+	for (uint32_t i = 0; i < r->npeers; i++)
+		peer_sync(r, r->peers[i]);
+}
+
+/* Before talking to p: take in a restart or death another process saw. */
+static void peer_refresh(struct receiver *r, struct rx_peer *p)
+{
+	peer_sync(r, p);
+	if (p->dead) {
+		/* Give it another chance: it may be back (same endpoint). */
+		(void)rtab_peer_set_liveness(r->tab, p->id, RTAB_PEER_UNKNOWN);
+		p->dead = 0;
+	}
+}
+
+static int peer_send(struct receiver *r, struct rx_peer *p,
+		     const struct frame_msg *m)
+{
+	char err[160];
+	int rc = wire_send(p->sock, m, NULL, 0, err, sizeof err);
+
+	receiver_sent_on(r, p->sock);
+	if (rc)
+		LOG_RL(LOG_WARN, "to %s: %s", p->ep, err);
+	return rc;
+}
+
+static int peer_register(struct receiver *r, struct rx_peer *p)
+{
+	struct frame_msg m;
+	struct frame_register *g = &m.u.reg;
+
+	frame_msg_init(&m, FRAME_REGISTER, r->my_rank, 0, r->epoch);
+	g->coord = r->rank;
+	g->topo = r->topo;
+	snprintf(g->endpoint, sizeof g->endpoint, "%s", r->listen);
+	snprintf(g->transport, sizeof g->transport, "%s", r->transport);
+	g->desc.p = r->desc;
+	g->desc.len = (uint32_t)r->desclen;
+	g->model = r->model;
+	g->bufs = frame_bufs_of(r->bufs, r->nbufs);
+	if (peer_send(r, p, &m) != 0)
+		return -1;
+	p->registered = 1;
+	LOG(LOG_DEBUG, "REGISTER sent to %s", p->ep);
+	return 0;
+}
+
+void receiver_room_fail(struct receiver *r, struct rx_room *room,
+			unsigned reason, const char *why)
+{
+	if (rtab_fail(r->tab, room->ref, reason) == 0)
+		LOG_ROOM(LOG_WARN, room->id, "failed: %s%s%s",
+			 kvw_reason_str(reason), why ? ": " : "", why ? why : "");
+}
+
+void receiver_room_send(struct receiver *r, struct rx_room *room)
+{
+	struct frame_msg m;
+	uint32_t first_real = 0;
+
+	if (rtab_state(r->tab, room->ref) != KVW_BOOTSTRAPPING)
+		return; /* aborted, expired or failed meanwhile */
+	for (uint32_t i = 0; i < room->ntargets; i++) {
+		struct rx_target *t = &room->targets[i];
+
+		peer_refresh(r, t->peer);
+		if (!t->peer->registered && peer_register(r, t->peer) != 0) {
+			receiver_room_fail(r, room, KVW_R_TRANSFER,
+					   "REGISTER not sent");
+			return;
+		}
+	}
+	for (uint32_t i = 0; i < room->ntargets; i++) {
+		struct rx_target *t = &room->targets[i];
+		struct frame_xfer_info *x = &m.u.xfer_info;
+
+		frame_msg_init(&m, FRAME_XFER_INFO, r->my_rank, room->id,
+			       r->epoch);
+		x->aux_slot = room->aux_slot;
+		x->required_dst_info_num = room->required_dst_info_num;
+		x->dummy = t->dummy;
+		if (!t->dummy)
+			x->pages = frame_u32s_of(room->pages + t->page_start,
+						 t->page_count);
+		if (peer_send(r, t->peer, &m) != 0) {
+			receiver_room_mark_sent(room); /* abort what went out */
+			receiver_room_abort(r, room, KVW_R_TRANSFER);
+			return;
+		}
+		if (!t->dummy && first_real == 0)
+			first_real = t->peer->id;
+	}
+	receiver_room_mark_sent(room);
+	(void)rtab_set_peer(r->tab, room->ref, first_real);
+	if (rtab_transition_if(r->tab, room->ref, RTAB_M(KVW_BOOTSTRAPPING),
+			       KVW_WAITING, 0, NULL) == 0)
+		LOG_ROOM(LOG_DEBUG, room->id, "WaitingForInput (%u targets)",
+			 room->ntargets);
+}
+
+void receiver_room_abort(struct receiver *r, struct rx_room *room,
+			 unsigned reason)
+{
+	struct frame_msg m;
+	int st;
+
+	(void)rtab_fail(r->tab, room->ref, reason);
+	st = rtab_state(r->tab, room->ref);
+	if (st != KVW_FAILED || room->armed)
+		return; /* Success stays; an armed room already sent ABORT */
+	do
+		r->abort_seq++;
+	while (r->abort_seq == 0);
+	(void)receiver_room_arm(room, r->abort_seq);
+	/* Armed before any ABORT leaves, so an ack can never beat it. */
+	(void)rtab_flags_or(r->tab, room->ref, RTAB_F_ARMED);
+	if (!room->sent || room->ack_needed == 0) {
+		(void)rtab_flags_or(r->tab, room->ref, RTAB_F_RELEASABLE);
+		return;
+	}
+	for (uint32_t i = 0; i < room->ntargets; i++) {
+		frame_msg_init(&m, FRAME_ABORT, r->my_rank, room->id, r->epoch);
+		m.u.abort.reason = reason;
+		m.u.abort.token = room->abort_token;
+		(void)peer_send(r, room->targets[i].peer, &m);
+	}
+	room->ack_deadline_ns = rtab_now_ns() + r->timeout_ns;
+	if (r->next_ack_deadline == 0 ||
+	    room->ack_deadline_ns < r->next_ack_deadline)
+		r->next_ack_deadline = room->ack_deadline_ns;
+	LOG_ROOM(LOG_INFO, room->id, "ABORT (%s) sent to %u targets",
+		 kvw_reason_str(reason), room->ntargets);
+}

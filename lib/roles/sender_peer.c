@@ -1,0 +1,400 @@
+/*
+ * sender_peer.c - kv-sender's decode peers: REGISTER (store the peer's
+ * layout and descriptor, build the plan from this rank's layout to its),
+ * XFER_INFO (a room's destination), ABORT (fail, then ack once drained)
+ * and PING on the peer ROUTER, plus the cached outbound DEALER per peer
+ * endpoint that carries STATUS and ABORT_ACK back. A decode is known by
+ * the (src_rank, epoch) of the header its REGISTER carried; anything from
+ * an unknown decode is counted as malformed and changes nothing.
+ */
+#include "sender_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/proc.h"
+
+static struct sender_peer *peer_by_endpoint(struct sender *s, const char *ep)
+{
+	for (uint32_t i = 0; i < s->npeers; i++)
+		if (strcmp(s->peers[i]->endpoint, ep) == 0)
+			return s->peers[i];
+	return NULL;
+}
+
+static struct sender_peer *peer_by_hdr(struct sender *s,
+				       const struct frame_hdr *h)
+{
+	for (uint32_t i = 0; i < s->npeers; i++)
+		if (s->peers[i]->epoch == h->epoch &&
+		    s->peers[i]->src_rank == h->src_rank)
+			return s->peers[i];
+	return NULL;
+}
+
+static void malformed(struct sender *s, const struct frame_msg *m,
+		      const char *why)
+{
+	rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
+	LOG_RL(LOG_WARN, "peer %s (rank %u, room %llu): %s",
+	       frame_type_str(m->hdr.type), m->hdr.src_rank,
+	       (unsigned long long)m->hdr.room, why);
+}
+
+/* Builds p->plan from this rank's layout to the peer's. On error p->plan
+ * stays NULL and p->why says why. */
+static void peer_plan(struct sender *s, struct sender_peer *p,
+		      const struct frame_register *r)
+{
+	struct kvw_buf *dbufs = NULL;
+	uint64_t dsize[1] = { 0 }, ssize[1] = { s->pool_bytes };
+	struct plan_side src = { &s->model, s->bufs, s->nbufs, ssize, 1 };
+	struct plan_side dst = { &p->model, NULL, r->bufs.n, dsize, 1 };
+	struct plan_heads heads;
+	int rc;
+
+	p->why[0] = '\0';
+	if (strcmp(r->transport, s->transport) != 0) {
+		snprintf(p->why, sizeof p->why, "transport %.32s, this rank uses %.32s",
+			 r->transport, s->transport);
+		return;
+	}
+	dbufs = calloc(r->bufs.n ? r->bufs.n : 1, sizeof *dbufs);
+	if (!dbufs) {
+		snprintf(p->why, sizeof p->why, "out of memory");
+		return;
+	}
+	for (uint32_t i = 0; i < r->bufs.n; i++) {
+		uint64_t end;
+
+		dbufs[i] = frame_bufs_get(r->bufs, i);
+		/* The descriptor names one pool: everything must be in it. */
+		if (dbufs[i].pool != 0) {
+			snprintf(p->why, sizeof p->why, "buffer %u in pool %u; "
+				 "only pool 0 is supported", i, dbufs[i].pool);
+			goto out;
+		}
+		if (__builtin_mul_overflow((uint64_t)dbufs[i].pages,
+					   dbufs[i].item_len, &end) ||
+		    __builtin_add_overflow(end, dbufs[i].offset, &end)) {
+			snprintf(p->why, sizeof p->why, "buffer %u overflows", i);
+			goto out;
+		}
+		if (end > dsize[0])
+			dsize[0] = end;
+	}
+	dst.bufs = dbufs;
+	if (r->topo.tp != s->topo.tp) {
+		rc = plan_heads_compute(&s->model, s->topo.tp, s->coord.tp,
+					r->topo.tp, r->coord.tp, &heads, p->why,
+					sizeof p->why);
+		if (rc < 0)
+			goto out;
+	}
+	plan_build(&src, &dst, r->topo.tp != s->topo.tp ? &heads : NULL,
+		   &p->plan, p->why, sizeof p->why);
+out:
+	free(dbufs);
+}
+
+/* Fails every live room with a destination on p (its registration is
+ * being replaced by a new incarnation of the decode). */
+struct restart_arg {
+	struct sender *s;
+	struct sender_peer *p;
+};
+
+static void fail_if_dst(void *arg, struct sender_room *r)
+{
+	struct restart_arg *a = arg;
+
+	for (uint32_t i = 0; i < r->ndst; i++)
+		if (r->dst[i].peer == a->p) {
+			sender_room_fail(a->s, r, KVW_R_PEER_RESTART,
+					 "decode restarted");
+			return;
+		}
+}
+
+static void on_register(struct sender *s, const struct frame_msg *m)
+{
+	const struct frame_register *r = &m->u.reg;
+	struct sender_peer *p;
+	uint8_t *desc;
+	uint32_t id;
+	int changed = 0, rc;
+
+	if (!r->endpoint[0] || strlen(r->endpoint) >= RTAB_ENDPOINT_MAX) {
+		malformed(s, m, "endpoint empty or too long");
+		return;
+	}
+	p = peer_by_endpoint(s, r->endpoint);
+	if (!p && s->npeers >= SENDER_MAX_PEERS) {
+		malformed(s, m, "too many decode peers");
+		return;
+	}
+	rc = rtab_peer_upsert(s->t, r->endpoint, m->hdr.epoch, &id, &changed);
+	if (rc < 0) {
+		LOG_RL(LOG_WARN, "decode %s: peer table: %s", r->endpoint,
+		       kvw_strerror(rc));
+		return;
+	}
+	desc = malloc(r->desc.len ? r->desc.len : 1);
+	if (!desc)
+		return;
+	memcpy(desc, r->desc.p, r->desc.len);
+	if (!p) {
+		struct sender_peer **grown;
+
+		p = calloc(1, sizeof *p);
+		grown = realloc(s->peers, (s->npeers + 1) * sizeof *grown);
+		if (!p || !grown) {
+			free(p);
+			if (grown)
+				s->peers = grown;
+			free(desc);
+			return;
+		}
+		s->peers = grown;
+		s->peers[s->npeers++] = p;
+		snprintf(p->endpoint, sizeof p->endpoint, "%s", r->endpoint);
+	} else if (p->epoch != m->hdr.epoch) {
+		struct restart_arg a = { s, p };
+
+		LOG(LOG_INFO, "decode %s restarted (new epoch)", p->endpoint);
+		sender_rooms_foreach(&s->rooms, fail_if_dst, &a);
+	}
+	p->id = id;
+	p->src_rank = m->hdr.src_rank;
+	p->epoch = m->hdr.epoch;
+	p->coord = r->coord;
+	p->topo = r->topo;
+	p->model = r->model;
+	free(p->desc);
+	p->desc = desc;
+	p->desclen = r->desc.len;
+	plan_free(&p->plan);
+	peer_plan(s, p, r);
+	if (p->plan)
+		LOG(LOG_INFO, "decode %s registered (rank %u, tp %u/%u, %u "
+		    "buffers)", p->endpoint, p->src_rank, r->coord.tp,
+		    r->topo.tp, r->bufs.n);
+	else
+		LOG(LOG_ERROR, "decode %s registered but unusable: %s",
+		    p->endpoint, p->why);
+}
+
+/* XFER_INFO from a decode this process never saw REGISTER from: most
+ * often one that registered with this rank's previous incarnation (the
+ * sender restarted under the same endpoint). Its room cannot be served, so
+ * STATUS(Failed, peer restart) goes straight back on the ROUTER identity
+ * it came from: the decode fails that room at once instead of at its
+ * deadline, learns this process's epoch, and registers again. */
+static void reject_unregistered(struct sender *s, const struct wire_in *in,
+				const struct frame_msg *m)
+{
+	struct frame_msg st;
+
+	malformed(s, m, "XFER_INFO from a decode that did not REGISTER");
+	frame_msg_init(&st, FRAME_STATUS, s->rank, m->hdr.room, s->epoch);
+	st.u.status.state = KVW_FAILED;
+	st.u.status.reason = KVW_R_PEER_RESTART;
+	snprintf(st.u.status.text, FRAME_STR_SIZE, "not registered with "
+		 "this prefill incarnation");
+	sender_sent_on(s, s->peer_sock); /* the send below */
+	if (wire_send(s->peer_sock, &st, in->id, in->idlen, NULL, 0))
+		LOG_RL(LOG_DEBUG, "STATUS to an unregistered decode dropped");
+}
+
+/* Whether an XFER_INFO for `room` is late: about an incarnation the engine
+ * already CLEARed, rather than the first word of a new one. Frames carry no
+ * incarnation, so this is decided from what the table's tombstone shows and
+ * the order one decode's frames keep (one DEALER each, FIFO): with no
+ * private state for the id here and its table entry Cleared, the frame is
+ * late iff that cleared incarnation never got a real destination (its peer
+ * field is still 0) - the decode's XFER_INFO for it is then still on its
+ * way, and this is it. An incarnation that did get its destination (the
+ * normal end: Success, then CLEAR) already consumed that decode's one
+ * XFER_INFO, so the next one is a new incarnation (room id reuse) and
+ * creates the room again. Not told apart: an id reused right after an
+ * incarnation the engine cleared before any destination came, whose new
+ * XFER_INFO arrives before its SEND_BEGIN - that room is then ignored here
+ * and ends on its deadline, never on stale pages. Without this check a
+ * late XFER_INFO re-created the room (a new generation) and a late ABORT
+ * then failed it: "Failed / aborted" instead of Cleared. */
+static int xfer_info_late(struct sender *s, uint64_t room)
+{
+	struct rtab_ref ref;
+	struct rtab_view v;
+
+	if (sender_rooms_get(&s->rooms, room))
+		return 0;
+	return rtab_lookup(s->t, room, &ref) == 0 &&
+	       rtab_get(s->t, ref, &v) == 0 && v.state == KVW_CLEARED &&
+	       v.peer == 0;
+}
+
+static void on_xfer_info(struct sender *s, const struct wire_in *in,
+			 const struct frame_msg *m)
+{
+	const struct frame_xfer_info *x = &m->u.xfer_info;
+	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
+	struct sender_room *r;
+	struct rtab_view v;
+	int st, rc;
+
+	if (!p) {
+		reject_unregistered(s, in, m);
+		return;
+	}
+	if (xfer_info_late(s, m->hdr.room)) {
+		rtab_counter_add(s->t, RTAB_C_STALE, 1);
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "XFER_INFO for a room cleared "
+			 "before any destination: late, ignored");
+		return;
+	}
+	r = sender_room_open(s, m->hdr.room);
+	if (!r)
+		return;
+	st = rtab_state(s->t, r->ref);
+	if (st < 0 || rtab_terminal((unsigned)st)) {
+		LOG_ROOM(LOG_DEBUG, r->id, "XFER_INFO for a %s room ignored",
+			 kvw_state_str((unsigned)st));
+		return;
+	}
+	if (st == KVW_TRANSFERRING || r->cursor > 0) {
+		LOG_RL(LOG_WARN, "room %llu: XFER_INFO after the transfer "
+		       "started; ignored", (unsigned long long)r->id);
+		return;
+	}
+	rc = sender_room_set_dst(r, p, x->pages, x->aux_slot, x->dummy);
+	if (rc < 0) {
+		sender_room_fail(s, r, KVW_R_BAD_INDEX,
+				 rc == KVW_ERANGE ? "too many destinations"
+						  : "out of memory");
+		return;
+	}
+	r->required = x->required_dst_info_num;
+	if (!x->dummy && rtab_get(s->t, r->ref, &v) == 0 && v.peer == 0)
+		rtab_set_peer(s->t, r->ref, p->id);
+	if (sender_room_ready(r) && st == KVW_BOOTSTRAPPING)
+		rtab_transition_if(s->t, r->ref, RTAB_M(KVW_BOOTSTRAPPING),
+				   KVW_WAITING, 0, NULL);
+	sender_dispatch(s, r);
+}
+
+/* ABORT: the room is failed FIRST (workers drop its queued jobs and stop
+ * between batches from then on, and no new job can be dispatched), THEN
+ * the requester joins the room's ack-target set; the acks go out once the
+ * room's outstanding count is zero (at once when it already is, else on
+ * the JOB_DONE that drains it). A room cleared by the engine keeps its
+ * targets until they are acked or their deadline passes. A room with no
+ * private state (never seen, cleared and drained, or left by a previous
+ * incarnation of this process) has nothing in flight from here: acked at
+ * once, and nothing is created. */
+static void on_abort(struct sender *s, const struct frame_msg *m)
+{
+	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
+	struct sender_room *r;
+	struct frame_msg ack;
+	int rc;
+
+	if (!p) {
+		malformed(s, m, "ABORT from a decode that did not REGISTER");
+		return;
+	}
+	r = sender_rooms_get(&s->rooms, m->hdr.room);
+	if (!r) {
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "ABORT for an unknown room: "
+			 "acked at once");
+		frame_msg_init(&ack, FRAME_ABORT_ACK, s->rank, m->hdr.room,
+			       s->epoch);
+		ack.u.abort_ack.token = m->u.abort.token;
+		sender_peer_send(s, p, &ack);
+		return;
+	}
+	if (!r->cleared)
+		sender_room_fail(s, r, KVW_R_ABORTED, "aborted by decode");
+	rc = sender_room_add_ack(r, p, m->u.abort.token,
+				 proc_now_ns() + s->room_timeout_ns);
+	if (rc < 0) {
+		LOG_ROOM(LOG_ERROR, r->id, "out of memory: ABORT not tracked");
+		return;
+	}
+	LOG_ROOM(LOG_DEBUG, r->id, "ABORT from %s: %u ack targets", p->endpoint,
+		 r->nacks);
+	if (r->nacks && (!s->ack_expiry_ns ||
+			 r->ack_deadline_ns < s->ack_expiry_ns))
+		s->ack_expiry_ns = r->ack_deadline_ns;
+	sender_room_acks(s, r); /* may free r */
+}
+
+void sender_on_peer(struct sender *s, const struct wire_in *in,
+		    const struct frame_msg *m)
+{
+	struct frame_msg pong;
+
+	switch (m->hdr.type) {
+	case FRAME_PING:
+		frame_msg_init(&pong, FRAME_PONG, s->rank, m->hdr.room, s->epoch);
+		sender_sent_on(s, s->peer_sock); /* the send below */
+		if (wire_send(s->peer_sock, &pong, in->id, in->idlen, NULL, 0))
+			LOG_RL(LOG_DEBUG, "PONG to a vanished pinger dropped");
+		break;
+	case FRAME_REGISTER:
+		on_register(s, m);
+		break;
+	case FRAME_XFER_INFO:
+		on_xfer_info(s, in, m);
+		break;
+	case FRAME_ABORT:
+		on_abort(s, m);
+		break;
+	default:
+		malformed(s, m, "unexpected type on the peer socket");
+	}
+}
+
+int sender_peer_send(struct sender *s, struct sender_peer *p,
+		     struct frame_msg *m)
+{
+	char why[256];
+	int rc;
+
+	if (!p->out) {
+		p->out = wire_socket(s->ctx, ZMQ_DEALER, 0, why, sizeof why);
+		if (!p->out) {
+			LOG_RL(LOG_ERROR, "decode %s: %s", p->endpoint, why);
+			return KVW_ESYS;
+		}
+		if (zmq_connect(p->out, p->endpoint) != 0) {
+			LOG_RL(LOG_WARN, "decode %s: connect: %s", p->endpoint,
+			       zmq_strerror(zmq_errno()));
+			wire_close(&p->out);
+			return KVW_ESYS;
+		}
+	}
+	rc = wire_send(p->out, m, NULL, 0, why, sizeof why);
+	if (rc < 0)
+		LOG_RL(LOG_WARN, "room %llu: %s to decode %s: %s",
+		       (unsigned long long)m->hdr.room,
+		       frame_type_str(m->hdr.type), p->endpoint, why);
+	return rc;
+}
+
+void sender_peers_free(struct sender *s)
+{
+	for (uint32_t i = 0; i < s->npeers; i++) {
+		struct sender_peer *p = s->peers[i];
+
+		wire_close(&p->out);
+		plan_free(&p->plan);
+		free(p->desc);
+		free(p);
+	}
+	free(s->peers);
+	s->peers = NULL;
+	s->npeers = 0;
+}

@@ -1,0 +1,507 @@
+/*
+ * worker.c - a kv-sender worker; see worker.h. State is built before the
+ * hello goes to the control: the room table (writable: the worker moves the
+ * outstanding count, bytes and, on a transport error, the state), this
+ * rank's pool (read-only, registered as the copies' source) and the
+ * transport. Decode pools are connected on first use and cached by their
+ * descriptor bytes (least recently used one dropped when the cache is
+ * full), so a steady stream of jobs costs no open or mmap per job. The
+ * room's final job (FRAME_JOB_FINAL) ends the room here: Success in the
+ * table and STATUS(Success) straight to its decode over a DEALER cached
+ * per endpoint, one hop fewer than through the control.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "base/log.h"
+#include "base/proc.h"
+#include "table/rtab.h"
+#include "wire/chan.h"
+#include "wire/wire.h"
+#include "xport/pool.h"
+#include "xport/xport.h"
+
+#define WORKER_CONNS 64u
+#define WORKER_REPLIES 16u
+#define POLL_CAP_MS 500L
+/* Answers held back while a burst runs stay under this many bytes of
+ * copies (~200 us at memcpy speed): big jobs are answered one by one. */
+#define WORKER_DONE_BYTES (1u << 20)
+
+struct worker_conn {
+	uint8_t *desc; /* owned copy; NULL: free entry */
+	uint32_t len;
+	uint32_t id; /* xport remote id */
+	uint64_t used;
+};
+
+/* A DEALER to a decode's return endpoint (STATUS of final jobs). */
+struct worker_reply {
+	char ep[FRAME_STR_SIZE]; /* "": free entry */
+	void *sock;
+	uint64_t used;
+};
+
+struct worker {
+	uint32_t id;
+	uint64_t epoch;
+	struct rtab *t;
+	struct pool *pool;
+	struct xport *x;
+	uint32_t src; /* registered id of the own pool */
+	void *ctx;      /* for the DEALERs to decode endpoints only */
+	struct chan ch; /* to the control: JOBs in, hello and JOB_DONEs out */
+	struct worker_conn conns[WORKER_CONNS];
+	struct worker_reply replies[WORKER_REPLIES];
+	uint64_t tick;
+	/* Jobs that succeeded and are not answered yet: one JOB_DONE answers
+	 * them all (frame_job_done) when the input runs dry, at
+	 * FRAME_JOB_DONE_MAX jobs or at WORKER_DONE_BYTES bytes. */
+	struct {
+		uint32_t n, slot, gen;
+		uint64_t room, bytes;
+	} done;
+	struct xport_copy batch[WORKER_BATCH];
+	uint64_t delay_us; /* TEST ONLY: KVW_TEST_COPY_DELAY_US */
+};
+
+/* TEST ONLY (never set in production): KVW_TEST_COPY_DELAY_US, the
+ * microseconds every batch of copies waits before its write, so a test can
+ * abort a copy in flight. Read once at start; capped at 10 s; 0 when unset. */
+static uint64_t test_delay_env(void)
+{
+	const char *d = getenv("KVW_TEST_COPY_DELAY_US");
+	uint64_t us;
+
+	if (!d || !*d)
+		return 0;
+	us = strtoull(d, NULL, 10);
+	if (us > 10000000u)
+		us = 10000000u;
+	if (us)
+		LOG(LOG_WARN, "test-only copy delay: %llu us per batch",
+		    (unsigned long long)us);
+	return us;
+}
+
+/* TEST ONLY: sleeps the configured delay between a batch's liveness check
+ * and its write, so tests can land an ABORT on a copy in flight. */
+static void test_delay(const struct worker *w, uint64_t room, uint32_t left)
+{
+	struct timespec ts;
+
+	if (!w->delay_us)
+		return;
+	LOG_ROOM(LOG_DEBUG, room, "test delay before a batch, %u copies left",
+		 left);
+	ts.tv_sec = (time_t)(w->delay_us / 1000000u);
+	ts.tv_nsec = (long)(w->delay_us % 1000000u) * 1000;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !proc_stopping())
+		;
+}
+
+/* 1 while the incarnation may still receive bytes. */
+static int room_live(const struct worker *w, struct rtab_ref ref)
+{
+	int st = rtab_state(w->t, ref);
+
+	return st == KVW_WAITING || st == KVW_TRANSFERRING;
+}
+
+static void conn_drop(struct worker *w, struct worker_conn *c)
+{
+	int shared = 0;
+
+	for (uint32_t i = 0; i < WORKER_CONNS; i++)
+		if (&w->conns[i] != c && w->conns[i].desc && w->conns[i].id == c->id)
+			shared = 1;
+	if (!shared)
+		xport_disconnect(w->x, c->id);
+	free(c->desc);
+	memset(c, 0, sizeof *c);
+}
+
+/* The remote id for a descriptor, connecting it on first use. */
+static int conn_get(struct worker *w, struct frame_bytes d, uint32_t *id,
+		    char *err, size_t errlen)
+{
+	struct worker_conn *slot = NULL;
+	int rc;
+
+	for (uint32_t i = 0; i < WORKER_CONNS; i++) {
+		struct worker_conn *c = &w->conns[i];
+
+		if (c->desc && c->len == d.len && memcmp(c->desc, d.p, d.len) == 0) {
+			c->used = ++w->tick;
+			*id = c->id;
+			return 0;
+		}
+		if (!slot || !c->desc || (slot->desc && c->used < slot->used))
+			slot = c;
+	}
+	if (slot->desc)
+		conn_drop(w, slot);
+	slot->desc = malloc(d.len ? d.len : 1);
+	if (!slot->desc)
+		return KVW_ENOMEM;
+	rc = xport_connect(w->x, d.p, d.len, id, err, errlen);
+	if (rc < 0) {
+		free(slot->desc);
+		slot->desc = NULL;
+		return rc;
+	}
+	memcpy(slot->desc, d.p, d.len);
+	slot->len = d.len;
+	slot->id = *id;
+	slot->used = ++w->tick;
+	return 0;
+}
+
+/* The cache entry of a connected descriptor, or NULL. */
+static struct worker_conn *conn_find(struct worker *w, struct frame_bytes d)
+{
+	for (uint32_t i = 0; i < WORKER_CONNS; i++) {
+		struct worker_conn *c = &w->conns[i];
+
+		if (c->desc && c->len == d.len && memcmp(c->desc, d.p, d.len) == 0)
+			return c;
+	}
+	return NULL;
+}
+
+/* Moves the job's copies. Returns 0, KVW_ESTALE (room no longer live:
+ * dropped), or a transport error (the room has been failed; never
+ * KVW_ESTALE, so the control always tells the destinations). A failed
+ * batch also drops the descriptor's mapping: a pool that shrank or was
+ * removed is connected afresh (and checked again) by a later job. */
+static int job_copy(struct worker *w, const struct frame_msg *m,
+		    struct rtab_ref ref, uint64_t *bytes)
+{
+	const struct frame_job *j = &m->u.job;
+	struct worker_conn *conn;
+	char why[256] = "";
+	uint32_t dst;
+	int rc;
+
+	rc = conn_get(w, j->desc, &dst, why, sizeof why);
+	if (rc < 0)
+		goto fail;
+	for (uint32_t i = 0; i < j->copies.n; i += WORKER_BATCH) {
+		uint32_t k = j->copies.n - i < WORKER_BATCH ? j->copies.n - i
+							     : WORKER_BATCH;
+		uint64_t b = 0;
+
+		if (i > 0 && !room_live(w, ref))
+			return KVW_ESTALE;
+		test_delay(w, m->hdr.room, j->copies.n - i);
+		for (uint32_t c = 0; c < k; c++) {
+			struct frame_copy fc = frame_copies_get(j->copies, i + c);
+
+			w->batch[c] = (struct xport_copy){ fc.src_off, fc.dst_off,
+							   fc.len, w->src, dst };
+			b += fc.len;
+		}
+		rc = xport_write_batch(w->x, w->batch, k, why, sizeof why);
+		if (rc < 0)
+			goto drop;
+		*bytes += b;
+	}
+	rc = xport_wait(w->x, -1, why, sizeof why);
+	if (rc < 0)
+		goto drop;
+	return room_live(w, ref) ? 0 : KVW_ESTALE;
+drop:
+	conn = conn_find(w, j->desc);
+	if (conn)
+		conn_drop(w, conn);
+fail:
+	LOG_RL(LOG_WARN, "room %llu: transfer failed: %s",
+	       (unsigned long long)m->hdr.room, why);
+	rtab_fail(w->t, ref, KVW_R_TRANSFER);
+	/* A transport's KVW_ESTALE (pool replaced) is a failed transfer, not
+	 * a room that ended under the job. */
+	return rc == KVW_ESTALE ? KVW_ENOENT : rc;
+}
+
+/* The DEALER to a decode endpoint, connected on first use (least recently
+ * used one closed when the cache is full); NULL on failure (logged). */
+static void *reply_sock(struct worker *w, const char *ep)
+{
+	struct worker_reply *slot = NULL;
+	char why[256];
+
+	for (uint32_t i = 0; i < WORKER_REPLIES; i++) {
+		struct worker_reply *c = &w->replies[i];
+
+		if (c->sock && strcmp(c->ep, ep) == 0) {
+			c->used = ++w->tick;
+			return c->sock;
+		}
+		if (!slot || !c->sock || (slot->sock && c->used < slot->used))
+			slot = c;
+	}
+	wire_close(&slot->sock);
+	slot->ep[0] = '\0';
+	slot->sock = wire_socket(w->ctx, ZMQ_DEALER, 0, why, sizeof why);
+	if (!slot->sock) {
+		LOG_RL(LOG_ERROR, "decode %s: %s", ep, why);
+		return NULL;
+	}
+	if (zmq_connect(slot->sock, ep) != 0) {
+		LOG_RL(LOG_WARN, "decode %s: connect: %s", ep,
+		       zmq_strerror(zmq_errno()));
+		wire_close(&slot->sock);
+		return NULL;
+	}
+	snprintf(slot->ep, sizeof slot->ep, "%s", ep);
+	slot->used = ++w->tick;
+	return slot->sock;
+}
+
+/* The room's final job succeeded: Success in the table (the one point
+ * that decides between it and any failure of the room), then
+ * STATUS(Success) to the job's destination in the control's name (its
+ * src_rank and epoch from the JOB header). KVW_ESTALE when the room ended
+ * first (nothing sent). */
+static int finish_room(struct worker *w, const struct frame_msg *m,
+		       struct rtab_ref ref)
+{
+	struct frame_msg st;
+	char why[256];
+	void *sock;
+
+	if (rtab_transition_if(w->t, ref, RTAB_M(KVW_TRANSFERRING), KVW_SUCCESS,
+			       0, NULL) != 0)
+		return KVW_ESTALE;
+	sock = m->u.job.reply[0] ? reply_sock(w, m->u.job.reply) : NULL;
+	if (!sock) {
+		LOG_RL(LOG_ERROR, "room %llu: no way to tell decode %s of its "
+		       "success", (unsigned long long)m->hdr.room, m->u.job.reply);
+		return 0;
+	}
+	frame_msg_init(&st, FRAME_STATUS, m->hdr.src_rank, m->hdr.room,
+		       m->hdr.epoch);
+	st.u.status.state = KVW_SUCCESS;
+	st.u.status.reason = KVW_R_NONE;
+	if (wire_send(sock, &st, NULL, 0, why, sizeof why) < 0)
+		LOG_RL(LOG_WARN, "room %llu: STATUS to decode %s: %s",
+		       (unsigned long long)m->hdr.room, m->u.job.reply, why);
+	return 0;
+}
+
+/* One JOB_DONE for `count` jobs ending with (room, slot, gen). */
+static void answer(struct worker *w, uint64_t room, uint32_t slot,
+		   uint32_t gen, int rc, uint64_t bytes, uint32_t count)
+{
+	struct frame_msg done;
+	char why[256];
+
+	frame_msg_init(&done, FRAME_JOB_DONE, w->id, room, w->epoch);
+	done.u.job_done.slot = slot;
+	done.u.job_done.generation = gen;
+	done.u.job_done.result = rc;
+	done.u.job_done.reason = rc == 0 || rc == KVW_ESTALE ? KVW_R_NONE
+							     : KVW_R_TRANSFER;
+	done.u.job_done.bytes = bytes;
+	done.u.job_done.count = count;
+	if (chan_send(&w->ch, &done, why, sizeof why) < 0)
+		LOG_RL(LOG_ERROR, "JOB_DONE: %s", why);
+}
+
+/* Answers the successful jobs held back, if any. */
+static void answer_done(struct worker *w)
+{
+	if (w->done.n == 0)
+		return;
+	answer(w, w->done.room, w->done.slot, w->done.gen, 0, w->done.bytes,
+	       w->done.n);
+	memset(&w->done, 0, sizeof w->done);
+}
+
+static void run_job(struct worker *w, const struct frame_msg *m)
+{
+	const struct frame_job *j = &m->u.job;
+	struct rtab_ref ref = { j->slot, j->generation };
+	uint64_t bytes = 0;
+	int rc;
+
+	if (!room_live(w, ref)) {
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "job dropped: room gone or ended");
+		rc = KVW_ESTALE;
+	} else {
+		rc = job_copy(w, m, ref, &bytes);
+		if (rc == KVW_ESTALE)
+			LOG_ROOM(LOG_DEBUG, m->hdr.room, "job stopped: room ended");
+	}
+	if (bytes)
+		rtab_bytes_add(w->t, ref, bytes);
+	if (rc == 0 && j->pages)
+		rtab_pages_done_add(w->t, ref, j->pages);
+	if (rc == 0 && (j->flags & FRAME_JOB_FINAL)) {
+		rc = finish_room(w, m, ref);
+		if (rc == KVW_ESTALE)
+			LOG_ROOM(LOG_DEBUG, m->hdr.room, "room ended before "
+				 "its final job finished");
+	}
+	/* Always: the control's ABORT acks and slot reuse wait on it. */
+	if (rtab_outstanding_add(w->t, ref, -1) < 0)
+		LOG_RL(LOG_WARN, "room %llu: outstanding count already gone",
+		       (unsigned long long)m->hdr.room);
+	if (rc == 0) {
+		w->done.n++;
+		w->done.room = m->hdr.room;
+		w->done.slot = j->slot;
+		w->done.gen = j->generation;
+		w->done.bytes += bytes;
+		if (w->done.n == FRAME_JOB_DONE_MAX ||
+		    w->done.bytes >= WORKER_DONE_BYTES)
+			answer_done(w);
+		return;
+	}
+	answer_done(w); /* in order: the successes before this one first */
+	answer(w, m->hdr.room, j->slot, j->generation, rc, bytes, 1);
+}
+
+static int worker_open(struct worker *w, const struct worker_cfg *cfg,
+			char *err, size_t errlen)
+{
+	uint8_t desc[KVW_MAX_DESC];
+	size_t desclen;
+	int rc;
+	const struct xport_ops *ops = xport_find(cfg->transport);
+
+	if (!ops) {
+		snprintf(err, errlen, "unknown transport %s", cfg->transport);
+		return KVW_EINVAL;
+	}
+	rc = rtab_open(cfg->table, 1, &w->t, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = pool_open(cfg->pool, 0, &w->pool, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = xport_open(ops, &w->x, err, errlen);
+	if (rc < 0)
+		return rc;
+	/* A decode pool truncated under a copy fails that job, not us. */
+	if (strcmp(ops->name, "shm") == 0 && xport_shm_catch_sigbus() < 0) {
+		snprintf(err, errlen, "SIGBUS handler: %s", strerror(errno));
+		return KVW_ESYS;
+	}
+	rc = xport_register(w->x, w->pool, &w->src, desc, sizeof desc, &desclen,
+			    err, errlen);
+	if (rc < 0)
+		return rc;
+	w->ctx = zmq_ctx_new();
+	if (!w->ctx) {
+		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		return KVW_ESYS;
+	}
+	return 0;
+}
+
+static void worker_close(struct worker *w)
+{
+	for (uint32_t i = 0; i < WORKER_CONNS; i++)
+		free(w->conns[i].desc);
+	for (uint32_t i = 0; i < WORKER_REPLIES; i++)
+		wire_close(&w->replies[i].sock);
+	chan_close(&w->ch);
+	if (w->ctx)
+		zmq_ctx_term(w->ctx);
+	xport_close(&w->x);
+	pool_close(&w->pool);
+	rtab_close(&w->t);
+}
+
+/* Reads and runs every whole JOB the control has sent, then answers the
+ * burst. 0, or KVW_ESYS when the channel is finished (err says why). */
+static int take_jobs(struct worker *w, char *err, size_t errlen)
+{
+	struct frame_msg m;
+	char why[256];
+	int rc;
+
+	while (!proc_stopping()) {
+		rc = chan_recv(&w->ch, &m, why, sizeof why);
+		if (rc == KVW_EAGAIN)
+			break;
+		if (rc == KVW_ESYS) {
+			snprintf(err, errlen, "control channel: %s", why);
+			return rc;
+		}
+		if (rc < 0) {
+			rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
+			LOG_RL(LOG_ERROR, "malformed frame from the control: %s",
+			       why);
+			continue;
+		}
+		if (m.hdr.type == FRAME_JOB) {
+			run_job(w, &m);
+		} else {
+			rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
+			LOG_RL(LOG_WARN, "unexpected %s from the control",
+			       frame_type_str(m.hdr.type));
+		}
+	}
+	answer_done(w); /* the burst is over */
+	return 0;
+}
+
+int worker_run(const struct worker_cfg *cfg, char *err, size_t errlen)
+{
+	struct worker *w = calloc(1, sizeof *w);
+	struct frame_msg m;
+	int rc;
+
+	if (!w) {
+		snprintf(err, errlen, "out of memory");
+		return KVW_ENOMEM;
+	}
+	chan_init(&w->ch, cfg->job_fd);
+	w->id = cfg->id;
+	w->epoch = proc_epoch();
+	w->delay_us = test_delay_env();
+	rc = worker_open(w, cfg, err, errlen);
+	if (rc < 0)
+		goto out;
+	frame_msg_init(&m, FRAME_PONG, w->id, 0, w->epoch);
+	rc = chan_send(&w->ch, &m, err, errlen);
+	if (rc < 0)
+		goto out;
+	while (!proc_stopping()) {
+		struct pollfd p = { w->ch.fd, POLLIN, 0 };
+
+		if (chan_pending(&w->ch))
+			p.events |= POLLOUT;
+		if (poll(&p, 1, (int)POLL_CAP_MS) < 0) {
+			if (errno == EINTR)
+				continue;
+			snprintf(err, errlen, "poll: %s", strerror(errno));
+			rc = KVW_ESYS;
+			goto out;
+		}
+		if (chan_pending(&w->ch) && chan_flush(&w->ch) == KVW_ESYS) {
+			snprintf(err, errlen, "control channel: peer gone");
+			rc = KVW_ESYS;
+			goto out;
+		}
+		if (p.revents) {
+			rc = take_jobs(w, err, errlen);
+			if (rc < 0)
+				goto out;
+		}
+	}
+	rc = 0;
+out:
+	worker_close(w);
+	free(w);
+	return rc;
+}

@@ -1,0 +1,139 @@
+/*
+ * xport.c - the transport registry (lookup by name, probe of all) and the
+ * thin wrappers that dispatch through an instance's ops table. The tcp
+ * entry is a placeholder: it probes as "not implemented yet" until the tcp
+ * transport (a later issue) lands in a file of its own beside the others.
+ */
+#include "xport_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int xport_tcp_probe(char *err, size_t errlen)
+{
+	return kvw_errf(err, errlen, KVW_ENODEV,
+			"tcp: not available: not implemented yet "
+			"(the tcp transport is a later issue)");
+}
+
+static int xport_tcp_open(struct xport **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	return xport_tcp_probe(err, errlen);
+}
+
+/* Placeholder until the tcp transport exists: only probe and open, both
+ * refusing. */
+static const struct xport_ops xport_tcp_stub_ops = {
+	.name = "tcp",
+	.probe = xport_tcp_probe,
+	.open = xport_tcp_open,
+};
+
+static const struct xport_ops *const xport_all[] = {
+	&xport_shm_ops,
+	&xport_tcp_stub_ops,
+	&xport_rdma_ops,
+	&xport_cuda_ops,
+};
+#define XPORT_N (sizeof xport_all / sizeof xport_all[0])
+
+const struct xport_ops *xport_find(const char *name)
+{
+	size_t i;
+
+	if (name == NULL)
+		return NULL;
+	for (i = 0; i < XPORT_N; i++)
+		if (strcmp(xport_all[i]->name, name) == 0)
+			return xport_all[i];
+	return NULL;
+}
+
+size_t xport_probe_all(struct xport_avail *out, size_t cap)
+{
+	size_t i;
+
+	for (i = 0; i < XPORT_N && i < cap; i++) {
+		out[i].name = xport_all[i]->name;
+		out[i].msg[0] = '\0';
+		out[i].rc = xport_all[i]->probe(out[i].msg, sizeof out[i].msg);
+		if (out[i].rc == 0)
+			snprintf(out[i].msg, sizeof out[i].msg, "%s: available",
+				 out[i].name);
+	}
+	return XPORT_N;
+}
+
+int xport_open(const struct xport_ops *ops, struct xport **out, char *err,
+	       size_t errlen)
+{
+	*out = NULL;
+	if (ops == NULL)
+		return kvw_errf(err, errlen, KVW_EINVAL, "xport: no transport");
+	if (ops->open == NULL || ops->close == NULL)
+		return kvw_errf(err, errlen, KVW_ENODEV,
+				"%s: not available: not implemented yet",
+				ops->name);
+	return ops->open(out, err, errlen);
+}
+
+const struct xport_ops *xport_ops_of(const struct xport *x)
+{
+	return x->ops;
+}
+
+/* An instance may come from a transport whose later stages are unfinished:
+ * a missing entry answers like missing hardware. */
+static int xport_missing(const struct xport *x, const char *what, char *err,
+			 size_t errlen)
+{
+	return kvw_errf(err, errlen, KVW_ENODEV,
+			"%s: not available: %s not implemented yet",
+			x->ops->name, what);
+}
+
+int xport_register(struct xport *x, const struct pool *p, uint32_t *id,
+		   uint8_t *desc, size_t desccap, size_t *desclen, char *err,
+		   size_t errlen)
+{
+	if (x->ops->reg == NULL)
+		return xport_missing(x, "register", err, errlen);
+	return x->ops->reg(x, p, id, desc, desccap, desclen, err, errlen);
+}
+
+int xport_connect(struct xport *x, const uint8_t *desc, size_t desclen,
+		  uint32_t *id, char *err, size_t errlen)
+{
+	if (x->ops->connect == NULL)
+		return xport_missing(x, "connect", err, errlen);
+	return x->ops->connect(x, desc, desclen, id, err, errlen);
+}
+
+void xport_disconnect(struct xport *x, uint32_t id)
+{
+	if (x->ops->disconnect != NULL)
+		x->ops->disconnect(x, id);
+}
+
+int xport_write_batch(struct xport *x, const struct xport_copy *c, size_t n,
+		      char *err, size_t errlen)
+{
+	if (x->ops->write_batch == NULL)
+		return xport_missing(x, "write_batch", err, errlen);
+	return x->ops->write_batch(x, c, n, err, errlen);
+}
+
+int xport_wait(struct xport *x, int timeout_ms, char *err, size_t errlen)
+{
+	if (x->ops->wait == NULL)
+		return xport_missing(x, "wait", err, errlen);
+	return x->ops->wait(x, timeout_ms, err, errlen);
+}
+
+void xport_close(struct xport **x)
+{
+	if (x == NULL || *x == NULL)
+		return;
+	(*x)->ops->close(x);
+}

@@ -1,0 +1,145 @@
+/*
+ * xport.h - transports: how a prefill worker moves planned copies into a
+ * decode rank's KV pool. Each transport is an ops table in its own file
+ * (xport_shm.c, xport_rdma.c, xport_cuda.c; tcp is a later issue) and is
+ * found by name with xport_find. The life of a transport instance:
+ *
+ *   decode side:  xport_open -> xport_register(pool) -> descriptor bytes,
+ *                 sent to the prefill side in REGISTER
+ *   prefill side: xport_open -> xport_register(local pool) -> src id
+ *                 xport_connect(descriptor) -> dst id (once per peer pool)
+ *                 xport_write_batch(copies naming src and dst ids)
+ *                 xport_wait -> every posted copy has landed
+ *                 xport_close
+ *
+ * Registered regions and connected remotes are named by small ids, not
+ * pointers, so a copy list can be checked entirely (every id, offset and
+ * length against its region) before the first byte moves. A transport whose
+ * hardware or runtime is missing answers KVW_ENODEV with a message holding
+ * "not available" from probe and open; it never fails the build.
+ * An instance is used by one thread at a time.
+ *
+ * Layer xport (lib/xport/): KV pools (pool) and the transports that copy
+ * into them (xport*). It includes only base/; wire, table and plan never
+ * include it, nor it them.
+ */
+#ifndef KVW_XPORT_H
+#define KVW_XPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kvw.h"
+
+struct pool;
+struct xport; /* opaque: one opened transport instance */
+
+/* One copy of a batch: `len` bytes from offset src_off of the local region
+ * registered as `src` to offset dst_off of the remote connected as `dst`.
+ * The planner has already coalesced runs of pages; copies of one batch must
+ * not overlap each other on the destination side. */
+struct xport_copy {
+	uint64_t src_off;
+	uint64_t dst_off;
+	uint64_t len;
+	uint32_t src; /* id from xport_register */
+	uint32_t dst; /* id from xport_connect */
+};
+
+/* The ops table a transport file exports. Every function reports detail into
+ * the caller's err[errlen] (NUL-ended, truncated to fit) and returns 0 or a
+ * negative KVW_E*. Callers normally go through the xport_* wrappers below;
+ * the table is public so tools can list names and probe. An entry may be
+ * NULL for a transport that is not implemented; the wrappers then answer
+ * KVW_ENODEV. */
+struct xport_ops {
+	const char *name; /* "shm", "tcp", "rdma", "cuda" */
+
+	/* Says whether this transport can be used on this machine: 0, or
+	 * KVW_ENODEV with "<name>: not available: <why>" in err. Cheap, no
+	 * state kept; safe to call at any time. */
+	int (*probe)(char *err, size_t errlen);
+
+	/* Builds an instance. On success *out is the caller's; free with
+	 * close. On failure *out is NULL. */
+	int (*open)(struct xport **out, char *err, size_t errlen);
+
+	/* Registers a local pool: the caller keeps owning `p`, which must stay
+	 * open until close. Writes the region's id to *id and its descriptor
+	 * (bytes a peer passes to connect, at most KVW_MAX_DESC) into
+	 * desc[desccap], its length to *desclen. Nothing changes on error. */
+	int (*reg)(struct xport *x, const struct pool *p, uint32_t *id,
+		   uint8_t *desc, size_t desccap, size_t *desclen, char *err,
+		   size_t errlen);
+
+	/* Connects to a peer's region from its descriptor (untrusted bytes,
+	 * fully checked; the transport copies what it keeps). Writes the
+	 * remote's id to *id; the instance owns the mapping or connection
+	 * until disconnect or close. A descriptor naming a region that is
+	 * already connected gets the same id back (shm: same file), and one
+	 * disconnect drops it. Nothing changes on error. */
+	int (*connect)(struct xport *x, const uint8_t *desc, size_t desclen,
+		       uint32_t *id, char *err, size_t errlen);
+
+	/* Drops a remote (unmaps / disconnects); its id may be reused by a
+	 * later connect. Unknown ids are ignored. */
+	void (*disconnect)(struct xport *x, uint32_t id);
+
+	/* Checks every copy (ids known; off + len without overflow and inside
+	 * the registered source and the remote region) and only then starts
+	 * them. Any bad copy: KVW_ERANGE (or KVW_EINVAL for an unknown id)
+	 * and no byte moved. The copy array is only read during the call. */
+	int (*write_batch)(struct xport *x, const struct xport_copy *c,
+			   size_t n, char *err, size_t errlen);
+
+	/* Returns 0 when every copy posted so far has landed at the peer,
+	 * KVW_ETIMEDOUT after timeout_ms (< 0: no limit), or the first
+	 * failure seen. */
+	int (*wait)(struct xport *x, int timeout_ms, char *err, size_t errlen);
+
+	/* Frees the instance, all its remotes and registrations (the pools
+	 * themselves stay the caller's), sets *x to NULL. Accepts NULL and
+	 * *x == NULL. */
+	void (*close)(struct xport **x);
+};
+
+/* Returns the ops table named `name` ("shm", "tcp", "rdma", "cuda"), or NULL
+ * for an unknown name. The table is static; never freed. */
+const struct xport_ops *xport_find(const char *name);
+
+/* Result of probing one transport. */
+struct xport_avail {
+	const char *name; /* static */
+	int rc;           /* 0 usable, KVW_ENODEV not available */
+	char msg[256];    /* "<name>: available" or the probe's message */
+};
+
+/* Probes every known transport in a fixed order, filling out[0..cap).
+ * Returns how many transports are known (may exceed cap). */
+size_t xport_probe_all(struct xport_avail *out, size_t cap);
+
+/* Wrappers over the ops table, with the contracts stated there. xport_open
+ * checks that `ops` is complete enough to run. */
+int xport_open(const struct xport_ops *ops, struct xport **out, char *err,
+	       size_t errlen);
+const struct xport_ops *xport_ops_of(const struct xport *x);
+int xport_register(struct xport *x, const struct pool *p, uint32_t *id,
+		   uint8_t *desc, size_t desccap, size_t *desclen, char *err,
+		   size_t errlen);
+int xport_connect(struct xport *x, const uint8_t *desc, size_t desclen,
+		  uint32_t *id, char *err, size_t errlen);
+void xport_disconnect(struct xport *x, uint32_t id);
+int xport_write_batch(struct xport *x, const struct xport_copy *c, size_t n,
+		      char *err, size_t errlen);
+int xport_wait(struct xport *x, int timeout_ms, char *err, size_t errlen);
+void xport_close(struct xport **x);
+
+/* For a process that writes into peer pools over shm and must outlive a
+ * peer truncating its pool mid-copy (the kv-sender worker): installs a
+ * process-wide SIGBUS handler that turns a fault on a connected remote's
+ * mapping during xport_write_batch into KVW_ERANGE for that batch; any
+ * other SIGBUS still kills the process. Call once, before any batch.
+ * Returns 0 or KVW_ESYS. */
+int xport_shm_catch_sigbus(void);
+
+#endif

@@ -1,0 +1,48 @@
+#!/usr/bin/env bats
+# The house in layers: libkvwire.so exports exactly the engine API (the list
+# in tests/api.exports), and mk/check-tree.sh holds the layer and citation
+# rules on the repository and refuses a tree that breaks them.
+
+load helpers
+
+setup() { kvw_setup; }
+teardown() { kvw_teardown; }
+
+@test "libkvwire.so exports exactly the symbols listed in tests/api.exports" {
+	so="$KVW_BIN/../lib/libkvwire.so"
+	[ -f "$so" ] || so="$KVW_ROOT/lib/libkvwire.so"
+	nm -D --defined-only "$so" | awk '{print $3}' | sort >"$RUN/exported"
+	run diff -u "$KVW_ROOT/tests/api.exports" "$RUN/exported"
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	# Every exported name is declared in the public headers.
+	while read -r sym; do
+		grep -q "KVW_API.*\b$sym(" "$KVW_ROOT/lib/api.h" "$KVW_ROOT/lib/base/kvw.h"
+	done <"$KVW_ROOT/tests/api.exports"
+}
+
+@test "the repository keeps the layer rules and cites only files it has" {
+	run "$KVW_ROOT/mk/check-tree.sh" "$KVW_ROOT"
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	[[ $output == *"tree: "*" passed, 0 failed"* ]]
+}
+
+@test "check-tree refuses a sideways include, an upward include and a cited file that is missing" {
+	mkdir -p "$RUN/t"
+	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs | xargs cp --parents -t "$RUN/t")
+	(cd "$RUN/t" && git init -q && git add -A)
+	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	# wire must not include table (sideways), plan must not include roles
+	# (upward), and a comment may not cite a file that is not there.
+	printf '#include "table/rtab.h"\n' >>"$RUN/t/lib/wire/wire.c"
+	printf '#include "roles/sender.h"\n' >>"$RUN/t/lib/plan/plan.c"
+	ext=c # (spelt apart so that this file cites no missing file itself)
+	printf '/* see gone_away.%s */\n' "$ext" >>"$RUN/t/lib/base/log.c"
+	(cd "$RUN/t" && git add -A)
+	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
+	[ "$status" -ne 0 ]
+	[[ $output == *'lib/wire/wire.c includes "table/rtab.h": layer table is not below wire'* ]]
+	[[ $output == *'lib/plan/plan.c includes "roles/sender.h": layer roles is not below plan'* ]]
+	[[ $output == *"lib/base/log.c cites gone_away.$ext"* ]]
+	[[ $output =~ tree:\ [0-9]+\ passed,\ 3\ failed ]]
+}
