@@ -84,15 +84,13 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 	*out = NULL;
 	if (engine_endpoint == NULL || *engine_endpoint == '\0' ||
 	    table_path == NULL || pool_path == NULL) {
-		snprintf(err, errlen, "engine endpoint, table and pool are "
-			 "required");
-		return KVW_EINVAL;
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"engine endpoint, table and pool are "
+				"required");
 	}
 	e = calloc(1, sizeof *e);
-	if (e == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (e == NULL)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	e->epoch = proc_epoch();
 	rc = rtab_open(table_path, 0, &e->tab, err, errlen);
 	if (rc < 0)
@@ -102,7 +100,7 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 		goto fail;
 	ctx = ctx_get();
 	if (ctx == NULL) {
-		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		kvw_seterr(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
 		rc = KVW_ESYS;
 		goto fail;
 	}
@@ -115,8 +113,8 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 	if (zmq_connect(e->sock, engine_endpoint) != 0) {
 		rc = errno == EINVAL || errno == EPROTONOSUPPORT ? KVW_EINVAL
 								  : KVW_ESYS;
-		snprintf(err, errlen, "connect %s: %s", engine_endpoint,
-			 zmq_strerror(errno));
+		kvw_seterr(err, errlen, "connect %s: %s", engine_endpoint,
+			   zmq_strerror(errno));
 		goto fail;
 	}
 	*out = e;

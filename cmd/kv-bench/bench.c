@@ -736,10 +736,8 @@ int bench_run(const struct runinfo *ri, const struct bench_config *cfg,
 	int rc;
 
 	memset(res, 0, sizeof *res);
-	if (r == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (r == NULL)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	r->c = cfg;
 	r->err = err;
 	r->errlen = errlen;
@@ -748,7 +746,7 @@ int bench_run(const struct runinfo *ri, const struct bench_config *cfg,
 	r->res = res;
 	rc = setup(r, ri);
 	if (rc == KVW_ENOMEM)
-		snprintf(err, errlen, "out of memory");
+		kvw_seterr(err, errlen, "out of memory");
 	if (rc == 0)
 		rc = loop(r, progress, arg, res);
 	teardown(r);

@@ -62,7 +62,7 @@ static int build_list(struct bc *b, const struct bench_copy_cfg *c,
 	b->copies = calloc(b->n, sizeof *b->copies);
 	b->spans = calloc(b->n, sizeof *b->spans);
 	if (!s || !d || !b->copies || !b->spans) {
-		snprintf(err, errlen, "out of memory (%u copies)", b->n);
+		kvw_seterr(err, errlen, "out of memory (%u copies)", b->n);
 		rc = KVW_ENOMEM;
 		goto out;
 	}
@@ -185,11 +185,11 @@ int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 	memset(r, 0, sizeof *r);
 	if (c->page_bytes == 0 || c->run_pages == 0 || c->reps == 0 ||
 	    copy_bytes > c->total_bytes || c->total_bytes / copy_bytes > UINT32_MAX) {
-		snprintf(err, errlen, "need page bytes, run pages, reps >= 1 and "
-			 "one copy (%llu bytes) <= bytes per pass (%llu)",
-			 (unsigned long long)copy_bytes,
-			 (unsigned long long)c->total_bytes);
-		return KVW_EINVAL;
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"need page bytes, run pages, reps >= 1 and "
+				"one copy (%llu bytes) <= bytes per pass (%llu)",
+				(unsigned long long)copy_bytes,
+				(unsigned long long)c->total_bytes);
 	}
 	b.n = (uint32_t)(c->total_bytes / copy_bytes);
 	r->copies = b.n;

@@ -130,21 +130,18 @@ static int ping(void *s, const uint8_t *msg, uint8_t *back, size_t len,
 	zmq_pollitem_t it = { s, 0, ZMQ_POLLIN, 0 };
 	int n;
 
-	if (zmq_send(s, msg, len, 0) < 0) {
-		snprintf(err, errlen, "zmq_send: %s", zmq_strerror(errno));
-		return KVW_ESYS;
-	}
+	if (zmq_send(s, msg, len, 0) < 0)
+		return kvw_errf(err, errlen, KVW_ESYS, "zmq_send: %s",
+				zmq_strerror(errno));
 	do
 		n = zmq_poll(&it, 1, ECHO_WAIT_MS);
 	while (n < 0 && errno == EINTR);
-	if (n == 0) {
-		snprintf(err, errlen, "no echo within %d ms", ECHO_WAIT_MS);
-		return KVW_ETIMEDOUT;
-	}
-	if (n < 0 || zmq_recv(s, back, len, 0) < 0) {
-		snprintf(err, errlen, "zmq_recv: %s", zmq_strerror(errno));
-		return KVW_ESYS;
-	}
+	if (n == 0)
+		return kvw_errf(err, errlen, KVW_ETIMEDOUT,
+				"no echo within %d ms", ECHO_WAIT_MS);
+	if (n < 0 || zmq_recv(s, back, len, 0) < 0)
+		return kvw_errf(err, errlen, KVW_ESYS, "zmq_recv: %s",
+				zmq_strerror(errno));
 	return 0;
 }
 
@@ -157,10 +154,8 @@ static int measure(void *s, uint32_t warmup, uint32_t count, size_t len,
 	double sum = 0;
 	int rc = 0;
 
-	if (!msg) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (!msg)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	memset(msg, 0x42, len);
 	for (uint32_t i = 0; i < warmup + count && rc == 0; i++) {
 		if (i == warmup)
@@ -198,19 +193,17 @@ int bench_limit_zmq_rtt(const char *dir, uint32_t warmup, uint32_t count,
 	memset(out, 0, sizeof *out);
 	if (msg_bytes == 0)
 		msg_bytes = 1;
-	if (!us) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (!us)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	snprintf(ep, sizeof ep, "ipc://%s/bench-limit-%d.ipc", dir, (int)getpid());
 	if (pipe(fds) != 0) {
-		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		kvw_seterr(err, errlen, "pipe: %s", strerror(errno));
 		goto out_free;
 	}
 	fflush(NULL);
 	pid = fork();
 	if (pid < 0) {
-		snprintf(err, errlen, "fork: %s", strerror(errno));
+		kvw_seterr(err, errlen, "fork: %s", strerror(errno));
 		close(fds[0]);
 		close(fds[1]);
 		goto out_free;
@@ -221,7 +214,7 @@ int bench_limit_zmq_rtt(const char *dir, uint32_t warmup, uint32_t count,
 	}
 	close(fds[1]);
 	if (read(fds[0], &ok, 1) != 1) {
-		snprintf(err, errlen, "the echo child could not bind %s", ep);
+		kvw_seterr(err, errlen, "the echo child could not bind %s", ep);
 		close(fds[0]);
 		goto out_reap;
 	}
@@ -229,8 +222,8 @@ int bench_limit_zmq_rtt(const char *dir, uint32_t warmup, uint32_t count,
 	if (!(ctx = zmq_ctx_new()) || !(s = zmq_socket(ctx, ZMQ_DEALER)) ||
 	    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) ||
 	    zmq_connect(s, ep) != 0) {
-		snprintf(err, errlen, "zmq socket %s: %s", ep,
-			 zmq_strerror(errno));
+		kvw_seterr(err, errlen, "zmq socket %s: %s", ep,
+			   zmq_strerror(errno));
 		goto out_zmq;
 	}
 	rc = measure(s, warmup, count, msg_bytes, us, out, err, errlen);

@@ -32,9 +32,9 @@ int bench_rooms_run(const struct runinfo *ri, const struct bench_rooms_cfg *c,
 	memset(res, 0, sizeof *res);
 	if (c->rate_rooms == 0 || c->concurrency == 0 || c->lat_rooms == 0 ||
 	    c->rtt_count == 0) {
-		snprintf(err, errlen, "rooms, concurrency, latency rooms and "
-			 "round trips must be >= 1");
-		return KVW_EINVAL;
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"rooms, concurrency, latency rooms and "
+				"round trips must be >= 1");
 	}
 	rate.rooms = c->rate_rooms;
 	rate.concurrency = c->concurrency;
@@ -46,7 +46,7 @@ int bench_rooms_run(const struct runinfo *ri, const struct bench_rooms_cfg *c,
 	lat.lat_ns = calloc(c->lat_rooms, sizeof *lat.lat_ns);
 	us = calloc(c->lat_rooms, sizeof *us);
 	if (!lat.lat_ns || !us) {
-		snprintf(err, errlen, "out of memory");
+		kvw_seterr(err, errlen, "out of memory");
 		rc = KVW_ENOMEM;
 		goto out;
 	}

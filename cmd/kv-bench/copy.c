@@ -110,7 +110,8 @@ int kvb_copy_main(int argc, char **argv, const struct kvb_opts *o)
 					? 1 : (uint32_t)((65535 + cfg.page_bytes) /
 							 cfg.page_bytes);
 	if (proc_signals_init() < 0)
-		return KVW_EXIT_SYS;
+		return cli_fatal("kv-bench", KVW_EXIT_SYS,
+				 "unable to install signal handlers");
 	if (o->json) {
 		printf("{\"mode\":\"copy\",");
 		kvb_machine_print(stdout, 1, cfg.page_bytes);
@@ -133,9 +134,8 @@ int kvb_copy_main(int argc, char **argv, const struct kvb_opts *o)
 		rc = bench_copy_run(&cfg, &r, err, sizeof err);
 		if (rc < 0) {
 			fflush(stdout);
-			return cli_fatal("kv-bench", rc == KVW_EINVAL
-					 ? KVW_EXIT_USAGE : KVW_EXIT_SYS,
-					 "copy: %s", err);
+			return cli_fatal("kv-bench", cli_exit_code(rc), "copy: %s",
+					 err);
 		}
 		row(&cfg, &r, o->json, first);
 		first = 0;

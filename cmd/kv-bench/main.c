@@ -94,8 +94,7 @@ int main(int argc, char **argv)
 	if (rc < 0) {
 		spawn_stop(&sp);
 		runinfo_free(&ri);
-		return cli_fatal(PROG, rc == KVW_EINVAL ? KVW_EXIT_USAGE
-						      : KVW_EXIT_SYS,
+		return cli_fatal(PROG, cli_exit_code(rc),
 				 "unable to read the group: %s", err);
 	}
 	/* Measures and prints (modes.c); the exit code comes back. */

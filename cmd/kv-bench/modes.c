@@ -224,8 +224,7 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	}
 	fflush(stdout);
 	if (rc < 0) {
-		return cli_fatal(PROG, rc == KVW_EINVAL ? KVW_EXIT_USAGE
-						      : KVW_EXIT_SYS, "%s", err);
+		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
 	}
 	/* Aborted rooms count as done when they became releasable. */
 	return res.success + res.aborted == cfg->rooms && !res.stuck &&
@@ -292,8 +291,7 @@ static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
 	if (progress && isatty(2))
 		fputc('\n', stderr);
 	if (rc < 0) {
-		return cli_fatal(PROG, rc == KVW_EINVAL ? KVW_EXIT_USAGE
-						      : KVW_EXIT_SYS, "%s", err);
+		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
 	}
 	if (o->json) {
 		printf("{\"mode\":\"rooms\",");

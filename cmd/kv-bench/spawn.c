@@ -4,6 +4,7 @@
  * forever.
  */
 #include "spawn.h"
+#include "base/kvw.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -92,7 +93,7 @@ int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
 	snprintf(s->kv_up, sizeof s->kv_up, "%s", kv_up);
 	snprintf(s->dir, sizeof s->dir, "/tmp/kvw-bench.XXXXXX");
 	if (mkdtemp(s->dir) == NULL) {
-		snprintf(err, errlen, "mkdtemp: %s", strerror(errno));
+		kvw_seterr(err, errlen, "mkdtemp: %s", strerror(errno));
 		s->dir[0] = '\0';
 		return -1;
 	}
@@ -108,8 +109,8 @@ int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
 	rc = run_wait(argv, timeout_s);
 	if (rc == 0)
 		return 0;
-	snprintf(err, errlen, "%s --daemon exited %d (logs kept in %s)",
-		 kv_up, rc, s->dir);
+	kvw_seterr(err, errlen, "%s --daemon exited %d (logs kept in %s)",
+		   kv_up, rc, s->dir);
 	/* Stop the group, keep the directory with its logs. */
 	{
 		char *stop[] = { s->kv_up, "--stop", s->dir, NULL };

@@ -72,7 +72,7 @@ int main(int argc, char **argv)
 	cli_log_init(&cl, "heartbeat", -1);
 	rc = hbeat_open(&cfg, &h, err, sizeof err);
 	if (rc)
-		return cli_fatal(PROG, rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS,
+		return cli_fatal(PROG, cli_exit_code(rc),
 				 "unable to open table %s: %s", cfg.table, err);
 	if (proc_ready(cl.ready_fd) != 0) {
 		hbeat_close(&h);
@@ -81,6 +81,6 @@ int main(int argc, char **argv)
 	rc = hbeat_run(h, err, sizeof err);
 	hbeat_close(&h);
 	if (rc)
-		return cli_fatal(PROG, KVW_EXIT_SYS, "%s", err);
+		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
 	return KVW_EXIT_OK;
 }

@@ -31,68 +31,52 @@ static void usage(FILE *f)
 		shape_usage());
 }
 
-enum { O_LISTEN = 256, O_ENGINE, O_TABLE, O_POOL, O_TRANSPORT, O_WAITING,
-       O_ALLCP, O_TOPO, O_RANK };
+enum { O_WAITING = 256, O_ALLCP };
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "listen", 1, 0, O_LISTEN }, { "engine", 1, 0, O_ENGINE },
-		{ "table", 1, 0, O_TABLE }, { "pool", 1, 0, O_POOL },
-		{ "transport", 1, 0, O_TRANSPORT },
 		{ "waiting-timeout", 1, 0, O_WAITING },
-		{ "all-cp-ranks", 0, 0, O_ALLCP }, { "topo", 1, 0, O_TOPO },
-		{ "rank", 1, 0, O_RANK }, { 0, 0, 0, 0 },
+		{ "all-cp-ranks", 0, 0, O_ALLCP }, { 0, 0, 0, 0 },
 	};
-	struct receiver_cfg cfg = { .transport = "shm" };
+	struct receiver_cfg cfg = { 0 };
 	struct receiver *r = NULL;
 	const char *tmo = getenv("KVW_WAITING_TIMEOUT");
+	const struct cli_member *m;
 	struct cli cl;
-	uint32_t q[4];
 	int c, rc;
 	char err[256];
 
 	shape_default(&cfg.shape);
-	cfg.topo = (struct kvw_topo){ 1, 1, 1, 1 };
-	cli_init(&cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE,
+	cli_init(&cl, PROG,
+		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER,
 		 LOG_INFO, &cfg.shape);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
-		const char *v = cl.arg;
-
 		switch (c) {
-		case O_LISTEN: cfg.listen = v; break;
-		case O_ENGINE: cfg.engine = v; break;
-		case O_TABLE: cfg.table = v; break;
-		case O_POOL: cfg.pool = v; break;
-		case O_TRANSPORT: cfg.transport = v; break;
 		case O_ALLCP: cfg.all_cp_ranks = 1; break;
 		case CLI_HELP: usage(stdout); return KVW_EXIT_OK;
 		case O_WAITING:
-			tmo = v;
-			if (cli_seconds(v, 1e-9, 1e7, &cfg.waiting_timeout_ns))
-				return cli_fatal(PROG, KVW_EXIT_USAGE,
-						 "bad --waiting-timeout: %s", v);
-			break;
-		case O_TOPO:
-			if (shape_parse_quad(v, 1, q))
-				return cli_bad(&cl, "bad --topo: %s", v);
-			cfg.topo = (struct kvw_topo){ q[0], q[1], q[2], q[3] };
-			break;
-		case O_RANK:
-			if (shape_parse_quad(v, 0, q))
-				return cli_bad(&cl, "bad --rank: %s", v);
-			cfg.rank = (struct kvw_coord){ q[0], q[1], q[2], q[3] };
+			tmo = cl.arg;
+			if (cli_seconds(tmo, 1e-9, 1e7, &cfg.waiting_timeout_ns))
+				return cli_bad(&cl, "bad --waiting-timeout: %s", tmo);
 			break;
 		default: /* CLI_BAD: the fatal line is written */
 			return KVW_EXIT_USAGE;
 		}
 	}
-	if (!cfg.listen || !cfg.engine || !cfg.table || !cfg.pool)
-		return cli_fatal(PROG, KVW_EXIT_USAGE,
-				 "--listen, --engine, --table and --pool are required");
+	if ((rc = cli_member_check(&cl)) != 0)
+		return rc;
 	if (cfg.waiting_timeout_ns == 0 &&
 	    cli_seconds(tmo ? tmo : "300", 1e-9, 1e7, &cfg.waiting_timeout_ns))
 		return cli_bad(&cl, "bad KVW_WAITING_TIMEOUT: %s", tmo);
+	m = &cl.member;
+	cfg.listen = m->listen;
+	cfg.engine = m->engine;
+	cfg.table = m->table;
+	cfg.pool = m->pool;
+	cfg.transport = m->transport;
+	cfg.topo = m->topo;
+	cfg.rank = m->rank;
 	if (proc_signals_init() != 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	cli_log_init(&cl, "receiver", (int)cfg.rank.tp);
@@ -106,6 +90,6 @@ int main(int argc, char **argv)
 	rc = receiver_run(r, err, sizeof err);
 	receiver_close(&r);
 	if (rc)
-		return cli_fatal(PROG, KVW_EXIT_SYS, "%s", err);
+		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
 	return KVW_EXIT_OK;
 }

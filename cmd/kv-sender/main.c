@@ -1,9 +1,10 @@
 /*
  * kv-sender - the prefill rank's transfer control process (lib/roles/sender.h)
  * and, with --worker-id, one of its worker processes (lib/roles/worker.h),
- * which the control execs from /proc/self/exe. This file only parses
- * flags and maps results to exit codes: 0 clean stop, 100 usage (or the
- * bootstrap refused the registration), 111 system failure.
+ * which the control execs from /proc/self/exe. Two small programs share
+ * this main: each parses, runs its lib/ entry point and maps the result
+ * with cli_exit_code: 0 clean stop, 77 transport not available, 100 usage
+ * (or the bootstrap refused the registration), 111 system failure.
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -24,9 +25,10 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " --listen EP --engine EP --table PATH --pool PATH\n"
-		"         [--bootstrap EP] [--workers N] [--topo tp,pp] [--rank tp,pp]\n"
-		"         [--bootstrap-timeout SECONDS] [--transport shm]\n"
-		"         [--ready-fd N] [--log-level L] [--name NAME] [shape flags]\n"
+		"         [--bootstrap EP] [--workers N] [--topo tp,pp[,cp,dp]]\n"
+		"         [--rank tp,pp[,cp,dp]] [--bootstrap-timeout SECONDS]\n"
+		"         [--transport shm] [--ready-fd N] [--log-level L]\n"
+		"         [--name NAME] [shape flags]\n"
 		"       " PROG " --worker-id K --job-fd FD --table PATH --pool PATH\n"
 		"         (worker mode: started by the control, FD its socketpair end)\n"
 		"  %s\n"
@@ -34,39 +36,84 @@ static void usage(FILE *f)
 		"from decode peers on --listen and SEND_BEGIN/SEND_CHUNK/CLEAR from the\n"
 		"engine on --engine (ipc, 0600), moves KV through N worker processes.\n"
 		"--bootstrap-timeout (env KVW_BOOTSTRAP_TIMEOUT, default 300) bounds a\n"
-		"room's life. Exit: 0 stopped, 100 usage or registration refused,\n"
-		"111 system failure.\n",
+		"room's life. Exit: 0 stopped, 77 transport not available, 100 usage\n"
+		"or registration refused, 111 system failure.\n",
 		shape_usage());
 }
 
-enum { O_LISTEN = 256, O_ENGINE, O_BOOT, O_TABLE, O_POOL, O_WORKERS, O_TOPO,
-       O_RANK, O_BTIMEOUT, O_TRANSPORT, O_WORKER_ID, O_JOB_FD };
+enum { O_BOOT = 256, O_WORKERS, O_BTIMEOUT, O_WORKER_ID, O_JOB_FD };
+
+/* Worker mode: the control's channel end is --job-fd. */
+static int run_worker(struct cli *cl, struct worker_cfg *w)
+{
+	char err[512] = "";
+	int rc;
+
+	if (w->job_fd < 0 || !cl->member.table || !cl->member.pool)
+		return cli_bad(cl, "worker mode needs --job-fd, --table, --pool");
+	if (fcntl(w->job_fd, F_GETFD) < 0)
+		return cli_bad(cl, "--job-fd %d is not open", w->job_fd);
+	cli_log_init(cl, "worker", (int)w->id);
+	w->table = cl->member.table;
+	w->pool = cl->member.pool;
+	w->transport = cl->member.transport;
+	rc = worker_run(w, err, sizeof err);
+	if (rc < 0)
+		LOG(LOG_ERROR, "fatal: %s", err);
+	return cli_exit_code(rc < 0 ? rc : 0);
+}
+
+static int run_control(struct cli *cl, struct sender_cfg *cfg)
+{
+	const struct cli_member *m = &cl->member;
+	struct sender *s = NULL;
+	char err[512] = "";
+	int rc;
+
+	if ((rc = cli_member_check(cl)) != 0)
+		return rc;
+	/* Workers must not inherit the readiness pipe. */
+	if (cl->ready_fd >= 0 && fcntl(cl->ready_fd, F_SETFD, FD_CLOEXEC) < 0)
+		return cli_bad(cl, "--ready-fd is not open");
+	cfg->listen = m->listen;
+	cfg->engine = m->engine;
+	cfg->table = m->table;
+	cfg->pool = m->pool;
+	cfg->transport = m->transport;
+	cfg->topo = m->topo;
+	cfg->coord = m->rank;
+	cfg->name = cl->name;
+	cfg->log_level = cl->log_level_arg;
+	cli_log_init(cl, "sender", (int)sender_rank_of(&cfg->topo, &cfg->coord));
+	rc = sender_open(cfg, &s, err, sizeof err);
+	if (rc < 0)
+		return cli_fatal(PROG, cli_exit_code(rc), "unable to start: %s", err);
+	rc = sender_run(s, cl->ready_fd, err, sizeof err);
+	sender_close(&s);
+	if (rc < 0)
+		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
+	return KVW_EXIT_OK;
+}
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "listen", 1, 0, O_LISTEN }, { "engine", 1, 0, O_ENGINE },
-		{ "bootstrap", 1, 0, O_BOOT }, { "table", 1, 0, O_TABLE },
-		{ "pool", 1, 0, O_POOL }, { "workers", 1, 0, O_WORKERS },
-		{ "topo", 1, 0, O_TOPO }, { "rank", 1, 0, O_RANK },
+		{ "bootstrap", 1, 0, O_BOOT }, { "workers", 1, 0, O_WORKERS },
 		{ "bootstrap-timeout", 1, 0, O_BTIMEOUT },
-		{ "transport", 1, 0, O_TRANSPORT }, { "worker-id", 1, 0, O_WORKER_ID },
-		{ "job-fd", 1, 0, O_JOB_FD }, { 0, 0, 0, 0 },
+		{ "worker-id", 1, 0, O_WORKER_ID }, { "job-fd", 1, 0, O_JOB_FD },
+		{ 0, 0, 0, 0 },
 	};
-	struct sender_cfg cfg = { .workers = 4, .transport = "shm",
-				  .exe = "/proc/self/exe",
+	struct sender_cfg cfg = { .workers = 4, .exe = "/proc/self/exe",
 				  .bootstrap_timeout_ns = 300000000000ull };
 	struct worker_cfg wcfg = { .job_fd = -1 };
-	struct sender *s = NULL;
 	struct cli cl;
-	int worker = 0, c, rc;
-	uint32_t q[4], jfd;
-	char err[512] = "";
+	int worker = 0, c;
+	uint32_t jfd;
 	const char *env = getenv("KVW_BOOTSTRAP_TIMEOUT");
 
-	cfg.topo = (struct kvw_topo){ 1, 1, 1, 1 };
 	shape_default(&cfg.shape);
-	cli_init(&cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE,
+	cli_init(&cl, PROG,
+		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER,
 		 LOG_INFO, &cfg.shape);
 	if (env && cli_seconds(env, 1e-9, 1e7, &cfg.bootstrap_timeout_ns))
 		return cli_bad(&cl, "bad KVW_BOOTSTRAP_TIMEOUT: %s", env);
@@ -74,88 +121,32 @@ int main(int argc, char **argv)
 		const char *v = cl.arg;
 
 		switch (c) {
-		case O_LISTEN: cfg.listen = v; break;
-		case O_ENGINE: cfg.engine = v; break;
 		case O_BOOT: cfg.bootstrap = v; break;
-		case O_TABLE: cfg.table = v; break;
-		case O_POOL: cfg.pool = v; break;
+		case CLI_HELP: usage(stdout); return KVW_EXIT_OK;
 		case O_JOB_FD:
 			if (cli_u32(v, 0, INT32_MAX, &jfd))
-				return cli_fatal(PROG, KVW_EXIT_USAGE,
-						 "bad --job-fd: %s", v);
+				return cli_bad(&cl, "bad --job-fd: %s", v);
 			wcfg.job_fd = (int)jfd;
 			break;
-		case O_TRANSPORT: cfg.transport = v; break;
-		case CLI_HELP: usage(stdout); return KVW_EXIT_OK;
 		case O_WORKERS:
 			if (cli_u32(v, 1, SENDER_MAX_WORKERS, &cfg.workers))
-				return cli_fatal(PROG, KVW_EXIT_USAGE,
-						 "--workers: want 1..64, got %s", v);
+				return cli_bad(&cl, "--workers: want 1..%u, got %s",
+					       SENDER_MAX_WORKERS, v);
 			break;
 		case O_WORKER_ID:
 			if (cli_u32(v, 0, SENDER_MAX_WORKERS - 1, &wcfg.id))
-				return cli_fatal(PROG, KVW_EXIT_USAGE,
-						 "bad --worker-id: %s", v);
+				return cli_bad(&cl, "bad --worker-id: %s", v);
 			worker = 1;
-			break;
-		case O_TOPO:
-			if (shape_parse_quad(v, 1, q) || !q[0] || !q[1] ||
-			    !q[2] || !q[3])
-				return cli_bad(&cl, "bad --topo: %s", v);
-			cfg.topo = (struct kvw_topo){ q[0], q[1], q[2], q[3] };
-			break;
-		case O_RANK:
-			if (shape_parse_quad(v, 0, q))
-				return cli_bad(&cl, "bad --rank: %s", v);
-			cfg.coord = (struct kvw_coord){ q[0], q[1], q[2], q[3] };
 			break;
 		case O_BTIMEOUT:
 			if (cli_seconds(v, 1e-9, 1e7, &cfg.bootstrap_timeout_ns))
-				return cli_fatal(PROG, KVW_EXIT_USAGE,
-						 "bad --bootstrap-timeout: %s", v);
+				return cli_bad(&cl, "bad --bootstrap-timeout: %s", v);
 			break;
 		default: /* CLI_BAD: the fatal line is written */
 			return KVW_EXIT_USAGE;
 		}
 	}
-	cfg.name = cl.name;
-	cfg.log_level = cl.log_level_arg;
 	if (proc_signals_init() < 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
-	if (worker) {
-		if (wcfg.job_fd < 0 || !cfg.table || !cfg.pool)
-			return cli_fatal(PROG, KVW_EXIT_USAGE, "worker mode needs "
-					 "--job-fd, --table, --pool");
-		if (fcntl(wcfg.job_fd, F_GETFD) < 0)
-			return cli_fatal(PROG, KVW_EXIT_USAGE,
-					 "--job-fd %d is not open", wcfg.job_fd);
-		cli_log_init(&cl, "sworker", (int)wcfg.id);
-		wcfg.table = cfg.table;
-		wcfg.pool = cfg.pool;
-		wcfg.transport = cfg.transport;
-		rc = worker_run(&wcfg, err, sizeof err);
-		if (rc < 0) {
-			LOG(LOG_ERROR, "fatal: %s", err);
-			return rc == KVW_ENODEV ? KVW_EXIT_SKIP : KVW_EXIT_SYS;
-		}
-		return KVW_EXIT_OK;
-	}
-	if (!cfg.listen || !cfg.engine || !cfg.table || !cfg.pool)
-		return cli_fatal(PROG, KVW_EXIT_USAGE,
-				 "--listen, --engine, --table and --pool are required");
-	/* Workers must not inherit the readiness pipe. */
-	if (cl.ready_fd >= 0 && fcntl(cl.ready_fd, F_SETFD, FD_CLOEXEC) < 0)
-		return cli_bad(&cl, "--ready-fd is not open");
-	cli_log_init(&cl, "sender", (int)sender_rank_of(&cfg.topo, &cfg.coord));
-	rc = sender_open(&cfg, &s, err, sizeof err);
-	if (rc == KVW_EINVAL)
-		return cli_bad(&cl, "%s", err);
-	if (rc < 0)
-		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to start: %s", err);
-	rc = sender_run(s, cl.ready_fd, err, sizeof err);
-	sender_close(&s);
-	if (rc < 0)
-		return cli_fatal(PROG, rc == KVW_EINVAL ? KVW_EXIT_USAGE : KVW_EXIT_SYS,
-				 "%s", err);
-	return KVW_EXIT_OK;
+	return worker ? run_worker(&cl, &wcfg) : run_control(&cl, &cfg);
 }

@@ -130,8 +130,7 @@ int main(int argc, char **argv)
 		int r = runinfo_load(run_dir, &ri, err, sizeof err);
 
 		if (r < 0)
-			return cli_fatal(PROG, r == KVW_EINVAL ? KVW_EXIT_USAGE
-							     : KVW_EXIT_SYS,
+			return cli_fatal(PROG, cli_exit_code(r),
 					 "unable to read endpoints: %s", err);
 		for (uint32_t i = 0; i < runinfo_count(ri); i++) {
 			const struct runinfo_member *m = runinfo_member(ri, i);

@@ -4,13 +4,19 @@
  */
 #include "kvw.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 
+/* errno is kept: callers set err on a failed system call and their own
+ * callers may still read errno (ETERM, EINTR) after the return. */
 static void vseterr(char *err, size_t errlen, const char *fmt, va_list ap)
 {
+	int saved = errno;
+
 	if (err != NULL && errlen > 0)
 		vsnprintf(err, errlen, fmt, ap);
+	errno = saved;
 }
 
 void kvw_seterr(char *err, size_t errlen, const char *fmt, ...)

@@ -18,7 +18,8 @@
 #include "plan/shape.h"
 
 /* The common options' vals, above every value cli_next returns. */
-enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE };
+enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE, O_LISTEN, O_ENGINE,
+       O_TABLE, O_POOL, O_TRANSPORT, O_TOPO, O_RANK };
 
 void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
 	      struct shape *shape)
@@ -29,6 +30,8 @@ void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
 	c->ready_fd = -1;
 	c->log_level = log_level;
 	c->shape = shape;
+	c->member.transport = "shm";
+	c->member.topo = (struct kvw_topo){ 1, 1, 1, 1 };
 	optind = 0;
 }
 
@@ -41,6 +44,15 @@ static int build(struct cli *c, const struct option *own)
 		{ "ready-fd", required_argument, NULL, O_READY },
 		{ "log-level", required_argument, NULL, O_LOG },
 		{ "name", required_argument, NULL, O_NAME },
+	};
+	static const struct option member[] = {
+		{ "listen", required_argument, NULL, O_LISTEN },
+		{ "engine", required_argument, NULL, O_ENGINE },
+		{ "table", required_argument, NULL, O_TABLE },
+		{ "pool", required_argument, NULL, O_POOL },
+		{ "transport", required_argument, NULL, O_TRANSPORT },
+		{ "topo", required_argument, NULL, O_TOPO },
+		{ "rank", required_argument, NULL, O_RANK },
 	};
 	const unsigned want[] = { 0, CLI_READY_FD, CLI_LOG_LEVEL, CLI_NAME };
 	const char *sname;
@@ -58,6 +70,12 @@ static int build(struct cli *c, const struct option *own)
 			return -1;
 		c->table[n++] = common[i];
 	}
+	for (size_t i = 0; (c->flags & CLI_MEMBER) &&
+			   i < sizeof member / sizeof member[0]; i++) {
+		if (n == CLI_MAX_OPTS - 1)
+			return -1;
+		c->table[n++] = member[i];
+	}
 	for (unsigned i = 0; (c->flags & CLI_SHAPE) &&
 			     (sname = shape_option_name(i, &has)); i++) {
 		if (n == CLI_MAX_OPTS - 1)
@@ -67,6 +85,21 @@ static int build(struct cli *c, const struct option *own)
 						 NULL, O_SHAPE };
 	}
 	c->table[n] = (struct option){ NULL, 0, NULL, 0 };
+	return 0;
+}
+
+/* --topo (every size >= 1) or --rank into c->member; 0 or CLI_BAD. */
+static int member_quad(struct cli *c, int v)
+{
+	uint32_t q[4];
+
+	if (shape_parse_quad(c->arg, v == O_TOPO, q) ||
+	    (v == O_TOPO && (!q[0] || !q[1] || !q[2] || !q[3])))
+		return cli_fatal(c->prog, CLI_BAD, "bad --%s: %s", c->opt, c->arg);
+	if (v == O_TOPO)
+		c->member.topo = (struct kvw_topo){ q[0], q[1], q[2], q[3] };
+	else
+		c->member.rank = (struct kvw_coord){ q[0], q[1], q[2], q[3] };
 	return 0;
 }
 
@@ -95,6 +128,14 @@ static int common(struct cli *c, int v)
 	case O_NAME:
 		c->name = c->arg;
 		return 0;
+	case O_LISTEN: c->member.listen = c->arg; return 0;
+	case O_ENGINE: c->member.engine = c->arg; return 0;
+	case O_TABLE: c->member.table = c->arg; return 0;
+	case O_POOL: c->member.pool = c->arg; return 0;
+	case O_TRANSPORT: c->member.transport = c->arg; return 0;
+	case O_TOPO:
+	case O_RANK:
+		return member_quad(c, v);
 	default: { /* O_SHAPE */
 		struct shape scratch;
 
@@ -136,6 +177,22 @@ int cli_next(struct cli *c, int argc, char **argv, const struct option *own)
 		return cli_fatal(c->prog, CLI_BAD, "unexpected argument: %s",
 				 argv[optind]);
 	return CLI_END;
+}
+
+int cli_member_check(const struct cli *c)
+{
+	const struct cli_member *m = &c->member;
+	const struct kvw_topo *t = &m->topo;
+	const struct kvw_coord *r = &m->rank;
+
+	if (!m->listen || !m->engine || !m->table || !m->pool)
+		return cli_bad(c, "--listen, --engine, --table and --pool are "
+			       "required");
+	if (r->tp >= t->tp || r->pp >= t->pp || r->cp >= t->cp || r->dp >= t->dp)
+		return cli_bad(c, "--rank %u,%u,%u,%u lies outside --topo "
+			       "%u,%u,%u,%u", r->tp, r->pp, r->cp, r->dp, t->tp,
+			       t->pp, t->cp, t->dp);
+	return 0;
 }
 
 int cli_fatal(const char *prog, int code, const char *fmt, ...)

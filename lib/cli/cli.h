@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/kvw.h"
+
 struct shape;
 
 /* Which common options a program takes (--help is always taken). */
@@ -28,6 +30,17 @@ enum cli_flag {
 	CLI_NAME = 1u << 2,      /* --name NAME into name */
 	CLI_SHAPE = 1u << 3,     /* the shape flags (shape_option) */
 	CLI_OPERANDS = 1u << 4,  /* operands allowed (argv[optind..]) */
+	CLI_MEMBER = 1u << 5,    /* a control process's flags, into member */
+};
+
+/* The flags both control processes (kv-sender, kv-receiver) take, parsed
+ * one way for both: --listen EP, --engine EP, --table PATH, --pool PATH,
+ * --transport NAME (default shm), --topo tp,pp[,cp,dp] (each >= 1; default
+ * 1,1,1,1) and --rank tp,pp[,cp,dp] (default 0,0,0,0). */
+struct cli_member {
+	const char *listen, *engine, *table, *pool, *transport;
+	struct kvw_topo topo;
+	struct kvw_coord rank;
 };
 
 /* What cli_next returns besides a program option's `val`, which must lie
@@ -50,6 +63,7 @@ struct cli {
 	const char *log_level_arg; /* --log-level as given, NULL if not */
 	const char *name;          /* --name, NULL if not given */
 	struct shape *shape;       /* CLI_SHAPE: flags applied here, or NULL */
+	struct cli_member member;  /* CLI_MEMBER: flags applied here */
 	const char *opt;           /* long name of the option just returned */
 	const char *arg;           /* its value, NULL when it takes none */
 	struct option table[CLI_MAX_OPTS]; /* own + common, built by cli_next */
@@ -68,6 +82,11 @@ void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
  * option, missing value, bad common value, or an operand without
  * CLI_OPERANDS). own ends with a zeroed entry and must not list "help". */
 int cli_next(struct cli *c, int argc, char **argv, const struct option *own);
+
+/* After CLI_END with CLI_MEMBER: checks that --listen, --engine, --table
+ * and --pool were given and that --rank lies inside --topo. Returns 0, or
+ * KVW_EXIT_USAGE after writing the fatal line. */
+int cli_member_check(const struct cli *c);
 
 /* Writes "prog: fatal: MESSAGE\n" to stderr; returns code, so that main()
  * can `return cli_fatal(PROG, KVW_EXIT_USAGE, "bad --x: %s", v);`. */

@@ -67,25 +67,22 @@ static int member_kv(struct runinfo_member *m, unsigned *seen, int *has_role,
 			break;
 	if (i == sizeof keys / sizeof keys[0])
 		return 0; /* unknown key: a newer writer's */
-	if (*seen & (1u << i)) {
-		snprintf(err, errlen, "key '%s' given twice", keys[i]);
-		return KVW_EINVAL;
-	}
+	if (*seen & (1u << i))
+		return kvw_errf(err, errlen, KVW_EINVAL, "key '%s' given twice",
+				keys[i]);
 	*seen |= 1u << i;
-	if (vlen > KVW_MAX_STR) {
-		snprintf(err, errlen, "%s: value longer than %u bytes", keys[i],
-			 KVW_MAX_STR);
-		return KVW_EINVAL;
-	}
+	if (vlen > KVW_MAX_STR)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"%s: value longer than %u bytes", keys[i],
+				KVW_MAX_STR);
 	memcpy(buf, v, vlen);
 	buf[vlen] = '\0';
 	switch (i) {
 	case 0:
-		if (set_str(m->name, sizeof m->name, v, vlen)) {
-			snprintf(err, errlen, "member name longer than %u",
-				 RUNINFO_NAME_MAX);
-			return KVW_EINVAL;
-		}
+		if (set_str(m->name, sizeof m->name, v, vlen))
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"member name longer than %u",
+					RUNINFO_NAME_MAX);
 		return 0;
 	case 1:
 		for (unsigned r = 0; r < sizeof role_names / sizeof *role_names;
@@ -95,20 +92,19 @@ static int member_kv(struct runinfo_member *m, unsigned *seen, int *has_role,
 				*has_role = 1;
 				return 0;
 			}
-		snprintf(err, errlen, "unknown role '%s'", buf);
-		return KVW_EINVAL;
+		return kvw_errf(err, errlen, KVW_EINVAL, "unknown role '%s'",
+				buf);
 	case 2:
-		if (shape_parse_quad(buf, 0, q)) {
-			snprintf(err, errlen, "bad rank '%s'", buf);
-			return KVW_EINVAL;
-		}
+		if (shape_parse_quad(buf, 0, q))
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"bad rank '%s'", buf);
 		m->rank = (struct kvw_coord){ q[0], q[1], q[2], q[3] };
 		return 0;
 	case 3:
 		if (shape_parse_quad(buf, 1, q) || !q[0] || !q[1] || !q[2] ||
 		    !q[3]) {
-			snprintf(err, errlen, "bad topo '%s'", buf);
-			return KVW_EINVAL;
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"bad topo '%s'", buf);
 		}
 		m->topo = (struct kvw_topo){ q[0], q[1], q[2], q[3] };
 		return 0;
@@ -127,51 +123,44 @@ static int member_kv(struct runinfo_member *m, unsigned *seen, int *has_role,
 static int member_check(const struct runinfo *ri, struct runinfo_member *m,
 			int has_role, char *err, size_t errlen)
 {
-	if (m->name[0] == '\0') {
-		snprintf(err, errlen, "no member= key");
-		return KVW_EINVAL;
-	}
+	if (m->name[0] == '\0')
+		return kvw_errf(err, errlen, KVW_EINVAL, "no member= key");
 	if (!has_role) {
-		if (strcmp(m->name, "bootstrap") != 0) {
-			snprintf(err, errlen, "member %s has no role", m->name);
-			return KVW_EINVAL;
-		}
+		if (strcmp(m->name, "bootstrap") != 0)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"member %s has no role", m->name);
 		m->role = RUNINFO_BOOTSTRAP;
 	}
-	if (runinfo_find(ri, m->name)) {
-		snprintf(err, errlen, "member %s listed twice", m->name);
-		return KVW_EINVAL;
-	}
+	if (runinfo_find(ri, m->name))
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"member %s listed twice", m->name);
 	if (m->rank.tp >= m->topo.tp || m->rank.pp >= m->topo.pp ||
 	    m->rank.cp >= m->topo.cp || m->rank.dp >= m->topo.dp) {
-		snprintf(err, errlen, "member %s: rank outside its topo",
-			 m->name);
-		return KVW_EINVAL;
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"member %s: rank outside its topo", m->name);
 	}
 	switch (m->role) {
 	case RUNINFO_PREFILL:
 	case RUNINFO_DECODE:
 		if (!m->engine[0] || !m->table[0] || !m->pool[0] ||
 		    !m->listen[0]) {
-			snprintf(err, errlen, "member %s: %s needs listen, "
-				 "engine, table and pool", m->name,
-				 runinfo_role_str(m->role));
-			return KVW_EINVAL;
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"member %s: %s needs listen, "
+					"engine, table and pool", m->name,
+					runinfo_role_str(m->role));
 		}
 		break;
 	case RUNINFO_HEARTBEAT:
-		if (!m->table[0]) {
-			snprintf(err, errlen, "member %s: heartbeat needs "
-				 "table", m->name);
-			return KVW_EINVAL;
-		}
+		if (!m->table[0])
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"member %s: heartbeat needs " "table",
+					m->name);
 		break;
 	default:
-		if (!m->listen[0]) {
-			snprintf(err, errlen, "member %s: bootstrap needs "
-				 "listen", m->name);
-			return KVW_EINVAL;
-		}
+		if (!m->listen[0])
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"member %s: bootstrap needs " "listen",
+					m->name);
 		break;
 	}
 	return 0;
@@ -197,11 +186,11 @@ static int parse_member(struct runinfo *ri, const char *p, const char *end,
 		while (p < end && !is_space(*p))
 			p++;
 		eq = memchr(tok, '=', (size_t)(p - tok));
-		if (eq == NULL || eq == tok || eq + 1 == p) {
-			snprintf(err, errlen, "token '%.*s' is not key=value",
-				 (int)(p - tok > 64 ? 64 : p - tok), tok);
-			return KVW_EINVAL;
-		}
+		if (eq == NULL || eq == tok || eq + 1 == p)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"token '%.*s' is not key=value",
+					(int)(p - tok > 64 ? 64 : p - tok),
+					tok);
 		rc = member_kv(&m, &seen, &has_role, tok, (size_t)(eq - tok),
 			       eq + 1, (size_t)(p - eq - 1), err, errlen);
 		if (rc < 0)
@@ -210,19 +199,16 @@ static int parse_member(struct runinfo *ri, const char *p, const char *end,
 	rc = member_check(ri, &m, has_role, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (ri->n == RUNINFO_MAX_MEMBERS) {
-		snprintf(err, errlen, "more than %u members",
-			 RUNINFO_MAX_MEMBERS);
-		return KVW_EINVAL;
-	}
+	if (ri->n == RUNINFO_MAX_MEMBERS)
+		return kvw_errf(err, errlen, KVW_EINVAL, "more than %u members",
+				RUNINFO_MAX_MEMBERS);
 	if ((ri->n & (ri->n - 1)) == 0) { /* grow at powers of two */
 		size_t cap = ri->n ? 2 * (size_t)ri->n : 4;
 		void *nm = realloc(ri->m, cap * sizeof *ri->m);
 
-		if (nm == NULL) {
-			snprintf(err, errlen, "out of memory");
-			return KVW_ENOMEM;
-		}
+		if (nm == NULL)
+			return kvw_errf(err, errlen, KVW_ENOMEM,
+					"out of memory");
 		ri->m = nm;
 	}
 	ri->m[ri->n++] = m;
@@ -241,17 +227,15 @@ static int parse_line(struct runinfo *ri, const char *p, const char *end,
 	if (end - p >= 6 && memcmp(p, "shape=", 6) == 0) {
 		size_t len;
 
-		if (ri->shape) {
-			snprintf(err, errlen, "second shape= line");
-			return KVW_EINVAL;
-		}
+		if (ri->shape)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"second shape= line");
 		p += 6;
 		len = (size_t)(end - p);
 		ri->shape = malloc(len + 1);
-		if (ri->shape == NULL) {
-			snprintf(err, errlen, "out of memory");
-			return KVW_ENOMEM;
-		}
+		if (ri->shape == NULL)
+			return kvw_errf(err, errlen, KVW_ENOMEM,
+					"out of memory");
 		memcpy(ri->shape, p, len);
 		ri->shape[len] = '\0';
 		return 0;
@@ -272,10 +256,8 @@ int runinfo_parse(const char *text, size_t len, struct runinfo **out,
 	if (text == NULL && len > 0)
 		return KVW_EINVAL;
 	ri = calloc(1, sizeof *ri);
-	if (ri == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (ri == NULL)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	while (p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		const char *le = nl ? nl : end;
@@ -293,7 +275,7 @@ int runinfo_parse(const char *text, size_t len, struct runinfo **out,
 			rc = parse_line(ri, p, le, why, sizeof why);
 		}
 		if (rc < 0) {
-			snprintf(err, errlen, "line %u: %s", line, why);
+			kvw_seterr(err, errlen, "line %u: %s", line, why);
 			runinfo_free(&ri);
 			return rc;
 		}
@@ -321,14 +303,13 @@ int runinfo_load(const char *path, struct runinfo **out, char *err,
 		snprintf(file, sizeof file, "%s", path);
 	fd = open(file, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		snprintf(err, errlen, "%s: %s", file, strerror(errno));
+		kvw_seterr(err, errlen, "%s: %s", file, strerror(errno));
 		return errno == ENOENT ? KVW_ENOENT : KVW_ESYS;
 	}
 	buf = malloc(RUNINFO_FILE_MAX);
 	if (buf == NULL) {
 		close(fd);
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	}
 	for (;;) {
 		ssize_t r = read(fd, buf + got, RUNINFO_FILE_MAX - got);
@@ -336,8 +317,8 @@ int runinfo_load(const char *path, struct runinfo **out, char *err,
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			snprintf(err, errlen, "%s: read: %s", file,
-				 strerror(errno));
+			kvw_seterr(err, errlen, "%s: read: %s", file,
+				   strerror(errno));
 			rc = KVW_ESYS;
 			goto done;
 		}
@@ -345,15 +326,15 @@ int runinfo_load(const char *path, struct runinfo **out, char *err,
 			break;
 		got += (size_t)r;
 		if (got == RUNINFO_FILE_MAX) {
-			snprintf(err, errlen, "%s: larger than %u bytes", file,
-				 RUNINFO_FILE_MAX - 1);
+			kvw_seterr(err, errlen, "%s: larger than %u bytes",
+				   file, RUNINFO_FILE_MAX - 1);
 			rc = KVW_EINVAL;
 			goto done;
 		}
 	}
 	rc = runinfo_parse(buf, got, out, why, sizeof why);
 	if (rc < 0)
-		snprintf(err, errlen, "%s: %s", file, why);
+		kvw_seterr(err, errlen, "%s: %s", file, why);
 done:
 	free(buf);
 	close(fd);
@@ -429,17 +410,15 @@ int runinfo_shape_apply(const char *flags, struct shape *s, char *err,
 	if (flags == NULL)
 		return 0;
 	buf = strdup(flags);
-	if (buf == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (buf == NULL)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	for (tok = strtok_r(buf, " \t", &save); tok;
 	     tok = strtok_r(NULL, " \t", &save)) {
 		char *name = tok + 2, *val, *eq;
 
 		if (strncmp(tok, "--", 2) != 0 || tok[2] == '\0') {
-			snprintf(err, errlen, "shape: '%s' is not an option",
-				 tok);
+			kvw_seterr(err, errlen, "shape: '%s' is not an option",
+				   tok);
 			rc = KVW_EINVAL;
 			break;
 		}
@@ -455,13 +434,13 @@ int runinfo_shape_apply(const char *flags, struct shape *s, char *err,
 		why[0] = '\0';
 		rc = shape_option(s, name, val, why, sizeof why);
 		if (rc == 0) {
-			snprintf(err, errlen, "shape: unknown option --%s",
-				 name);
+			kvw_seterr(err, errlen, "shape: unknown option --%s",
+				   name);
 			rc = KVW_EINVAL;
 			break;
 		}
 		if (rc < 0) {
-			snprintf(err, errlen, "shape: %s", why);
+			kvw_seterr(err, errlen, "shape: %s", why);
 			break;
 		}
 		rc = 0;
@@ -476,13 +455,13 @@ int runinfo_check_topo(const struct runinfo *ri, unsigned role, uint32_t tp,
 	for (uint32_t k = 0; k < runinfo_nrole(ri, role); k++) {
 		const struct runinfo_member *m = runinfo_nth(ri, role, k);
 
-		if ((tp && m->topo.tp != tp) || (pp && m->topo.pp != pp)) {
-			snprintf(err, errlen, "member %s has tp %u pp %u, not "
-				 "the tp %u pp %u asked", m->name, m->topo.tp,
-				 m->topo.pp, tp ? tp : m->topo.tp,
-				 pp ? pp : m->topo.pp);
-			return KVW_EINVAL;
-		}
+		if ((tp && m->topo.tp != tp) || (pp && m->topo.pp != pp))
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"member %s has tp %u pp %u, not "
+					"the tp %u pp %u asked", m->name,
+					m->topo.tp, m->topo.pp,
+					tp ? tp : m->topo.tp,
+					pp ? pp : m->topo.pp);
 	}
 	return 0;
 }

@@ -70,10 +70,10 @@ int shape_option(struct shape *s, const char *name, const char *value,
 			continue;
 		if (parse_u32(value, opts[i].min, opts[i].max,
 			      (uint32_t *)((char *)s + opts[i].off))) {
-			snprintf(err, errlen, "--%s: want an integer in "
-				 "[%u, %u], got '%s'", name, opts[i].min,
-				 opts[i].max, value ? value : "");
-			return KVW_EINVAL;
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"--%s: want an integer in "
+					"[%u, %u], got '%s'", name, opts[i].min,
+					opts[i].max, value ? value : "");
 		}
 		return 1;
 	}
@@ -130,12 +130,11 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 	spec.pages = s->pages;
 	spec.aux_slots = s->aux_slots;
 	spec.aux_item_len = s->aux_bytes;
-	if (spec.item_len == 0) {
-		snprintf(err, errlen, "page of %u tokens x %u heads x %u bytes "
-			 "does not fit 32 bits", m.page_tokens,
-			 m.rank_kv_heads, m.head_bytes);
-		return KVW_EINVAL;
-	}
+	if (spec.item_len == 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"page of %u tokens x %u heads x %u bytes "
+				"does not fit 32 bits", m.page_tokens,
+				m.rank_kv_heads, m.head_bytes);
 	return layout_make(&spec, out, cap, n, pool_bytes, err, errlen);
 }
 

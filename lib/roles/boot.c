@@ -43,7 +43,7 @@ struct boot *boot_open(uint64_t epoch, char *err, size_t errlen)
 		goto fail;
 	return b;
 fail:
-	snprintf(err, errlen, "boot_open: out of memory");
+	kvw_seterr(err, errlen, "boot_open: out of memory");
 	boot_close(&b);
 	return NULL;
 }
@@ -278,7 +278,7 @@ int boot_handle(struct boot *b, const struct frame_msg *req,
 		on_lookup(b, req, reply);
 		return 0;
 	}
-	snprintf(err, errlen, "%s is not a bootstrap request",
-		 frame_type_str(req->hdr.type));
-	return KVW_EINVAL;
+	return kvw_errf(err, errlen, KVW_EINVAL,
+			"%s is not a bootstrap request",
+			frame_type_str(req->hdr.type));
 }

@@ -35,14 +35,15 @@ static void *dealer(void *ctx, const char *endpoint, int linger_ms,
 		return NULL;
 	if (immediate &&
 	    zmq_setsockopt(s, ZMQ_IMMEDIATE, &immediate, sizeof immediate)) {
-		snprintf(err, errlen, "zmq_setsockopt: %s", zmq_strerror(errno));
+		kvw_seterr(err, errlen, "zmq_setsockopt: %s",
+			   zmq_strerror(errno));
 		goto fail;
 	}
 	if (zmq_connect(s, endpoint) != 0) {
 		*rc = errno == EINVAL || errno == EPROTONOSUPPORT ||
 		      errno == ENOCOMPATPROTO ? KVW_EINVAL : KVW_ESYS;
-		snprintf(err, errlen, "connect %s: %s", endpoint,
-			 zmq_strerror(errno));
+		kvw_seterr(err, errlen, "connect %s: %s", endpoint,
+			   zmq_strerror(errno));
 		goto fail;
 	}
 	return s;
@@ -66,12 +67,11 @@ static int wait_for(void *s, short events, uint64_t deadline_ns, char *err,
 		n = zmq_poll(&it, 1, proc_poll_ms(deadline_ns, now, 1000));
 		if (n > 0)
 			return 1;
-		if (n < 0 && errno != EINTR) {
-			snprintf(err, errlen, "zmq_poll: %s", zmq_strerror(errno));
-			return KVW_ESYS;
-		}
+		if (n < 0 && errno != EINTR)
+			return kvw_errf(err, errlen, KVW_ESYS, "zmq_poll: %s",
+					zmq_strerror(errno));
 		if (proc_stopping()) {
-			snprintf(err, errlen, "interrupted by a stop signal");
+			kvw_seterr(err, errlen, "interrupted by a stop signal");
 			errno = EINTR;
 			return KVW_ESYS;
 		}
@@ -98,7 +98,7 @@ static int attempt(void *ctx, const char *endpoint,
 	while (rc == 0) {
 		rc = wait_for(s, ZMQ_POLLIN, deadline_ns, err, errlen);
 		if (rc == 0) {
-			snprintf(err, errlen, "no reply from %s", endpoint);
+			kvw_seterr(err, errlen, "no reply from %s", endpoint);
 			rc = KVW_ETIMEDOUT;
 			break;
 		}
@@ -141,8 +141,8 @@ int bootc_call(void *ctx, const char *endpoint, const struct frame_msg *req,
 			break;
 	}
 	if (rc == KVW_ETIMEDOUT)
-		snprintf(err, errlen, "no reply from %s within %d ms",
-			 endpoint, timeout_ms);
+		kvw_seterr(err, errlen, "no reply from %s within %d ms",
+			   endpoint, timeout_ms);
 	return rc;
 }
 
@@ -153,11 +153,10 @@ int bootc_send_raw(void *ctx, const char *endpoint,
 	void *s;
 	int rc;
 
-	if (nparts < 1 || nparts > BOOTC_RAW_MAX_PARTS) {
-		snprintf(err, errlen, "%zu parts (1..%u allowed)", nparts,
-			 BOOTC_RAW_MAX_PARTS);
-		return KVW_EINVAL;
-	}
+	if (nparts < 1 || nparts > BOOTC_RAW_MAX_PARTS)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"%zu parts (1..%u allowed)", nparts,
+				BOOTC_RAW_MAX_PARTS);
 	if (timeout_ms < 1)
 		timeout_ms = 1;
 	s = dealer(ctx, endpoint, timeout_ms, 1, &rc, err, errlen);
@@ -167,8 +166,8 @@ int bootc_send_raw(void *ctx, const char *endpoint,
 		      proc_now_ns() + (uint64_t)timeout_ms * 1000000u, err,
 		      errlen);
 	if (rc == 0) {
-		snprintf(err, errlen, "no peer at %s within %d ms", endpoint,
-			 timeout_ms);
+		kvw_seterr(err, errlen, "no peer at %s within %d ms", endpoint,
+			   timeout_ms);
 		rc = KVW_ETIMEDOUT;
 	}
 	for (size_t i = 0; rc == 1 && i < nparts; i++) {
@@ -178,7 +177,8 @@ int bootc_send_raw(void *ctx, const char *endpoint,
 		 * in whole. */
 		if (zmq_send(s, parts[i].data, parts[i].len,
 			     more | ZMQ_DONTWAIT) < 0) {
-			snprintf(err, errlen, "send: %s", zmq_strerror(errno));
+			kvw_seterr(err, errlen, "send: %s",
+				   zmq_strerror(errno));
 			rc = KVW_ESYS;
 		}
 	}

@@ -13,9 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "table/rtab.h"
+#include "wire/dealers.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
 
@@ -25,7 +27,7 @@
 #define HB_RETIRED 4u /* earlier epochs remembered per peer */
 
 struct hb_peer {
-	void *sock;
+	void *sock;       /* from h->dealers (not ours to close) */
 	uint64_t sent_ns; /* an unanswered PING went out then; 0 = none */
 	char ep[RTAB_ENDPOINT_MAX];
 	uint64_t epoch;                /* last epoch this process heard */
@@ -36,6 +38,7 @@ struct hb_peer {
 struct hbeat {
 	struct rtab *tab;
 	void *ctx;
+	struct dealers *dealers; /* one DEALER per peer endpoint */
 	uint64_t interval_ns, timeout_ns;
 	uint32_t max_failures;
 	uint64_t epoch, seq;
@@ -50,16 +53,13 @@ int hbeat_open(const struct hbeat_cfg *cfg, struct hbeat **out, char *err,
 	int rc;
 
 	*out = NULL;
-	if (!cfg->table || cfg->interval_ns < 50000000ull || cfg->max_failures < 1) {
-		snprintf(err, errlen, "need a table, interval >= 0.05 s, "
-			 "max failures >= 1");
-		return KVW_EINVAL;
-	}
+	if (!cfg->table || cfg->interval_ns < 50000000ull || cfg->max_failures < 1)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"need a table, interval >= 0.05 s, "
+				"max failures >= 1");
 	h = calloc(1, sizeof *h);
-	if (!h) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (!h)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	h->interval_ns = cfg->interval_ns;
 	h->timeout_ns = cfg->ping_timeout_ns && cfg->ping_timeout_ns < cfg->interval_ns
 		      ? cfg->ping_timeout_ns : cfg->interval_ns;
@@ -72,13 +72,18 @@ int hbeat_open(const struct hbeat_cfg *cfg, struct hbeat **out, char *err,
 	h->peers = calloc(h->cap, sizeof *h->peers);
 	rc = KVW_ENOMEM;
 	if (!h->peers) {
-		snprintf(err, errlen, "out of memory");
+		kvw_seterr(err, errlen, "out of memory");
 		goto fail;
 	}
 	h->ctx = zmq_ctx_new();
 	rc = KVW_ESYS;
 	if (!h->ctx) {
-		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		kvw_seterr(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		goto fail;
+	}
+	rc = dealers_open(h->ctx, 0, &h->dealers);
+	if (rc) {
+		kvw_seterr(err, errlen, "out of memory");
 		goto fail;
 	}
 	*out = h;
@@ -94,8 +99,7 @@ void hbeat_close(struct hbeat **hp)
 
 	if (!h)
 		return;
-	for (uint32_t i = 0; h->peers && i < h->cap; i++)
-		wire_close(&h->peers[i].sock);
+	dealers_close(&h->dealers);
 	if (h->ctx)
 		zmq_ctx_term(h->ctx);
 	rtab_close(&h->tab);
@@ -159,15 +163,10 @@ static void tick(struct hbeat *h, uint64_t now)
 			continue;
 		p = &h->peers[v.id - 1];
 		if (!p->sock) {
-			p->sock = wire_socket(h->ctx, ZMQ_DEALER, 0, err, sizeof err);
+			p->sock = dealers_get(h->dealers, v.endpoint, err,
+					      sizeof err);
 			if (!p->sock) {
 				LOG_RL(LOG_ERROR, "peer %s: %s", v.endpoint, err);
-				continue;
-			}
-			if (zmq_connect(p->sock, v.endpoint) != 0) {
-				LOG_RL(LOG_ERROR, "peer %s: connect: %s", v.endpoint,
-				       zmq_strerror(errno));
-				wire_close(&p->sock);
 				continue;
 			}
 			snprintf(p->ep, sizeof p->ep, "%s", v.endpoint);
@@ -201,9 +200,8 @@ static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 	int changed;
 
 	if (m->hdr.type != FRAME_PONG) {
-		rtab_counter_add(h->tab, RTAB_C_MALFORMED, 1);
-		LOG_RL(LOG_WARN, "peer %u sent %s: dropped", id,
-		       frame_type_str(m->hdr.type));
+		MALFORMED(h->tab, "peer %u sent %s: dropped", id,
+			  frame_type_str(m->hdr.type));
 		return;
 	}
 	h->peers[id - 1].sent_ns = 0;
@@ -238,13 +236,10 @@ static int drain(struct hbeat *h, uint32_t id, char *err, size_t errlen)
 
 		if (rc == KVW_EAGAIN)
 			return 0;
-		if (rc == KVW_ESYS) {
-			snprintf(err, errlen, "%s", why);
-			return rc;
-		}
+		if (rc == KVW_ESYS)
+			return kvw_errf(err, errlen, rc, "%s", why);
 		if (rc) {
-			rtab_counter_add(h->tab, RTAB_C_MALFORMED, 1);
-			LOG_RL(LOG_WARN, "peer %u: malformed message: %s", id, why);
+			MALFORMED(h->tab, "peer %u: malformed message: %s", id, why);
 			continue;
 		}
 		pong(h, id, &m);
@@ -261,7 +256,7 @@ int hbeat_run(struct hbeat *h, char *err, size_t errlen)
 	int rc = 0;
 
 	if (!items || !ids) {
-		snprintf(err, errlen, "out of memory");
+		kvw_seterr(err, errlen, "out of memory");
 		rc = KVW_ENOMEM;
 		goto out;
 	}
@@ -290,7 +285,8 @@ int hbeat_run(struct hbeat *h, char *err, size_t errlen)
 		if (zmq_poll(items, n, proc_poll_ms(due, now, POLL_CAP_MS)) < 0) {
 			if (errno == EINTR)
 				continue;
-			snprintf(err, errlen, "zmq_poll: %s", zmq_strerror(errno));
+			kvw_seterr(err, errlen, "zmq_poll: %s",
+				   zmq_strerror(errno));
 			rc = KVW_ESYS;
 			break;
 		}

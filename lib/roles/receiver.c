@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "wire/dealers.h"
 #include "wire/wire.h"
 #include "wire/wpoll.h"
 #include "xport/pool.h"
@@ -28,7 +30,7 @@
 
 static void bad_config(char *err, size_t errlen, const char *what)
 {
-	snprintf(err, errlen, "%s", what);
+	kvw_seterr(err, errlen, "%s", what);
 }
 
 static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
@@ -42,10 +44,9 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 
 	rc = rtab_create(cfg->table, ROOM_CAPACITY, PEER_CAPACITY, r->epoch,
 			 &r->tab, &existed, e2, sizeof e2);
-	if (rc) {
-		snprintf(err, errlen, "table %s: %s", cfg->table, e2);
-		return rc;
-	}
+	if (rc)
+		return kvw_errf(err, errlen, rc, "table %s: %s", cfg->table,
+				e2);
 	if (existed) {
 		rc = rtab_fail_stale_owner(r->tab, r->epoch, NULL, NULL);
 		if (rc > 0)
@@ -62,36 +63,31 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 	rc = shape_layout(&r->shape, &r->topo, &r->rank, 1, r->bufs,
 			  KVW_MAX_BUFFERS, &r->nbufs, &pool_bytes, e2, sizeof e2);
 	if (rc) {
-		snprintf(err, errlen, "layout: %s", e2);
+		kvw_seterr(err, errlen, "layout: %s", e2);
 		return rc == KVW_ENOMEM ? KVW_EINVAL : rc;
 	}
 	rc = pool_path_for(cfg->pool, path, sizeof path);
-	if (rc) {
-		snprintf(err, errlen, "pool name %s is not usable", cfg->pool);
-		return rc;
-	}
+	if (rc)
+		return kvw_errf(err, errlen, rc, "pool name %s is not usable",
+				cfg->pool);
 	/* A restarted receiver keeps the pool its engine still maps and its
 	 * prefill peers' workers map by name (same size); else a fresh one. */
 	rc = pool_adopt(path, pool_bytes, &r->pool, &existed, e2, sizeof e2);
 	if (rc == 0 && existed)
 		LOG(LOG_INFO, "reusing pool %s", path);
-	if (rc) {
-		snprintf(err, errlen, "pool %s: %s", path, e2);
-		return rc;
-	}
+	if (rc)
+		return kvw_errf(err, errlen, rc, "pool %s: %s", path, e2);
 	ops = xport_find(r->transport);
-	if (!ops) {
-		snprintf(err, errlen, "unknown transport %s", r->transport);
-		return KVW_EINVAL;
-	}
+	if (!ops)
+		return kvw_errf(err, errlen, KVW_EINVAL, "unknown transport %s",
+				r->transport);
 	rc = xport_open(ops, &r->xp, e2, sizeof e2);
 	if (rc == 0)
 		rc = xport_register(r->xp, r->pool, &id, r->desc, sizeof r->desc,
 				    &r->desclen, e2, sizeof e2);
-	if (rc) {
-		snprintf(err, errlen, "transport %s: %s", r->transport, e2);
-		return rc;
-	}
+	if (rc)
+		return kvw_errf(err, errlen, rc, "transport %s: %s",
+				r->transport, e2);
 	LOG(LOG_INFO, "pool %s: %llu bytes, %u buffers", path,
 	    (unsigned long long)pool_bytes, r->nbufs);
 	return 0;
@@ -100,10 +96,11 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 static int open_sockets(struct receiver *r, char *err, size_t errlen)
 {
 	r->ctx = zmq_ctx_new();
-	if (!r->ctx) {
-		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
-		return KVW_ESYS;
-	}
+	if (!r->ctx)
+		return kvw_errf(err, errlen, KVW_ESYS, "zmq_ctx_new: %s",
+				zmq_strerror(errno));
+	if (dealers_open(r->ctx, 0, &r->dealers) != 0)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	r->engine_sock = wire_socket(r->ctx, ZMQ_ROUTER, 0, err, errlen);
 	if (!r->engine_sock || wire_bind(r->engine_sock, r->engine, 0600, err,
 					 errlen) != 0)
@@ -183,14 +180,13 @@ void receiver_close(struct receiver **rp)
 		return;
 	for (uint32_t i = 0; i < r->nboots; i++)
 		receiver_boot_free(r->boots[i]);
-	for (uint32_t i = 0; i < r->npeers; i++) {
-		wire_close(&r->peers[i]->sock);
+	for (uint32_t i = 0; i < r->npeers; i++)
 		free(r->peers[i]);
-	}
 	free(r->boots);
 	free(r->peers);
 	wire_close(&r->engine_sock);
 	wire_close(&r->peer_sock);
+	dealers_close(&r->dealers);
 	if (r->ctx)
 		zmq_ctx_term(r->ctx);
 	receiver_rooms_free(&r->rooms);
@@ -225,9 +221,8 @@ static int pages_outside(struct receiver *r, struct rx_room *room)
 			 room->aux_slot, r->shape.aux_slots);
 	else
 		return 0;
-	rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
-	LOG_RL(LOG_WARN, "room %llu: RECV_BEGIN: %s", (unsigned long long)room->id,
-	       why);
+	MALFORMED(r->tab, "room %llu: RECV_BEGIN: %s", (unsigned long long)room->id,
+		  why);
 	receiver_room_fail(r, room, KVW_R_BAD_INDEX, why);
 	return 1;
 }
@@ -276,7 +271,14 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 	room->aux_slot = b->aux_slot;
 	room->prefill_dp = b->prefill_dp_rank;
 	snprintf(room->boot_ep, sizeof room->boot_ep, "%s", b->bootstrap);
-	receiver_rooms_put(&r->rooms, room);
+	/* The id is free (any old room was dropped above): only a map that
+	 * was never initialised could refuse. */
+	if (receiver_rooms_put(&r->rooms, room) != 0) {
+		receiver_room_free(room);
+		(void)rtab_fail(r->tab, ref, KVW_R_BOOTSTRAP);
+		LOG_ROOM(LOG_ERROR, id, "room map refused the room");
+		return;
+	}
 	if (r->next_deadline == 0 || deadline < r->next_deadline)
 		r->next_deadline = deadline;
 	LOG_ROOM(LOG_DEBUG, id, "RECV_BEGIN: %u pages via %s", room->npages,
@@ -313,9 +315,8 @@ static void engine_msg(struct receiver *r, const struct frame_msg *m)
 		receiver_room_free(receiver_rooms_del(&r->rooms, m->hdr.room));
 		return;
 	default:
-		rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
-		LOG_RL(LOG_WARN, "engine sent %s: dropped",
-		       frame_type_str(m->hdr.type));
+		MALFORMED(r->tab, "engine sent %s: dropped",
+			  frame_type_str(m->hdr.type));
 	}
 }
 
@@ -439,8 +440,7 @@ static void peer_msg(struct receiver *r, void *sock, const struct wire_in *in,
 	default:
 		break;
 	}
-	rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
-	LOG_RL(LOG_WARN, "peer sent %s: dropped", frame_type_str(m->hdr.type));
+	MALFORMED(r->tab, "peer sent %s: dropped", frame_type_str(m->hdr.type));
 }
 
 /* ---- timers ---------------------------------------------------------------- */
@@ -457,21 +457,22 @@ static void on_expired(void *arg, const struct rtab_view *v)
 
 static void ack_timers(struct receiver *r, uint64_t now)
 {
+	struct idmap_iter it = { 0 };
+	struct rx_room *q;
 	uint64_t next = 0;
 
-	for (uint32_t k = 0; k < r->rooms.nb; k++)
-		for (struct rx_room *q = r->rooms.b[k]; q; q = q->hnext) {
-			if (!q->ack_deadline_ns)
-				continue;
-			if (q->ack_deadline_ns <= now) {
-				q->ack_deadline_ns = 0;
-				(void)rtab_flags_or(r->tab, q->ref, RTAB_F_RELEASABLE);
-				LOG_ROOM(LOG_WARN, q->id, "releasing with %u of %u "
-					 "abort acks", q->acked.n, q->ack_needed);
-			} else if (next == 0 || q->ack_deadline_ns < next) {
-				next = q->ack_deadline_ns;
-			}
+	while ((q = receiver_rooms_next(&r->rooms, &it))) {
+		if (!q->ack_deadline_ns)
+			continue;
+		if (q->ack_deadline_ns <= now) {
+			q->ack_deadline_ns = 0;
+			(void)rtab_flags_or(r->tab, q->ref, RTAB_F_RELEASABLE);
+			LOG_ROOM(LOG_WARN, q->id, "releasing with %u of %u abort "
+				 "acks", q->acked.n, q->ack_needed);
+		} else if (next == 0 || q->ack_deadline_ns < next) {
+			next = q->ack_deadline_ns;
 		}
+	}
 	r->next_ack_deadline = next;
 }
 
@@ -521,13 +522,10 @@ static int drain(struct receiver *r, int kind, uint32_t idx, uint32_t slot,
 			wpoll_drained(r->wp, slot);
 			return 0;
 		}
-		if (rc == KVW_ESYS) {
-			snprintf(err, errlen, "%s", why);
-			return KVW_ESYS;
-		}
+		if (rc == KVW_ESYS)
+			return kvw_errf(err, errlen, KVW_ESYS, "%s", why);
 		if (rc) {
-			rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
-			LOG_RL(LOG_WARN, "malformed message dropped: %s", why);
+			MALFORMED(r->tab, "malformed message dropped: %s", why);
 			continue;
 		}
 		if (kind == SRC_ENGINE)
@@ -578,23 +576,21 @@ int receiver_run(struct receiver *r, char *err, size_t errlen)
 	LOG(LOG_INFO, "serving: listen %s, engine %s, epoch %016llx", r->listen,
 	    r->engine, (unsigned long long)r->epoch);
 	r->wp = wpoll_new();
-	if (!r->wp) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (!r->wp)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	while (!proc_stopping()) {
 		long timeout = timers(r);
 		uint32_t n, nb;
 
 		if (watch(r, &n, &nb) < 0) {
-			snprintf(err, errlen, "cannot watch %u sockets", n);
+			kvw_seterr(err, errlen, "cannot watch %u sockets", n);
 			rc = KVW_ESYS;
 			break;
 		}
 		if (wpoll_wait(r->wp, timeout) < 0) {
 			if (errno == EINTR)
 				continue;
-			snprintf(err, errlen, "poll: %s", strerror(errno));
+			kvw_seterr(err, errlen, "poll: %s", strerror(errno));
 			rc = KVW_ESYS;
 			break;
 		}
@@ -613,6 +609,7 @@ int receiver_run(struct receiver *r, char *err, size_t errlen)
 			break;
 	}
 	wpoll_free(&r->wp);
-	LOG(LOG_INFO, "stopping: %u rooms held", r->rooms.n);
+	LOG(LOG_INFO, "stopping: %u rooms held",
+	    receiver_rooms_count(&r->rooms));
 	return rc;
 }

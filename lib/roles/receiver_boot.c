@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "malformed.h"
 #include "base/log.h"
+#include "wire/dealers.h"
 #include "wire/wire.h"
 
 #define RESEND_NS 1000000000ull /* no reply within 1 s: ask again */
@@ -37,7 +39,7 @@ struct rx_coord {
 
 struct rx_boot {
 	char ep[FRAME_STR_SIZE];
-	void *sock;
+	void *sock; /* its DEALER (r->dealers owns it) */
 	int state;
 	uint64_t retry_ns;
 	uint32_t backoff_ms;
@@ -68,7 +70,6 @@ void receiver_boot_free(struct rx_boot *b)
 {
 	if (!b)
 		return;
-	wire_close(&b->sock);
 	free(b->coords);
 	free(b->wait);
 	free(b);
@@ -87,7 +88,7 @@ static struct rx_boot *boot_get(struct receiver *r, const char *ep, char *err,
 		struct rx_boot **v = realloc(r->boots, cap * sizeof *v);
 
 		if (!v) {
-			snprintf(err, errlen, "out of memory");
+			kvw_seterr(err, errlen, "out of memory");
 			return NULL;
 		}
 		r->boots = v;
@@ -95,18 +96,13 @@ static struct rx_boot *boot_get(struct receiver *r, const char *ep, char *err,
 	}
 	b = calloc(1, sizeof *b);
 	if (!b) {
-		snprintf(err, errlen, "out of memory");
+		kvw_seterr(err, errlen, "out of memory");
 		return NULL;
 	}
 	snprintf(b->ep, sizeof b->ep, "%s", ep);
-	b->sock = wire_socket(r->ctx, ZMQ_DEALER, 0, err, errlen);
+	b->sock = dealers_get(r->dealers, ep, err, errlen);
 	if (!b->sock)
 		goto fail;
-	if (zmq_connect(b->sock, ep) != 0) {
-		snprintf(err, errlen, "connect %.120s: %s", ep,
-			 zmq_strerror(zmq_errno()));
-		goto fail;
-	}
 	r->boots[r->nboots++] = b;
 	return b;
 fail:
@@ -368,9 +364,8 @@ void receiver_boot_reply(struct receiver *r, struct rx_boot *b,
 	uint64_t tag = m->hdr.room;
 
 	if (m->hdr.type != FRAME_BOOT_REPLY) {
-		LOG_RL(LOG_WARN, "bootstrap %s sent %s", b->ep,
-		       frame_type_str(m->hdr.type));
-		rtab_counter_add(r->tab, RTAB_C_MALFORMED, 1);
+		MALFORMED(r->tab, "bootstrap %s sent %s", b->ep,
+			  frame_type_str(m->hdr.type));
 		return;
 	}
 	if (tag == 0) {

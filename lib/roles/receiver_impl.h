@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "receiver.h"
+#include "base/idmap.h"
 #include "plan/rankmap.h"
 #include "table/rtab.h"
 #include "wire/frame.h"
@@ -44,7 +45,10 @@ struct rx_target {
 
 /* Private state of one room (one incarnation in the table). */
 struct rx_room {
-	uint64_t id;
+	union {                      /* linked in rx_rooms by node.id, */
+		struct idmap_node node; /* which `id` names (its first */
+		uint64_t id;            /* member) */
+	};
 	struct rtab_ref ref;
 	uint32_t *pages;
 	uint32_t npages;
@@ -62,7 +66,6 @@ struct rx_room {
 	uint64_t abort_token; /* this arming's token (ABORT carries it; an
 			       * ABORT_ACK counts only with it); 0: unarmed */
 	uint64_t ack_deadline_ns;
-	struct rx_room *hnext;
 };
 
 /* Results of the counting rules. */
@@ -99,17 +102,24 @@ int receiver_room_arm(struct rx_room *room, uint64_t token);
 /* Marks XFER_INFO as sent to every target: ack_needed = distinct ranks. */
 void receiver_room_mark_sent(struct rx_room *room);
 
-/* Room map keyed by room id. */
+/* Room id -> room (lib/base/idmap.h); the map owns its rooms. */
 struct rx_rooms {
-	struct rx_room **b;
-	uint32_t nb; /* power of two */
-	uint32_t n;
+	struct idmap m;
 };
+/* 0 or KVW_ENOMEM (see idmap_init). */
 int receiver_rooms_init(struct rx_rooms *h, uint32_t nbuckets);
 struct rx_room *receiver_rooms_get(const struct rx_rooms *h, uint64_t id);
-void receiver_rooms_put(struct rx_rooms *h, struct rx_room *room);
+/* Links room: 0, KVW_EEXIST (a room with its id is linked) or KVW_ENOMEM;
+ * on error the caller keeps room. */
+int receiver_rooms_put(struct rx_rooms *h, struct rx_room *room);
 /* Unlinks and returns the room, or NULL. */
 struct rx_room *receiver_rooms_del(struct rx_rooms *h, uint64_t id);
+/* Iteration: from a zeroed *it, the next room or NULL; the room returned
+ * may be unlinked before the next call (idmap_next). */
+struct rx_room *receiver_rooms_next(const struct rx_rooms *h,
+				    struct idmap_iter *it);
+/* Number of rooms linked. */
+uint32_t receiver_rooms_count(const struct rx_rooms *h);
 void receiver_rooms_free(struct rx_rooms *h);
 
 /* Bootstrap retry backoff: the next delay after `prev_ms` (0 = first),
@@ -126,7 +136,7 @@ struct rx_peer {
 	uint32_t unique;  /* its unique rank */
 	uint64_t epoch;   /* last epoch heard from it, 0 = none yet */
 	int registered;   /* REGISTER sent in this epoch */
-	void *sock;       /* outbound DEALER */
+	void *sock;       /* outbound DEALER (r->dealers owns it) */
 	uint64_t retired[RX_RETIRED]; /* its earlier epochs (0: unused) */
 	uint32_t nretired;            /* epochs retired so far */
 	int dead;         /* its rooms were failed for a DEAD liveness */
@@ -169,6 +179,7 @@ struct receiver {
 	struct kvw_model model;
 
 	void *ctx;
+	struct dealers *dealers; /* bootstraps' and prefill peers' DEALERs */
 	void *peer_sock;   /* ROUTER on listen */
 	void *engine_sock; /* ROUTER on engine */
 

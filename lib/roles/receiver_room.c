@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "wire/dealers.h"
 #include "wire/wire.h"
 
 /* ---- distinct rank sets ---------------------------------------------- */
@@ -175,73 +176,50 @@ int receiver_room_ack(struct rx_room *room, uint32_t src, uint64_t token)
 
 /* ---- the room map --------------------------------------------------------- */
 
-static uint32_t room_hash(uint64_t id, uint32_t nb)
-{
-	id ^= id >> 33;
-	id *= 0xff51afd7ed558ccdULL;
-	id ^= id >> 33;
-	return (uint32_t)id & (nb - 1);
-}
-
 int receiver_rooms_init(struct rx_rooms *h, uint32_t nbuckets)
 {
-	memset(h, 0, sizeof *h);
-	if (nbuckets == 0 || (nbuckets & (nbuckets - 1)))
-		return KVW_EINVAL;
-	h->b = calloc(nbuckets, sizeof *h->b);
-	if (!h->b)
-		return KVW_ENOMEM;
-	h->nb = nbuckets;
-	return 0;
+	return idmap_init(&h->m, nbuckets);
+}
+
+static struct rx_room *room_of(struct idmap_node *n)
+{
+	return n ? idmap_entry(n, struct rx_room, node) : NULL;
 }
 
 struct rx_room *receiver_rooms_get(const struct rx_rooms *h, uint64_t id)
 {
-	struct rx_room *p = h->b[room_hash(id, h->nb)];
-
-	while (p && p->id != id)
-		p = p->hnext;
-	return p;
+	return room_of(idmap_get(&h->m, id));
 }
 
-void receiver_rooms_put(struct rx_rooms *h, struct rx_room *room)
+int receiver_rooms_put(struct rx_rooms *h, struct rx_room *room)
 {
-	uint32_t k = room_hash(room->id, h->nb);
-
-	room->hnext = h->b[k];
-	h->b[k] = room;
-	h->n++;
+	return idmap_put(&h->m, &room->node);
 }
 
 struct rx_room *receiver_rooms_del(struct rx_rooms *h, uint64_t id)
 {
-	struct rx_room **pp = &h->b[room_hash(id, h->nb)];
+	return room_of(idmap_del(&h->m, id));
+}
 
-	while (*pp && (*pp)->id != id)
-		pp = &(*pp)->hnext;
-	if (!*pp)
-		return NULL;
-	struct rx_room *room = *pp;
-	*pp = room->hnext;
-	room->hnext = NULL;
-	h->n--;
-	return room;
+struct rx_room *receiver_rooms_next(const struct rx_rooms *h,
+				    struct idmap_iter *it)
+{
+	return room_of(idmap_next(&h->m, it));
+}
+
+uint32_t receiver_rooms_count(const struct rx_rooms *h)
+{
+	return h->m.n;
 }
 
 void receiver_rooms_free(struct rx_rooms *h)
 {
-	for (uint32_t k = 0; h->b && k < h->nb; k++) {
-		struct rx_room *p = h->b[k];
+	struct idmap_iter it = { 0 };
+	struct rx_room *p;
 
-		while (p) {
-			struct rx_room *next = p->hnext;
-
-			receiver_room_free(p);
-			p = next;
-		}
-	}
-	free(h->b);
-	memset(h, 0, sizeof *h);
+	while ((p = receiver_rooms_next(h, &it)))
+		receiver_room_free(receiver_rooms_del(h, p->id));
+	idmap_fini(&h->m);
 }
 
 /* ---- peers --------------------------------------------------------------- */
@@ -270,8 +248,8 @@ struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
 			return r->peers[i];
 	rc = rtab_peer_upsert(r->tab, ep, 0, &id, NULL);
 	if (rc) {
-		snprintf(err, errlen, "peer table: %s for %.120s",
-			 kvw_strerror(rc), ep);
+		kvw_seterr(err, errlen, "peer table: %s for %.120s",
+			   kvw_strerror(rc), ep);
 		return NULL;
 	}
 	if (r->npeers == r->cappeers) {
@@ -279,7 +257,7 @@ struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
 		struct rx_peer **v = realloc(r->peers, cap * sizeof *v);
 
 		if (!v) {
-			snprintf(err, errlen, "out of memory");
+			kvw_seterr(err, errlen, "out of memory");
 			return NULL;
 		}
 		r->peers = v;
@@ -287,44 +265,37 @@ struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
 	}
 	p = calloc(1, sizeof *p);
 	if (!p) {
-		snprintf(err, errlen, "out of memory");
+		kvw_seterr(err, errlen, "out of memory");
 		return NULL;
 	}
 	snprintf(p->ep, sizeof p->ep, "%s", ep);
 	p->id = id;
 	p->unique = unique;
-	p->sock = wire_socket(r->ctx, ZMQ_DEALER, 0, err, errlen);
-	if (!p->sock)
-		goto fail;
-	if (zmq_connect(p->sock, ep) != 0) {
-		snprintf(err, errlen, "connect %.120s: %s", ep,
-			 zmq_strerror(zmq_errno()));
-		goto fail;
+	p->sock = dealers_get(r->dealers, ep, err, errlen);
+	if (!p->sock) {
+		free(p);
+		return NULL;
 	}
 	r->peers[r->npeers++] = p;
 	LOG(LOG_INFO, "prefill peer %u: %s (rank %u)", id, ep, unique);
 	return p;
-fail:
-	wire_close(&p->sock);
-	free(p);
-	return NULL;
 }
 
 /* Fails every non-terminal room that has p among its targets. */
 static void fail_rooms_of(struct receiver *r, struct rx_peer *p,
 			  unsigned reason)
 {
-	for (uint32_t k = 0; k < r->rooms.nb; k++)
-		for (struct rx_room *q = r->rooms.b[k]; q; q = q->hnext)
-			for (uint32_t i = 0; i < q->ntargets; i++)
-				if (q->targets[i].peer == p) {
-					if (rtab_fail(r->tab, q->ref, reason) == 0)
-						LOG_ROOM(LOG_WARN, q->id,
-							 "failed: %s (%s)",
-							 kvw_reason_str(reason),
-							 p->ep);
-					break;
-				}
+	struct idmap_iter it = { 0 };
+	struct rx_room *q;
+
+	while ((q = receiver_rooms_next(&r->rooms, &it)))
+		for (uint32_t i = 0; i < q->ntargets; i++)
+			if (q->targets[i].peer == p) {
+				if (rtab_fail(r->tab, q->ref, reason) == 0)
+					LOG_ROOM(LOG_WARN, q->id, "failed: %s (%s)",
+						 kvw_reason_str(reason), p->ep);
+				break;
+			}
 }
 
 int receiver_epoch_note(struct rx_peer *p, uint64_t epoch)

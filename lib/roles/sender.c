@@ -17,10 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "plan/rankmap.h"
 #include "wire/chan.h"
+#include "wire/dealers.h"
 #include "wire/wpoll.h"
 #include "xport/pool.h"
 #include "xport/xport.h"
@@ -57,29 +59,24 @@ static int check_cfg(const struct sender_cfg *c, char *err, size_t errlen)
 	const struct kvw_topo *t = &c->topo;
 	const struct kvw_coord *x = &c->coord;
 
-	if (!c->listen || !c->engine || !c->table || !c->pool || !c->exe) {
-		snprintf(err, errlen, "--listen, --engine, --table and --pool "
-			 "are required");
-		return KVW_EINVAL;
-	}
-	if (c->workers < 1 || c->workers > SENDER_MAX_WORKERS) {
-		snprintf(err, errlen, "--workers must be 1..%u", SENDER_MAX_WORKERS);
-		return KVW_EINVAL;
-	}
+	if (!c->listen || !c->engine || !c->table || !c->pool || !c->exe)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"--listen, --engine, --table and --pool "
+				"are required");
+	if (c->workers < 1 || c->workers > SENDER_MAX_WORKERS)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"--workers must be 1..%u", SENDER_MAX_WORKERS);
 	if (!t->tp || !t->pp || !t->cp || !t->dp || x->tp >= t->tp ||
 	    x->pp >= t->pp || x->cp >= t->cp || x->dp >= t->dp) {
-		snprintf(err, errlen, "--rank outside --topo");
-		return KVW_EINVAL;
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"--rank outside --topo");
 	}
-	if (!c->transport || !xport_find(c->transport)) {
-		snprintf(err, errlen, "unknown transport %s",
-			 c->transport ? c->transport : "(none)");
-		return KVW_EINVAL;
-	}
-	if (strlen(c->listen) >= RTAB_ENDPOINT_MAX || strlen(c->listen) > KVW_MAX_STR) {
-		snprintf(err, errlen, "--listen endpoint too long");
-		return KVW_EINVAL;
-	}
+	if (!c->transport || !xport_find(c->transport))
+		return kvw_errf(err, errlen, KVW_EINVAL, "unknown transport %s",
+				c->transport ? c->transport : "(none)");
+	if (strlen(c->listen) >= RTAB_ENDPOINT_MAX || strlen(c->listen) > KVW_MAX_STR)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"--listen endpoint too long");
 	return 0;
 }
 
@@ -87,10 +84,8 @@ static int check_cfg(const struct sender_cfg *c, char *err, size_t errlen)
 static int build_layout(struct sender *s, char *err, size_t errlen)
 {
 	s->bufs = calloc(SENDER_MAX_LAYOUT, sizeof *s->bufs);
-	if (!s->bufs) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (!s->bufs)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	shape_model(&s->shape, &s->topo, &s->coord, &s->model);
 	shape_layers(&s->shape, &s->topo, &s->coord, &s->layer_first,
 		     &s->layer_count);
@@ -144,15 +139,12 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 	rc = check_cfg(cfg, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (pool_path_for(cfg->pool, path, sizeof path) < 0) {
-		snprintf(err, errlen, "bad pool name %s", cfg->pool);
-		return KVW_EINVAL;
-	}
+	if (pool_path_for(cfg->pool, path, sizeof path) < 0)
+		return kvw_errf(err, errlen, KVW_EINVAL, "bad pool name %s",
+				cfg->pool);
 	s = calloc(1, sizeof *s);
-	if (!s) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (!s)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	for (uint32_t k = 0; k < SENDER_MAX_WORKERS; k++)
 		chan_init(&s->w[k].ch, -1); /* before any failure path closes */
 	s->listen = dup_or(cfg->listen, &oom);
@@ -173,7 +165,7 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 	s->epoch = proc_epoch();
 	s->ready_fd = -1;
 	if (oom || sender_rooms_init(&s->rooms, 1024) < 0) {
-		snprintf(err, errlen, "out of memory");
+		kvw_seterr(err, errlen, "out of memory");
 		rc = KVW_ENOMEM;
 		goto fail;
 	}
@@ -186,7 +178,12 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 	rc = KVW_ESYS;
 	s->ctx = zmq_ctx_new();
 	if (!s->ctx) {
-		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		kvw_seterr(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		goto fail;
+	}
+	rc = dealers_open(s->ctx, 0, &s->dealers);
+	if (rc < 0) {
+		kvw_seterr(err, errlen, "out of memory");
 		goto fail;
 	}
 	rc = sender_workers_start(s, err, errlen);
@@ -234,10 +231,9 @@ static int drain(struct sender *s, int slot)
 			return rc;
 		}
 		if (rc < 0) {
-			rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
-			LOG_RL(LOG_WARN, "malformed frame on the %s socket: %s",
-			       slot == SLOT_PEER ? "peer"
-			       : slot == SLOT_BOOT ? "bootstrap" : "engine", why);
+			MALFORMED(s->t, "malformed frame on the %s socket: %s",
+				  slot == SLOT_PEER ? "peer"
+				  : slot == SLOT_BOOT ? "bootstrap" : "engine", why);
 			continue;
 		}
 		if (slot == SLOT_PEER)
@@ -284,8 +280,8 @@ static int watch(struct sender *s, char *err, size_t errlen)
 	    wpoll_set(s->wp, SLOT_PEER, s->peer_sock) < 0 ||
 	    wpoll_set(s->wp, SLOT_ENGINE, s->eng_sock) < 0 ||
 	    (s->boot_sock && wpoll_set(s->wp, SLOT_BOOT, s->boot_sock) < 0)) {
-		snprintf(err, errlen, "cannot watch the sockets");
-		return KVW_ESYS;
+		return kvw_errf(err, errlen, KVW_ESYS,
+				"cannot watch the sockets");
 	}
 	return 0;
 }
@@ -348,8 +344,8 @@ static int loop(struct sender *s, char *err, size_t errlen)
 		if (rc < 0) {
 			if (errno == EINTR)
 				continue;
-			snprintf(err, errlen, "poll: %s", strerror(errno));
-			return KVW_ESYS;
+			return kvw_errf(err, errlen, KVW_ESYS, "poll: %s",
+					strerror(errno));
 		}
 		for (int k = 0; k < SLOT_WORKER0 + (int)s->nworkers; k++)
 			if (wpoll_due(s->wp, (uint32_t)k) && drain(s, k) < 0)
@@ -357,8 +353,8 @@ static int loop(struct sender *s, char *err, size_t errlen)
 	}
 	return 0;
 dead:
-	snprintf(err, errlen, "a socket or the zmq context is gone");
-	return KVW_ESYS;
+	return kvw_errf(err, errlen, KVW_ESYS,
+			"a socket or the zmq context is gone");
 }
 
 void sender_close(struct sender **sp)
@@ -377,6 +373,7 @@ void sender_close(struct sender **sp)
 	wire_close(&s->eng_sock);
 	wire_close(&s->boot_sock);
 	sender_peers_free(s);
+	dealers_close(&s->dealers);
 	if (s->ctx)
 		zmq_ctx_term(s->ctx);
 	sender_rooms_free(&s->rooms);

@@ -83,16 +83,16 @@ int sender_boot_register(struct sender *s, char *err, size_t errlen)
 				    s->coord.tp, s->coord.pp);
 				return 0;
 			}
-			if (st == FRAME_BOOT_REFUSED) {
-				snprintf(err, errlen, "bootstrap %s refused "
-					 "registration: %s", s->bootstrap, text);
-				return KVW_EINVAL;
-			}
+			if (st == FRAME_BOOT_REFUSED)
+				return kvw_errf(err, errlen, KVW_EINVAL,
+						"bootstrap %s refused "
+						"registration: %s",
+						s->bootstrap, text);
 			LOG_RL(LOG_WARN, "bootstrap %s answered status %u: %s",
 			       s->bootstrap, st, text);
 		} else if (rc == KVW_EINVAL) {
-			snprintf(err, errlen, "bootstrap %s: %s", s->bootstrap, why);
-			return KVW_EINVAL;
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"bootstrap %s: %s", s->bootstrap, why);
 		} else if (rc == KVW_ESYS && proc_stopping()) {
 			break;
 		} else if (tries == 1 || tries % 10 == 0) {
@@ -101,7 +101,7 @@ int sender_boot_register(struct sender *s, char *err, size_t errlen)
 		}
 		boot_pause();
 	}
-	snprintf(err, errlen, "stopped before the bootstrap answered");
+	kvw_seterr(err, errlen, "stopped before the bootstrap answered");
 	errno = EINTR;
 	return KVW_ESYS;
 }
@@ -117,8 +117,8 @@ int sender_boot_open(struct sender *s, char *err, size_t errlen)
 		return KVW_ESYS;
 	if (zmq_setsockopt(s->boot_sock, ZMQ_IMMEDIATE, &one, sizeof one) ||
 	    zmq_connect(s->boot_sock, s->bootstrap)) {
-		snprintf(err, errlen, "bootstrap %s: %s", s->bootstrap,
-			 zmq_strerror(zmq_errno()));
+		kvw_seterr(err, errlen, "bootstrap %s: %s", s->bootstrap,
+			   zmq_strerror(zmq_errno()));
 		wire_close(&s->boot_sock);
 		return KVW_ESYS;
 	}

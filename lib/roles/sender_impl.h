@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "sender.h"
+#include "base/idmap.h"
 #include "plan/plan.h"
 #include "table/rtab.h"
 #include "wire/chan.h"
@@ -40,7 +41,7 @@ struct sender_peer {
 	uint32_t desclen;
 	struct plan *plan; /* NULL: unusable, why says why */
 	char why[160];
-	void *out; /* DEALER to endpoint, made on first send */
+	void *out; /* DEALER to endpoint (s->dealers owns it), got on first send */
 };
 
 /* One destination of a room: the pages one decode rank gave in XFER_INFO. */
@@ -71,9 +72,11 @@ struct sender_ack {
 
 /* The control's private state of one room incarnation. */
 struct sender_room {
-	uint64_t id;
+	union {                      /* linked in sender_rooms by node.id, */
+		struct idmap_node node; /* which `id` names (its first */
+		uint64_t id;            /* member) */
+	};
 	struct rtab_ref ref;
-	struct sender_room *next; /* hash chain */
 	uint32_t num_pages, aux_slot;
 	uint8_t begun;       /* SEND_BEGIN seen */
 	uint8_t last_queued; /* a chunk with is_last was queued */
@@ -102,11 +105,9 @@ struct sender_room {
  * sender_worker_pick): about 400 us of copying at 5 GiB/s. */
 #define SENDER_PACK_BYTES (2048u << 10)
 
-/* Hash map room id -> room, chained, grown by doubling. */
+/* Room id -> room (lib/base/idmap.h); the map owns its rooms. */
 struct sender_rooms {
-	struct sender_room **b;
-	uint32_t nb; /* buckets, power of two */
-	uint32_t n;  /* rooms */
+	struct idmap m;
 };
 
 /* One JOB sent to a worker and not yet answered. A worker answers its
@@ -158,6 +159,7 @@ struct sender {
 	struct rtab *t;
 	struct pool *pool;
 	void *ctx;
+	struct dealers *dealers; /* DEALERs to decodes' return endpoints */
 	void *peer_sock, *eng_sock;
 
 	struct sender_rooms rooms;

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "malformed.h"
 #include "base/log.h"
+#include "wire/dealers.h"
 #include "base/proc.h"
 
 static struct sender_peer *peer_by_endpoint(struct sender *s, const char *ep)
@@ -37,34 +39,36 @@ static struct sender_peer *peer_by_hdr(struct sender *s,
 static void malformed(struct sender *s, const struct frame_msg *m,
 		      const char *why)
 {
-	rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
-	LOG_RL(LOG_WARN, "peer %s (rank %u, room %llu): %s",
-	       frame_type_str(m->hdr.type), m->hdr.src_rank,
-	       (unsigned long long)m->hdr.room, why);
+	MALFORMED(s->t, "peer %s (rank %u, room %llu): %s",
+		  frame_type_str(m->hdr.type), m->hdr.src_rank,
+		  (unsigned long long)m->hdr.room, why);
 }
 
-/* Builds p->plan from this rank's layout to the peer's. On error p->plan
- * stays NULL and p->why says why. */
-static void peer_plan(struct sender *s, struct sender_peer *p,
-		      const struct frame_register *r)
+/* Builds the plan from this rank's layout to the one REGISTER r states,
+ * changing nothing else. Returns it (the caller's, plan_free), or NULL with
+ * why[] saying why the decode cannot be served. */
+static struct plan *register_plan(struct sender *s,
+				  const struct frame_register *r, char *why,
+				  size_t whylen)
 {
 	struct kvw_buf *dbufs = NULL;
 	uint64_t dsize[1] = { 0 }, ssize[1] = { s->pool_bytes };
 	struct plan_side src = { &s->model, s->bufs, s->nbufs, ssize, 1 };
-	struct plan_side dst = { &p->model, NULL, r->bufs.n, dsize, 1 };
+	struct plan_side dst = { &r->model, NULL, r->bufs.n, dsize, 1 };
 	struct plan_heads heads;
+	struct plan *plan = NULL;
 	int rc;
 
-	p->why[0] = '\0';
+	why[0] = '\0';
 	if (strcmp(r->transport, s->transport) != 0) {
-		snprintf(p->why, sizeof p->why, "transport %.32s, this rank uses %.32s",
+		snprintf(why, whylen, "transport %.32s, this rank uses %.32s",
 			 r->transport, s->transport);
-		return;
+		return NULL;
 	}
 	dbufs = calloc(r->bufs.n ? r->bufs.n : 1, sizeof *dbufs);
 	if (!dbufs) {
-		snprintf(p->why, sizeof p->why, "out of memory");
-		return;
+		snprintf(why, whylen, "out of memory");
+		return NULL;
 	}
 	for (uint32_t i = 0; i < r->bufs.n; i++) {
 		uint64_t end;
@@ -72,14 +76,14 @@ static void peer_plan(struct sender *s, struct sender_peer *p,
 		dbufs[i] = frame_bufs_get(r->bufs, i);
 		/* The descriptor names one pool: everything must be in it. */
 		if (dbufs[i].pool != 0) {
-			snprintf(p->why, sizeof p->why, "buffer %u in pool %u; "
+			snprintf(why, whylen, "buffer %u in pool %u; "
 				 "only pool 0 is supported", i, dbufs[i].pool);
 			goto out;
 		}
 		if (__builtin_mul_overflow((uint64_t)dbufs[i].pages,
 					   dbufs[i].item_len, &end) ||
 		    __builtin_add_overflow(end, dbufs[i].offset, &end)) {
-			snprintf(p->why, sizeof p->why, "buffer %u overflows", i);
+			snprintf(why, whylen, "buffer %u overflows", i);
 			goto out;
 		}
 		if (end > dsize[0])
@@ -88,15 +92,16 @@ static void peer_plan(struct sender *s, struct sender_peer *p,
 	dst.bufs = dbufs;
 	if (r->topo.tp != s->topo.tp) {
 		rc = plan_heads_compute(&s->model, s->topo.tp, s->coord.tp,
-					r->topo.tp, r->coord.tp, &heads, p->why,
-					sizeof p->why);
+					r->topo.tp, r->coord.tp, &heads, why,
+					whylen);
 		if (rc < 0)
 			goto out;
 	}
-	plan_build(&src, &dst, r->topo.tp != s->topo.tp ? &heads : NULL,
-		   &p->plan, p->why, sizeof p->why);
+	plan_build(&src, &dst, r->topo.tp != s->topo.tp ? &heads : NULL, &plan,
+		   why, whylen);
 out:
 	free(dbufs);
+	return plan;
 }
 
 /* Fails every live room with a destination on p (its registration is
@@ -118,13 +123,42 @@ static void fail_if_dst(void *arg, struct sender_room *r)
 		}
 }
 
+/* Adds an empty peer for endpoint ep: the new peer, or NULL (no memory;
+ * nothing changed). */
+static struct sender_peer *peer_add(struct sender *s, const char *ep)
+{
+	struct sender_peer **grown, *p = calloc(1, sizeof *p);
+
+	if (!p)
+		return NULL;
+	grown = realloc(s->peers, (s->npeers + 1) * sizeof *grown);
+	if (!grown) {
+		free(p);
+		return NULL;
+	}
+	s->peers = grown;
+	s->peers[s->npeers++] = p;
+	snprintf(p->endpoint, sizeof p->endpoint, "%s", ep);
+	return p;
+}
+
+/* REGISTER: validate, then act. Everything that can fail or refuse comes
+ * first and changes nothing: the endpoint, room in the peer list, the new
+ * plan, the descriptor copy and the peer table entry (the last fallible
+ * step). A REGISTER whose plan cannot be built never replaces a usable
+ * registration (its rooms and plan stay as they were); a decode not yet
+ * registered is recorded as unusable, so its rooms fail with the reason.
+ * Only then does it act: the rooms of a replaced epoch fail, and the
+ * peer's fields, descriptor and plan are swapped in. */
 static void on_register(struct sender *s, const struct frame_msg *m)
 {
 	const struct frame_register *r = &m->u.reg;
 	struct sender_peer *p;
+	struct plan *plan;
 	uint8_t *desc;
 	uint32_t id;
 	int changed = 0, rc;
+	char why[sizeof p->why];
 
 	if (!r->endpoint[0] || strlen(r->endpoint) >= RTAB_ENDPOINT_MAX) {
 		malformed(s, m, "endpoint empty or too long");
@@ -135,32 +169,33 @@ static void on_register(struct sender *s, const struct frame_msg *m)
 		malformed(s, m, "too many decode peers");
 		return;
 	}
+	plan = register_plan(s, r, why, sizeof why);
+	if (!plan && p && p->plan) {
+		MALFORMED(s->t, "decode %s: REGISTER refused (%s); the "
+			  "registration of epoch %016llx stays", p->endpoint,
+			  why, (unsigned long long)p->epoch);
+		return;
+	}
+	desc = malloc(r->desc.len ? r->desc.len : 1);
+	if (!desc) {
+		plan_free(&plan);
+		return;
+	}
+	memcpy(desc, r->desc.p, r->desc.len);
+	if (!p && !(p = peer_add(s, r->endpoint))) {
+		plan_free(&plan);
+		free(desc);
+		return;
+	}
 	rc = rtab_peer_upsert(s->t, r->endpoint, m->hdr.epoch, &id, &changed);
 	if (rc < 0) {
 		LOG_RL(LOG_WARN, "decode %s: peer table: %s", r->endpoint,
 		       kvw_strerror(rc));
+		plan_free(&plan);
+		free(desc);
 		return;
 	}
-	desc = malloc(r->desc.len ? r->desc.len : 1);
-	if (!desc)
-		return;
-	memcpy(desc, r->desc.p, r->desc.len);
-	if (!p) {
-		struct sender_peer **grown;
-
-		p = calloc(1, sizeof *p);
-		grown = realloc(s->peers, (s->npeers + 1) * sizeof *grown);
-		if (!p || !grown) {
-			free(p);
-			if (grown)
-				s->peers = grown;
-			free(desc);
-			return;
-		}
-		s->peers = grown;
-		s->peers[s->npeers++] = p;
-		snprintf(p->endpoint, sizeof p->endpoint, "%s", r->endpoint);
-	} else if (p->epoch != m->hdr.epoch) {
+	if (p->epoch && p->epoch != m->hdr.epoch) {
 		struct restart_arg a = { s, p };
 
 		LOG(LOG_INFO, "decode %s restarted (new epoch)", p->endpoint);
@@ -176,7 +211,8 @@ static void on_register(struct sender *s, const struct frame_msg *m)
 	p->desc = desc;
 	p->desclen = r->desc.len;
 	plan_free(&p->plan);
-	peer_plan(s, p, r);
+	p->plan = plan;
+	memcpy(p->why, why, sizeof p->why);
 	if (p->plan)
 		LOG(LOG_INFO, "decode %s registered (rank %u, tp %u/%u, %u "
 		    "buffers)", p->endpoint, p->src_rank, r->coord.tp,
@@ -364,15 +400,9 @@ int sender_peer_send(struct sender *s, struct sender_peer *p,
 	int rc;
 
 	if (!p->out) {
-		p->out = wire_socket(s->ctx, ZMQ_DEALER, 0, why, sizeof why);
+		p->out = dealers_get(s->dealers, p->endpoint, why, sizeof why);
 		if (!p->out) {
 			LOG_RL(LOG_ERROR, "decode %s: %s", p->endpoint, why);
-			return KVW_ESYS;
-		}
-		if (zmq_connect(p->out, p->endpoint) != 0) {
-			LOG_RL(LOG_WARN, "decode %s: connect: %s", p->endpoint,
-			       zmq_strerror(zmq_errno()));
-			wire_close(&p->out);
 			return KVW_ESYS;
 		}
 	}
@@ -389,7 +419,6 @@ void sender_peers_free(struct sender *s)
 	for (uint32_t i = 0; i < s->npeers; i++) {
 		struct sender_peer *p = s->peers[i];
 
-		wire_close(&p->out);
 		plan_free(&p->plan);
 		free(p->desc);
 		free(p);

@@ -11,28 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t room_hash(uint64_t id)
-{
-	id ^= id >> 33;
-	id *= 0xff51afd7ed558ccdULL;
-	id ^= id >> 33;
-	id *= 0xc4ceb9fe1a85ec53ULL;
-	id ^= id >> 33;
-	return (uint32_t)id;
-}
-
 int sender_rooms_init(struct sender_rooms *m, uint32_t nbuckets)
 {
-	uint32_t nb = 16;
-
-	while (nb < nbuckets && nb < (1u << 24))
-		nb <<= 1;
-	m->b = calloc(nb, sizeof *m->b);
-	if (!m->b)
-		return KVW_ENOMEM;
-	m->nb = nb;
-	m->n = 0;
-	return 0;
+	return idmap_init(&m->m, nbuckets);
 }
 
 static void room_free(struct sender_room *r)
@@ -48,109 +29,63 @@ static void room_free(struct sender_room *r)
 
 void sender_rooms_free(struct sender_rooms *m)
 {
-	for (uint32_t i = 0; m->b && i < m->nb; i++) {
-		struct sender_room *r = m->b[i], *nx;
+	struct idmap_iter it = { 0 };
+	struct idmap_node *n;
 
-		for (; r; r = nx) {
-			nx = r->next;
-			room_free(r);
-		}
-	}
-	free(m->b);
-	memset(m, 0, sizeof *m);
+	while ((n = idmap_next(&m->m, &it)))
+		room_free(idmap_entry(idmap_del(&m->m, n->id), struct sender_room,
+				      node));
+	idmap_fini(&m->m);
 }
 
 struct sender_room *sender_rooms_get(const struct sender_rooms *m, uint64_t id)
 {
-	struct sender_room *r;
+	struct idmap_node *n = idmap_get(&m->m, id);
 
-	if (!m->b)
-		return NULL;
-	for (r = m->b[room_hash(id) & (m->nb - 1)]; r; r = r->next)
-		if (r->id == id)
-			return r;
-	return NULL;
-}
-
-/* Doubles the bucket array; on allocation failure the map stays as is. */
-static void rooms_grow(struct sender_rooms *m)
-{
-	uint32_t nb = m->nb * 2;
-	struct sender_room **b = calloc(nb, sizeof *b);
-
-	if (!b)
-		return;
-	for (uint32_t i = 0; i < m->nb; i++) {
-		struct sender_room *r = m->b[i], *nx;
-
-		for (; r; r = nx) {
-			uint32_t k = room_hash(r->id) & (nb - 1);
-
-			nx = r->next;
-			r->next = b[k];
-			b[k] = r;
-		}
-	}
-	free(m->b);
-	m->b = b;
-	m->nb = nb;
+	return n ? idmap_entry(n, struct sender_room, node) : NULL;
 }
 
 int sender_rooms_add(struct sender_rooms *m, uint64_t id,
 		     struct sender_room **out)
 {
 	struct sender_room *r = sender_rooms_get(m, id);
-	uint32_t k;
+	int rc;
 
 	*out = r;
 	if (r)
 		return KVW_EEXIST;
-	if (!m->b)
+	if (!m->m.b)
 		return KVW_ENOMEM;
-	if (m->n >= m->nb && m->nb < (1u << 24))
-		rooms_grow(m);
 	r = calloc(1, sizeof *r);
 	if (!r)
 		return KVW_ENOMEM;
 	r->id = id;
-	k = room_hash(id) & (m->nb - 1);
-	r->next = m->b[k];
-	m->b[k] = r;
-	m->n++;
+	rc = idmap_put(&m->m, &r->node);
+	if (rc < 0) {
+		free(r);
+		return rc;
+	}
 	*out = r;
 	return 0;
 }
 
 void sender_rooms_del(struct sender_rooms *m, uint64_t id)
 {
-	struct sender_room **pp;
+	struct idmap_node *n = idmap_del(&m->m, id);
 
-	if (!m->b)
-		return;
-	for (pp = &m->b[room_hash(id) & (m->nb - 1)]; *pp; pp = &(*pp)->next) {
-		if ((*pp)->id == id) {
-			struct sender_room *r = *pp;
-
-			*pp = r->next;
-			room_free(r);
-			m->n--;
-			return;
-		}
-	}
+	if (n)
+		room_free(idmap_entry(n, struct sender_room, node));
 }
 
 void sender_rooms_foreach(struct sender_rooms *m,
 			  void (*fn)(void *arg, struct sender_room *r),
 			  void *arg)
 {
-	for (uint32_t i = 0; m->b && i < m->nb; i++) {
-		struct sender_room *r = m->b[i], *nx;
+	struct idmap_iter it = { 0 };
+	struct idmap_node *n;
 
-		for (; r; r = nx) {
-			nx = r->next;
-			fn(arg, r);
-		}
-	}
+	while ((n = idmap_next(&m->m, &it)))
+		fn(arg, idmap_entry(n, struct sender_room, node));
 }
 
 /* Grows *arr (elements of size sz) to hold at least want; 0 or ENOMEM. */

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
 
@@ -33,11 +34,10 @@ static int worker_spawn(struct sender *s, uint32_t k, char *err, size_t errlen)
 	int n = 0, fds[2];
 	pid_t parent = getpid(), pid;
 
-	if (chan_pair(fds) < 0) {
-		snprintf(err, errlen, "worker %u: socketpair: %s", k,
-			 strerror(errno));
-		return KVW_ESYS;
-	}
+	if (chan_pair(fds) < 0)
+		return kvw_errf(err, errlen, KVW_ESYS,
+				"worker %u: socketpair: %s", k,
+				strerror(errno));
 	snprintf(idbuf, sizeof idbuf, "%u", k);
 	snprintf(fdbuf, sizeof fdbuf, "%d", fds[1]);
 	argv[n++] = s->exe;
@@ -62,7 +62,8 @@ static int worker_spawn(struct sender *s, uint32_t k, char *err, size_t errlen)
 	argv[n] = NULL;
 	pid = fork();
 	if (pid < 0) {
-		snprintf(err, errlen, "fork worker %u: %s", k, strerror(errno));
+		kvw_seterr(err, errlen, "fork worker %u: %s", k,
+			   strerror(errno));
 		close(fds[0]);
 		close(fds[1]);
 		return KVW_ESYS;
@@ -171,9 +172,8 @@ static void on_worker(struct sender *s, uint32_t k, const struct frame_msg *m)
 	} else if (m->hdr.type == FRAME_JOB_DONE) {
 		sender_on_job_done(s, k, m);
 	} else {
-		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
-		LOG_RL(LOG_WARN, "worker %u: unexpected %s", k,
-		       frame_type_str(m->hdr.type));
+		MALFORMED(s->t, "worker %u: unexpected %s", k,
+			  frame_type_str(m->hdr.type));
 	}
 }
 
@@ -196,8 +196,7 @@ void sender_worker_drain(struct sender *s, uint32_t k)
 				on_worker(s, k, &m);
 				continue;
 			}
-			rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
-			LOG_RL(LOG_ERROR, "worker %u: malformed frame: %s", k, why);
+			MALFORMED(s->t, "worker %u: malformed frame: %s", k, why);
 		}
 	}
 	if (rc != KVW_ESYS)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
 
@@ -391,9 +392,8 @@ static void on_send_chunk(struct sender *s, const struct frame_msg *m)
 	int st;
 
 	if (!r || !r->begun || r->cleared) {
-		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
-		LOG_RL(LOG_WARN, "room %llu: SEND_CHUNK without SEND_BEGIN",
-		       (unsigned long long)m->hdr.room);
+		MALFORMED(s->t, "room %llu: SEND_CHUNK without SEND_BEGIN",
+			  (unsigned long long)m->hdr.room);
 		return;
 	}
 	st = rtab_state(s->t, r->ref);
@@ -454,9 +454,8 @@ void sender_on_engine(struct sender *s, const struct frame_msg *m)
 		on_clear(s, m);
 		break;
 	default:
-		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
-		LOG_RL(LOG_WARN, "engine socket: unexpected %s",
-		       frame_type_str(m->hdr.type));
+		MALFORMED(s->t, "engine socket: unexpected %s",
+			  frame_type_str(m->hdr.type));
 	}
 }
 
@@ -494,10 +493,9 @@ void sender_on_job_done(struct sender *s, uint32_t w, const struct frame_msg *m)
 	h = sender_jobq_at(&s->w[w].q, d->count - 1);
 	if (!h || h->ref.slot != d->slot || h->ref.gen != d->generation ||
 	    h->room != m->hdr.room) {
-		rtab_counter_add(s->t, RTAB_C_MALFORMED, 1);
-		LOG_RL(LOG_ERROR, "worker %u: JOB_DONE for room %llu (%u jobs) "
-		       "does not match the jobs it was given", w,
-		       (unsigned long long)m->hdr.room, d->count);
+		MALFORMED(s->t, "worker %u: JOB_DONE for room %llu (%u jobs) "
+			  "does not match the jobs it was given", w,
+			  (unsigned long long)m->hdr.room, d->count);
 		return;
 	}
 	for (uint32_t i = 0; i < d->count; i++) {

@@ -20,10 +20,12 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "table/rtab.h"
 #include "wire/chan.h"
+#include "wire/dealers.h"
 #include "wire/wire.h"
 #include "xport/pool.h"
 #include "xport/xport.h"
@@ -42,13 +44,6 @@ struct worker_conn {
 	uint64_t used;
 };
 
-/* A DEALER to a decode's return endpoint (STATUS of final jobs). */
-struct worker_reply {
-	char ep[FRAME_STR_SIZE]; /* "": free entry */
-	void *sock;
-	uint64_t used;
-};
-
 struct worker {
 	uint32_t id;
 	uint64_t epoch;
@@ -57,9 +52,10 @@ struct worker {
 	struct xport *x;
 	uint32_t src; /* registered id of the own pool */
 	void *ctx;      /* for the DEALERs to decode endpoints only */
+	struct dealers *replies; /* to decodes' return endpoints (STATUS of
+				  * final jobs), least recently used dropped */
 	struct chan ch; /* to the control: JOBs in, hello and JOB_DONEs out */
 	struct worker_conn conns[WORKER_CONNS];
-	struct worker_reply replies[WORKER_REPLIES];
 	uint64_t tick;
 	/* Jobs that succeeded and are not answered yet: one JOB_DONE answers
 	 * them all (frame_job_done) when the input runs dry, at
@@ -230,41 +226,6 @@ fail:
 	return rc == KVW_ESTALE ? KVW_ENOENT : rc;
 }
 
-/* The DEALER to a decode endpoint, connected on first use (least recently
- * used one closed when the cache is full); NULL on failure (logged). */
-static void *reply_sock(struct worker *w, const char *ep)
-{
-	struct worker_reply *slot = NULL;
-	char why[256];
-
-	for (uint32_t i = 0; i < WORKER_REPLIES; i++) {
-		struct worker_reply *c = &w->replies[i];
-
-		if (c->sock && strcmp(c->ep, ep) == 0) {
-			c->used = ++w->tick;
-			return c->sock;
-		}
-		if (!slot || !c->sock || (slot->sock && c->used < slot->used))
-			slot = c;
-	}
-	wire_close(&slot->sock);
-	slot->ep[0] = '\0';
-	slot->sock = wire_socket(w->ctx, ZMQ_DEALER, 0, why, sizeof why);
-	if (!slot->sock) {
-		LOG_RL(LOG_ERROR, "decode %s: %s", ep, why);
-		return NULL;
-	}
-	if (zmq_connect(slot->sock, ep) != 0) {
-		LOG_RL(LOG_WARN, "decode %s: connect: %s", ep,
-		       zmq_strerror(zmq_errno()));
-		wire_close(&slot->sock);
-		return NULL;
-	}
-	snprintf(slot->ep, sizeof slot->ep, "%s", ep);
-	slot->used = ++w->tick;
-	return slot->sock;
-}
-
 /* The room's final job succeeded: Success in the table (the one point
  * that decides between it and any failure of the room), then
  * STATUS(Success) to the job's destination in the control's name (its
@@ -280,10 +241,14 @@ static int finish_room(struct worker *w, const struct frame_msg *m,
 	if (rtab_transition_if(w->t, ref, RTAB_M(KVW_TRANSFERRING), KVW_SUCCESS,
 			       0, NULL) != 0)
 		return KVW_ESTALE;
-	sock = m->u.job.reply[0] ? reply_sock(w, m->u.job.reply) : NULL;
+	snprintf(why, sizeof why, "no reply endpoint");
+	sock = m->u.job.reply[0] ? dealers_get(w->replies, m->u.job.reply, why,
+						sizeof why)
+				  : NULL;
 	if (!sock) {
 		LOG_RL(LOG_ERROR, "room %llu: no way to tell decode %s of its "
-		       "success", (unsigned long long)m->hdr.room, m->u.job.reply);
+		       "success: %s", (unsigned long long)m->hdr.room,
+		       m->u.job.reply, why);
 		return 0;
 	}
 	frame_msg_init(&st, FRAME_STATUS, m->hdr.src_rank, m->hdr.room,
@@ -377,10 +342,9 @@ static int worker_open(struct worker *w, const struct worker_cfg *cfg,
 	int rc;
 	const struct xport_ops *ops = xport_find(cfg->transport);
 
-	if (!ops) {
-		snprintf(err, errlen, "unknown transport %s", cfg->transport);
-		return KVW_EINVAL;
-	}
+	if (!ops)
+		return kvw_errf(err, errlen, KVW_EINVAL, "unknown transport %s",
+				cfg->transport);
 	rc = rtab_open(cfg->table, 1, &w->t, err, errlen);
 	if (rc < 0)
 		return rc;
@@ -391,19 +355,19 @@ static int worker_open(struct worker *w, const struct worker_cfg *cfg,
 	if (rc < 0)
 		return rc;
 	/* A decode pool truncated under a copy fails that job, not us. */
-	if (strcmp(ops->name, "shm") == 0 && xport_shm_catch_sigbus() < 0) {
-		snprintf(err, errlen, "SIGBUS handler: %s", strerror(errno));
-		return KVW_ESYS;
-	}
+	if (strcmp(ops->name, "shm") == 0 && xport_shm_catch_sigbus() < 0)
+		return kvw_errf(err, errlen, KVW_ESYS, "SIGBUS handler: %s",
+				strerror(errno));
 	rc = xport_register(w->x, w->pool, &w->src, desc, sizeof desc, &desclen,
 			    err, errlen);
 	if (rc < 0)
 		return rc;
 	w->ctx = zmq_ctx_new();
-	if (!w->ctx) {
-		snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
-		return KVW_ESYS;
-	}
+	if (!w->ctx)
+		return kvw_errf(err, errlen, KVW_ESYS, "zmq_ctx_new: %s",
+				zmq_strerror(errno));
+	if (dealers_open(w->ctx, WORKER_REPLIES, &w->replies) != 0)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	return 0;
 }
 
@@ -411,8 +375,7 @@ static void worker_close(struct worker *w)
 {
 	for (uint32_t i = 0; i < WORKER_CONNS; i++)
 		free(w->conns[i].desc);
-	for (uint32_t i = 0; i < WORKER_REPLIES; i++)
-		wire_close(&w->replies[i].sock);
+	dealers_close(&w->replies);
 	chan_close(&w->ch);
 	if (w->ctx)
 		zmq_ctx_term(w->ctx);
@@ -433,22 +396,19 @@ static int take_jobs(struct worker *w, char *err, size_t errlen)
 		rc = chan_recv(&w->ch, &m, why, sizeof why);
 		if (rc == KVW_EAGAIN)
 			break;
-		if (rc == KVW_ESYS) {
-			snprintf(err, errlen, "control channel: %s", why);
-			return rc;
-		}
+		if (rc == KVW_ESYS)
+			return kvw_errf(err, errlen, rc, "control channel: %s",
+					why);
 		if (rc < 0) {
-			rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
-			LOG_RL(LOG_ERROR, "malformed frame from the control: %s",
-			       why);
+			MALFORMED(w->t, "malformed frame from the control: %s",
+				  why);
 			continue;
 		}
 		if (m.hdr.type == FRAME_JOB) {
 			run_job(w, &m);
 		} else {
-			rtab_counter_add(w->t, RTAB_C_MALFORMED, 1);
-			LOG_RL(LOG_WARN, "unexpected %s from the control",
-			       frame_type_str(m.hdr.type));
+			MALFORMED(w->t, "unexpected %s from the control",
+				  frame_type_str(m.hdr.type));
 		}
 	}
 	answer_done(w); /* the burst is over */
@@ -461,10 +421,8 @@ int worker_run(const struct worker_cfg *cfg, char *err, size_t errlen)
 	struct frame_msg m;
 	int rc;
 
-	if (!w) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (!w)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	chan_init(&w->ch, cfg->job_fd);
 	w->id = cfg->id;
 	w->epoch = proc_epoch();
@@ -484,12 +442,12 @@ int worker_run(const struct worker_cfg *cfg, char *err, size_t errlen)
 		if (poll(&p, 1, (int)POLL_CAP_MS) < 0) {
 			if (errno == EINTR)
 				continue;
-			snprintf(err, errlen, "poll: %s", strerror(errno));
+			kvw_seterr(err, errlen, "poll: %s", strerror(errno));
 			rc = KVW_ESYS;
 			goto out;
 		}
 		if (chan_pending(&w->ch) && chan_flush(&w->ch) == KVW_ESYS) {
-			snprintf(err, errlen, "control channel: peer gone");
+			kvw_seterr(err, errlen, "control channel: peer gone");
 			rc = KVW_ESYS;
 			goto out;
 		}

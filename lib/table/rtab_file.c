@@ -46,34 +46,33 @@ static int check_header(struct rtab *t, const char *path, uint32_t cap,
 {
 	const struct rtab_hdr *h = t->hdr;
 
-	if (h->magic != RTAB_MAGIC) {
-		snprintf(err, errlen, "%s: not a kvwire room table (bad magic)",
-			 path);
-		return KVW_EVERSION;
-	}
+	if (h->magic != RTAB_MAGIC)
+		return kvw_errf(err, errlen, KVW_EVERSION,
+				"%s: not a kvwire room table (bad magic)",
+				path);
 	if (h->version != RTAB_VERSION || h->hdr_size != RTAB_HDR_SIZE ||
 	    h->entry_size != RTAB_ENTRY_SIZE ||
 	    h->peer_entry_size != RTAB_PEER_SIZE) {
-		snprintf(err, errlen,
-			 "%s: room table version %u (header %u, entry %u, peer %u); "
-			 "this build reads version %u",
-			 path, h->version, h->hdr_size, h->entry_size,
-			 h->peer_entry_size, RTAB_VERSION);
+		kvw_seterr(err, errlen,
+			   "%s: room table version %u (header %u, entry %u, peer %u); "
+			   "this build reads version %u", path, h->version,
+			   h->hdr_size, h->entry_size, h->peer_entry_size,
+			   RTAB_VERSION);
 		return KVW_EVERSION;
 	}
 	if (!geometry_ok(h->capacity, h->peer_capacity) ||
 	    file_size(h->capacity, h->peer_capacity) != t->len) {
-		snprintf(err, errlen,
-			 "%s: room table geometry %u rooms, %u peers does not "
-			 "match its size %zu bytes",
-			 path, h->capacity, h->peer_capacity, t->len);
+		kvw_seterr(err, errlen,
+			   "%s: room table geometry %u rooms, %u peers does not "
+			   "match its size %zu bytes", path, h->capacity,
+			   h->peer_capacity, t->len);
 		return KVW_EVERSION;
 	}
 	if (cap != 0 && (h->capacity != cap || h->peer_capacity != peer_cap)) {
-		snprintf(err, errlen,
-			 "%s: existing room table has %u rooms, %u peers; "
-			 "asked for %u rooms, %u peers",
-			 path, h->capacity, h->peer_capacity, cap, peer_cap);
+		kvw_seterr(err, errlen,
+			   "%s: existing room table has %u rooms, %u peers; "
+			   "asked for %u rooms, %u peers", path, h->capacity,
+			   h->peer_capacity, cap, peer_cap);
 		return KVW_EVERSION;
 	}
 	t->cap = h->capacity;
@@ -92,27 +91,24 @@ static int map_fd(struct rtab *t, int fd, const char *path, uint32_t cap,
 	struct stat st;
 	int prot = PROT_READ | (t->writable ? PROT_WRITE : 0);
 
-	if (fstat(fd, &st) < 0) {
-		snprintf(err, errlen, "%s: fstat: %s", path, strerror(errno));
-		return KVW_ESYS;
-	}
+	if (fstat(fd, &st) < 0)
+		return kvw_errf(err, errlen, KVW_ESYS, "%s: fstat: %s", path,
+				strerror(errno));
 	if (st.st_size < (off_t)RTAB_HDR_SIZE) {
-		snprintf(err, errlen,
-			 "%s: truncated room table (%lld bytes)", path,
-			 (long long)st.st_size);
+		kvw_seterr(err, errlen, "%s: truncated room table (%lld bytes)",
+			   path, (long long)st.st_size);
 		return KVW_EVERSION;
 	}
-	if ((uint64_t)st.st_size > file_size(RTAB_MAX_CAPACITY, RTAB_MAX_PEERS)) {
-		snprintf(err, errlen, "%s: too large for a room table (%lld bytes)",
-			 path, (long long)st.st_size);
-		return KVW_EVERSION;
-	}
+	if ((uint64_t)st.st_size > file_size(RTAB_MAX_CAPACITY, RTAB_MAX_PEERS))
+		return kvw_errf(err, errlen, KVW_EVERSION,
+				"%s: too large for a room table (%lld bytes)",
+				path, (long long)st.st_size);
 	t->len = (size_t)st.st_size;
 	t->map = mmap(NULL, t->len, prot, MAP_SHARED, fd, 0);
 	if (t->map == MAP_FAILED) {
 		t->map = NULL;
-		snprintf(err, errlen, "%s: mmap: %s", path, strerror(errno));
-		return KVW_ESYS;
+		return kvw_errf(err, errlen, KVW_ESYS, "%s: mmap: %s", path,
+				strerror(errno));
 	}
 	t->hdr = t->map;
 	return check_header(t, path, cap, peer_cap, err, errlen);
@@ -138,20 +134,17 @@ int rtab_open(const char *path, int writable, struct rtab **out, char *err,
 	int fd, rc;
 
 	*out = NULL;
-	if (path == NULL) {
-		snprintf(err, errlen, "room table path missing");
-		return KVW_EINVAL;
-	}
+	if (path == NULL)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"room table path missing");
 	t = calloc(1, sizeof(*t));
-	if (t == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (t == NULL)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	t->writable = writable != 0;
 	fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 	if (fd < 0) {
 		rc = errno == ENOENT ? KVW_ENOENT : KVW_ESYS;
-		snprintf(err, errlen, "%s: open: %s", path, strerror(errno));
+		kvw_seterr(err, errlen, "%s: open: %s", path, strerror(errno));
 		goto fail;
 	}
 	rc = map_fd(t, fd, path, 0, 0, err, errlen);
@@ -196,17 +189,17 @@ static int create_new(struct rtab *t, const char *path, uint32_t cap,
 
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path,
 			     (long)getpid()) >= sizeof(tmp)) {
-		snprintf(err, errlen, "room table path too long");
-		return KVW_EINVAL;
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"room table path too long");
 	}
 	unlink(tmp);
 	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		snprintf(err, errlen, "%s: create: %s", tmp, strerror(errno));
-		return KVW_ESYS;
-	}
+	if (fd < 0)
+		return kvw_errf(err, errlen, KVW_ESYS, "%s: create: %s", tmp,
+				strerror(errno));
 	if (ftruncate(fd, (off_t)file_size(cap, peer_cap)) < 0) {
-		snprintf(err, errlen, "%s: ftruncate: %s", tmp, strerror(errno));
+		kvw_seterr(err, errlen, "%s: ftruncate: %s", tmp,
+			   strerror(errno));
 		rc = KVW_ESYS;
 		goto out;
 	}
@@ -214,7 +207,7 @@ static int create_new(struct rtab *t, const char *path, uint32_t cap,
 	t->map = mmap(NULL, t->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (t->map == MAP_FAILED) {
 		t->map = NULL;
-		snprintf(err, errlen, "%s: mmap: %s", tmp, strerror(errno));
+		kvw_seterr(err, errlen, "%s: mmap: %s", tmp, strerror(errno));
 		rc = KVW_ESYS;
 		goto out;
 	}
@@ -236,7 +229,7 @@ static int create_new(struct rtab *t, const char *path, uint32_t cap,
 		goto out;
 	if (link(tmp, path) < 0) {
 		rc = errno == EEXIST ? KVW_EEXIST : KVW_ESYS;
-		snprintf(err, errlen, "%s: link: %s", path, strerror(errno));
+		kvw_seterr(err, errlen, "%s: link: %s", path, strerror(errno));
 		goto out;
 	}
 	rc = 0;
@@ -261,18 +254,15 @@ int rtab_create(const char *path, uint32_t capacity, uint32_t peer_capacity,
 	if (existed != NULL)
 		*existed = 0;
 	if (path == NULL || !geometry_ok(capacity, peer_capacity)) {
-		snprintf(err, errlen,
-			 "room table: bad geometry %u rooms (power of two, 2..%u), "
-			 "%u peers (1..%u)",
-			 capacity, RTAB_MAX_CAPACITY, peer_capacity,
-			 RTAB_MAX_PEERS);
+		kvw_seterr(err, errlen,
+			   "room table: bad geometry %u rooms (power of two, 2..%u), "
+			   "%u peers (1..%u)", capacity, RTAB_MAX_CAPACITY,
+			   peer_capacity, RTAB_MAX_PEERS);
 		return KVW_EINVAL;
 	}
 	t = calloc(1, sizeof(*t));
-	if (t == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return KVW_ENOMEM;
-	}
+	if (t == NULL)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	t->writable = 1;
 	t->owner = 1;
 	for (int attempt = 0; attempt < 2; attempt++) {
@@ -293,8 +283,8 @@ int rtab_create(const char *path, uint32_t capacity, uint32_t peer_capacity,
 			return 0;
 		}
 		if (errno != ENOENT) {
-			snprintf(err, errlen, "%s: open: %s", path,
-				 strerror(errno));
+			kvw_seterr(err, errlen, "%s: open: %s", path,
+				   strerror(errno));
 			rc = KVW_ESYS;
 			goto fail;
 		}

@@ -19,14 +19,14 @@ void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 	int one = 1;
 
 	if (!s) {
-		snprintf(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
+		kvw_seterr(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
 		return NULL;
 	}
 	if (zmq_setsockopt(s, ZMQ_LINGER, &linger_ms, sizeof linger_ms) ||
 	    (type == ZMQ_ROUTER &&
 	     zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one))) {
-		snprintf(err, errlen, "zmq_setsockopt: %s",
-			 zmq_strerror(errno));
+		kvw_seterr(err, errlen, "zmq_setsockopt: %s",
+			   zmq_strerror(errno));
 		zmq_close(s);
 		return NULL;
 	}
@@ -43,15 +43,12 @@ int wire_bind(void *sock, const char *endpoint, unsigned mode, char *err,
 		/* A socket file left by a dead process refuses the bind. */
 		unlink(path);
 	}
-	if (zmq_bind(sock, endpoint) != 0) {
-		snprintf(err, errlen, "bind %s: %s", endpoint,
-			 zmq_strerror(errno));
-		return KVW_ESYS;
-	}
-	if (path && mode && chmod(path, mode) != 0) {
-		snprintf(err, errlen, "chmod %s: %s", path, strerror(errno));
-		return KVW_ESYS;
-	}
+	if (zmq_bind(sock, endpoint) != 0)
+		return kvw_errf(err, errlen, KVW_ESYS, "bind %s: %s", endpoint,
+				zmq_strerror(errno));
+	if (path && mode && chmod(path, mode) != 0)
+		return kvw_errf(err, errlen, KVW_ESYS, "chmod %s: %s", path,
+				strerror(errno));
 	return 0;
 }
 
@@ -84,14 +81,12 @@ int wire_send(void *sock, const struct frame_msg *m, const void *id,
 	}
 	return 0;
 fail:
-	if (errno == EAGAIN || errno == EHOSTUNREACH) {
-		snprintf(err, errlen, "send %s: peer unreachable or busy",
-			 frame_type_str(m->hdr.type));
-		return KVW_EAGAIN;
-	}
-	snprintf(err, errlen, "send %s: %s", frame_type_str(m->hdr.type),
-		 zmq_strerror(errno));
-	return KVW_ESYS;
+	if (errno == EAGAIN || errno == EHOSTUNREACH)
+		return kvw_errf(err, errlen, KVW_EAGAIN,
+				"send %s: peer unreachable or busy",
+				frame_type_str(m->hdr.type));
+	return kvw_errf(err, errlen, KVW_ESYS, "send %s: %s",
+			frame_type_str(m->hdr.type), zmq_strerror(errno));
 }
 
 void wire_in_release(struct wire_in *in)
@@ -141,10 +136,9 @@ int wire_recv(void *sock, int router, struct wire_in *in,
 		memcpy(in->id, zmq_msg_data(&id), in->idlen);
 		more = zmq_msg_more(&id);
 		zmq_msg_close(&id);
-		if (!more) {
-			snprintf(err, errlen, "message with no parts");
-			return KVW_EINVAL;
-		}
+		if (!more)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"message with no parts");
 	}
 	while (more) {
 		zmq_msg_t *p = &in->parts[in->n];
@@ -152,9 +146,8 @@ int wire_recv(void *sock, int router, struct wire_in *in,
 		if (in->n == KVW_MAX_FRAMES) {
 			drain(sock);
 			wire_in_release(in);
-			snprintf(err, errlen, "more than %u parts",
-				 KVW_MAX_FRAMES);
-			return KVW_EINVAL;
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"more than %u parts", KVW_MAX_FRAMES);
 		}
 		zmq_msg_init(p);
 		if (zmq_msg_recv(p, sock, ZMQ_DONTWAIT) < 0) {
@@ -164,8 +157,8 @@ int wire_recv(void *sock, int router, struct wire_in *in,
 			if (in->n == 0 && !router)
 				goto sys;
 			wire_in_release(in);
-			snprintf(err, errlen, "recv: %s", zmq_strerror(errno));
-			return KVW_ESYS;
+			return kvw_errf(err, errlen, KVW_ESYS, "recv: %s",
+					zmq_strerror(errno));
 		}
 		in->n++;
 		more = zmq_msg_more(p);
@@ -185,6 +178,5 @@ int wire_recv(void *sock, int router, struct wire_in *in,
 sys:
 	if (errno == EAGAIN)
 		return KVW_EAGAIN;
-	snprintf(err, errlen, "recv: %s", zmq_strerror(errno));
-	return KVW_ESYS;
+	return kvw_errf(err, errlen, KVW_ESYS, "recv: %s", zmq_strerror(errno));
 }

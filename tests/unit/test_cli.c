@@ -6,7 +6,9 @@
  * CLI_HELP / CLI_BAD; operands stay when allowed; with no shape struct a
  * valid shape flag is returned for later; the number parsers take whole
  * decimal or 0x strings in range and leave *out alone otherwise; KVW_E*
- * codes map to the documented exit codes.
+ * codes map to the documented exit codes; the control processes' member
+ * flags (CLI_MEMBER) parse one way: --topo with 2 or 4 sizes, none zero,
+ * --rank inside --topo, the four endpoints/paths required.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -212,6 +214,83 @@ static void test_exit_codes_of_kvw_errors(void **state)
 	assert_int_equal(cli_fatal("p", 42, "x %d", 1), 42);
 }
 
+/* Parses argv with CLI_MEMBER only; returns the last cli_next value. */
+static int member_parse(struct cli *c, char **argv)
+{
+	int argc = 0, v;
+
+	while (argv[argc])
+		argc++;
+	cli_init(c, "p", CLI_MEMBER, LOG_INFO, NULL);
+	while ((v = cli_next(c, argc, argv, NULL)) != CLI_END)
+		if (v == CLI_BAD || v == CLI_HELP)
+			return v;
+	return CLI_END;
+}
+
+static void test_member_flags_fill_the_member_and_default_the_rest(void **state)
+{
+	char *full[] = { "p", "--listen", "ipc://l", "--engine=ipc://e",
+			 "--table", "/t", "--pool", "/p", "--transport", "tcp",
+			 "--topo", "4,2,1,3", "--rank", "3,1,0,2", NULL };
+	char *least[] = { "p", "--listen", "a", "--engine", "b", "--table", "c",
+			  "--pool", "d", "--topo", "2,2", NULL };
+	struct cli c;
+
+	(void)state;
+	assert_int_equal(member_parse(&c, full), CLI_END);
+	assert_string_equal(c.member.listen, "ipc://l");
+	assert_string_equal(c.member.engine, "ipc://e");
+	assert_string_equal(c.member.table, "/t");
+	assert_string_equal(c.member.pool, "/p");
+	assert_string_equal(c.member.transport, "tcp");
+	assert_int_equal(c.member.topo.tp, 4);
+	assert_int_equal(c.member.topo.pp, 2);
+	assert_int_equal(c.member.topo.cp, 1);
+	assert_int_equal(c.member.topo.dp, 3);
+	assert_int_equal(c.member.rank.tp, 3);
+	assert_int_equal(c.member.rank.dp, 2);
+	assert_int_equal(cli_member_check(&c), 0);
+	/* Two sizes: cp and dp are 1; no --rank: 0,0,0,0; transport shm. */
+	assert_int_equal(member_parse(&c, least), CLI_END);
+	assert_string_equal(c.member.transport, "shm");
+	assert_int_equal(c.member.topo.tp, 2);
+	assert_int_equal(c.member.topo.cp, 1);
+	assert_int_equal(c.member.topo.dp, 1);
+	assert_int_equal(c.member.rank.tp, 0);
+	assert_int_equal(cli_member_check(&c), 0);
+}
+
+static void test_member_flags_refuse_a_zero_size_and_a_rank_outside(void **state)
+{
+	char *zero[] = { "p", "--topo", "2,0", NULL };
+	char *junk[] = { "p", "--rank", "1,x", NULL };
+	char *outside[] = { "p", "--listen", "a", "--engine", "b", "--table",
+			    "c", "--pool", "d", "--topo", "2,2", "--rank", "0,2",
+			    NULL };
+	char *missing[] = { "p", "--listen", "a", "--engine", "b", "--table",
+			    "c", NULL };
+	struct cli c;
+
+	(void)state;
+	assert_int_equal(member_parse(&c, zero), CLI_BAD);
+	assert_int_equal(member_parse(&c, junk), CLI_BAD);
+	assert_int_equal(member_parse(&c, outside), CLI_END);
+	assert_int_equal(cli_member_check(&c), KVW_EXIT_USAGE);
+	assert_int_equal(member_parse(&c, missing), CLI_END);
+	assert_int_equal(cli_member_check(&c), KVW_EXIT_USAGE);
+}
+
+static void test_member_flags_are_unknown_without_cli_member(void **state)
+{
+	char *argv[] = { "p", "--topo", "2,2", NULL };
+	struct cli c;
+
+	(void)state;
+	cli_init(&c, "p", 0, LOG_INFO, NULL);
+	assert_int_equal(cli_next(&c, 3, argv, NULL), CLI_BAD);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -225,6 +304,9 @@ int main(void)
 		cmocka_unit_test(test_u64_refuses_junk_sign_and_range),
 		cmocka_unit_test(test_double_and_seconds_bounds),
 		cmocka_unit_test(test_exit_codes_of_kvw_errors),
+		cmocka_unit_test(test_member_flags_fill_the_member_and_default_the_rest),
+		cmocka_unit_test(test_member_flags_refuse_a_zero_size_and_a_rank_outside),
+		cmocka_unit_test(test_member_flags_are_unknown_without_cli_member),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,8 +36,8 @@ static void test_room_map_add_get_delete_and_grow(void **state)
 		assert_non_null(r);
 		assert_true(r->id == i * 7919);
 	}
-	assert_int_equal(m.n, n);
-	assert_true(m.nb >= n); /* grew from 16 buckets */
+	assert_int_equal(m.m.n, n);
+	assert_true(m.m.nb >= n); /* grew from 16 buckets */
 	assert_int_equal(sender_rooms_add(&m, 7919, &r), KVW_EEXIST);
 	assert_true(r == sender_rooms_get(&m, 7919));
 	for (uint64_t i = 0; i < n; i += 2)
@@ -45,7 +45,7 @@ static void test_room_map_add_get_delete_and_grow(void **state)
 	for (uint64_t i = 0; i < n; i++)
 		assert_true((sender_rooms_get(&m, i * 7919) != NULL) == (i % 2 == 1));
 	sender_rooms_del(&m, 123456789); /* absent: no-op */
-	assert_int_equal(m.n, n / 2);
+	assert_int_equal(m.m.n, n / 2);
 	sender_rooms_free(&m);
 	sender_rooms_free(&m); /* zeroed map: safe */
 }
@@ -75,7 +75,7 @@ static void test_room_map_foreach_may_delete_current(void **state)
 		assert_int_equal(sender_rooms_add(&m, i, &r), 0);
 	sender_rooms_foreach(&m, count_and_delete, &a);
 	assert_int_equal(a.seen, 100);
-	assert_int_equal(m.n, 0);
+	assert_int_equal(m.m.n, 0);
 	sender_rooms_free(&m);
 }
 

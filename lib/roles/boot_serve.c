@@ -1,0 +1,150 @@
+/*
+ * boot_serve.c - kv-bootstrap's loop (boot_serve.h). Each wakeup drains up
+ * to BATCH requests before the stop flag is looked at again, so a flood
+ * cannot keep SIGTERM waiting; the poll itself wakes at least once a
+ * second for the same reason.
+ */
+#include "boot_serve.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "boot.h"
+#include "malformed.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "wire/wire.h"
+
+/* Messages handled per wakeup before signals are looked at again. */
+#define BATCH 256
+
+struct boot_serve {
+	struct boot *b;
+	void *ctx, *sock;
+	struct frame_msg req, reply; /* big: kept off the stack */
+};
+
+int boot_serve_open(const char *listen, struct boot_serve **out, char *err,
+		    size_t errlen)
+{
+	struct boot_serve *s = calloc(1, sizeof *s);
+	int rc = KVW_ESYS;
+
+	*out = NULL;
+	if (!s)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	s->b = boot_open(proc_epoch(), err, errlen);
+	if (!s->b) {
+		rc = KVW_ENOMEM;
+		goto fail;
+	}
+	s->ctx = zmq_ctx_new();
+	if (!s->ctx) {
+		kvw_seterr(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
+		goto fail;
+	}
+	s->sock = wire_socket(s->ctx, ZMQ_ROUTER, 0, err, errlen);
+	if (!s->sock || wire_bind(s->sock, listen, 0, err, errlen))
+		goto fail;
+	LOG(LOG_INFO, "listening on %s", listen);
+	*out = s;
+	return 0;
+fail:
+	boot_serve_close(&s);
+	return rc;
+}
+
+/* Answers one decoded request; a request the bootstrap does not serve is
+ * counted and dropped. Returns -1 when the context is gone. */
+static int answer(struct boot_serve *s, const struct wire_in *in)
+{
+	char err[256];
+	int rc;
+
+	if (boot_handle(s->b, &s->req, &s->reply, err, sizeof err)) {
+		MALFORMED(NULL, "message dropped: %s", err);
+		return 0;
+	}
+	LOG(LOG_DEBUG, "%s -> %s status %u (%u/%u registered)",
+	    frame_type_str(s->req.hdr.type), frame_type_str(s->reply.hdr.type),
+	    s->reply.hdr.type == FRAME_BOOT_REPLY ? s->reply.u.boot_reply.status
+						  : 0,
+	    boot_registered(s->b), boot_expected(s->b));
+	if (s->reply.hdr.type == FRAME_BOOT_REPLY &&
+	    s->reply.u.boot_reply.status == FRAME_BOOT_REFUSED)
+		LOG_RL(LOG_WARN, "%s refused: %s", frame_type_str(s->req.hdr.type),
+		       s->reply.u.boot_reply.text);
+	rc = wire_send(s->sock, &s->reply, in->id, in->idlen, err, sizeof err);
+	if (rc == KVW_ESYS && errno == ETERM)
+		return -1;
+	if (rc)
+		LOG_RL(LOG_WARN, "reply dropped: %s", err);
+	return 0;
+}
+
+/* Drains up to BATCH messages: 0, or KVW_ESYS when the socket or context
+ * is gone (err says why). */
+static int drain(struct boot_serve *s, char *err, size_t errlen)
+{
+	struct wire_in in;
+	int rc;
+
+	for (int i = 0; i < BATCH; i++) {
+		rc = wire_recv(s->sock, 1, &in, &s->req, err, errlen);
+		if (rc == KVW_EAGAIN)
+			return 0;
+		if (rc == KVW_ESYS)
+			return rc;
+		if (rc) {
+			MALFORMED(NULL, "malformed message dropped: %s", err);
+			continue;
+		}
+		rc = answer(s, &in);
+		wire_in_release(&in);
+		if (rc)
+			return kvw_errf(err, errlen, KVW_ESYS,
+					"context terminated");
+	}
+	return 0;
+}
+
+int boot_serve_run(struct boot_serve *s, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	while (!proc_stopping()) {
+		zmq_pollitem_t it = { s->sock, 0, ZMQ_POLLIN, 0 };
+
+		rc = zmq_poll(&it, 1, 1000);
+		if (rc < 0 && errno != EINTR) {
+			rc = kvw_errf(err, errlen, KVW_ESYS, "zmq_poll: %s",
+				      zmq_strerror(errno));
+			break;
+		}
+		if (rc > 0 && (rc = drain(s, err, errlen)) != 0)
+			break;
+		rc = 0;
+	}
+	LOG(LOG_INFO, "stopping: %u of %u ranks registered, %llu malformed",
+	    boot_registered(s->b), boot_expected(s->b),
+	    (unsigned long long)malformed_local());
+	return rc;
+}
+
+void boot_serve_close(struct boot_serve **sp)
+{
+	struct boot_serve *s = sp ? *sp : NULL;
+
+	if (!s)
+		return;
+	wire_close(&s->sock);
+	if (s->ctx)
+		zmq_ctx_term(s->ctx);
+	boot_close(&s->b);
+	free(s);
+	*sp = NULL;
+}

@@ -1,0 +1,252 @@
+/*
+ * test_sender_register.c - kv-sender's REGISTER handler validates, then
+ * acts, on a real control process (sender_open on files in /dev/shm; its
+ * handlers are driven directly, without the poll loop). Proved: a decode
+ * registers and its room reaches WaitingForInput; a later REGISTER from
+ * the same endpoint whose plan cannot be built (another transport, a layout
+ * missing buffers), with a new epoch or the same one, is refused and
+ * counted: the registration (epoch, plan, descriptor), the peer table's
+ * epoch and the room stay exactly as they were; and a good REGISTER of a
+ * new epoch does replace it and fails the old incarnation's room, so the
+ * test can tell the two apart.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plan/shape.h"
+#include "roles/sender_impl.h"
+#include "table/rtab.h"
+#include "xport/pool.h"
+
+#define E1 0x1111111111111111ull
+#define E2 0x2222222222222222ull
+#define ROOM 42u
+#define DECODE_EP "ipc:///tmp/kvw-test-decode-not-bound"
+
+struct fix {
+	char dir[32], listen[96], eng[96], table[96], pool[96];
+	struct sender *s;
+	struct shape shape;
+	struct kvw_topo topo;
+	struct kvw_coord coord;
+	struct kvw_buf bufs[64];
+	uint32_t nbufs;
+	struct kvw_model model;
+	uint8_t desc[8];
+};
+
+static int setup(void **state)
+{
+	struct fix *f = test_calloc(1, sizeof *f);
+	struct sender_cfg cfg = { 0 };
+	uint64_t bytes;
+	char err[256];
+
+	snprintf(f->dir, sizeof f->dir, "/tmp/kvwtr.XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->listen, sizeof f->listen, "ipc://%s/p", f->dir);
+	snprintf(f->eng, sizeof f->eng, "ipc://%s/e", f->dir);
+	snprintf(f->table, sizeof f->table, "%s/t.rooms", f->dir);
+	snprintf(f->pool, sizeof f->pool, "/dev/shm/kvwire.treg-%d.pool",
+		 (int)getpid());
+	f->topo = (struct kvw_topo){ 1, 1, 1, 1 };
+	shape_default(&f->shape);
+	f->shape.layers = 2;
+	f->shape.pages = 8;
+	cfg.listen = f->listen;
+	cfg.engine = f->eng;
+	cfg.table = f->table;
+	cfg.pool = f->pool;
+	cfg.transport = "shm";
+	/* The handlers are driven directly: the worker only has to exist. */
+	cfg.exe = "/bin/true";
+	cfg.workers = 1;
+	cfg.topo = f->topo;
+	cfg.shape = f->shape;
+	cfg.bootstrap_timeout_ns = 60000000000ull;
+	if (sender_open(&cfg, &f->s, err, sizeof err) != 0) {
+		fprintf(stderr, "sender_open: %s\n", err);
+		return -1;
+	}
+	/* The decode's side of the same shape: what its REGISTER states. */
+	shape_model(&f->shape, &f->topo, &f->coord, &f->model);
+	if (shape_layout(&f->shape, &f->topo, &f->coord, 1, f->bufs, 64,
+			 &f->nbufs, &bytes, err, sizeof err) != 0)
+		return -1;
+	memcpy(f->desc, "desc-one", sizeof f->desc);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+	char path[128];
+
+	sender_close(&f->s);
+	unlink(f->table);
+	pool_unlink(f->pool);
+	snprintf(path, sizeof path, "%s/p", f->dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/e", f->dir);
+	unlink(path);
+	rmdir(f->dir);
+	test_free(f);
+	return 0;
+}
+
+/* A REGISTER from the decode at DECODE_EP with this epoch, transport and
+ * the first nbufs buffers of its layout. */
+static void reg(struct fix *f, uint64_t epoch, const char *transport,
+		uint32_t nbufs, const uint8_t *desc)
+{
+	struct wire_in in = { 0 };
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_REGISTER, 0, 0, epoch);
+	m.u.reg.coord = f->coord;
+	m.u.reg.topo = f->topo;
+	snprintf(m.u.reg.endpoint, sizeof m.u.reg.endpoint, "%s", DECODE_EP);
+	snprintf(m.u.reg.transport, sizeof m.u.reg.transport, "%s", transport);
+	m.u.reg.desc.p = desc;
+	m.u.reg.desc.len = 8;
+	m.u.reg.model = f->model;
+	m.u.reg.bufs = frame_bufs_of(f->bufs, nbufs);
+	sender_on_peer(f->s, &in, &m);
+}
+
+/* SEND_BEGIN from the engine and XFER_INFO from the decode of epoch. */
+static void open_room(struct fix *f, uint64_t epoch)
+{
+	static const uint32_t pages[2] = { 1, 2 };
+	struct wire_in in = { 0 };
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_SEND_BEGIN, 0, ROOM, 0);
+	m.u.send_begin.num_pages = 2;
+	sender_on_engine(f->s, &m);
+	frame_msg_init(&m, FRAME_XFER_INFO, 0, ROOM, epoch);
+	m.u.xfer_info.required_dst_info_num = 1;
+	m.u.xfer_info.pages = frame_u32s_of(pages, 2);
+	sender_on_peer(f->s, &in, &m);
+}
+
+static int room_state(struct fix *f)
+{
+	struct sender_room *r = sender_rooms_get(&f->s->rooms, ROOM);
+
+	assert_non_null(r);
+	return rtab_state(f->s->t, r->ref);
+}
+
+/* Everything a refused REGISTER must leave as it was. */
+struct snap {
+	uint32_t npeers, id, desclen;
+	uint64_t epoch, table_epoch, malformed;
+	struct plan *plan;
+	uint8_t desc[8];
+	int state;
+};
+
+static void snap(struct fix *f, struct snap *x)
+{
+	struct sender_peer *p = f->s->peers[0];
+	struct rtab_peer_view v;
+
+	x->npeers = f->s->npeers;
+	x->id = p->id;
+	x->epoch = p->epoch;
+	x->plan = p->plan;
+	x->desclen = p->desclen;
+	memcpy(x->desc, p->desc, sizeof x->desc);
+	assert_int_equal(rtab_peer_get(f->s->t, p->id, &v), 0);
+	x->table_epoch = v.epoch;
+	x->malformed = rtab_counter_get(f->s->t, RTAB_C_MALFORMED);
+	x->state = room_state(f);
+}
+
+static void assert_unchanged(struct fix *f, const struct snap *before)
+{
+	struct snap now;
+
+	snap(f, &now);
+	assert_int_equal(now.npeers, before->npeers);
+	assert_int_equal(now.id, before->id);
+	assert_true(now.epoch == before->epoch);
+	assert_ptr_equal(now.plan, before->plan);
+	assert_non_null(now.plan);
+	assert_int_equal(now.desclen, before->desclen);
+	assert_memory_equal(now.desc, before->desc, sizeof now.desc);
+	assert_true(now.table_epoch == before->table_epoch);
+	assert_int_equal(now.state, before->state);
+	/* Refused, and counted once. */
+	assert_true(now.malformed == before->malformed + 1);
+}
+
+static void test_a_bad_register_leaves_the_registration_and_its_rooms(void **state)
+{
+	struct fix *f = *state;
+	static const uint8_t other[8] = "desc-two";
+	struct snap before;
+
+	reg(f, E1, "shm", f->nbufs, f->desc);
+	assert_int_equal(f->s->npeers, 1);
+	assert_non_null(f->s->peers[0]->plan);
+	open_room(f, E1);
+	assert_int_equal(room_state(f), KVW_WAITING);
+	snap(f, &before);
+	assert_true(before.epoch == E1 && before.table_epoch == E1);
+
+	/* A new epoch with a transport this rank does not use. */
+	reg(f, E2, "rdma", f->nbufs, other);
+	assert_unchanged(f, &before);
+	before.malformed++;
+	/* The same epoch with a layout that lacks most of its buffers. */
+	reg(f, E1, "shm", 1, other);
+	assert_unchanged(f, &before);
+	before.malformed++;
+	/* A new epoch with a layout that lacks most of its buffers. */
+	reg(f, E2, "shm", 1, other);
+	assert_unchanged(f, &before);
+}
+
+static void test_a_good_register_of_a_new_epoch_replaces_it(void **state)
+{
+	struct fix *f = *state;
+	static const uint8_t other[8] = "desc-two";
+	struct rtab_peer_view v;
+	struct sender_peer *p;
+
+	reg(f, E1, "shm", f->nbufs, f->desc);
+	open_room(f, E1);
+	assert_int_equal(room_state(f), KVW_WAITING);
+	reg(f, E2, "shm", f->nbufs, other);
+	p = f->s->peers[0];
+	assert_int_equal(f->s->npeers, 1);
+	assert_true(p->epoch == E2);
+	assert_non_null(p->plan);
+	assert_memory_equal(p->desc, other, sizeof other);
+	assert_int_equal(rtab_peer_get(f->s->t, p->id, &v), 0);
+	assert_true(v.epoch == E2);
+	/* The old incarnation's room failed: its decode restarted. */
+	assert_int_equal(room_state(f), KVW_FAILED);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_a_bad_register_leaves_the_registration_and_its_rooms, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_good_register_of_a_new_epoch_replaces_it, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
