@@ -178,6 +178,8 @@ struct receiver {
 	uint32_t nbufs;
 	struct kvw_model model;
 
+	int made_files; /* bit 0: this open created the table, bit 1: the pool
+			 * (a failed open removes what it made, nothing else) */
 	void *ctx;
 	struct dealers *dealers; /* bootstraps' and prefill peers' DEALERs */
 	void *peer_sock;   /* ROUTER on listen */

@@ -247,6 +247,18 @@ static void adopt_keeps_a_same_size_pool_and_replaces_another(void **state)
 	pool_close(&a);
 }
 
+static void only_absolute_kvwire_pool_names_are_pools(void **state)
+{
+	(void)state;
+	assert_true(pool_name_ok("/dev/shm/kvwire.d0.pool"));
+	assert_true(pool_name_ok("/tmp/x/kvwire.a.b.pool"));
+	assert_false(pool_name_ok("kvwire.d0.pool"));      /* relative */
+	assert_false(pool_name_ok("/dev/shm/kvwire..pool")); /* no name */
+	assert_false(pool_name_ok("/dev/shm/kvwire.d0.rooms"));
+	assert_false(pool_name_ok("/etc/passwd"));
+	assert_false(pool_name_ok("/tmp/kvwire.d0.pool/x"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -260,6 +272,7 @@ int main(void)
 		T(open_refuses_empty_file_and_symlink),
 		T(close_accepts_null),
 		T(adopt_keeps_a_same_size_pool_and_replaces_another),
+		T(only_absolute_kvwire_pool_names_are_pools),
 #undef T
 	};
 

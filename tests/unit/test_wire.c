@@ -281,6 +281,27 @@ static void receiver_loop_ends_promptly_when_its_context_is_terminated(void **st
 	rmdir(dir);
 }
 
+static void endpoints_are_checked_before_bind(void **state)
+{
+	char ep[160], err[200];
+
+	(void)state;
+	assert_int_equal(wire_endpoint_check("ipc:///tmp/a.sock", err, sizeof err), 0);
+	assert_int_equal(wire_endpoint_check("tcp://127.0.0.1:5555", err, sizeof err), 0);
+	assert_int_equal(wire_endpoint_check("inproc://x", err, sizeof err), 0);
+	/* 107 bytes of path fit a socket address, 108 do not. */
+	snprintf(ep, sizeof ep, "ipc://%0107d", 0);
+	assert_int_equal(wire_endpoint_check(ep, err, sizeof err), 0);
+	snprintf(ep, sizeof ep, "ipc://%0108d", 0);
+	assert_int_equal(wire_endpoint_check(ep, err, sizeof err), KVW_EINVAL);
+	assert_non_null(strstr(err, "1..107 allowed"));
+	assert_int_equal(wire_endpoint_check("ipc://", err, sizeof err), KVW_EINVAL);
+	assert_int_equal(wire_endpoint_check("tcp://nohost", err, sizeof err), KVW_EINVAL);
+	assert_int_equal(wire_endpoint_check("udp://x:1", err, sizeof err), KVW_EINVAL);
+	assert_int_equal(wire_endpoint_check("", err, sizeof err), KVW_EINVAL);
+	assert_int_equal(wire_endpoint_check(NULL, err, sizeof err), KVW_EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -291,6 +312,7 @@ int main(void)
 		    terminated_context_makes_recv_fail_not_eagain, pair_setup,
 		    pair_teardown),
 		cmocka_unit_test(receiver_loop_ends_promptly_when_its_context_is_terminated),
+		cmocka_unit_test(endpoints_are_checked_before_bind),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
