@@ -65,7 +65,7 @@ const char *kvw_reason_str(unsigned reason)
 		"none", "aborted", "timeout", "peer dead", "peer restarted",
 		"transfer error", "page index out of range", "layout mismatch",
 		"worker died", "owner restarted", "bootstrap lookup failed",
-		"cleared while active",
+		"cleared while active", "page lists differ",
 	};
 
 	return reason < KVW_NREASONS ? names[reason] : "?";

@@ -88,7 +88,9 @@ enum kvw_reason {
 	KVW_R_OWNER_RESTART = 9, /* the owning process restarted */
 	KVW_R_BOOTSTRAP = 10,   /* lookup at the bootstrap failed */
 	KVW_R_CLEARED = 11,     /* engine cleared a room that was still active */
-	KVW_NREASONS = 12,
+	KVW_R_PAGES = 12,       /* page lists disagree: a destination page given
+				 * twice, or decode and prefill page counts */
+	KVW_NREASONS = 13,
 };
 
 /* Returns a short static text for a reason ("aborted", "timeout", ...). */

@@ -57,7 +57,9 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 	r->model = (struct kvw_model){ 0 };
 	shape_model(&r->shape, &r->topo, &r->rank, &r->model);
 	r->bufs = calloc(KVW_MAX_BUFFERS, sizeof *r->bufs);
-	if (!r->bufs) {
+	r->page_seen = calloc((size_t)r->shape.pages / 64 + 1,
+			      sizeof *r->page_seen);
+	if (!r->bufs || !r->page_seen) {
 		bad_config(err, errlen, "out of memory");
 		return KVW_ENOMEM;
 	}
@@ -242,6 +244,7 @@ void receiver_close(struct receiver **rp)
 	pool_close(&r->pool);
 	rtab_close(&r->tab);
 	free(r->bufs);
+	free(r->page_seen);
 	free(r->table_path);
 	free(r->pool_path);
 	free(r);
@@ -250,28 +253,58 @@ void receiver_close(struct receiver **rp)
 
 /* ---- engine messages ----------------------------------------------------- */
 
-/* The engine's page indices and aux slot must lie inside this rank's pool:
- * a room naming anything outside fails at once (bad index) and nothing of
- * it reaches a prefill rank. Returns 1 when the room was failed. */
-static int pages_outside(struct receiver *r, struct rx_room *room)
+/* The first destination page the room names twice, as its position, or
+ * room->npages when none repeats. r->page_seen (one bit per pool page) is
+ * left all clear again. */
+static uint32_t repeated_page(struct receiver *r, const struct rx_room *room)
 {
+	uint32_t i, dup = room->npages;
+
+	for (i = 0; i < room->npages; i++) {
+		uint32_t p = room->pages[i];
+		uint64_t bit = 1ull << (p % 64);
+
+		if (r->page_seen[p / 64] & bit) {
+			dup = i;
+			break;
+		}
+		r->page_seen[p / 64] |= bit;
+	}
+	while (i-- > 0)
+		r->page_seen[room->pages[i] / 64] = 0;
+	return dup;
+}
+
+/* The engine's page indices and aux slot must lie inside this rank's pool,
+ * and no destination page may be named twice (two source pages would land
+ * on one): a room breaking either fails at once (bad index; page lists
+ * differ) and nothing of it reaches a prefill rank. Returns 1 when the
+ * room was failed. */
+static int pages_bad(struct receiver *r, struct rx_room *room)
+{
+	unsigned reason = KVW_R_BAD_INDEX;
 	char why[120];
 	uint32_t i;
 
 	for (i = 0; i < room->npages; i++)
 		if (room->pages[i] >= r->shape.pages)
 			break;
-	if (i < room->npages)
+	if (i < room->npages) {
 		snprintf(why, sizeof why, "page index %u (position %u) outside "
 			 "the %u-page pool", room->pages[i], i, r->shape.pages);
-	else if (r->shape.aux_slots && room->aux_slot >= r->shape.aux_slots)
+	} else if (r->shape.aux_slots && room->aux_slot >= r->shape.aux_slots) {
 		snprintf(why, sizeof why, "aux slot %u outside the %u slots",
 			 room->aux_slot, r->shape.aux_slots);
-	else
+	} else if ((i = repeated_page(r, room)) < room->npages) {
+		snprintf(why, sizeof why, "destination page %u given twice "
+			 "(again at position %u)", room->pages[i], i);
+		reason = KVW_R_PAGES;
+	} else {
 		return 0;
-	MALFORMED(r->tab, "room %llu: RECV_BEGIN: %s", (unsigned long long)room->id,
-		  why);
-	receiver_room_fail(r, room, KVW_R_BAD_INDEX, why);
+	}
+	MALFORMED(r->tab, "room %llu: RECV_BEGIN: %s",
+		  (unsigned long long)room->id, why);
+	receiver_room_fail(r, room, reason, why);
 	return 1;
 }
 
@@ -335,7 +368,7 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 		receiver_room_fail(r, room, KVW_R_BOOTSTRAP, "no bootstrap address");
 		return;
 	}
-	if (pages_outside(r, room))
+	if (pages_bad(r, room))
 		return;
 	receiver_boot_want(r, room);
 }

@@ -175,6 +175,8 @@ struct receiver {
 	uint8_t desc[KVW_MAX_DESC];
 	size_t desclen;
 	struct kvw_buf *bufs;
+	uint64_t *page_seen; /* one bit per pool page, all clear between uses
+			      * (RECV_BEGIN's repeated-page check) */
 	uint32_t nbufs;
 	struct kvw_model model;
 
