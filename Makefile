@@ -50,7 +50,7 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 DEPS_OK := build/.deps-ok
 
-.PHONY: all deps test unit bats demo fuzz bench clean
+.PHONY: all deps test unit bats demo fuzz bench seeds clean
 # Keep objects of tests and programs: they are not throwaway intermediates.
 .SECONDARY:
 all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS)
@@ -112,6 +112,16 @@ bench: $(BENCHES)
 
 demo: all
 	@./bin/kv-demo
+
+# Fuzz seeds from today's encoder (tests/fuzz/mkseeds.c): `make seeds`
+# rewrites tests/fuzz/corpus/; check the result in. test_seeds decodes them.
+SEEDGEN := $(B)/tests/mkseeds
+$(SEEDGEN): $(B)/tests/fuzz/mkseeds.o $(LIBDIR)/libkvwire.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBDIR)/libkvwire.a $(LDLIBS)
+seeds: $(SEEDGEN)
+	rm -f tests/fuzz/corpus/*/*
+	$(SEEDGEN) tests/fuzz/corpus
 
 # libFuzzer targets: clang, every lib source compiled into each target.
 FUZZ_CFLAGS := -std=c17 -g -O1 -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
