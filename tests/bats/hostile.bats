@@ -198,7 +198,7 @@ room_reason() {
 	timeout 10 "$PY" "$FAKE" engine "ipc://$RUN/rxe" begin 81 "ipc://$RUN/fboot" 8 0 3
 	wait_for 10 room_reason "$RUN/rx.rooms" 81 "page index out of range"
 	[ "$(malformed "$RUN/rx.rooms")" -ge 2 ]
-	! grep -q "XFER_INFO rank=0 room=8[01]" "$RUN/ev"
+	refute grep -q "XFER_INFO rank=0 room=8[01]" "$RUN/ev"
 	# Both still serve: the sender moves a good room byte-exact.
 	run timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" transfer \
 		--sender "$PEER" --engine "$ENG" --listen "ipc://$RUN/ok.sock" \

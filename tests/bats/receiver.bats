@@ -115,7 +115,7 @@ malformed_counted() { [ "$(timeout 10 "$PY" "$FAKE" counter "$TAB" 0)" -ge 1 ]; 
 	room_is 11 "state=WaitingForInput"
 	ctl status 1 11 success
 	wait_for 10 room_is 11 "state=Success"
-	! rx_logged "room 11: Success from rank 0 (2 of 2)"
+	refute rx_logged "room 11: Success from rank 0 (2 of 2)"
 }
 
 @test "a STATUS(Failed) from one prefill rank fails the room with its reason" {
