@@ -16,6 +16,17 @@ cd "$root" || exit 111
 passed=0
 failed=0
 
+# tally BREACHES: a file passes when its check printed nothing; each line
+# printed is one breach.
+tally() {
+	if [ -n "$1" ]; then
+		echo "$1"
+		failed=$((failed + $(printf '%s\n' "$1" | wc -l)))
+	else
+		passed=$((passed + 1))
+	fi
+}
+
 for f in tests/bats/*.bats; do
 	[ -f "$f" ] || continue
 	out=$(awk -v file="$f" '
@@ -38,12 +49,7 @@ for f in tests/bats/*.bats; do
 		if ($0 ~ /^[ \t]*![ \t]/ && $0 !~ /(\|\||&&|\||\\)[ \t]*$/)
 			neg = NR
 	}' "$f")
-	if [ -n "$out" ]; then
-		echo "$out"
-		failed=$((failed + $(printf '%s\n' "$out" | wc -l)))
-	else
-		passed=$((passed + 1))
-	fi
+	tally "$out"
 done
 
 for f in tests/unit/test_*.c; do
@@ -94,12 +100,7 @@ for f in tests/unit/test_*.c; do
 			}
 		if (ok == 0) printf "tests: %s: no cmocka test found\n", file
 	}' "$f")
-	if [ -n "$out" ]; then
-		echo "$out"
-		failed=$((failed + $(printf '%s\n' "$out" | wc -l)))
-	else
-		passed=$((passed + 1))
-	fi
+	tally "$out"
 done
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -122,6 +122,17 @@ static void filled_room_verifies_and_flipped_bytes_are_counted(void **state)
 	free(r.pool);
 }
 
+/* Swaps n bytes at a with n bytes at b (not overlapping). */
+static void swap_bytes(uint8_t *a, uint8_t *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint8_t t = a[i];
+
+		a[i] = b[i];
+		b[i] = t;
+	}
+}
+
 /* Bytes that arrive at the wrong place inside a page (a word shifted by
  * its own size, two token slots swapped) do not verify: the pattern holds
  * the offset and the token, not only the page. */
@@ -130,7 +141,7 @@ static void bytes_shifted_or_swapped_within_a_page_do_not_verify(void **state)
 	uint32_t pages[1] = { 3 };
 	struct shape s;
 	struct rank r;
-	uint8_t *pg, tmp[64];
+	uint8_t *pg;
 	uint64_t slot;
 
 	(void)state;
@@ -140,14 +151,12 @@ static void bytes_shifted_or_swapped_within_a_page_do_not_verify(void **state)
 	bench_fill(r.pool, &r.g, 21, pages, 1, 0);
 	pg = r.pool + r.bufs[0].offset + 3u * r.bufs[0].item_len;
 	slot = r.bufs[0].item_len / r.g.page_tokens;
-	assert_true(slot >= 16 && slot <= sizeof tmp);
+	assert_true(slot >= 16);
 	memmove(pg + 8, pg, 8); /* word 0 of a segment now also at word 1 */
 	assert_true(bench_verify(r.pool, &r.g, 21, pages, 1, 0) >= 6);
 	bench_fill(r.pool, &r.g, 21, pages, 1, 0);
 	assert_int_equal(bench_verify(r.pool, &r.g, 21, pages, 1, 0), 0);
-	memcpy(tmp, pg, slot); /* token slots 0 and 1 swapped */
-	memcpy(pg, pg + slot, slot);
-	memcpy(pg + slot, tmp, slot);
+	swap_bytes(pg, pg + slot, slot); /* token slots 0 and 1 */
 	assert_true(bench_verify(r.pool, &r.g, 21, pages, 1, 0) >
 		    slot * 2 * 9 / 10);
 	free(r.pool);
@@ -160,7 +169,7 @@ static void heads_swapped_within_a_token_slot_do_not_verify(void **state)
 	uint32_t pages[1] = { 4 };
 	struct shape s;
 	struct rank r;
-	uint8_t *pg, tmp[64];
+	uint8_t *pg;
 	uint32_t hb;
 
 	(void)state;
@@ -168,16 +177,13 @@ static void heads_swapped_within_a_token_slot_do_not_verify(void **state)
 	rank_make(&r, &s, 1, 1, 0, 0, 0);
 	assert_int_equal(r.g.rank_heads, 4);
 	hb = r.g.head_bytes;
-	assert_true(hb <= sizeof tmp);
 	bench_fill(r.pool, &r.g, 31, pages, 1, 0);
 	/* Token slot 2 of page 4 of the K buffer of layer 1: heads 1 and 3. */
 	assert_int_equal(r.bufs[1].layer_id, 1);
 	assert_int_equal(r.bufs[1].role, KVW_ROLE_K);
 	pg = r.pool + r.bufs[1].offset + 4u * r.bufs[1].item_len +
 	     2u * r.g.rank_heads * hb;
-	memcpy(tmp, pg + 1u * hb, hb);
-	memcpy(pg + 1u * hb, pg + 3u * hb, hb);
-	memcpy(pg + 3u * hb, tmp, hb);
+	swap_bytes(pg + 1u * hb, pg + 3u * hb, hb);
 	assert_true(bench_verify(r.pool, &r.g, 31, pages, 1, 0) > 2u * hb * 9 / 10);
 	free(r.pool);
 }
