@@ -28,6 +28,7 @@
 #include "wire/frame.h"
 #include "wire/wire.h"
 #include "xport/pool.h"
+#include "unit_wait.h"
 
 struct pair {
 	void *ctx, *router, *dealer;
@@ -271,7 +272,7 @@ static void receiver_loop_ends_promptly_when_its_context_is_terminated(void **st
 	 * or during one), the loop must end with KVW_ESYS. */
 	t0 = proc_now_ns();
 	assert_int_equal(zmq_ctx_shutdown(a.r->ctx), 0);
-	pthread_join(th, NULL);
+	assert_int_equal(unit_join(th, 10), 0);
 	assert_int_equal(a.rc, KVW_ESYS);
 	/* The loop waits at most one poll (cap 1 s) before it sees ETERM. */
 	assert_true(a.ended_ns - t0 < 2000000000ull);
