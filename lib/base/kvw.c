@@ -43,6 +43,7 @@ const char *kvw_strerror(int err)
 	static const char *const names[] = {
 		"OK", "EINVAL", "ENOMEM", "ESYS", "ENOENT", "EEXIST", "ESTALE",
 		"ESTATE", "EVERSION", "ETIMEDOUT", "EAGAIN", "ENODEV", "ERANGE",
+		"EPEER",
 	};
 	unsigned i = err <= 0 ? (unsigned)-err : 0xffffu;
 

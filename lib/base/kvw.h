@@ -35,6 +35,7 @@ enum kvw_err {
 	KVW_EAGAIN = -10,  /* try again later (not ready yet) */
 	KVW_ENODEV = -11,  /* hardware or runtime for a transport is missing */
 	KVW_ERANGE = -12,  /* index or length outside the registered region */
+	KVW_EPEER = -13,   /* a peer or the whole group went away */
 };
 
 /* Returns a static string naming a KVW_E* code ("EINVAL", ...). */

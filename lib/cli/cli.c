@@ -230,6 +230,7 @@ int cli_exit_code(int rc)
 	case KVW_EINVAL: return KVW_EXIT_USAGE;
 	case KVW_ENODEV: return KVW_EXIT_SKIP;
 	case KVW_ETIMEDOUT: return KVW_EXIT_TIMEOUT;
+	case KVW_EPEER: return KVW_EXIT_PEER;
 	default: return KVW_EXIT_SYS;
 	}
 }

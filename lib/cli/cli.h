@@ -107,7 +107,8 @@ int cli_bad(const struct cli *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /* The exit code for a library result: 0 -> 0, KVW_EINVAL -> 100 (usage),
- * KVW_ENODEV -> 77 (skip), KVW_ETIMEDOUT -> 99, any other -> 111. */
+ * KVW_ENODEV -> 77 (skip), KVW_ETIMEDOUT -> 99, KVW_EPEER -> 102 (peer or
+ * group gone), any other -> 111. */
 int cli_exit_code(int rc);
 
 /* Calls log_init with role "ROLE" or "ROLE.NAME" (--name, cut at 20
