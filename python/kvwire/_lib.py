@@ -1,0 +1,116 @@
+"""_lib.py - libkvwire.so through ctypes: the prototypes of lib/api.h, the
+room status struct mirrored field by field, and the codes of lib/base/kvw.h.
+
+The library is found at $KVW_LIB, else at lib/libkvwire.so of the checkout
+this package lives in. Every foreign call releases the GIL (ctypes.CDLL);
+an engine handle is serialised by its manager's lock, as lib/api.h asks.
+"""
+import ctypes
+import os
+
+# lib/base/kvw.h: enum kvw_err
+OK = 0
+EINVAL = -1
+ENOMEM = -2
+ESYS = -3
+ENOENT = -4
+EEXIST = -5
+ESTALE = -6
+ESTATE = -7
+EVERSION = -8
+ETIMEDOUT = -9
+EAGAIN = -10
+ENODEV = -11
+ERANGE = -12
+EPEER = -13
+
+# enum kvw_state (the first five are SGLang's KVPoll) and room flags.
+FAILED, BOOTSTRAPPING, WAITING, TRANSFERRING, SUCCESS, CLEARED = range(6)
+ROOM_F_ARMED = 0x1
+ROOM_F_RELEASABLE = 0x2
+ROOM_F_DUMMY = 0x4
+
+# enum kvw_reason
+R_ABORTED = 1
+R_TIMEOUT = 2
+R_OWNER_RESTART = 9
+
+MAX_PAGES = 65536  # KVW_MAX_PAGES: page indices in one chunk
+MAX_STR = 255      # KVW_MAX_STR
+
+
+class RoomStatus(ctypes.Structure):
+    """struct kvw_room_status of lib/api.h, field for field."""
+    _fields_ = [
+        ("state", ctypes.c_uint32),
+        ("reason", ctypes.c_uint32),
+        ("generation", ctypes.c_uint32),
+        ("pages_expected", ctypes.c_uint32),
+        ("pages_done", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("bytes", ctypes.c_uint64),
+    ]
+
+
+assert ctypes.sizeof(RoomStatus) == 32
+
+
+def _path():
+    env = os.environ.get("KVW_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, "..", "..", "lib", "libkvwire.so")
+
+
+def _load():
+    path = _path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError("kvwire: cannot load %s (run `make`, or set "
+                          "KVW_LIB): %s" % (path, e)) from None
+    P, U32, U64, I = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, \
+        ctypes.c_int
+    U32P = ctypes.POINTER(ctypes.c_uint32)
+    protos = {
+        "kvw_engine_open": (I, [ctypes.c_char_p, ctypes.c_char_p,
+                                ctypes.c_char_p, ctypes.POINTER(P),
+                                ctypes.c_char_p, ctypes.c_size_t]),
+        "kvw_engine_close": (None, [ctypes.POINTER(P)]),
+        "kvw_pool_base": (P, [P]),
+        "kvw_pool_size": (U64, [P]),
+        "kvw_engine_error": (ctypes.c_char_p, [P]),
+        "kvw_send_begin": (I, [P, U64, U32, U32]),
+        "kvw_send_chunk": (I, [P, U64, U32P, U32, I]),
+        "kvw_recv_begin": (I, [P, U64, ctypes.c_char_p, U32, U32P, U32,
+                               U32]),
+        "kvw_abort": (I, [P, U64]),
+        "kvw_clear": (I, [P, U64]),
+        "kvw_poll": (I, [P, U64, ctypes.POINTER(RoomStatus)]),
+        "kvw_control_epoch": (U64, [P]),
+        "kvw_control_check": (I, [P]),
+        "kvw_strerror": (ctypes.c_char_p, [I]),
+        "kvw_state_str": (ctypes.c_char_p, [ctypes.c_uint]),
+        "kvw_reason_str": (ctypes.c_char_p, [ctypes.c_uint]),
+    }
+    for name, (res, args) in protos.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+    return lib
+
+
+lib = _load()
+
+
+def strerror(rc):
+    return lib.kvw_strerror(rc).decode()
+
+
+def state_str(state):
+    return lib.kvw_state_str(state).decode()
+
+
+def reason_str(reason):
+    return lib.kvw_reason_str(reason).decode()

@@ -1,0 +1,527 @@
+"""conn.py - SGLang's transfer-backend interface over kvwire: KVPoll,
+KVArgs, a manager per rank (KVManager), KVSender, KVReceiver and the
+KVBootstrapServer, with the names and meanings of SGLang's
+disaggregation base module (see python/README.md).
+
+A manager is one struct kvw_engine: commands go to the rank's kv-sender or
+kv-receiver, progress is read from its mapped room table, and the rank's
+KV cache lives in kvwire's pool, exposed as numpy views (zero copy).
+Senders and receivers never block on the network: init/send/send_metadata
+queue one command each, poll() reads shared memory.
+"""
+import dataclasses
+import os
+import threading
+import time
+from typing import Optional
+
+import numpy as np
+
+from . import _lib
+from ._lib import lib
+from .layout import (ROLE_AUX, ROLE_K, ROLE_KV, ROLE_V, Shape, layer_range,
+                     make_layout, rank_kv_heads, read_run_dir)
+from .pool import KVPool
+
+
+class KVPoll:
+    """SGLang's room states; kvwire's table uses the same numbers."""
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+class KVWireError(RuntimeError):
+    """A kvwire call failed: `code` is the KVW_E* value, `name` its name."""
+
+    def __init__(self, what, code, detail=""):
+        self.code = code
+        self.name = _lib.strerror(code)
+        super().__init__("%s: %s%s" % (what, self.name,
+                                       ": " + detail if detail else ""))
+
+
+class KVTransferError(Exception):
+    """Raised by failure_exception(): the room and kvwire's reason."""
+
+    def __init__(self, bootstrap_room, failure_reason, is_from_another_rank=False):
+        super().__init__(failure_reason)
+        self.bootstrap_room = bootstrap_room
+        self.failure_reason = failure_reason
+        self.is_from_another_rank = is_from_another_rank
+
+    def __str__(self):
+        return "KVTransferError(bootstrap_room=%d): %s" % (
+            self.bootstrap_room, self.failure_reason)
+
+
+@dataclasses.dataclass
+class KVArgs:
+    """A rank's configuration, SGLang's KVArgs in kvwire terms. Fill it with
+    KVArgs.from_run_dir; the pointer lists are set by the manager once the
+    pool is mapped."""
+    run_dir: str = ""
+    member: str = ""
+    engine_rank: int = 0          # tp rank inside the instance
+    pp_rank: int = 0
+    tp_size: int = 1
+    pp_size: int = 1
+    prefill_start_layer: int = 0  # this rank's first layer
+    prefill_end_layer: int = 0    # one past its last layer
+    num_layers: int = 0           # layers of the whole model
+    kv_head_num: int = 0          # kv heads on this rank
+    total_kv_head_num: int = 0
+    head_dim: int = 0
+    page_size: int = 0            # tokens per page
+    pages: int = 0                # pages in the pool
+    aux_slots: int = 0
+    aux_item_len: int = 0
+    dtype: object = None          # numpy dtype of the K/V elements
+    shape: Shape = None
+    engine_endpoint: str = ""
+    table_path: str = ""
+    pool_path: str = ""
+    bootstrap_addr: str = ""      # the instance's kv-bootstrap endpoint
+    # Prefill: a room no decode has asked for in this long fails (SGLang's
+    # bootstrap timeout; kvwire's own deadline covers rooms it knows).
+    bootstrap_timeout: float = float(os.environ.get("KVW_BOOTSTRAP_TIMEOUT",
+                                                    300))
+    send_timeout: float = 10.0    # how long a full command queue is retried
+    kv_data_ptrs: list = dataclasses.field(default_factory=list)
+    kv_data_lens: list = dataclasses.field(default_factory=list)
+    kv_item_lens: list = dataclasses.field(default_factory=list)
+    kv_layer_ids: list = dataclasses.field(default_factory=list)
+    aux_data_ptrs: list = dataclasses.field(default_factory=list)
+    aux_data_lens: list = dataclasses.field(default_factory=list)
+    aux_item_lens: list = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def from_run_dir(cls, run_dir, mode, tp_rank=0, pp_rank=0, dtype=None):
+        """The args of the `mode` ("prefill" or "decode") member at
+        (tp_rank, pp_rank) of the group kv-up started in run_dir. dtype
+        defaults to float32/float16/uint8/float64 by --dtype-bytes."""
+        members, shape = read_run_dir(run_dir)
+        m = [x for x in members.values() if x.role == mode and
+             x.rank[0] == tp_rank and x.rank[1] == pp_rank]
+        if not m:
+            raise ValueError("%s/endpoints: no %s member at tp %d pp %d"
+                             % (run_dir, mode, tp_rank, pp_rank))
+        m = m[0]
+        dt = np.dtype(dtype if dtype is not None else
+                      {4: np.float32, 2: np.float16, 1: np.uint8,
+                       8: np.float64}.get(shape.dtype_bytes, np.uint8))
+        if dt.itemsize != shape.dtype_bytes and not shape.mla:
+            raise ValueError("dtype %s is %d bytes, the group's "
+                             "--dtype-bytes is %d" % (dt, dt.itemsize,
+                                                      shape.dtype_bytes))
+        first, count = layer_range(shape, m.topo[1], m.rank[1])
+        boot = members.get("bootstrap")
+        return cls(run_dir=run_dir, member=m.name, engine_rank=tp_rank,
+                   pp_rank=pp_rank, tp_size=m.topo[0], pp_size=m.topo[1],
+                   prefill_start_layer=first,
+                   prefill_end_layer=first + count, num_layers=shape.layers,
+                   kv_head_num=rank_kv_heads(shape, m.topo[0]),
+                   total_kv_head_num=shape.kv_heads, head_dim=shape.head_dim,
+                   page_size=shape.page_tokens, pages=shape.pages,
+                   aux_slots=shape.aux_slots, aux_item_len=shape.aux_bytes,
+                   dtype=dt, shape=shape, engine_endpoint=m.engine,
+                   table_path=m.table, pool_path=m.pool,
+                   bootstrap_addr=boot.listen if boot else "")
+
+
+class KVManager:
+    """One rank's connection to its kvwire control process (SGLang's
+    KVManager). disaggregation_mode: "prefill" or "decode"."""
+
+    def __init__(self, args: KVArgs, disaggregation_mode="prefill"):
+        if disaggregation_mode not in ("prefill", "decode"):
+            raise ValueError("disaggregation_mode: prefill or decode, not %r"
+                             % (disaggregation_mode,))
+        self.kv_args = args
+        self.mode = disaggregation_mode
+        self.lock = threading.Lock()
+        self._e = None
+        err = _lib.ctypes.create_string_buffer(256)
+        e = _lib.ctypes.c_void_p()
+        rc = lib.kvw_engine_open(args.engine_endpoint.encode(),
+                                 args.table_path.encode(),
+                                 args.pool_path.encode(),
+                                 _lib.ctypes.byref(e), err, len(err))
+        if rc < 0:
+            raise KVWireError("kvw_engine_open(%s)" % args.member, rc,
+                              err.value.decode(errors="replace"))
+        self._e = e
+        shape = args.shape
+        rank = (args.engine_rank, args.pp_rank, 0, 0)
+        topo = (args.tp_size, args.pp_size, 1, 1)
+        bufs, need = make_layout(shape, topo, rank, self.mode == "decode")
+        size = lib.kvw_pool_size(e)
+        if size != need:
+            self.close()
+            raise ValueError("%s: pool %s has %d bytes, the shape needs %d"
+                             % (args.member, args.pool_path, size, need))
+        self.pool = KVPool(lib.kvw_pool_base(e), size, bufs, shape,
+                           args.dtype)
+        for b in bufs:
+            ptr, ln = self.pool.base + b.offset, b.item_len * b.pages
+            if b.role == ROLE_AUX:
+                args.aux_data_ptrs.append(ptr)
+                args.aux_data_lens.append(ln)
+                args.aux_item_lens.append(b.item_len)
+            else:
+                args.kv_data_ptrs.append(ptr)
+                args.kv_data_lens.append(ln)
+                args.kv_item_lens.append(b.item_len)
+                args.kv_layer_ids.append(b.layer_id)
+
+    # ---- the engine handle, one caller at a time ------------------------
+
+    def _handle(self):
+        if self._e is None:
+            raise RuntimeError("kvwire manager %s is closed"
+                               % self.kv_args.member)
+        return self._e
+
+    def call(self, what, fn, *args):
+        """Runs a command (kvw_send_begin, ...) under the lock; a full queue
+        (EAGAIN) is retried for send_timeout seconds. Raises KVWireError."""
+        deadline = time.monotonic() + self.kv_args.send_timeout
+        nap = 50e-6
+        while True:
+            with self.lock:
+                e = self._handle()
+                rc = fn(e, *args)
+                detail = "" if rc >= 0 else \
+                    (lib.kvw_engine_error(e) or b"").decode(errors="replace")
+            if rc != _lib.EAGAIN or time.monotonic() >= deadline:
+                break
+            time.sleep(nap)  # the control drains its queue: poll again
+            nap = min(nap * 2, 1e-3)
+        if rc < 0:
+            raise KVWireError("%s on %s" % (what, self.kv_args.member), rc,
+                              detail)
+        return rc
+
+    def status(self, room) -> Optional[_lib.RoomStatus]:
+        """The room's row in the table, or None when it is not there."""
+        st = _lib.RoomStatus()
+        for _ in range(1000):
+            rc = lib.kvw_poll(self._handle(), room, _lib.ctypes.byref(st))
+            if rc != _lib.EAGAIN:
+                break
+        if rc == _lib.ENOENT:
+            return None
+        if rc < 0:
+            raise KVWireError("kvw_poll on %s" % self.kv_args.member, rc)
+        return st
+
+    def epoch(self):
+        return lib.kvw_control_epoch(self._handle())
+
+    def control_check(self):
+        """0 (control up), EAGAIN (restarting) or ENOENT (group gone)."""
+        return lib.kvw_control_check(self._handle())
+
+    def close(self):
+        """Closes the manager: no command or poll after this. The engine
+        (and the pool's mapping) closes now, or, while numpy views of the
+        pool are alive, once the last one is gone."""
+        with self.lock:
+            e, self._e = self._e, None
+        if e is None:
+            return
+
+        def close_engine():
+            lib.kvw_engine_close(_lib.ctypes.byref(e))
+
+        pool = getattr(self, "pool", None)
+        if pool is None:
+            close_engine()
+        else:
+            pool.release(close_engine)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+def _pages_arg(kv_indices, pages, what):
+    """kv_indices as a contiguous uint32 array after the checks SGLang's
+    callers rely on: an int32 numpy array, 1-D, every index in the pool."""
+    if not isinstance(kv_indices, np.ndarray):
+        raise TypeError("%s: kv_indices must be a numpy int32 array, not %s"
+                        % (what, type(kv_indices).__name__))
+    if kv_indices.dtype != np.int32:
+        raise TypeError("%s: kv_indices must be int32, not %s"
+                        % (what, kv_indices.dtype))
+    if kv_indices.ndim != 1:
+        raise ValueError("%s: kv_indices must be 1-D" % what)
+    if kv_indices.size and (kv_indices.min() < 0 or
+                            kv_indices.max() >= pages):
+        bad = kv_indices[(kv_indices < 0) | (kv_indices >= pages)][0]
+        raise IndexError("%s: page index %d outside the pool's %d pages"
+                         % (what, bad, pages))
+    return np.ascontiguousarray(kv_indices, dtype=np.uint32)
+
+
+def _ptr(a):
+    return a.ctypes.data_as(_lib.ctypes.POINTER(_lib.ctypes.c_uint32))
+
+
+class _Room:
+    """What KVSender and KVReceiver share: the latch on a terminal state,
+    the failure reason, clear() and the failure exception."""
+
+    side = ""
+
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+        if bootstrap_room is None or not 0 < int(bootstrap_room) < 2 ** 64:
+            raise ValueError("bootstrap_room must be an integer in "
+                             "[1, 2**64)")
+        self.kv_mgr = mgr
+        self.bootstrap_addr = bootstrap_addr
+        self.bootstrap_room = int(bootstrap_room)
+        self.conclude_state = None
+        self.failure_reason = None
+        self._cleared = False
+        self._epoch = None  # the control's epoch when it took our command
+
+    def _usable(self, what):
+        if self._cleared:
+            raise RuntimeError("%s: %s room %d used after clear()"
+                               % (what, self.side, self.bootstrap_room))
+
+    def _fail(self, reason):
+        if self.failure_reason is None:
+            self.failure_reason = reason
+        self.conclude_state = KVPoll.Failed
+        return KVPoll.Failed
+
+    def _read(self):
+        """The room's table row; None when it is not there. A command that
+        a control process took before it restarted died with it: Failed."""
+        st = self.kv_mgr.status(self.bootstrap_room)
+        if st is not None and st.state == _lib.CLEARED:
+            st = None  # an earlier incarnation of the id: ours is not in yet
+        if st is None:
+            if self._epoch is not None and self.kv_mgr.epoch() != self._epoch:
+                self._fail("owner restarted: the %s control process "
+                           "restarted before it took the room" % self.side)
+            return None
+        if st.state == _lib.FAILED:
+            self._fail(_lib.reason_str(st.reason) if st.reason else None)
+        elif st.state == _lib.SUCCESS:
+            self.conclude_state = KVPoll.Success
+        return st
+
+    def failure_exception(self):
+        """SGLang's: latches Failed, clears the room, raises
+        KVTransferError naming the reason kvwire recorded."""
+        if self.conclude_state is None:
+            self.poll()
+        if self.conclude_state != KVPoll.Failed:
+            self._fail(None)
+        reason = self.failure_reason
+        if not self._cleared:
+            self.clear()
+        if reason is None:
+            raise KVTransferError(self.bootstrap_room, "Failed due to an "
+                                  "unknown reason from another rank", True)
+        raise KVTransferError(self.bootstrap_room, "%s room failed on %s: %s"
+                              % (self.side, self.kv_mgr.kv_args.member,
+                                 reason))
+
+    def clear(self):
+        """The engine is done with the room (CLEAR); a room still active is
+        failed by its control process first. The object is then spent."""
+        self._usable("clear")
+        self.kv_mgr.call("kvw_clear", lib.kvw_clear, self.bootstrap_room)
+        self._cleared = True
+
+
+class KVSender(_Room):
+    """Prefill side of one room (SGLang's KVSender). dest_tp_ranks and
+    pp_rank are accepted for the interface: kvwire's sender learns its
+    destinations from the decode's registration."""
+
+    side = "prefill"
+
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room, dest_tp_ranks=None,
+                 pp_rank=0, req_has_disagg_prefill_dp_rank=False):
+        super().__init__(mgr, bootstrap_addr, bootstrap_room)
+        self.dest_tp_ranks = dest_tp_ranks
+        self.pp_rank = pp_rank
+        self.num_kv_indices = None
+        self.sent = 0
+        self._t0 = time.monotonic()
+
+    def init(self, num_kv_indices, aux_index=None):
+        """SEND_BEGIN: the room sends num_kv_indices pages and the prefill
+        aux slot aux_index (kvwire always moves one with the last chunk)."""
+        self._usable("init")
+        a = self.kv_mgr.kv_args
+        if self.num_kv_indices is not None:
+            raise RuntimeError("init: room %d already initialised"
+                               % self.bootstrap_room)
+        if not 0 <= int(num_kv_indices) <= a.pages:
+            raise ValueError("init: num_kv_indices %d outside 0..%d (pool "
+                             "pages)" % (num_kv_indices, a.pages))
+        if aux_index is None or not 0 <= int(aux_index) < a.aux_slots:
+            raise ValueError("init: aux_index %r outside 0..%d" %
+                             (aux_index, a.aux_slots - 1))
+        self.kv_mgr.call("kvw_send_begin", lib.kvw_send_begin,
+                         self.bootstrap_room, int(num_kv_indices),
+                         int(aux_index))
+        self._epoch = self.kv_mgr.epoch()
+        self.num_kv_indices = int(num_kv_indices)
+
+    def send(self, kv_indices, state_indices=None):
+        """SEND_CHUNK of the room's next pages; the chunk that completes
+        num_kv_indices is the last (the aux slot goes with it)."""
+        self._usable("send")
+        if self.num_kv_indices is None:
+            raise RuntimeError("send: room %d before init()"
+                               % self.bootstrap_room)
+        if state_indices is not None:
+            raise NotImplementedError("send: kvwire moves no state buffers")
+        if self.conclude_state is not None:
+            raise RuntimeError("send: room %d already %s" % (
+                self.bootstrap_room, "failed" if self.conclude_state ==
+                KVPoll.Failed else "done"))
+        pages = _pages_arg(kv_indices, self.kv_mgr.kv_args.pages, "send")
+        n = pages.size
+        if self.sent + n > self.num_kv_indices:
+            raise ValueError("send: %d pages after %d run past the %d of "
+                             "init()" % (n, self.sent, self.num_kv_indices))
+        end = self.sent + n
+        for lo in range(0, max(n, 1), _lib.MAX_PAGES):
+            part = pages[lo:lo + _lib.MAX_PAGES]
+            last = end == self.num_kv_indices and lo + part.size >= n
+            if part.size == 0 and not last:
+                break
+            self.kv_mgr.call("kvw_send_chunk", lib.kvw_send_chunk,
+                             self.bootstrap_room, _ptr(part), part.size,
+                             int(last))
+        self.sent = end
+
+    def poll(self):
+        if self.conclude_state is not None:
+            return self.conclude_state
+        self._usable("poll")
+        st = self._read()
+        if self.conclude_state is not None:
+            return self.conclude_state
+        if st is None:
+            if time.monotonic() - self._t0 > \
+                    self.kv_mgr.kv_args.bootstrap_timeout:
+                return self._fail("timeout: no decode asked for the room "
+                                  "in %gs (Bootstrapping)" %
+                                  self.kv_mgr.kv_args.bootstrap_timeout)
+            return KVPoll.Bootstrapping
+        return st.state
+
+    def abort(self):
+        """Fails the room here and at kv-sender (its decode hears STATUS
+        Failed): kvwire's prefill abort is a CLEAR of an active room."""
+        self._usable("abort")
+        self._fail("aborted by the prefill engine")
+        self.clear()
+
+
+class KVReceiver(_Room):
+    """Decode side of one room (SGLang's KVReceiver). bootstrap_addr is the
+    prefill instance's kv-bootstrap: an endpoint (tcp://, ipc://) or
+    SGLang's host:port."""
+
+    side = "decode"
+
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None,
+                 prefill_dp_rank=None):
+        super().__init__(mgr, bootstrap_addr, bootstrap_room)
+        ep = bootstrap_addr if "://" in bootstrap_addr else \
+            "tcp://" + bootstrap_addr
+        if len(ep.encode()) > _lib.MAX_STR:
+            raise ValueError("bootstrap address longer than %d bytes"
+                             % _lib.MAX_STR)
+        self._endpoint = ep
+        self.prefill_dp_rank = prefill_dp_rank
+        self._inited = False
+        self._begun = False
+
+    def init(self, prefill_dp_rank=0):
+        """Marks the receiver ready for metadata (WaitingForInput); kvwire's
+        receiver resolves the prefill ranks itself after send_metadata."""
+        self._usable("init")
+        self.prefill_dp_rank = int(prefill_dp_rank or 0)
+        self._inited = True
+
+    def send_metadata(self, kv_indices, aux_index=None, state_indices=None,
+                      decode_prefix_len=None):
+        """RECV_BEGIN: receive the room into pages kv_indices and aux slot
+        aux_index."""
+        self._usable("send_metadata")
+        if not self._inited:
+            raise RuntimeError("send_metadata: room %d before init()"
+                               % self.bootstrap_room)
+        if self._begun:
+            raise RuntimeError("send_metadata: room %d sent twice"
+                               % self.bootstrap_room)
+        if state_indices is not None or decode_prefix_len:
+            raise NotImplementedError("send_metadata: kvwire moves no state "
+                                      "buffers and no prefix offsets")
+        a = self.kv_mgr.kv_args
+        if aux_index is None or not 0 <= int(aux_index) < a.aux_slots:
+            raise ValueError("send_metadata: aux_index %r outside 0..%d"
+                             % (aux_index, a.aux_slots - 1))
+        pages = _pages_arg(kv_indices, a.pages, "send_metadata")
+        if pages.size > _lib.MAX_PAGES:
+            raise ValueError("send_metadata: more than %d pages"
+                             % _lib.MAX_PAGES)
+        self.kv_mgr.call("kvw_recv_begin", lib.kvw_recv_begin,
+                         self.bootstrap_room, self._endpoint.encode(),
+                         self.prefill_dp_rank, _ptr(pages), pages.size,
+                         int(aux_index))
+        self._epoch = self.kv_mgr.epoch()
+        self._begun = True
+
+    def poll(self):
+        if self.conclude_state is not None:
+            return self.conclude_state
+        self._usable("poll")
+        if not self._begun:
+            return KVPoll.WaitingForInput if self._inited else \
+                KVPoll.Bootstrapping
+        st = self._read()
+        if self.conclude_state is not None:
+            return self.conclude_state
+        if st is None or st.state in (_lib.BOOTSTRAPPING, _lib.WAITING):
+            return KVPoll.WaitingForInput
+        return st.state
+
+    def abort(self):
+        """RECV_ABORT: fails the room and asks every prefill target to stop;
+        `releasable` says when its pages may be reused."""
+        self._usable("abort")
+        self._fail("aborted by the decode engine")
+        if self._begun:
+            self.kv_mgr.call("kvw_abort", lib.kvw_abort, self.bootstrap_room)
+
+    @property
+    def releasable(self):
+        """True once no byte of the room can land any more: every prefill
+        target acked the abort, or the room succeeded (or never began)."""
+        if not self._begun:
+            return True
+        self._usable("releasable")
+        st = self.kv_mgr.status(self.bootstrap_room)
+        if st is None:
+            return False
+        return st.state == _lib.SUCCESS or \
+            bool(st.flags & _lib.ROOM_F_RELEASABLE)

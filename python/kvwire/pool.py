@@ -1,0 +1,90 @@
+"""pool.py - a rank's kvwire pool as numpy arrays over the engine's own
+mapping (kvw_pool_base / kvw_pool_size): no copy, so an engine that writes
+its KV cache through these arrays writes straight into the memory kvwire's
+workers copy from (prefill) or into (decode).
+"""
+import ctypes
+import sys
+import weakref
+
+import numpy as np
+
+from .layout import ROLE_AUX, ROLE_K, ROLE_KV, ROLE_V
+
+
+class KVPool:
+    """K and V buffers per layer, each pages x page_tokens x heads x
+    head_dim of `dtype`; `aux` is aux_slots x aux_bytes of uint8; `raw`
+    the whole pool as uint8. Every view keeps the mapping: a manager closed
+    while views are alive closes its engine when the last one goes."""
+
+    def __init__(self, base, size, bufs, shape, dtype):
+        self.base = base
+        self.size = size
+        self.buffers = bufs
+        # A subclass so the memory object takes weak references: the
+        # manager closes the engine once the last view of it is gone.
+        mem_type = type("PoolMemory", (ctypes.c_char * size,), {})
+        self._mem = mem_type.from_address(base)
+        self._shape = shape
+        self._dtype = np.dtype(dtype)
+        self._by_key = {(b.layer_id, b.role): b for b in bufs}
+        self._quiet = sys.getrefcount(self._mem)
+
+    @property
+    def raw(self):
+        """The whole pool as uint8."""
+        return np.frombuffer(self._memory(), dtype=np.uint8)
+
+    def exported(self):
+        """True while a view made by this pool is alive."""
+        return sys.getrefcount(self._mem) > self._quiet
+
+    def release(self, close):
+        """Calls close() now if no view is alive, else once the last view
+        is gone. The pool makes no views after this."""
+        mem, self._mem = self._mem, None
+        if sys.getrefcount(mem) > self._quiet:
+            weakref.finalize(mem, close)
+        else:
+            close()
+
+    def _memory(self):
+        if self._mem is None:
+            raise RuntimeError("kvwire pool: its manager is closed")
+        return self._mem
+
+    def _view(self, b):
+        s = self._shape
+        if b.role == ROLE_AUX:
+            shape = (b.pages, b.item_len)
+            dt = np.uint8
+        else:
+            dt = self._dtype
+            per_page = b.item_len // dt.itemsize
+            if s.mla:
+                shape = (b.pages, s.page_tokens, per_page // s.page_tokens)
+            else:
+                heads = per_page // (s.page_tokens * s.head_dim)
+                shape = (b.pages, s.page_tokens, heads, s.head_dim)
+        return np.ndarray(shape, dtype=dt, buffer=self._memory(),
+                          offset=b.offset)
+
+    def buffer(self, layer_id, role):
+        try:
+            return self._view(self._by_key[(layer_id, role)])
+        except KeyError:
+            raise KeyError("layer %d has no %s buffer on this rank" %
+                           (layer_id, {ROLE_K: "K", ROLE_V: "V",
+                                       ROLE_KV: "KV"}.get(role, "?"))) from None
+
+    def k(self, layer_id):
+        """Layer layer_id's K buffer (MLA: its latent KV buffer)."""
+        return self.buffer(layer_id, ROLE_KV if self._shape.mla else ROLE_K)
+
+    def v(self, layer_id):
+        return self.buffer(layer_id, ROLE_V)
+
+    @property
+    def aux(self):
+        return self.buffer(0, ROLE_AUX)
