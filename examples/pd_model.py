@@ -1,0 +1,416 @@
+#!/usr/bin/python3
+"""pd_model.py - a small decoder-only transformer in numpy whose KV cache
+moves through kvwire between a prefill and a decode engine, checked
+against the same model run in one process.
+
+The model: seeded random float32 weights (no download), RMSNorm, rotary
+positions, grouped-query attention (8 query heads over 4 KV heads), a
+SiLU MLP, tied to a small vocabulary. Tensor parallelism is real
+arithmetic: a TP rank holds only its KV heads (and the query heads that
+use them) and the attention outputs of all ranks are summed (the
+all-reduce), so a decode rank that received the wrong heads would produce
+wrong logits. A PP stage holds only its layers.
+
+The prefill engine runs the prompt in chunks of whole pages (chunked
+prefill: each chunk attends to the cache the earlier chunks wrote), writes
+K/V straight into its kvwire pool pages (chosen by a page allocator) and
+sends each chunk's pages through KVSender; the last chunk carries the first
+token in the aux slot. The decode engine receives into pages of its own
+allocator (other indices), reads the first token from its aux slot and
+generates greedily, appending to the transferred cache.
+
+Usage: pd_model.py [--prefill-tp N --prefill-pp N --decode-tp N] [--tokens N]
+starts its own group with kv-up, runs both engines, prints the tokens of
+both runs and the largest logit difference, and stops the group.
+"""
+import argparse
+import dataclasses
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "python"))
+from kvwire import KVArgs, KVManager, KVPoll, KVReceiver, KVSender  # noqa: E402
+
+F32 = np.float32
+
+
+@dataclasses.dataclass
+class Config:
+    vocab: int = 512
+    hidden: int = 64
+    layers: int = 4
+    q_heads: int = 8
+    kv_heads: int = 4
+    head_dim: int = 16
+    ffn: int = 256
+    page_tokens: int = 4
+    rope_theta: float = 10000.0
+
+    def shape_flags(self, pages=64):
+        """The kv-up shape flags of this model's KV cache (float32)."""
+        return ["--layers", self.layers, "--heads", self.kv_heads,
+                "--head-dim", self.head_dim, "--page-tokens",
+                self.page_tokens, "--dtype-bytes", 4, "--pages", pages,
+                "--aux-slots", 16, "--aux-bytes", 64]
+
+
+class Model:
+    """Weights, and the forward pass of a block of tokens through a range of
+    layers on one TP group. Everything is float32."""
+
+    def __init__(self, cfg, seed=1234):
+        self.cfg = c = cfg
+        rng = np.random.default_rng(seed)
+
+        def w(*shape):
+            return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(F32)
+
+        self.embed = rng.standard_normal((c.vocab, c.hidden)).astype(F32)
+        self.layer = [dict(
+            wq=w(c.hidden, c.q_heads * c.head_dim),
+            wk=w(c.hidden, c.kv_heads * c.head_dim),
+            wv=w(c.hidden, c.kv_heads * c.head_dim),
+            wo=w(c.q_heads * c.head_dim, c.hidden),
+            w1=w(c.hidden, c.ffn), w3=w(c.hidden, c.ffn),
+            w2=w(c.ffn, c.hidden),
+            n1=(1 + 0.1 * rng.standard_normal(c.hidden)).astype(F32),
+            n2=(1 + 0.1 * rng.standard_normal(c.hidden)).astype(F32))
+            for _ in range(c.layers)]
+        self.norm = np.ones(c.hidden, F32)
+        self.lm_head = w(c.hidden, c.vocab)
+        half = c.head_dim // 2
+        self.inv_freq = (1.0 / c.rope_theta ** (np.arange(half) / half)) \
+            .astype(F32)
+
+    def rope(self, x, pos):
+        """Rotary positions on x (n, heads, head_dim) at positions pos (n)."""
+        ang = pos[:, None].astype(F32) * self.inv_freq[None, :]
+        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        a, b = np.split(x, 2, axis=-1)
+        return np.concatenate([a * cos - b * sin, a * sin + b * cos],
+                              axis=-1).astype(F32)
+
+    @staticmethod
+    def rmsnorm(x, g):
+        return (x / np.sqrt((x * x).mean(-1, keepdims=True) + F32(1e-6))
+                * g).astype(F32)
+
+    def heads_of(self, tp, r):
+        """KV heads [lo, hi) and query heads [qlo, qhi) of TP rank r."""
+        c = self.cfg
+        kr = c.kv_heads // tp
+        g = c.q_heads // c.kv_heads
+        return r * kr, (r + 1) * kr, r * kr * g, (r + 1) * kr * g
+
+    def attention(self, li, h, pos, caches, tp):
+        """Attention of layer li for normed inputs h (n, hidden) at
+        positions pos: each TP rank writes its heads' K/V into its cache,
+        reads the whole prefix back and adds its share of the output
+        projection (the all-reduce is the sum over ranks)."""
+        c, L = self.cfg, self.layer[li]
+        d, g = c.head_dim, c.q_heads // c.kv_heads
+        out = np.zeros((h.shape[0], c.hidden), F32)
+        for r in range(tp):
+            lo, hi, qlo, qhi = self.heads_of(tp, r)
+            q = (h @ L["wq"][:, qlo * d:qhi * d]).reshape(-1, qhi - qlo, d)
+            k = (h @ L["wk"][:, lo * d:hi * d]).reshape(-1, hi - lo, d)
+            v = (h @ L["wv"][:, lo * d:hi * d]).reshape(-1, hi - lo, d)
+            q, k = self.rope(q, pos), self.rope(k, pos)
+            caches[r].write(li, pos, k, v)
+            K, V = caches[r].read(li, int(pos[-1]) + 1)
+            K, V = np.repeat(K, g, axis=1), np.repeat(V, g, axis=1)
+            s = np.einsum("nhd,thd->hnt", q, K) * F32(1 / np.sqrt(d))
+            mask = np.arange(K.shape[0])[None, :] > pos[:, None]
+            s = np.where(mask[None], F32(-np.inf), s)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            p = (p / p.sum(-1, keepdims=True)).astype(F32)
+            o = np.einsum("hnt,thd->nhd", p, V).reshape(h.shape[0], -1)
+            out += o @ L["wo"][qlo * d:qhi * d]
+        return out
+
+    def layers(self, x, pos, first, count, caches, tp):
+        """Runs x (n, hidden) through layers [first, first + count)."""
+        for li in range(first, first + count):
+            L = self.layer[li]
+            x = x + self.attention(li, self.rmsnorm(x, L["n1"]), pos, caches,
+                                   tp)
+            h = self.rmsnorm(x, L["n2"])
+            a, b = h @ L["w1"], h @ L["w3"]
+            x = (x + ((a / (1 + np.exp(-a))) * b) @ L["w2"]).astype(F32)
+        return x
+
+    def logits(self, x):
+        return self.rmsnorm(x[-1:], self.norm)[0] @ self.lm_head
+
+
+class ContigCache:
+    """The one-process cache: a growing array per layer."""
+
+    def __init__(self, cfg, heads, maxlen=1024):
+        self.k = {}
+        self.v = {}
+        self.shape = (maxlen, heads, cfg.head_dim)
+
+    def write(self, li, pos, k, v):
+        for d, x in ((self.k, k), (self.v, v)):
+            d.setdefault(li, np.zeros(self.shape, F32))[pos] = x
+
+    def read(self, li, n):
+        return self.k[li][:n], self.v[li][:n]
+
+
+class PagedCache:
+    """A cache in kvwire pool pages: token t of the sequence lives in page
+    pages[t // page_tokens], slot t % page_tokens."""
+
+    def __init__(self, pool, pages, page_tokens):
+        self.pool, self.pages, self.pt = pool, pages, page_tokens
+
+    def write(self, li, pos, k, v):
+        pg = np.asarray(self.pages)[pos // self.pt]
+        self.pool.k(li)[pg, pos % self.pt] = k
+        self.pool.v(li)[pg, pos % self.pt] = v
+
+    def read(self, li, n):
+        idx = np.asarray(self.pages[:-(-n // self.pt)])
+        K, V = self.pool.k(li)[idx], self.pool.v(li)[idx]
+        return K.reshape(-1, *K.shape[2:])[:n], V.reshape(-1, *V.shape[2:])[:n]
+
+
+class PageAllocator:
+    """A free list of page indices; `order` decides which come first."""
+
+    def __init__(self, pages, order=None):
+        self.free = list(order if order is not None else range(pages))
+
+    def alloc(self, n):
+        if n > len(self.free):
+            raise MemoryError("out of KV pages")
+        got, self.free = self.free[:n], self.free[n:]
+        return got
+
+    def release(self, pages):
+        self.free.extend(pages)
+
+
+def one_process(model, prompt, new_tokens):
+    """The reference: the whole prompt in one pass, then greedy decoding,
+    one process, contiguous cache. Returns (tokens, logits per token)."""
+    c = model.cfg
+    caches = [ContigCache(c, c.kv_heads)]
+    pos = np.arange(len(prompt))
+    x = model.layers(model.embed[prompt], pos, 0, c.layers, caches, 1)
+    logits = [model.logits(x)]
+    toks = [int(np.argmax(logits[-1]))]
+    for i in range(new_tokens):
+        p = np.array([len(prompt) + i])
+        x = model.layers(model.embed[[toks[-1]]], p, 0, c.layers, caches, 1)
+        logits.append(model.logits(x))
+        toks.append(int(np.argmax(logits[-1])))
+    return toks, np.array(logits)
+
+
+AUX_MAGIC = 0x4b565731  # "KVW1": the aux row holds magic, room, first token
+
+
+def wait_for(what, cond, timeout=30.0):
+    """Polls cond() until it is true (bounded); returns its value."""
+    deadline, nap = time.monotonic() + timeout, 50e-6
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise TimeoutError("gave up waiting for " + what)
+        time.sleep(nap)  # a kvwire room is read from shared memory: poll
+        nap = min(2 * nap, 2e-3)
+
+
+def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
+                   decode_ready):
+    """The prefill instance: ranks (tp x pp), chunked prefill into pool
+    pages, chunks sent as they are computed. Returns the first token's
+    logits."""
+    c = model.cfg
+    ranks = [(r, s) for s in range(pp) for r in range(tp)]
+    mgrs = {k: KVManager(KVArgs.from_run_dir(run_dir, "prefill", *k,
+                                             dtype=F32), "prefill")
+            for k in ranks}
+    a0 = mgrs[ranks[0]].kv_args
+    n_pages = -(-len(prompt) // c.page_tokens)
+    pages = PageAllocator(a0.pages).alloc(n_pages)  # every rank: same pages
+    aux_slot = 3
+    senders = {k: KVSender(mgrs[k], a0.bootstrap_addr, room, None, k[1])
+               for k in ranks}
+    caches = {s: [PagedCache(mgrs[(r, s)].pool, pages, c.page_tokens)
+                  for r in range(tp)] for s in range(pp)}
+    try:
+        decode_ready.wait(30)
+        # SGLang's order: a sender is initialised once it is WaitingForInput.
+        for k, snd in senders.items():
+            wait_for("prefill %s WaitingForInput" % (k,),
+                     lambda: snd.poll() != KVPoll.Bootstrapping)
+            snd.init(n_pages, aux_slot)
+        step = chunk_pages * c.page_tokens
+        for lo in range(0, len(prompt), step):
+            hi = min(lo + step, len(prompt))
+            pos = np.arange(lo, hi)
+            x = model.embed[prompt[lo:hi]]
+            for s in range(pp):
+                first = mgrs[(0, s)].kv_args.prefill_start_layer
+                count = mgrs[(0, s)].kv_args.prefill_end_layer - first
+                x = model.layers(x, pos, first, count, caches[s], tp)
+            chunk = np.array(pages[lo // c.page_tokens:
+                                   -(-hi // c.page_tokens)], np.int32)
+            if hi == len(prompt):
+                logits = model.logits(x)
+                row = np.array([AUX_MAGIC, room & 0x7fffffff,
+                                int(np.argmax(logits))], np.int32)
+                for m in mgrs.values():  # every rank's aux row is the same
+                    m.pool.aux[aux_slot, :12] = row.view(np.uint8)
+            for snd in senders.values():
+                snd.send(chunk)
+        for k, snd in senders.items():
+            st = wait_for("prefill %s done" % (k,), lambda: snd.poll()
+                          in (KVPoll.Success, KVPoll.Failed))
+            if st == KVPoll.Failed:
+                snd.failure_exception()
+            snd.clear()
+        return logits
+    finally:
+        del caches
+        for m in mgrs.values():
+            m.close()
+
+
+def decode_engine(model, run_dir, tp, room, prompt_len, new_tokens,
+                  decode_ready, seed=7, tamper=None):
+    """The decode instance: receives the room into its own pages, reads the
+    first token from the aux slot, then decodes greedily on tp ranks.
+    tamper(pools, pages), when given, may change the received cache first.
+    Returns (tokens, logits of each generated token)."""
+    c = model.cfg
+    mgrs = [KVManager(KVArgs.from_run_dir(run_dir, "decode", r, dtype=F32),
+                      "decode") for r in range(tp)]
+    a0 = mgrs[0].kv_args
+    # Other indices than the prefill's: a shuffled free list.
+    alloc = PageAllocator(a0.pages, np.random.default_rng(seed)
+                          .permutation(a0.pages).tolist())
+    n_pages = -(-prompt_len // c.page_tokens)
+    pages = alloc.alloc(n_pages)
+    aux_slot = 9
+    recvs = [KVReceiver(m, a0.bootstrap_addr, room) for m in mgrs]
+    try:
+        for rv in recvs:
+            rv.init(0)
+            rv.send_metadata(np.array(pages, np.int32), aux_slot)
+        decode_ready.set()
+        for rv in recvs:
+            st = wait_for("decode room", lambda: rv.poll()
+                          in (KVPoll.Success, KVPoll.Failed))
+            if st == KVPoll.Failed:
+                rv.failure_exception()
+        rows = [m.pool.aux[aux_slot, :12].view(np.int32).copy() for m in mgrs]
+        for row in rows:
+            if row[0] != AUX_MAGIC or row[1] != room & 0x7fffffff or \
+                    not np.array_equal(row, rows[0]):
+                raise RuntimeError("aux slot does not hold this room's "
+                                   "first token: %s" % rows)
+        toks = [int(rows[0][2])]
+        if tamper:
+            tamper([m.pool for m in mgrs], pages)
+        caches = [PagedCache(m.pool, pages, c.page_tokens) for m in mgrs]
+        logits = []
+        for i in range(new_tokens):
+            p = prompt_len + i
+            if p // c.page_tokens >= len(pages):
+                pages.extend(alloc.alloc(1))  # caches share the list
+            x = model.layers(model.embed[[toks[-1]]], np.array([p]), 0,
+                             c.layers, caches, tp)
+            logits.append(model.logits(x))
+            toks.append(int(np.argmax(logits[-1])))
+        del caches
+        for rv in recvs:
+            rv.clear()
+        return toks, np.array(logits)
+    finally:
+        for m in mgrs:
+            m.close()
+
+
+def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
+           decode_tp=1, room=0x1234567, chunk_pages=2, tamper=None):
+    """Prefill and decode engines as two threads that share nothing but
+    the kvwire group. Returns (tokens, logits) like one_process."""
+    ready, out, errs = threading.Event(), {}, queue.Queue()
+
+    def side(name, fn, *args):
+        try:
+            out[name] = fn(*args)
+        except BaseException as e:  # reported to the caller below
+            errs.put(e)
+            ready.set()
+
+    th = [threading.Thread(target=side, args=(
+            "p", prefill_engine, model, run_dir, prefill_tp, prefill_pp,
+            room, prompt, chunk_pages, ready)),
+          threading.Thread(target=side, args=(
+            "d", decode_engine, model, run_dir, decode_tp, room,
+            len(prompt), new_tokens, ready, 7, tamper))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    if not errs.empty():
+        raise errs.get()
+    toks, dlogits = out["d"]
+    return toks, np.concatenate([out["p"][None], dlogits])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prefill-tp", type=int, default=1)
+    ap.add_argument("--prefill-pp", type=int, default=1)
+    ap.add_argument("--decode-tp", type=int, default=1)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--prompt-len", type=int, default=23)
+    o = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    kv_up = os.path.join(here, "..", "bin", "kv-up")
+    cfg = Config()
+    model = Model(cfg)
+    prompt = np.random.default_rng(5).integers(0, cfg.vocab, o.prompt_len)
+    run_dir = tempfile.mkdtemp(prefix="kvwm.", dir="/tmp")
+    try:
+        subprocess.run([kv_up, "--daemon", "--run-dir", run_dir,
+                        "--prefill-tp", str(o.prefill_tp), "--prefill-pp",
+                        str(o.prefill_pp), "--decode-tp", str(o.decode_tp),
+                        "--workers", "1"] +
+                       [str(x) for x in cfg.shape_flags()], check=True,
+                       timeout=60)
+        ref_toks, ref_logits = one_process(model, prompt, o.tokens)
+        toks, logits = run_pd(model, run_dir, prompt, o.tokens, o.prefill_tp,
+                              o.prefill_pp, o.decode_tp)
+    finally:
+        subprocess.run([kv_up, "--stop", run_dir], timeout=60)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    diff = float(np.abs(logits - ref_logits).max())
+    print("one process: %s" % ref_toks)
+    print("through kvwire (prefill tp %d pp %d -> decode tp %d): %s"
+          % (o.prefill_tp, o.prefill_pp, o.decode_tp, toks))
+    print("tokens equal: %s; max |logit difference|: %.3g"
+          % (toks == ref_toks, diff))
+    return 0 if toks == ref_toks else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
