@@ -1,0 +1,279 @@
+#!/usr/bin/python3
+"""py_bench.py - kv-bench's workload driven from Python through the kvwire
+package: a prefill engine and a decode engine, each a thread with its own
+managers, that share nothing but a queue standing in for the router
+(which room goes where) and the kvwire group. Rooms of --pages-per-room
+pages move in chunks of --chunk-pages; --abort-frac of them are aborted by
+the decode at a random moment (right after its metadata, or a few polls
+later, while the prefill sends); an aborted room's pages get a canary once
+releasable, checked before they are used again (a byte landing after the
+release is `corrupt`). With --verify every page of every room that
+succeeded is checked against the pattern its prefill wrote. Source pages are always written first, every byte (as
+kv-bench's demo does).
+
+Output, as kv-bench's: rooms= success= failed= aborted= stuck= corrupt=
+bytes= seconds= rooms_per_s= gib_per_s= (bytes: payload landed in decode
+pools by rooms that succeeded: pages x page bytes over K and V buffers, plus
+the aux slot).
+"""
+import argparse
+import os
+import queue
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "python"))
+from kvwire import (KVArgs, KVManager, KVPoll, KVReceiver,  # noqa: E402
+                    KVSender, KVTransferError)
+from kvwire.layout import ROLE_AUX  # noqa: E402
+
+DONE = (KVPoll.Success, KVPoll.Failed)
+
+
+class Pages:
+    """A pool's K/V buffers as uint32 rows (one row per page) and its aux
+    slots, for writing and checking patterns."""
+
+    def __init__(self, mgr):
+        raw = mgr.pool.raw
+        self.rows = [raw[b.offset:b.offset + b.pages * b.item_len]
+                     .view(np.uint32).reshape(b.pages, -1)
+                     for b in mgr.pool.buffers if b.role != ROLE_AUX]
+        self.aux = mgr.pool.aux.view(np.uint32)
+        self.room_bytes = None
+
+    @staticmethod
+    def pattern(key, i, n):
+        """The words of buffer i's n pages for room key (a word per page)."""
+        base = (key * 2654435761 + i * 40503) % 2 ** 32
+        return (base + np.arange(n, dtype=np.uint64)[:, None]) \
+            .astype(np.uint32)
+
+    def fill(self, key, pages, aux):
+        for i, r in enumerate(self.rows):
+            r[pages] = self.pattern(key, i, len(pages))
+        self.aux[aux] = np.uint32(key % 2 ** 32)
+
+    def check(self, key, pages, aux):
+        for i, r in enumerate(self.rows):
+            if not (r[pages] == self.pattern(key, i, len(pages))).all():
+                return False
+        return bool((self.aux[aux] == np.uint32(key % 2 ** 32)).all())
+
+
+def nap(idle):
+    """kv-bench's wait between passes after `idle` seconds without
+    progress: yield the CPU to the group at first, then sleep longer, up to
+    1 ms, so an idle engine does not take a core the workers need."""
+    time.sleep(0 if idle < 2e-4 else min(idle / 8, 1e-3))
+
+
+class Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.c = dict(rooms=0, success=0, failed=0, aborted=0, stuck=0,
+                      corrupt=0)
+
+    def add(self, k):
+        with self.lock:
+            self.c[k] += 1
+
+
+def prefill(run_dir, inbox, stats, o, stop):
+    args = KVArgs.from_run_dir(run_dir, "prefill")
+    # A room its decode aborted before telling the prefill ends here.
+    args.bootstrap_timeout = o.room_timeout / 2
+    mgr = KVManager(args, "prefill")
+    pat = Pages(mgr)
+    free = list(range(mgr.kv_args.pages))
+    slots = list(range(mgr.kv_args.aux_slots))
+    live, n, last = [], o.pages_per_room, time.monotonic()
+    try:
+        while not (stop.is_set() and not live and inbox.empty()):
+            progress = False
+            while len(free) >= n and slots:
+                try:
+                    room = inbox.get_nowait()
+                except queue.Empty:
+                    break
+                pages, free = free[:n], free[n:]
+                aux = slots.pop()
+                pat.fill(room, pages, aux)  # the engine writes its KV
+                live.append(dict(s=KVSender(mgr, mgr.kv_args.bootstrap_addr,
+                                            room, None, 0), room=room,
+                                 pages=np.array(pages, np.int32), aux=aux,
+                                 sent=-1, t=time.monotonic()))
+                progress = True
+            for x in list(live):
+                s, st = x["s"], x["s"].poll()
+                if x["sent"] < 0 and st == KVPoll.WaitingForInput:
+                    s.init(n, x["aux"])
+                    x["sent"] = 0
+                while x["sent"] >= 0 and x["sent"] < n and \
+                        s.conclude_state is None:
+                    s.send(x["pages"][x["sent"]:x["sent"] + o.chunk_pages])
+                    x["sent"] += o.chunk_pages
+                    progress = True
+                stuck = time.monotonic() - x["t"] > o.room_timeout
+                if st in DONE or stuck:
+                    if st == KVPoll.Failed:
+                        try:
+                            s.failure_exception()  # clears the room
+                        except KVTransferError:
+                            pass
+                    else:
+                        s.clear()
+                    live.remove(x)
+                    free.extend(x["pages"].tolist())
+                    slots.append(x["aux"])
+                    progress = True
+            if progress:
+                last = time.monotonic()
+            else:
+                nap(time.monotonic() - last)
+    finally:
+        del pat
+        mgr.close()
+
+
+def decode(run_dir, outbox, stats, o, seed):
+    mgr = KVManager(KVArgs.from_run_dir(run_dir, "decode"), "decode")
+    pat = Pages(mgr)
+    rng = np.random.default_rng(seed)
+    free = list(range(mgr.kv_args.pages))
+    slots = list(range(mgr.kv_args.aux_slots))
+    canary = []       # (key, pages, aux) of released aborted rooms
+    live, n, started = [], o.pages_per_room, 0
+    room_bytes = sum(r.shape[1] * 4 for r in pat.rows) * n + \
+        mgr.kv_args.aux_item_len
+    landed = 0
+
+    def flush_canaries():
+        for key, pages, aux in canary:
+            if not pat.check(key, pages, aux):
+                stats.add("corrupt")
+            free.extend(pages)
+            slots.append(aux)
+        canary.clear()
+
+    t0 = last = time.monotonic()
+    try:
+        while started < o.rooms or live:
+            progress = False
+            if started < o.rooms and (len(free) < n or not slots):
+                flush_canaries()
+            while started < o.rooms and len(live) < o.concurrency and \
+                    len(free) >= n and slots:
+                room = int(rng.integers(1, 2 ** 63))
+                pages, free = free[:n], free[n:]
+                aux = slots.pop()
+                r = KVReceiver(mgr, mgr.kv_args.bootstrap_addr, room)
+                r.init(0)
+                r.send_metadata(np.array(pages, np.int32), aux)
+                abort_at = int(rng.integers(0, 4)) \
+                    if rng.random() < o.abort_frac else -1
+                live.append(dict(r=r, room=room, pages=pages, aux=aux,
+                                 abort_at=abort_at, polls=0,
+                                 t=time.monotonic()))
+                outbox.put(room)
+                started += 1
+                progress = True
+            for x in list(live):
+                r = x["r"]
+                if x["abort_at"] >= 0 and r.conclude_state is None and \
+                        x["polls"] >= x["abort_at"]:
+                    r.abort()
+                st = r.poll()
+                x["polls"] += 1
+                timed_out = time.monotonic() - x["t"] > o.room_timeout
+                if x["abort_at"] >= 0:
+                    if not (r.releasable or timed_out):
+                        continue
+                    stats.add("stuck" if timed_out else "aborted")
+                    if not timed_out:  # its pages wait under a canary
+                        pat.fill(x["room"] ^ 0x5555, x["pages"], x["aux"])
+                        canary.append((x["room"] ^ 0x5555, x["pages"],
+                                       x["aux"]))
+                elif st == KVPoll.Success:
+                    ok = not o.verify or pat.check(x["room"], x["pages"],
+                                                   x["aux"])
+                    stats.add("success" if ok else "corrupt")
+                    landed += room_bytes if ok else 0
+                    free.extend(x["pages"])
+                    slots.append(x["aux"])
+                elif st == KVPoll.Failed:
+                    stats.add("failed")  # its pages stay out of use
+                elif timed_out:
+                    stats.add("stuck")
+                else:
+                    continue
+                stats.add("rooms")
+                r.clear()
+                live.remove(x)
+                progress = True
+            if progress:
+                last = time.monotonic()
+            else:
+                nap(time.monotonic() - last)
+        flush_canaries()
+        return landed, time.monotonic() - t0
+    finally:
+        del pat
+        mgr.close()
+
+
+def run(run_dir, o, seed=None):
+    """Runs the workload on the group of run_dir; returns a dict of
+    kv-bench's output keys."""
+    q, stats, stop, out, errs = queue.Queue(), Stats(), threading.Event(), \
+        {}, []
+
+    def p():
+        try:
+            prefill(run_dir, q, stats, o, stop)
+        except BaseException as e:
+            errs.append(e)
+
+    tp = threading.Thread(target=p)
+    tp.start()
+    try:
+        out["bytes"], out["seconds"] = decode(run_dir, q, stats, o, seed)
+    finally:
+        stop.set()
+        tp.join()
+    if errs:
+        raise errs[0]
+    res = dict(stats.c, **out)
+    res["rooms_per_s"] = res["rooms"] / res["seconds"]
+    res["gib_per_s"] = res["bytes"] / res["seconds"] / 2 ** 30
+    return res
+
+
+def options(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--rooms", type=int, default=100)
+    ap.add_argument("--pages-per-room", type=int, default=16)
+    ap.add_argument("--chunk-pages", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--abort-frac", type=float, default=0.0)
+    ap.add_argument("--room-timeout", type=float, default=60.0)
+    ap.add_argument("--verify", action="store_true")
+    return ap.parse_args(argv)
+
+
+def main():
+    o = options()
+    res = run(o.run_dir, o)
+    print(" ".join("%s=%s" % (k, ("%.4g" % v) if isinstance(v, float) else v)
+                   for k, v in res.items()))
+    return 0 if res["success"] + res["aborted"] == res["rooms"] and \
+        not res["stuck"] and not res["corrupt"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
