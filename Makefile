@@ -1,6 +1,7 @@
 # kvwire build. `make` builds the library and every program into bin/;
 # `make test` checks that the tests can fail (mk/check-tests.sh), then runs
-# the unit tests then the bats tests; `make demo` runs the main job.
+# the unit tests, the bats tests, then the Python tests (tests/python/,
+# ending with pytest's own summary line); `make demo` runs the main job.
 # SANITIZE=address,undefined or SANITIZE=thread builds a separate tree
 # under build/<variant>/ (binaries in build/<variant>/bin).
 
@@ -51,7 +52,7 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 DEPS_OK := build/.deps-ok
 
-.PHONY: all deps test unit bats demo fuzz bench seeds checktests clean
+.PHONY: all deps test unit bats pytest demo fuzz bench seeds checktests clean
 # Keep objects of tests and programs: they are not throwaway intermediates.
 .SECONDARY:
 all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS)
@@ -107,11 +108,17 @@ unit: $(UNITS)
 bats: all
 	@KVW_BIN=$(CURDIR)/$(BINDIR) ./tests/bats/run.sh
 
+# The Python package (python/kvwire) on live groups, with Debian's python3
+# (numpy, pytest and pyzmq come from mk/deps.sh).
+pytest: all
+	@cd tests/python && KVW_BIN=$(CURDIR)/$(BINDIR) PYTHONDONTWRITEBYTECODE=1 \
+		/usr/bin/python3 -m pytest -q -p no:cacheprovider
+
 # Checks that the tests can fail (mk/check-tests.sh): first, it is quick.
 checktests:
 	@./mk/check-tests.sh
 
-test: checktests all unit bats
+test: checktests all unit bats pytest
 
 bench: $(BENCHES)
 

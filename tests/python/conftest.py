@@ -1,0 +1,72 @@
+"""conftest.py - what the Python tests share: the package on sys.path, and
+`Group`, a kvwire group started by `kv-up --daemon` in its own run
+directory and always stopped (every socket and /dev/shm file removed)."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+BIN = os.environ.get("KVW_BIN", os.path.join(ROOT, "bin"))
+
+
+class Group:
+    """kv-up --daemon --run-dir DIR ARGS...; stop() ends it."""
+
+    def __init__(self, *args):
+        self.dir = tempfile.mkdtemp(prefix="kvwp.", dir="/tmp")
+        self.args = [str(a) for a in args]
+        r = subprocess.run(["timeout", "60", os.path.join(ROOT, "bin", "kv-up"),
+                            "--daemon", "--run-dir", self.dir] + self.args,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=dict(os.environ, KVW_BIN=BIN))
+        if r.returncode != 0:
+            out = r.stdout.decode(errors="replace")
+            self.stop()
+            raise RuntimeError("kv-up failed (%d):\n%s" % (r.returncode, out))
+
+    def stop(self):
+        if os.path.isdir(os.path.join(self.dir, "pids")):
+            subprocess.run(["timeout", "30", os.path.join(ROOT, "bin", "kv-up"),
+                            "--stop", self.dir], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+@pytest.fixture
+def group_factory():
+    """Starts groups on demand; every one is stopped after the test."""
+    made = []
+
+    def make(*args):
+        g = Group(*args)
+        made.append(g)
+        return g
+
+    yield make
+    for g in made:
+        g.stop()
+
+
+# Figures a test wants in the run's output (model topologies, stress and
+# benchmark numbers): printed in the terminal summary, before pytest's
+# closing line.
+REPORT = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if REPORT:
+        terminalreporter.section("kvwire figures")
+        for line in REPORT:
+            terminalreporter.write_line(line)

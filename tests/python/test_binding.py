@@ -1,0 +1,280 @@
+"""test_binding.py - the kvwire package on a live group: every KVPoll
+state in the order SGLang's scheduler expects, abort, clear, a failure's
+exception text, the zero-copy pool views, and bad use refused with a clear
+Python exception."""
+import ctypes
+import os
+import random
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import BIN, Group
+from kvwire import (KVArgs, KVBootstrapServer, KVManager, KVPoll, KVReceiver,
+                    KVSender, KVTransferError, make_layout, read_run_dir)
+from kvwire._lib import lib
+
+SHAPE = ["--layers", 2, "--heads", 2, "--head-dim", 8, "--page-tokens", 4,
+         "--pages", 32, "--dtype-bytes", 4, "--aux-slots", 8, "--workers", 1]
+
+
+def wait_for(what, cond, timeout=20.0):
+    """Polls cond() (a read of the mapped room table) until true, bounded."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "gave up waiting for " + what
+        time.sleep(0.001)
+
+
+def room_id():
+    return random.randrange(1, 2 ** 63)
+
+
+@pytest.fixture(scope="module")
+def group():
+    with Group(*SHAPE) as g:
+        yield g
+
+
+@pytest.fixture
+def mgrs(group):
+    pm = KVManager(KVArgs.from_run_dir(group.dir, "prefill"), "prefill")
+    dm = KVManager(KVArgs.from_run_dir(group.dir, "decode"), "decode")
+    yield pm, dm
+    pm.close()
+    dm.close()
+
+
+def test_layout_is_the_members_layout(group_factory):
+    g = group_factory("--prefill-tp", 2, "--draft-layers", 1, *SHAPE)
+    members, shape = read_run_dir(g.dir)
+    for name, mode, tp in (("p0", "prefill", 0), ("p1", "prefill", 1),
+                           ("d0", "decode", 0)):
+        with KVManager(KVArgs.from_run_dir(g.dir, mode, tp), mode) as m:
+            # KVManager refuses a pool whose size is not the layout's.
+            assert m.pool.size == lib.kvw_pool_size(m._e)
+            assert m.pool.size == os.path.getsize(members[name].pool)
+            a = m.kv_args
+            heads = 1 if mode == "prefill" else 2
+            assert a.kv_head_num == heads
+            assert set(a.kv_item_lens) == {4 * heads * 8 * 4}
+            assert m.pool.k(1).shape == (32, 4, heads, 8)
+    bufs, size = make_layout(shape, (1, 1, 1, 1), (0, 0, 0, 0), True)
+    assert [b.layer_id for b in bufs] == [0, 1, 0, 1, 1000000, 1000000, 0]
+
+
+def test_states_in_sglang_order_and_bytes_land(mgrs):
+    pm, dm = mgrs
+    room = room_id()
+    src, dst = [3, 4, 5], [20, 7, 11]
+    for layer in (0, 1):
+        pm.pool.k(layer)[src] = np.arange(192, dtype=np.float32) \
+            .reshape(3, 4, 2, 8) + layer
+        pm.pool.v(layer)[src] = -1.0 - layer
+    pm.pool.aux[6, :4] = [9, 8, 7, 6]
+    s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+    r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+    seen = {"p": [s.poll()], "d": [r.poll()]}
+    r.init(0)
+    seen["d"].append(r.poll())
+    r.send_metadata(np.array(dst, np.int32), 2)
+    seen["d"].append(r.poll())
+    wait_for("prefill WaitingForInput",
+             lambda: s.poll() == KVPoll.WaitingForInput)
+    seen["p"].append(s.poll())
+    s.init(3, 6)
+    s.send(np.array(src[:2], np.int32))
+    wait_for("prefill Transferring", lambda: s.poll() == KVPoll.Transferring)
+    seen["p"].append(s.poll())
+    s.send(np.array(src[2:], np.int32))  # completes num_kv_indices: last
+    wait_for("decode Success", lambda: r.poll() == KVPoll.Success)
+    wait_for("prefill Success", lambda: s.poll() == KVPoll.Success)
+    seen["p"].append(s.poll())
+    seen["d"].append(r.poll())
+    assert seen["p"] == [KVPoll.Bootstrapping, KVPoll.WaitingForInput,
+                         KVPoll.Transferring, KVPoll.Success]
+    assert seen["d"] == [KVPoll.Bootstrapping, KVPoll.WaitingForInput,
+                         KVPoll.WaitingForInput, KVPoll.Success]
+    for layer in (0, 1):
+        assert np.array_equal(dm.pool.k(layer)[dst], pm.pool.k(layer)[src])
+        assert np.array_equal(dm.pool.v(layer)[dst], pm.pool.v(layer)[src])
+    assert list(dm.pool.aux[2, :4]) == [9, 8, 7, 6]
+    assert r.releasable
+    s.clear()
+    r.clear()
+    # A terminal state is latched: poll after clear still says Success.
+    assert s.poll() == KVPoll.Success and r.poll() == KVPoll.Success
+    with pytest.raises(RuntimeError, match="used after clear"):
+        s.send(np.array([1], np.int32))
+    with pytest.raises(RuntimeError, match="used after clear"):
+        s.clear()
+    with pytest.raises(RuntimeError, match="used after clear"):
+        r.abort()
+
+
+def test_decode_abort_releases_and_names_the_reason(mgrs):
+    pm, dm = mgrs
+    room = room_id()
+    s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+    r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+    r.init(0)
+    r.send_metadata(np.array([1, 2], np.int32), 1)
+    wait_for("prefill WaitingForInput",
+             lambda: s.poll() == KVPoll.WaitingForInput)
+    s.init(2, 0)
+    s.send(np.array([5], np.int32))
+    r.abort()
+    assert r.poll() == KVPoll.Failed
+    wait_for("decode releasable", lambda: r.releasable)
+    wait_for("prefill Failed", lambda: s.poll() == KVPoll.Failed)
+    with pytest.raises(KVTransferError, match="prefill room failed on p0: "
+                       "aborted") as e:
+        s.failure_exception()
+    assert e.value.bootstrap_room == room
+    with pytest.raises(KVTransferError, match="aborted by the decode"):
+        r.failure_exception()
+    # failure_exception cleared both rooms.
+    with pytest.raises(RuntimeError, match="used after clear"):
+        s.send(np.array([6], np.int32))
+
+
+def test_prefill_abort_fails_the_decode(mgrs):
+    pm, dm = mgrs
+    room = room_id()
+    s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+    r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+    r.init(0)
+    r.send_metadata(np.array([3], np.int32), 1)
+    wait_for("prefill WaitingForInput",
+             lambda: s.poll() == KVPoll.WaitingForInput)
+    s.init(1, 0)
+    s.abort()
+    assert s.poll() == KVPoll.Failed
+    wait_for("decode Failed", lambda: r.poll() == KVPoll.Failed)
+    with pytest.raises(KVTransferError, match="decode room failed on d0: "
+                       "cleared while active"):
+        r.failure_exception()
+    with pytest.raises(KVTransferError, match="aborted by the prefill"):
+        s.failure_exception()
+
+
+def test_timeout_is_the_failure_text(group_factory):
+    g = group_factory("--waiting-timeout", 1, *SHAPE)
+    with KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode") as dm:
+        r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room_id())
+        r.init(0)
+        r.send_metadata(np.array([0], np.int32), 0)
+        wait_for("decode timeout", lambda: r.poll() == KVPoll.Failed)
+        with pytest.raises(KVTransferError,
+                           match="decode room failed on d0: timeout"):
+            r.failure_exception()
+
+
+def test_pool_views_are_the_engines_memory(mgrs, group):
+    pm, dm = mgrs
+    k = dm.pool.k(1)
+    b = [x for x in dm.pool.buffers if x.layer_id == 1 and x.role == 0][0]
+    assert k.ctypes.data == lib.kvw_pool_base(dm._e) + b.offset
+    k[17, 2, 1, :] = np.arange(8, dtype=np.float32) + 0.5
+    # A C reader: a second engine of the same member maps the pool anew.
+    members, _ = read_run_dir(group.dir)
+    d0, err = members["d0"], ctypes.create_string_buffer(256)
+    e = ctypes.c_void_p()
+    assert lib.kvw_engine_open(d0.engine.encode(), d0.table.encode(),
+                               d0.pool.encode(), ctypes.byref(e), err,
+                               256) == 0, err.value
+    try:
+        base = lib.kvw_pool_base(e)
+        assert base != lib.kvw_pool_base(dm._e)
+        off = b.offset + ((17 * 4 + 2) * 2 + 1) * 8 * 4
+        got = np.frombuffer(ctypes.string_at(base + off, 32), np.float32)
+        assert np.array_equal(got, np.arange(8, dtype=np.float32) + 0.5)
+    finally:
+        lib.kvw_engine_close(ctypes.byref(e))
+    # A view outlives close(): the engine closes once it is gone.
+    dm.close()
+    assert k[17, 2, 1, 0] == 0.5
+    with pytest.raises(RuntimeError, match="manager is closed"):
+        dm.pool.k(0)
+    r = KVReceiver(dm, "x:1", 5)
+    r.init(0)
+    with pytest.raises(RuntimeError, match="manager d0 is closed"):
+        r.send_metadata(np.array([0], np.int32), 0)
+
+
+def test_bad_use_is_refused(mgrs, group):
+    pm, dm = mgrs
+    addr = pm.kv_args.bootstrap_addr
+    with pytest.raises(ValueError, match="bootstrap_room"):
+        KVSender(pm, addr, None, [0], 0)
+    with pytest.raises(ValueError, match="bootstrap_room"):
+        KVReceiver(dm, addr, -3)
+    s = KVSender(pm, addr, room_id(), [0], 0)
+    with pytest.raises(RuntimeError, match="before init"):
+        s.send(np.array([1], np.int32))
+    with pytest.raises(ValueError, match="num_kv_indices 33 outside"):
+        s.init(33, 0)
+    with pytest.raises(ValueError, match="aux_index 8 outside"):
+        s.init(2, 8)
+    s.init(2, 0)
+    with pytest.raises(TypeError, match="int32, not int64"):
+        s.send(np.array([1], np.int64))
+    with pytest.raises(TypeError, match="numpy int32 array, not list"):
+        s.send([1])
+    with pytest.raises(IndexError, match="page index 32 outside the pool's "
+                       "32 pages"):
+        s.send(np.array([1, 32], np.int32))
+    with pytest.raises(IndexError, match="page index -1"):
+        s.send(np.array([-1], np.int32))
+    with pytest.raises(ValueError, match="run past the 2 of init"):
+        s.send(np.array([1, 2, 3], np.int32))
+    with pytest.raises(NotImplementedError, match="no state buffers"):
+        s.send(np.array([1], np.int32), state_indices=[[1]])
+    s.clear()
+    with pytest.raises(RuntimeError, match="used after clear"):
+        s.send(np.array([1], np.int32))
+    with pytest.raises(RuntimeError, match="used after clear"):
+        s.init(1, 0)
+    r = KVReceiver(dm, addr, room_id())
+    with pytest.raises(RuntimeError, match="before init"):
+        r.send_metadata(np.array([1], np.int32), 0)
+    r.init(0)
+    with pytest.raises(ValueError, match="aux_index None"):
+        r.send_metadata(np.array([1], np.int32), None)
+    with pytest.raises(IndexError, match="page index 99"):
+        r.send_metadata(np.array([99], np.int32), 0)
+    with pytest.raises(KeyError, match="layer 5 has no K buffer"):
+        dm.pool.k(5)
+    with pytest.raises(ValueError, match="no decode member at tp 1"):
+        KVArgs.from_run_dir(group.dir, "decode", 1)
+    with pytest.raises(ValueError, match="dtype float64 is 8 bytes"):
+        KVArgs.from_run_dir(group.dir, "decode", dtype=np.float64)
+
+
+def free_port():
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+def ping(ep):
+    return subprocess.run([os.path.join(BIN, "kv-ctl"), "--timeout", "2",
+                           "ping", ep], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def test_bootstrap_server_starts_and_supervises():
+    port = free_port()
+    with KVBootstrapServer("127.0.0.1", port) as b:
+        assert b.bootstrap_addr == "127.0.0.1:%d" % port
+        assert ping(b.endpoint)
+        first = b.proc.pid
+        b.proc.kill()
+        wait_for("bootstrap restarted",
+                 lambda: b.restarts == 1 and b.proc.pid != first)
+        wait_for("bootstrap answers", lambda: ping(b.endpoint))
+        last = b.proc
+    assert last.poll() is not None

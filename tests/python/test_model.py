@@ -1,0 +1,64 @@
+"""test_model.py - a real model's KV cache through kvwire: the numpy
+transformer of examples/pd_model.py prefilled on one group side, decoded
+from the transferred cache on the other, token for token equal to the same
+model in one process, in four topologies.
+
+Tolerance: logits within 1e-4 (absolute; they are of order 1 to 10). With
+TP 1 on both sides the arithmetic is the one-process arithmetic on the same
+float32 values (0 difference here); a TP split only reorders float32 sums
+(each rank adds its heads' share of the output projection, then the ranks'
+shares are summed), so the logits move by a few float32 ulps through 4
+layers (about 2e-6 observed): 1e-4 leaves room for other BLAS builds while
+a wrong head or page, which moves logits by O(1), cannot pass."""
+import numpy as np
+import pytest
+
+import pd_model
+from conftest import REPORT
+
+TOL = 1e-4
+NEW_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def reference():
+    cfg = pd_model.Config()
+    model = pd_model.Model(cfg)
+    prompt = np.random.default_rng(5).integers(0, cfg.vocab, 23)
+    toks, logits = pd_model.one_process(model, prompt, NEW_TOKENS)
+    return model, prompt, toks, logits
+
+
+@pytest.mark.parametrize("ptp,ppp,dtp", [(1, 1, 1), (2, 1, 1), (1, 1, 2),
+                                         (1, 2, 1)])
+def test_decode_from_transferred_kv_equals_one_process(group_factory,
+                                                       reference, ptp, ppp,
+                                                       dtp):
+    model, prompt, ref_toks, ref_logits = reference
+    g = group_factory("--prefill-tp", ptp, "--prefill-pp", ppp,
+                      "--decode-tp", dtp, "--workers", 1,
+                      *model.cfg.shape_flags())
+    toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, ptp,
+                                   ppp, dtp)
+    diff = float(np.abs(logits - ref_logits).max())
+    REPORT.append("model: prefill tp %d pp %d -> decode tp %d: %d tokens "
+                  "equal: %s, max |logit diff| %.3g"
+                  % (ptp, ppp, dtp, len(toks), toks == ref_toks, diff))
+    assert toks == ref_toks
+    assert diff <= TOL
+
+
+def test_a_wrong_head_changes_the_logits(group_factory, reference):
+    """The comparison can fail: the same run with two KV heads of one
+    received page swapped on a decode rank does not match."""
+    model, prompt, ref_toks, ref_logits = reference
+    g = group_factory("--decode-tp", 2, "--workers", 1,
+                      *model.cfg.shape_flags())
+
+    def swap_heads(pools, pages):
+        k = pools[1].k(0)
+        k[pages[0]] = k[pages[0]][:, ::-1].copy()
+
+    toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, 1, 1, 2,
+                                   tamper=swap_heads)
+    assert float(np.abs(logits - ref_logits).max()) > 100 * TOL
