@@ -44,7 +44,6 @@ class Pages:
                      .view(np.uint32).reshape(b.pages, -1)
                      for b in mgr.pool.buffers if b.role != ROLE_AUX]
         self.aux = mgr.pool.aux.view(np.uint32)
-        self.room_bytes = None
 
     @staticmethod
     def pattern(key, i, n):
@@ -136,7 +135,7 @@ def prefill(run_dir, inbox, stats, o, stop):
             else:
                 nap(time.monotonic() - last)
     finally:
-        del pat
+        pat = None  # drops its pool views before close
         mgr.close()
 
 
@@ -222,7 +221,7 @@ def decode(run_dir, outbox, stats, o, seed):
         flush_canaries()
         return landed, time.monotonic() - t0
     finally:
-        del pat
+        pat = None  # drops its pool views before close
         mgr.close()
 
 

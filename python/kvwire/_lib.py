@@ -2,8 +2,8 @@
 room status struct mirrored field by field, and the codes of lib/base/kvw.h.
 
 The library is found at $KVW_LIB, else at lib/libkvwire.so of the checkout
-this package lives in. Every foreign call releases the GIL (ctypes.CDLL);
-an engine handle is serialised by its manager's lock, as lib/api.h asks.
+this package lives in. An engine handle is serialised by its manager's
+lock, as lib/api.h asks.
 """
 import ctypes
 import os
@@ -66,7 +66,11 @@ def _path():
 def _load():
     path = _path()
     try:
-        lib = ctypes.CDLL(path)
+        # PyDLL keeps the GIL across calls: every call of the API is short
+        # and never blocks (sends are non-blocking, polls read shared
+        # memory), and handing the GIL to another thread and back around
+        # each one costs more than the call (up to the switch interval).
+        lib = ctypes.PyDLL(path)
     except OSError as e:
         raise ImportError("kvwire: cannot load %s (run `make`, or set "
                           "KVW_LIB): %s" % (path, e)) from None

@@ -19,8 +19,8 @@ import numpy as np
 
 from . import _lib
 from ._lib import lib
-from .layout import (ROLE_AUX, ROLE_K, ROLE_KV, ROLE_V, Shape, layer_range,
-                     make_layout, rank_kv_heads, read_run_dir)
+from .layout import (ROLE_AUX, Shape, layer_range, make_layout,
+                     rank_kv_heads, read_run_dir)
 from .pool import KVPool
 
 
@@ -268,7 +268,8 @@ def _pages_arg(kv_indices, pages, what):
         bad = kv_indices[(kv_indices < 0) | (kv_indices >= pages)][0]
         raise IndexError("%s: page index %d outside the pool's %d pages"
                          % (what, bad, pages))
-    return np.ascontiguousarray(kv_indices, dtype=np.uint32)
+    # Checked non-negative: the same bits are the uint32 the API takes.
+    return np.ascontiguousarray(kv_indices).view(np.uint32)
 
 
 def _ptr(a):

@@ -33,6 +33,20 @@ def room_id():
     return random.randrange(1, 2 ** 63)
 
 
+def open_room(pm, dm, dst):
+    """A fresh room: the decode asked for pages dst (aux slot 1), the
+    prefill saw it (WaitingForInput) and said how many pages it sends."""
+    room = room_id()
+    s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+    r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+    r.init(0)
+    r.send_metadata(np.array(dst, np.int32), 1)
+    wait_for("prefill WaitingForInput",
+             lambda: s.poll() == KVPoll.WaitingForInput)
+    s.init(len(dst), 0)
+    return s, r
+
+
 @pytest.fixture(scope="module")
 def group():
     with Group(*SHAPE) as g:
@@ -117,14 +131,8 @@ def test_states_in_sglang_order_and_bytes_land(mgrs):
 
 def test_decode_abort_releases_and_names_the_reason(mgrs):
     pm, dm = mgrs
-    room = room_id()
-    s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
-    r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
-    r.init(0)
-    r.send_metadata(np.array([1, 2], np.int32), 1)
-    wait_for("prefill WaitingForInput",
-             lambda: s.poll() == KVPoll.WaitingForInput)
-    s.init(2, 0)
+    s, r = open_room(pm, dm, [1, 2])
+    room = s.bootstrap_room
     s.send(np.array([5], np.int32))
     r.abort()
     assert r.poll() == KVPoll.Failed
@@ -143,14 +151,7 @@ def test_decode_abort_releases_and_names_the_reason(mgrs):
 
 def test_prefill_abort_fails_the_decode(mgrs):
     pm, dm = mgrs
-    room = room_id()
-    s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
-    r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
-    r.init(0)
-    r.send_metadata(np.array([3], np.int32), 1)
-    wait_for("prefill WaitingForInput",
-             lambda: s.poll() == KVPoll.WaitingForInput)
-    s.init(1, 0)
+    s, r = open_room(pm, dm, [3])
     s.abort()
     assert s.poll() == KVPoll.Failed
     wait_for("decode Failed", lambda: r.poll() == KVPoll.Failed)
