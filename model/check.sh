@@ -20,6 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 checks() {
 	cat <<'EOF'
 tcp|-DTCP|quiescence|holds
+tcp|-DTCP|success_complete|holds
 real||terminal|holds
 real||quiescence|holds
 real||absorbing|holds

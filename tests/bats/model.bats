@@ -12,7 +12,7 @@ teardown() { kvw_teardown; }
 # Prints rtab_legal(Failed, Success) and rtab_legal(Failed, Cleared) of the
 # C table compiled from the copy in $1.
 c_table() {
-	cat >"$RUN/probe.c" <<'C'
+	cat >"$RUN/probe.src" <<'C'
 #include <stdio.h>
 #include "table/rtab.h"
 int main(void)
@@ -22,7 +22,7 @@ int main(void)
 	return 0;
 }
 C
-	cc -std=c17 -I"$1/lib" -D_GNU_SOURCE -o "$RUN/probe" "$RUN/probe.c" \
+	cc -std=c17 -I"$1/lib" -D_GNU_SOURCE -o "$RUN/probe" -x c "$RUN/probe.src" \
 		"$1/lib/table/rtab_rules.c" && "$RUN/probe"
 }
 
@@ -50,8 +50,9 @@ C
 	MODEL_ONLY=real run "$t/model/check.sh" "$t/build/model"
 	echo "$output"
 	[ "$status" -eq 1 ]
-	[[ $output == *"model: FAIL real"*"absorbing"*"fails, wanted: holds"* ]]
+	[[ $output == *"model: FAIL real"*"absorbing"*"fails (trail: "*"), wanted: holds"* ]]
 	[[ $output =~ model:\ [0-9]+\ passed,\ [1-9][0-9]*\ failed ]]
+	[ -s "$t/build/model/real/trails/real.absorbing.txt" ]
 }
 
 @test "every mutation that model/check.sh runs has its trail fixture" {
