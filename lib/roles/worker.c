@@ -108,7 +108,8 @@ static int room_live(const struct worker *w, struct rtab_ref ref)
 {
 	int st = rtab_state(w->t, ref);
 
-	return st == KVW_WAITING || st == KVW_TRANSFERRING;
+	return st >= 0 &&
+	       rtab_accepts(RTAB_ROLE_WORKER, (unsigned)st, RTAB_MSG_JOB);
 }
 
 static void conn_drop(struct worker *w, struct worker_conn *c)
