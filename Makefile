@@ -1,9 +1,10 @@
 # kvwire build. `make` builds the library and every program into bin/;
 # `make test` checks that the tests can fail (mk/check-tests.sh), then runs
-# the unit tests, the bats tests, then the Python tests (tests/python/,
-# ending with pytest's own summary line); `make demo` runs the main job.
-# SANITIZE=address,undefined or SANITIZE=thread builds a separate tree
-# under build/<variant>/ (binaries in build/<variant>/bin).
+# the unit tests, the model check (`make model`: the room protocol's
+# Promela model with spin, docs/MODEL.md), the bats tests, then the Python
+# tests (tests/python/, ending with pytest's own summary line); `make demo`
+# runs the main job. SANITIZE=address,undefined or SANITIZE=thread builds a
+# separate tree under build/<variant>/ (binaries in build/<variant>/bin).
 
 comma := ,
 SANITIZE ?=
@@ -25,7 +26,7 @@ OPT ?= -O2 -g
 CPPFLAGS += -Ilib -D_GNU_SOURCE
 # Hidden by default: libkvwire.so exports only what lib/api.h marks KVW_API.
 CFLAGS += -std=c17 $(OPT) $(WARN) -fPIC -pthread -fvisibility=hidden
-LDLIBS += -lzmq -lbsd -ldl -lrt -lm -pthread
+LDLIBS += -lzmq -lxxhash -lbsd -ldl -lrt -lm -pthread
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
@@ -52,7 +53,7 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 DEPS_OK := build/.deps-ok
 
-.PHONY: all deps test unit bats pytest demo fuzz bench seeds checktests clean
+.PHONY: all deps test unit bats model pytest demo fuzz bench seeds checktests clean
 # Keep objects of tests and programs: they are not throwaway intermediates.
 .SECONDARY:
 all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS)
@@ -118,7 +119,20 @@ pytest: all
 checktests:
 	@./mk/check-tests.sh
 
-test: checktests all unit bats pytest
+test: checktests all unit model bats pytest
+
+# The model's tables come from the compiled C table (lib/table/rtab_rules.c
+# over rtab_states.def), generated here so they cannot go stale.
+MODEL_B := build/model
+$(MODEL_B)/tables: model/tables.c lib/table/rtab_rules.c lib/table/rtab.h \
+		lib/table/rtab_states.def lib/base/kvw.h | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -std=c17 $(WARN) -o $@ model/tables.c lib/table/rtab_rules.c
+$(MODEL_B)/tables.pml: $(MODEL_B)/tables
+	$< >$@.tmp && mv $@.tmp $@
+
+model: $(MODEL_B)/tables.pml
+	@./model/check.sh $(MODEL_B)
 
 bench: $(BENCHES)
 

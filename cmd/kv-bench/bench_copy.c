@@ -8,18 +8,25 @@
  */
 #include "bench_copy.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_limit.h"
+#include "bench_stream.h"
 #include "base/proc.h"
 #include "roles/worker.h"
 #include "xport/pool.h"
+#include "xport/tcp_sink.h"
 #include "xport/xport.h"
 
 struct bc {
+	pid_t sink; /* tcp: the forked sink writing into dst, 0: none */
 	struct pool *src_rw, *src_ro, *dst;
 	struct xport *px, *dx; /* prefill side, decode side */
 	uint32_t src_id, dst_id;
@@ -83,7 +90,42 @@ out:
 	return rc;
 }
 
-static int setup(struct bc *b, uint64_t copy_bytes, char *err, size_t errlen)
+static pid_t bench_parent;
+
+static int parent_gone(void)
+{
+	return proc_stopping() || getppid() != bench_parent;
+}
+
+/* tcp: a forked child serves the decode side's data port into dst, as a
+ * kv-receiver sink does (no exec: this process has no threads). */
+static int start_sink(struct bc *b, char *err, size_t errlen)
+{
+	struct tcp_sink_cfg sc = { .base = pool_base(b->dst),
+				   .size = pool_size(b->dst),
+				   .stop = parent_gone };
+	uint8_t secret[16];
+	int rc = xport_tcp_sink_info(b->dx, &sc.listen_fd, secret);
+
+	if (rc < 0)
+		return kvw_errf(err, errlen, rc, "tcp: no data port");
+	sc.secret = secret;
+	bench_parent = getpid();
+	b->sink = fork();
+	if (b->sink < 0)
+		return kvw_errf(err, errlen, KVW_ESYS, "fork: %s",
+				strerror(errno));
+	if (b->sink == 0) {
+		char e[128];
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(tcp_sink_run(&sc, NULL, e, sizeof e) ? 1 : 0);
+	}
+	return 0;
+}
+
+static int setup(struct bc *b, uint64_t copy_bytes, int tcp, char *err,
+		 size_t errlen)
 {
 	uint8_t desc[KVW_MAX_DESC], own[KVW_MAX_DESC];
 	size_t desclen, ownlen;
@@ -108,10 +150,15 @@ static int setup(struct bc *b, uint64_t copy_bytes, char *err, size_t errlen)
 	memset(pool_base(b->dst), 0, size);
 	/* Decode side registers its pool; the prefill side registers its own
 	 * (read-only) and connects the decode one by descriptor. */
-	if ((rc = xport_open(shm, &b->dx, err, errlen)) < 0 ||
+	if ((rc = xport_open(tcp ? xport_find("tcp") : shm, &b->dx, err,
+			     errlen)) < 0 ||
+	    (tcp && (rc = xport_tcp_listen(b->dx, "127.0.0.1:0", err,
+					   errlen)) < 0) ||
 	    (rc = xport_register(b->dx, b->dst, &decode_id, desc, sizeof desc,
 				 &desclen, err, errlen)) < 0 ||
-	    (rc = xport_open(shm, &b->px, err, errlen)) < 0 ||
+	    (tcp && (rc = start_sink(b, err, errlen)) < 0) ||
+	    (rc = xport_open(tcp ? xport_find("tcp") : shm, &b->px, err,
+			     errlen)) < 0 ||
 	    (rc = xport_register(b->px, b->src_ro, &b->src_id, own, sizeof own,
 				 &ownlen, err, errlen)) < 0)
 		return rc;
@@ -120,6 +167,10 @@ static int setup(struct bc *b, uint64_t copy_bytes, char *err, size_t errlen)
 
 static void teardown(struct bc *b)
 {
+	if (b->sink > 0) {
+		kill(b->sink, SIGTERM);
+		waitpid(b->sink, NULL, 0);
+	}
 	xport_close(&b->px);
 	xport_close(&b->dx);
 	pool_close(&b->src_ro);
@@ -195,7 +246,7 @@ int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 	r->copies = b.n;
 	r->copy_bytes = copy_bytes;
 	r->bytes = (uint64_t)b.n * copy_bytes;
-	rc = setup(&b, copy_bytes, err, errlen);
+	rc = setup(&b, copy_bytes, c->tcp, err, errlen);
 	if (rc == 0)
 		rc = build_list(&b, c, copy_bytes, err, errlen);
 	/* Untimed warm-up: faults in both sides' mappings. */
@@ -215,9 +266,11 @@ int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 				      "stopped by a signal");
 			break;
 		}
-		before = bench_limit_memcpy(b.spans, b.n, c->min_s);
+		before = c->tcp ? bench_stream_gibs(r->bytes, c->min_s)
+				: bench_limit_memcpy(b.spans, b.n, c->min_s);
 		rc = xport_timed(&b, r->bytes, c->min_s, &x, err, errlen);
-		after = bench_limit_memcpy(b.spans, b.n, c->min_s);
+		after = c->tcp ? bench_stream_gibs(r->bytes, c->min_s)
+			       : bench_limit_memcpy(b.spans, b.n, c->min_s);
 		r->before_gibs = before > r->before_gibs ? before : r->before_gibs;
 		r->after_gibs = after > r->after_gibs ? after : r->after_gibs;
 		r->xport_gibs = x > r->xport_gibs ? x : r->xport_gibs;

@@ -30,6 +30,8 @@ struct bench_copy_cfg {
 	double min_s;          /* each timed measurement lasts at least this */
 	uint32_t reps;         /* memcpy / transport / memcpy rounds, >= 1 */
 	uint64_t seed;         /* order of the pages */
+	int tcp;               /* 1: the tcp transport to a forked sink, and
+				* a raw loopback TCP stream as the limit */
 };
 
 struct bench_copy_result {
@@ -37,8 +39,9 @@ struct bench_copy_result {
 	uint32_t copies;       /* per pass (after the pattern, not coalesced) */
 	uint64_t copy_bytes;   /* bytes of one copy */
 	double xport_gibs;     /* best transport pass, GiB/s */
-	double before_gibs;    /* best memcpy right before a transport pass */
-	double after_gibs;     /* best memcpy right after one */
+	double before_gibs;    /* best limit (memcpy, or with tcp a raw TCP
+				* stream) right before a transport pass */
+	double after_gibs;     /* best limit right after one */
 	double ratio;          /* xport / max(before, after) */
 	int verified;          /* 1: the destination held the source's bytes */
 };

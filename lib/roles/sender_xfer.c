@@ -352,7 +352,8 @@ void sender_dispatch(struct sender *s, struct sender_room *r)
 	int st = rtab_state(s->t, r->ref);
 	uint32_t w;
 
-	if (st != KVW_WAITING && st != KVW_TRANSFERRING)
+	if (st < 0 ||
+	    !rtab_accepts(RTAB_ROLE_PREFILL, (unsigned)st, RTAB_MSG_SEND_CHUNK))
 		return;
 	/* A room's jobs run on one worker, in order, while any is in
 	 * flight; between bursts it may move to where packing wants it. */

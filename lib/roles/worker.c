@@ -108,7 +108,8 @@ static int room_live(const struct worker *w, struct rtab_ref ref)
 {
 	int st = rtab_state(w->t, ref);
 
-	return st == KVW_WAITING || st == KVW_TRANSFERRING;
+	return st >= 0 &&
+	       rtab_accepts(RTAB_ROLE_WORKER, (unsigned)st, RTAB_MSG_JOB);
 }
 
 static void conn_drop(struct worker *w, struct worker_conn *c)
@@ -189,6 +190,8 @@ static int job_copy(struct worker *w, const struct frame_msg *m,
 	rc = conn_get(w, j->desc, &dst, why, sizeof why);
 	if (rc < 0)
 		goto fail;
+	/* The decode's writer (tcp) checks this room before each batch. */
+	xport_set_room(w->x, m->hdr.room);
 	for (uint32_t i = 0; i < j->copies.n; i += WORKER_BATCH) {
 		uint32_t k = j->copies.n - i < WORKER_BATCH ? j->copies.n - i
 							     : WORKER_BATCH;

@@ -15,29 +15,6 @@
 #define RESERVED_SPINS 64
 #define RESERVED_YIELDS 256
 
-/* legal[from][to]: terminal states only go to the Cleared tombstone;
- * Cleared goes nowhere. */
-static const unsigned char legal[KVW_NSTATES][KVW_NSTATES] = {
-	[KVW_BOOTSTRAPPING] = { [KVW_WAITING] = 1, [KVW_TRANSFERRING] = 1,
-				[KVW_SUCCESS] = 1, [KVW_FAILED] = 1 },
-	[KVW_WAITING] = { [KVW_TRANSFERRING] = 1, [KVW_SUCCESS] = 1,
-			  [KVW_FAILED] = 1 },
-	[KVW_TRANSFERRING] = { [KVW_SUCCESS] = 1, [KVW_FAILED] = 1 },
-	[KVW_SUCCESS] = { [KVW_CLEARED] = 1 },
-	[KVW_FAILED] = { [KVW_CLEARED] = 1 },
-};
-
-int rtab_legal(unsigned from, unsigned to)
-{
-	return from < KVW_NSTATES && to < KVW_NSTATES && legal[from][to];
-}
-
-int rtab_terminal(unsigned state)
-{
-	return state == KVW_SUCCESS || state == KVW_FAILED ||
-	       state == KVW_CLEARED;
-}
-
 uint64_t rtab_now_ns(void)
 {
 	struct timespec ts;
@@ -273,7 +250,7 @@ int rtab_transition_if(struct rtab *t, struct rtab_ref ref,
 		if (prev != NULL)
 			*prev = from;
 		if (from >= KVW_NSTATES || !(from_mask & RTAB_M(from)) ||
-		    !legal[from][to])
+		    !rtab_legal(from, to))
 			return KVW_ESTATE;
 		nw = sw_pack(ref.gen,
 			     to == KVW_FAILED ? reason : sw_reason(w), to,

@@ -243,6 +243,39 @@ int rtab_legal(unsigned from, unsigned to);
 /* 1 for Success, Failed and Cleared. */
 int rtab_terminal(unsigned state);
 
+/* Roles and the messages they act on, as listed in rtab_states.def (the
+ * table the Promela model in model/ is generated from). */
+#define RTAB_STATE(name, term)
+#define RTAB_LEGAL(from, to)
+#define RTAB_ACCEPT(role, msg, state)
+#define RTAB_MSG(name)
+#define RTAB_ROLE(name) RTAB_ROLE_##name,
+enum rtab_role {
+#include "rtab_states.def"
+	RTAB_NROLES
+};
+#undef RTAB_ROLE
+#define RTAB_ROLE(name)
+#undef RTAB_MSG
+#define RTAB_MSG(name) RTAB_MSG_##name,
+enum rtab_msg {
+#include "rtab_states.def"
+	RTAB_NMSGS
+};
+#undef RTAB_STATE
+#undef RTAB_LEGAL
+#undef RTAB_ACCEPT
+#undef RTAB_MSG
+#undef RTAB_ROLE
+
+/* 1 if `role` acts on `msg` (enum rtab_msg) while its room is in `state`,
+ * else 0 (also for values out of range): the message is dropped. */
+int rtab_accepts(unsigned role, unsigned state, unsigned msg);
+
+/* "DECODE", "STATUS", ... as in rtab_states.def; "?" out of range. */
+const char *rtab_role_str(unsigned role);
+const char *rtab_msg_str(unsigned msg);
+
 /* Bit for a state in a from-mask. */
 #define RTAB_M(s) (1u << (s))
 #define RTAB_M_ANY 0x3fu

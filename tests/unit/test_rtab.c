@@ -135,6 +135,49 @@ static void test_legal_table_is_the_designed_one(void **state)
 	assert_int_equal(rtab_legal(KVW_BOOTSTRAPPING, 200), 0);
 }
 
+/* The accept table of rtab_states.def, as the handlers use it: the masks
+ * of states in which each role acts on each message. */
+static void test_accept_table_is_the_designed_one(void **state)
+{
+	const unsigned live = RTAB_M_ACTIVE;
+	const struct {
+		unsigned role, msg, mask;
+	} want[] = {
+		{ RTAB_ROLE_DECODE, RTAB_MSG_STATUS, live },
+		{ RTAB_ROLE_DECODE, RTAB_MSG_ABORT_ACK, RTAB_M(KVW_FAILED) },
+		{ RTAB_ROLE_PREFILL, RTAB_MSG_XFER_INFO,
+		  RTAB_M(KVW_BOOTSTRAPPING) | RTAB_M(KVW_WAITING) },
+		{ RTAB_ROLE_PREFILL, RTAB_MSG_SEND_CHUNK,
+		  RTAB_M(KVW_WAITING) | RTAB_M(KVW_TRANSFERRING) },
+		{ RTAB_ROLE_PREFILL, RTAB_MSG_ABORT, RTAB_M_ANY },
+		{ RTAB_ROLE_WORKER, RTAB_MSG_JOB,
+		  RTAB_M(KVW_WAITING) | RTAB_M(KVW_TRANSFERRING) },
+	};
+	unsigned n = 0;
+
+	(void)state;
+	for (unsigned r = 0; r < RTAB_NROLES; r++)
+		for (unsigned m = 0; m < RTAB_NMSGS; m++) {
+			unsigned mask = 0;
+
+			for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++)
+				if (want[i].role == r && want[i].msg == m)
+					mask = want[i].mask;
+			for (unsigned st = 0; st < KVW_NSTATES; st++) {
+				assert_int_equal(rtab_accepts(r, st, m),
+						 (mask & RTAB_M(st)) != 0);
+				n += (mask & RTAB_M(st)) != 0;
+			}
+		}
+	assert_int_equal(n, 16);
+	assert_int_equal(rtab_accepts(RTAB_NROLES, KVW_WAITING, RTAB_MSG_JOB), 0);
+	assert_int_equal(rtab_accepts(RTAB_ROLE_WORKER, KVW_NSTATES, RTAB_MSG_JOB), 0);
+	assert_int_equal(rtab_accepts(RTAB_ROLE_WORKER, KVW_WAITING, RTAB_NMSGS), 0);
+	assert_string_equal(rtab_role_str(RTAB_ROLE_WORKER), "WORKER");
+	assert_string_equal(rtab_msg_str(RTAB_MSG_ABORT_ACK), "ABORT_ACK");
+	assert_string_equal(rtab_msg_str(RTAB_NMSGS), "?");
+}
+
 static void test_every_pair_through_transition_on_a_real_room(void **state)
 {
 	struct fx *f = fx_new("pairs", 128, 4);
@@ -1217,6 +1260,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_legal_table_is_the_designed_one),
+		cmocka_unit_test(test_accept_table_is_the_designed_one),
 		cmocka_unit_test(test_every_pair_through_transition_on_a_real_room),
 		cmocka_unit_test(test_failed_stores_reason_and_cleared_keeps_it),
 		cmocka_unit_test(test_terminal_rooms_ignore_late_transitions),
