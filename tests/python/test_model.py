@@ -29,21 +29,23 @@ def reference():
     return model, prompt, toks, logits
 
 
-@pytest.mark.parametrize("ptp,ppp,dtp", [(1, 1, 1), (2, 1, 1), (1, 1, 2),
-                                         (1, 2, 1)])
+@pytest.mark.parametrize("ptp,ppp,dtp,transport", [
+    (1, 1, 1, "shm"), (2, 1, 1, "shm"), (1, 1, 2, "shm"), (1, 2, 1, "shm"),
+    (2, 1, 1, "tcp")])
 def test_decode_from_transferred_kv_equals_one_process(group_factory,
                                                        reference, ptp, ppp,
-                                                       dtp):
+                                                       dtp, transport):
     model, prompt, ref_toks, ref_logits = reference
     g = group_factory("--prefill-tp", ptp, "--prefill-pp", ppp,
-                      "--decode-tp", dtp, "--workers", 1,
-                      *model.cfg.shape_flags())
+                      "--decode-tp", dtp, "--workers", 1, "--transport",
+                      transport, *model.cfg.shape_flags())
     toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, ptp,
                                    ppp, dtp)
     diff = float(np.abs(logits - ref_logits).max())
-    REPORT.append("model: prefill tp %d pp %d -> decode tp %d: %d tokens "
-                  "equal: %s, max |logit diff| %.3g"
-                  % (ptp, ppp, dtp, len(toks), toks == ref_toks, diff))
+    REPORT.append("model: prefill tp %d pp %d -> decode tp %d (%s): %d "
+                  "tokens equal: %s, max |logit diff| %.3g"
+                  % (ptp, ppp, dtp, transport, len(toks), toks == ref_toks,
+                     diff))
     assert toks == ref_toks
     assert diff <= TOL
 
