@@ -164,6 +164,10 @@ class KVManager:
                              % (args.member, args.pool_path, size, need))
         self.pool = KVPool(lib.kvw_pool_base(e), size, bufs, shape,
                            args.dtype)
+        for name in ("kv_data_ptrs", "kv_data_lens", "kv_item_lens",
+                     "kv_layer_ids", "aux_data_ptrs", "aux_data_lens",
+                     "aux_item_lens"):
+            setattr(args, name, [])  # this manager's pool, not a former one
         for b in bufs:
             ptr, ln = self.pool.base + b.offset, b.item_len * b.pages
             if b.role == ROLE_AUX:
@@ -249,7 +253,8 @@ class KVManager:
         self.close()
 
     def __del__(self):
-        self.close()
+        if getattr(self, "_e", None) is not None:
+            self.close()
 
 
 def _pages_arg(kv_indices, pages, what):

@@ -28,7 +28,7 @@ teardown() { kvw_teardown; }
 
 @test "check-tree refuses a sideways include, an upward include and a cited file that is missing" {
 	mkdir -p "$RUN/t"
-	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs model | xargs cp --parents -t "$RUN/t")
+	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs model examples python | xargs cp --parents -t "$RUN/t")
 	(cd "$RUN/t" && git init -q && git add -A)
 	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
 	[ "$status" -eq 0 ] || { echo "$output"; false; }
