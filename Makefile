@@ -1,7 +1,8 @@
 # kvwire build. `make` builds the library and every program into bin/;
-# `make test` runs the unit tests then the bats tests; `make demo` runs the
-# main job. SANITIZE=address,undefined or SANITIZE=thread builds a separate
-# tree under build/<variant>/ (binaries in build/<variant>/bin).
+# `make test` checks that the tests can fail (mk/check-tests.sh), then runs
+# the unit tests then the bats tests; `make demo` runs the main job.
+# SANITIZE=address,undefined or SANITIZE=thread builds a separate tree
+# under build/<variant>/ (binaries in build/<variant>/bin).
 
 comma := ,
 SANITIZE ?=
@@ -50,7 +51,7 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 DEPS_OK := build/.deps-ok
 
-.PHONY: all deps test unit bats demo fuzz bench clean
+.PHONY: all deps test unit bats demo fuzz bench seeds checktests clean
 # Keep objects of tests and programs: they are not throwaway intermediates.
 .SECONDARY:
 all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS)
@@ -106,12 +107,26 @@ unit: $(UNITS)
 bats: all
 	@KVW_BIN=$(CURDIR)/$(BINDIR) ./tests/bats/run.sh
 
-test: all unit bats
+# Checks that the tests can fail (mk/check-tests.sh): first, it is quick.
+checktests:
+	@./mk/check-tests.sh
+
+test: checktests all unit bats
 
 bench: $(BENCHES)
 
 demo: all
 	@./bin/kv-demo
+
+# Fuzz seeds from today's encoder (tests/fuzz/mkseeds.c): `make seeds`
+# rewrites tests/fuzz/corpus/; check the result in. test_seeds decodes them.
+SEEDGEN := $(B)/tests/mkseeds
+$(SEEDGEN): $(B)/tests/fuzz/mkseeds.o $(LIBDIR)/libkvwire.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBDIR)/libkvwire.a $(LDLIBS)
+seeds: $(SEEDGEN)
+	rm -f tests/fuzz/corpus/*/*
+	$(SEEDGEN) tests/fuzz/corpus
 
 # libFuzzer targets: clang, every lib source compiled into each target.
 FUZZ_CFLAGS := -std=c17 -g -O1 -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ struct kvw_engine {
 	struct rtab *tab;
 	struct pool *pool;
 	uint64_t epoch;
+	char *table_path; /* for kvw_control_check */
 	char err[256]; /* last send error */
 };
 
@@ -92,9 +94,15 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 	if (e == NULL)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	e->epoch = proc_epoch();
+	e->table_path = strdup(table_path);
+	if (e->table_path == NULL) {
+		rc = kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+		goto fail;
+	}
 	rc = rtab_open(table_path, 0, &e->tab, err, errlen);
 	if (rc < 0)
 		goto fail;
+
 	rc = pool_open(pool_path, 1, &e->pool, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -137,8 +145,23 @@ void kvw_engine_close(struct kvw_engine **ep)
 	}
 	rtab_close(&e->tab);
 	pool_close(&e->pool);
+	free(e->table_path);
 	free(e);
 	*ep = NULL;
+}
+
+int kvw_control_check(const struct kvw_engine *e)
+{
+	struct rtab_info info;
+
+	if (!rtab_is_at(e->tab, e->table_path))
+		return KVW_ENOENT;
+	rtab_info(e->tab, &info);
+	/* EPERM: a process of another user holds the pid, so it runs. */
+	if (info.owner_pid == 0 ||
+	    (kill((pid_t)info.owner_pid, 0) != 0 && errno == ESRCH))
+		return KVW_EAGAIN;
+	return 0;
 }
 
 void *kvw_pool_base(const struct kvw_engine *e)

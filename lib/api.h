@@ -129,4 +129,12 @@ KVW_API int kvw_poll(const struct kvw_engine *e, uint64_t room,
  * process: the engine should treat that room as failed. */
 KVW_API uint64_t kvw_control_epoch(const struct kvw_engine *e);
 
+/* Whether the control process is still there, without a message: 0 (its
+ * table is in place and its process runs), KVW_EAGAIN (the table is in
+ * place but no process owns it now: it may be restarting, and a group
+ * supervisor restarts it within a second or two), or KVW_ENOENT (the table
+ * file was removed or replaced: the group is gone; close the engine). One
+ * stat(2) and one kill(pid, 0). */
+KVW_API int kvw_control_check(const struct kvw_engine *e);
+
 #endif

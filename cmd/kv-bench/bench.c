@@ -32,7 +32,15 @@ struct eng {
 	struct kvw_engine *e;
 	struct kvw_buf *bufs;
 	struct bench_geom g;
+	uint64_t down_since; /* its control process was last seen missing
+			      * from then on; 0: running */
 };
+
+/* How often the group is looked at, and how long a control process may be
+ * missing (a supervisor restarts one in about a second) before the bench
+ * gives the group up. */
+#define GROUP_CHECK_NS 500000000ull
+#define GROUP_DOWN_NS 10000000000ull
 
 /* Per-rank progress flags of one room. */
 #define F_SENT 0x1u   /* BEGIN accepted */
@@ -667,11 +675,51 @@ static void nap(uint64_t idle_ns)
 	nanosleep(&ts, NULL);
 }
 
+/* One member's control process: 0 while it is there (or restarting for
+ * less than GROUP_DOWN_NS), KVW_EPEER with the member named when its table
+ * was removed (the group was stopped) or it stayed away too long. */
+static int member_check(struct run *r, struct eng *x, uint64_t now)
+{
+	int rc = kvw_control_check(x->e);
+
+	if (rc == KVW_ENOENT)
+		return kvw_errf(r->err, r->errlen, KVW_EPEER,
+				"member %s is gone: its room table %s was "
+				"removed (the group was stopped?)",
+				x->m->name, x->m->table);
+	if (rc == 0) {
+		x->down_since = 0;
+		return 0;
+	}
+	if (!x->down_since)
+		x->down_since = now;
+	if (now - x->down_since < GROUP_DOWN_NS)
+		return 0;
+	return kvw_errf(r->err, r->errlen, KVW_EPEER,
+			"member %s is gone: no process has owned its room "
+			"table for %llu s",
+			x->m->name,
+			(unsigned long long)(GROUP_DOWN_NS / 1000000000ull));
+}
+
+/* Every member the bench drives: 0, or KVW_EPEER (see member_check). */
+static int group_check(struct run *r, uint64_t now)
+{
+	int rc = 0;
+
+	for (uint32_t k = 0; k < r->np && rc == 0; k++)
+		rc = member_check(r, &r->p[k], now);
+	for (uint32_t k = 0; k < r->nd && rc == 0; k++)
+		rc = member_check(r, &r->d[k], now);
+	return rc;
+}
+
 static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 		struct bench_result *res)
 {
 	const struct bench_config *c = r->c;
 	uint64_t t0 = proc_now_ns(), last_cb = t0, last_prog = t0;
+	uint64_t last_check = t0;
 	uint32_t launched = 0;
 	int rc = 0;
 
@@ -709,6 +757,11 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 				res->rooms += c->rooms - launched;
 				launched = c->rooms;
 			}
+		}
+		if (now - last_check >= GROUP_CHECK_NS) {
+			last_check = now;
+			if ((rc = group_check(r, now)) < 0)
+				break;
 		}
 		if (progress && now - last_cb >= 100000000ULL) {
 			res->seconds = (double)(now - t0) / 1e9;

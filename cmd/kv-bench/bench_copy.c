@@ -159,7 +159,7 @@ static int xport_timed(struct bc *b, uint64_t pass_bytes, double min_s,
 			return rc;
 		passes++;
 		t = proc_now_ns() - t0;
-	} while (t < (uint64_t)(min_s * 1e9));
+	} while (t < (uint64_t)(min_s * 1e9) && !proc_stopping());
 	*gibs = (double)(pass_bytes * passes) / (1024.0 * 1024 * 1024) /
 		((double)t / 1e9);
 	return 0;
@@ -208,6 +208,13 @@ int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 	for (uint32_t k = 0; rc == 0 && k < c->reps; k++) {
 		double before, x = 0, after;
 
+		/* SIGTERM: stop between measurements; teardown below still
+		 * removes both pool files. */
+		if (proc_stopping()) {
+			rc = kvw_errf(err, errlen, KVW_EAGAIN,
+				      "stopped by a signal");
+			break;
+		}
 		before = bench_limit_memcpy(b.spans, b.n, c->min_s);
 		rc = xport_timed(&b, r->bytes, c->min_s, &x, err, errlen);
 		after = bench_limit_memcpy(b.spans, b.n, c->min_s);
@@ -215,6 +222,8 @@ int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 		r->after_gibs = after > r->after_gibs ? after : r->after_gibs;
 		r->xport_gibs = x > r->xport_gibs ? x : r->xport_gibs;
 	}
+	if (rc == 0 && proc_stopping())
+		rc = kvw_errf(err, errlen, KVW_EAGAIN, "stopped by a signal");
 	if (rc == 0) {
 		double lim = r->before_gibs > r->after_gibs ? r->before_gibs
 							    : r->after_gibs;

@@ -33,7 +33,8 @@ static void copy_usage(FILE *f)
 		"  --seed N          page order (default 1)\n"
 		"  --json            one JSON document\n"
 		"Exit: 0 measured (and the destination verified), 1 a pass "
-		"copied wrong bytes,\n100 usage, 111 system error.\n");
+		"copied wrong bytes\nor SIGTERM stopped it (its pools are "
+		"removed), 100 usage, 111 system error.\n");
 }
 
 static void row(const struct bench_copy_cfg *c, const struct bench_copy_result *r,
@@ -134,8 +135,11 @@ int kvb_copy_main(int argc, char **argv, const struct kvb_opts *o)
 		rc = bench_copy_run(&cfg, &r, err, sizeof err);
 		if (rc < 0) {
 			fflush(stdout);
-			return cli_fatal("kv-bench", cli_exit_code(rc), "copy: %s",
-					 err);
+			/* Stopped by SIGTERM/SIGINT: not every figure was
+			 * measured (exit 1), and the pools are gone. */
+			return cli_fatal("kv-bench",
+					 proc_stopping() ? 1 : cli_exit_code(rc),
+					 "copy: %s", err);
 		}
 		row(&cfg, &r, o->json, first);
 		first = 0;

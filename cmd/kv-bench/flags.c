@@ -62,8 +62,10 @@ void kvb_flags_usage(FILE *f)
 		"bytes= seconds=\n"
 		"rooms_per_s= gib_per_s= (bytes: payload landed in decode "
 		"pools by rooms that\nsucceeded). Exit: 0 every room succeeded "
-		"(and verified), 1 some did not,\n100 usage, 111 system "
-		"error.\n",
+		"(and verified), 1 some did not,\n100 usage (a shape flag "
+		"other than the group's included), 102 the group\nwent away "
+		"(a member's table removed, or no process owning it for 10 s), "
+		"111 system\nerror.\n",
 		shape_usage());
 	kvb_usage(f);
 }
@@ -171,12 +173,25 @@ char **kvb_flags_up_args(struct kvb_flags *f)
 	return f->up_args;
 }
 
-int kvb_flags_shape(const struct kvb_flags *f, struct shape *s, char *err,
-		    size_t errlen)
+int kvb_flags_shape(const struct kvb_flags *f, struct shape *s,
+		    const char *group, char *err, size_t errlen)
 {
-	for (unsigned i = 0; i < f->nshape; i++)
-		if (shape_option(s, f->shape_name[i], f->shape_val[i], err,
+	for (unsigned i = 0; i < f->nshape; i++) {
+		struct shape t = *s;
+
+		if (shape_option(&t, f->shape_name[i], f->shape_val[i], err,
 				 errlen) < 0)
 			return KVW_EINVAL;
+		/* A pattern for another shape than the group's would report
+		 * corruption that is not there: refuse up front. */
+		if (group && memcmp(&t, s, sizeof t) != 0)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"--%s%s%s differs from the group's shape "
+					"(%s): drop the flag",
+					f->shape_name[i], f->shape_val[i] ? " " : "",
+					f->shape_val[i] ? f->shape_val[i] : "",
+					group[0] ? group : "the defaults");
+		*s = t;
+	}
 	return 0;
 }

@@ -43,10 +43,12 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
  * the topology and shape flags given. Call once. */
 char **kvb_flags_up_args(struct kvb_flags *f);
 
-/* Applies the shape flags, in order, over *s. Returns 0 or KVW_EINVAL with
- * err. */
-int kvb_flags_shape(const struct kvb_flags *f, struct shape *s, char *err,
-		    size_t errlen);
+/* Applies the shape flags, in order, over *s. With group (the group's
+ * shape flags as its endpoints file records them, *s already set from
+ * them), a flag that would change *s is refused. Returns 0 or KVW_EINVAL
+ * with err. */
+int kvb_flags_shape(const struct kvb_flags *f, struct shape *s,
+		    const char *group, char *err, size_t errlen);
 
 /* kv-bench --help for the demo and rooms modes (the modes' lines too). */
 void kvb_flags_usage(FILE *f);

@@ -90,7 +90,8 @@ int main(int argc, char **argv)
 		rc = runinfo_shape_apply(runinfo_shape(ri), &cfg.shape, err,
 					 sizeof err);
 	if (rc == 0)
-		rc = kvb_flags_shape(&fl, &cfg.shape, err, sizeof err);
+		rc = kvb_flags_shape(&fl, &cfg.shape, runinfo_shape(ri), err,
+				     sizeof err);
 	if (rc < 0) {
 		spawn_stop(&sp);
 		runinfo_free(&ri);

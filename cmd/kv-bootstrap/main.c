@@ -13,6 +13,7 @@
 #include "base/proc.h"
 #include "cli/cli.h"
 #include "roles/boot_serve.h"
+#include "wire/wire.h"
 
 #define PROG "kv-bootstrap"
 
@@ -20,13 +21,14 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kv-bootstrap --listen EP [--ready-fd N] [--log-level LVL]\n"
-		"                    [--name NAME] [--help]\n"
+		"                    [--name NAME] [--check] [--help]\n"
 		"Rendezvous server of one prefill instance: prefill ranks register,\n"
 		"decode ranks look them up, PING gets PONG.\n"
 		"  --listen EP      ROUTER endpoint to bind (tcp://... or ipc://...)\n"
 		"  --ready-fd N     write READY to fd N once bound\n"
 		"  --log-level LVL  error|warn|info|debug (default info)\n"
 		"  --name NAME      log tag suffix\n"
+		"  --check          validate the flags, start nothing\n"
 		"Exit: 0 stopped by SIGTERM/SIGINT, 100 usage, 111 system error.\n");
 }
 
@@ -48,8 +50,8 @@ static int parse(int argc, char **argv, struct cli *cl, const char **ep)
 	};
 	int c;
 
-	cli_init(cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME, LOG_INFO,
-		 NULL);
+	cli_init(cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK,
+		 LOG_INFO, NULL);
 	while ((c = cli_next(cl, argc, argv, longs)) != CLI_END) {
 		if (c == CLI_HELP) {
 			usage(stdout);
@@ -77,6 +79,10 @@ int main(int argc, char **argv)
 	rc = parse(argc, argv, &cl, &ep);
 	if (rc || !ep)
 		return rc;
+	if (wire_endpoint_check(ep, err, sizeof err) != 0)
+		return cli_bad(&cl, "--listen: %s", err);
+	if (cl.check)
+		return KVW_EXIT_OK;
 	cli_log_init(&cl, "bootstrap", -1);
 	if (proc_signals_init())
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");

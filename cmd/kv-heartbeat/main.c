@@ -18,11 +18,11 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: " PROG " --table PATH [--interval SECONDS] [--max-failures N]\n"
 		"       [--ping-timeout SECONDS] [--ready-fd N] [--log-level LEVEL]\n"
-		"       [--name NAME]\n"
+		"       [--name NAME] [--check]\n"
 		"Pings every peer of the table each interval (default 5 s, may be\n"
 		"fractional, min 0.05); max-failures (default 2) missed pings in a\n"
 		"row mark a peer dead and fail its rooms. The ping timeout defaults\n"
-		"to the interval.\n"
+		"to the interval. --check validates the flags and exits.\n"
 		"Exit: 0 stopped, 100 usage, 111 system failure.\n");
 }
 
@@ -41,8 +41,8 @@ int main(int argc, char **argv)
 	int c, rc;
 	char err[256];
 
-	cli_init(&cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME, LOG_INFO,
-		 NULL);
+	cli_init(&cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK,
+		 LOG_INFO, NULL);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		const char *v = cl.arg;
 
@@ -67,6 +67,11 @@ int main(int argc, char **argv)
 	}
 	if (!cfg.table)
 		return cli_bad(&cl, "--table is required");
+	if (cl.check) {
+		rc = hbeat_check(&cfg, err, sizeof err);
+		return rc ? cli_fatal(PROG, cli_exit_code(rc), "%s", err)
+			  : KVW_EXIT_OK;
+	}
 	if (proc_signals_init() != 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	cli_log_init(&cl, "heartbeat", -1);

@@ -22,11 +22,12 @@ static void usage(FILE *f)
 		"usage: " PROG " --listen EP --engine ipc://PATH --table PATH --pool PATH\n"
 		"       [--topo tp,pp[,cp,dp]] [--rank tp,pp[,cp,dp]] [--transport shm]\n"
 		"       [--waiting-timeout SECONDS] [--ready-fd N] [--log-level LEVEL]\n"
-		"       [--name NAME] [--all-cp-ranks] [shape options]\n"
+		"       [--name NAME] [--all-cp-ranks] [--check] [shape options]\n"
 		"Decode-side kvwire control process. --waiting-timeout defaults to\n"
 		"$KVW_WAITING_TIMEOUT or 300 s. --all-cp-ranks: with prefill CP > 1,\n"
 		"pull each CP rank's page share from every CP rank (default: CP\n"
-		"rank 0 only). Shape options: %s\n"
+		"rank 0 only). --check validates every flag and the config, makes\n"
+		"nothing and prints pool_bytes=N. Shape options: %s\n"
 		"Exit: 0 stopped, 77 transport not available, 100 usage, 111 system.\n",
 		shape_usage());
 }
@@ -49,7 +50,8 @@ int main(int argc, char **argv)
 
 	shape_default(&cfg.shape);
 	cli_init(&cl, PROG,
-		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER,
+		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER |
+			 CLI_CHECK,
 		 LOG_INFO, &cfg.shape);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		switch (c) {
@@ -77,6 +79,15 @@ int main(int argc, char **argv)
 	cfg.transport = m->transport;
 	cfg.topo = m->topo;
 	cfg.rank = m->rank;
+	if (cl.check) {
+		uint64_t bytes;
+
+		rc = receiver_check(&cfg, &bytes, err, sizeof err);
+		if (rc)
+			return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
+		printf("pool_bytes=%llu\n", (unsigned long long)bytes);
+		return KVW_EXIT_OK;
+	}
 	if (proc_signals_init() != 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	cli_log_init(&cl, "receiver", (int)cfg.rank.tp);

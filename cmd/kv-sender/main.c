@@ -28,7 +28,7 @@ static void usage(FILE *f)
 		"         [--bootstrap EP] [--workers N] [--topo tp,pp[,cp,dp]]\n"
 		"         [--rank tp,pp[,cp,dp]] [--bootstrap-timeout SECONDS]\n"
 		"         [--transport shm] [--ready-fd N] [--log-level L]\n"
-		"         [--name NAME] [shape flags]\n"
+		"         [--name NAME] [--check] [shape flags]\n"
 		"       " PROG " --worker-id K --job-fd FD --table PATH --pool PATH\n"
 		"         (worker mode: started by the control, FD its socketpair end)\n"
 		"  %s\n"
@@ -36,8 +36,9 @@ static void usage(FILE *f)
 		"from decode peers on --listen and SEND_BEGIN/SEND_CHUNK/CLEAR from the\n"
 		"engine on --engine (ipc, 0600), moves KV through N worker processes.\n"
 		"--bootstrap-timeout (env KVW_BOOTSTRAP_TIMEOUT, default 300) bounds a\n"
-		"room's life. Exit: 0 stopped, 77 transport not available, 100 usage\n"
-		"or registration refused, 111 system failure.\n",
+		"room's life. --check validates every flag and the config, makes\n"
+		"nothing and prints pool_bytes=N. Exit: 0 stopped, 77 transport not\n"
+		"available, 100 usage or registration refused, 111 system failure.\n",
 		shape_usage());
 }
 
@@ -84,6 +85,15 @@ static int run_control(struct cli *cl, struct sender_cfg *cfg)
 	cfg->coord = m->rank;
 	cfg->name = cl->name;
 	cfg->log_level = cl->log_level_arg;
+	if (cl->check) {
+		uint64_t bytes;
+
+		rc = sender_check(cfg, &bytes, err, sizeof err);
+		if (rc < 0)
+			return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
+		printf("pool_bytes=%llu\n", (unsigned long long)bytes);
+		return KVW_EXIT_OK;
+	}
 	cli_log_init(cl, "sender", (int)sender_rank_of(&cfg->topo, &cfg->coord));
 	rc = sender_open(cfg, &s, err, sizeof err);
 	if (rc < 0)
@@ -113,7 +123,8 @@ int main(int argc, char **argv)
 
 	shape_default(&cfg.shape);
 	cli_init(&cl, PROG,
-		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER,
+		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER |
+			 CLI_CHECK,
 		 LOG_INFO, &cfg.shape);
 	if (env && cli_seconds(env, 1e-9, 1e7, &cfg.bootstrap_timeout_ns))
 		return cli_bad(&cl, "bad KVW_BOOTSTRAP_TIMEOUT: %s", env);

@@ -43,6 +43,7 @@ const char *kvw_strerror(int err)
 	static const char *const names[] = {
 		"OK", "EINVAL", "ENOMEM", "ESYS", "ENOENT", "EEXIST", "ESTALE",
 		"ESTATE", "EVERSION", "ETIMEDOUT", "EAGAIN", "ENODEV", "ERANGE",
+		"EPEER",
 	};
 	unsigned i = err <= 0 ? (unsigned)-err : 0xffffu;
 
@@ -65,7 +66,7 @@ const char *kvw_reason_str(unsigned reason)
 		"none", "aborted", "timeout", "peer dead", "peer restarted",
 		"transfer error", "page index out of range", "layout mismatch",
 		"worker died", "owner restarted", "bootstrap lookup failed",
-		"cleared while active",
+		"cleared while active", "page lists differ",
 	};
 
 	return reason < KVW_NREASONS ? names[reason] : "?";

@@ -35,6 +35,7 @@ enum kvw_err {
 	KVW_EAGAIN = -10,  /* try again later (not ready yet) */
 	KVW_ENODEV = -11,  /* hardware or runtime for a transport is missing */
 	KVW_ERANGE = -12,  /* index or length outside the registered region */
+	KVW_EPEER = -13,   /* a peer or the whole group went away */
 };
 
 /* Returns a static string naming a KVW_E* code ("EINVAL", ...). */
@@ -88,7 +89,9 @@ enum kvw_reason {
 	KVW_R_OWNER_RESTART = 9, /* the owning process restarted */
 	KVW_R_BOOTSTRAP = 10,   /* lookup at the bootstrap failed */
 	KVW_R_CLEARED = 11,     /* engine cleared a room that was still active */
-	KVW_NREASONS = 12,
+	KVW_R_PAGES = 12,       /* page lists disagree: a destination page given
+				 * twice, or decode and prefill page counts */
+	KVW_NREASONS = 13,
 };
 
 /* Returns a short static text for a reason ("aborted", "timeout", ...). */

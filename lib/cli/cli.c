@@ -19,7 +19,7 @@
 
 /* The common options' vals, above every value cli_next returns. */
 enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE, O_LISTEN, O_ENGINE,
-       O_TABLE, O_POOL, O_TRANSPORT, O_TOPO, O_RANK };
+       O_TABLE, O_POOL, O_TRANSPORT, O_TOPO, O_RANK, O_CHECK };
 
 void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
 	      struct shape *shape)
@@ -44,6 +44,7 @@ static int build(struct cli *c, const struct option *own)
 		{ "ready-fd", required_argument, NULL, O_READY },
 		{ "log-level", required_argument, NULL, O_LOG },
 		{ "name", required_argument, NULL, O_NAME },
+		{ "check", no_argument, NULL, O_CHECK },
 	};
 	static const struct option member[] = {
 		{ "listen", required_argument, NULL, O_LISTEN },
@@ -54,7 +55,8 @@ static int build(struct cli *c, const struct option *own)
 		{ "topo", required_argument, NULL, O_TOPO },
 		{ "rank", required_argument, NULL, O_RANK },
 	};
-	const unsigned want[] = { 0, CLI_READY_FD, CLI_LOG_LEVEL, CLI_NAME };
+	const unsigned want[] = { 0, CLI_READY_FD, CLI_LOG_LEVEL, CLI_NAME,
+				  CLI_CHECK };
 	const char *sname;
 	int has, n = 0;
 
@@ -127,6 +129,9 @@ static int common(struct cli *c, int v)
 		return 0;
 	case O_NAME:
 		c->name = c->arg;
+		return 0;
+	case O_CHECK:
+		c->check = 1;
 		return 0;
 	case O_LISTEN: c->member.listen = c->arg; return 0;
 	case O_ENGINE: c->member.engine = c->arg; return 0;
@@ -225,6 +230,7 @@ int cli_exit_code(int rc)
 	case KVW_EINVAL: return KVW_EXIT_USAGE;
 	case KVW_ENODEV: return KVW_EXIT_SKIP;
 	case KVW_ETIMEDOUT: return KVW_EXIT_TIMEOUT;
+	case KVW_EPEER: return KVW_EXIT_PEER;
 	default: return KVW_EXIT_SYS;
 	}
 }

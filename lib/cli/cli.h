@@ -7,6 +7,12 @@
  * module that writes to stderr, and only for the programs' main(), which
  * own stderr; nothing else in lib/ may call it.
  *
+ * --check (CLI_CHECK), on the group's members: parse and validate every
+ * flag and the configuration exactly as a start would, make nothing, and
+ * exit 0 (kv-sender and kv-receiver print pool_bytes=N), 100 with the
+ * fatal line, or 77 when the transport is not available here. kv-up runs
+ * it on every member before it starts any.
+ *
  * lib/cli/ is what the programs share (this module and runinfo, the run
  * directory's endpoints file). It is built into build/<variant>/libkvwcli.a
  * and linked into the programs only, never into libkvwire; it may include
@@ -31,6 +37,7 @@ enum cli_flag {
 	CLI_SHAPE = 1u << 3,     /* the shape flags (shape_option) */
 	CLI_OPERANDS = 1u << 4,  /* operands allowed (argv[optind..]) */
 	CLI_MEMBER = 1u << 5,    /* a control process's flags, into member */
+	CLI_CHECK = 1u << 6,     /* --check into check (see cli.h's top) */
 };
 
 /* The flags both control processes (kv-sender, kv-receiver) take, parsed
@@ -64,6 +71,7 @@ struct cli {
 	const char *name;          /* --name, NULL if not given */
 	struct shape *shape;       /* CLI_SHAPE: flags applied here, or NULL */
 	struct cli_member member;  /* CLI_MEMBER: flags applied here */
+	int check;                 /* --check: validate, make nothing, exit */
 	const char *opt;           /* long name of the option just returned */
 	const char *arg;           /* its value, NULL when it takes none */
 	struct option table[CLI_MAX_OPTS]; /* own + common, built by cli_next */
@@ -99,7 +107,8 @@ int cli_bad(const struct cli *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /* The exit code for a library result: 0 -> 0, KVW_EINVAL -> 100 (usage),
- * KVW_ENODEV -> 77 (skip), KVW_ETIMEDOUT -> 99, any other -> 111. */
+ * KVW_ENODEV -> 77 (skip), KVW_ETIMEDOUT -> 99, KVW_EPEER -> 102 (peer or
+ * group gone), any other -> 111. */
 int cli_exit_code(int rc);
 
 /* Calls log_init with role "ROLE" or "ROLE.NAME" (--name, cut at 20

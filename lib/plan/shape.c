@@ -122,6 +122,15 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 	struct layout_spec spec;
 
 	shape_model(s, t, c, &m);
+	/* The rule plan_heads_compute applies between two ranks: heads split
+	 * evenly over TP, or each of several ranks holds one head whole. A
+	 * member refuses a shape that no peer could exchange with. */
+	if (!s->mla && t->tp &&
+	    (s->kv_heads >= t->tp ? s->kv_heads % t->tp : t->tp % s->kv_heads))
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"%u kv heads do not split over tp %u (need a "
+				"multiple or a divisor of it)",
+				s->kv_heads, t->tp);
 	memset(&spec, 0, sizeof spec);
 	shape_layers(s, t, c, &spec.first_layer, &spec.layers);
 	spec.draft_layers = with_draft ? s->draft_layers : 0;

@@ -60,7 +60,8 @@ void shape_layers(const struct shape *s, const struct kvw_topo *t,
 /* Fills out[0..*n) with the layout of rank c (its PP stage's layers, draft
  * layers when with_draft, one AUX buffer), all in pool 0, and *pool_bytes
  * with the pool size it needs. Returns 0, KVW_ENOMEM (cap too small, *n =
- * needed) or KVW_EINVAL with err. */
+ * needed) or KVW_EINVAL with err (also for kv heads that do not split over
+ * t->tp: neither a multiple nor a divisor of it, MLA excepted). */
 int shape_layout(const struct shape *s, const struct kvw_topo *t,
 		 const struct kvw_coord *c, int with_draft,
 		 struct kvw_buf *out, uint32_t cap, uint32_t *n,

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "boot.h"
@@ -25,6 +26,8 @@
 struct boot_serve {
 	struct boot *b;
 	void *ctx, *sock;
+	char *ipc_path; /* the socket file this process bound, removed at
+			 * close; NULL for tcp or before the bind */
 	struct frame_msg req, reply; /* big: kept off the stack */
 };
 
@@ -50,6 +53,11 @@ int boot_serve_open(const char *listen, struct boot_serve **out, char *err,
 	s->sock = wire_socket(s->ctx, ZMQ_ROUTER, 0, err, errlen);
 	if (!s->sock || wire_bind(s->sock, listen, 0, err, errlen))
 		goto fail;
+	if (strncmp(listen, "ipc://", 6) == 0 &&
+	    !(s->ipc_path = strdup(listen + 6))) {
+		rc = kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+		goto fail;
+	}
 	LOG(LOG_INFO, "listening on %s", listen);
 	*out = s;
 	return 0;
@@ -144,6 +152,10 @@ void boot_serve_close(struct boot_serve **sp)
 	wire_close(&s->sock);
 	if (s->ctx)
 		zmq_ctx_term(s->ctx);
+	/* Only a file this process bound: never one a peer bound later. */
+	if (s->ipc_path)
+		unlink(s->ipc_path);
+	free(s->ipc_path);
 	boot_close(&s->b);
 	free(s);
 	*sp = NULL;

@@ -46,6 +46,16 @@ struct hbeat {
 	uint32_t cap;
 };
 
+int hbeat_check(const struct hbeat_cfg *cfg, char *err, size_t errlen)
+{
+	if (!cfg->table || cfg->interval_ns < 50000000ull ||
+	    cfg->max_failures < 1)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"need a table, interval >= 0.05 s, "
+				"max failures >= 1");
+	return 0;
+}
+
 int hbeat_open(const struct hbeat_cfg *cfg, struct hbeat **out, char *err,
 	       size_t errlen)
 {
@@ -53,10 +63,8 @@ int hbeat_open(const struct hbeat_cfg *cfg, struct hbeat **out, char *err,
 	int rc;
 
 	*out = NULL;
-	if (!cfg->table || cfg->interval_ns < 50000000ull || cfg->max_failures < 1)
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"need a table, interval >= 0.05 s, "
-				"max failures >= 1");
+	if ((rc = hbeat_check(cfg, err, errlen)) != 0)
+		return rc;
 	h = calloc(1, sizeof *h);
 	if (!h)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");

@@ -26,6 +26,10 @@ struct hbeat_cfg {
 
 struct hbeat; /* opaque */
 
+/* The config checks of hbeat_open, without opening anything: 0, or
+ * KVW_EINVAL with the reason in err. */
+int hbeat_check(const struct hbeat_cfg *cfg, char *err, size_t errlen);
+
 /* Maps the table (rtab_open writable) and makes the ZMQ context; no socket
  * yet (peers come and go with the table). Returns 0 and *out (free with
  * hbeat_close), KVW_EINVAL for a bad config, or the rtab_open error

@@ -47,6 +47,7 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 	if (rc)
 		return kvw_errf(err, errlen, rc, "table %s: %s", cfg->table,
 				e2);
+	r->made_files |= existed ? 0 : 1;
 	if (existed) {
 		rc = rtab_fail_stale_owner(r->tab, r->epoch, NULL, NULL);
 		if (rc > 0)
@@ -56,7 +57,9 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 	r->model = (struct kvw_model){ 0 };
 	shape_model(&r->shape, &r->topo, &r->rank, &r->model);
 	r->bufs = calloc(KVW_MAX_BUFFERS, sizeof *r->bufs);
-	if (!r->bufs) {
+	r->page_seen = calloc((size_t)r->shape.pages / 64 + 1,
+			      sizeof *r->page_seen);
+	if (!r->bufs || !r->page_seen) {
 		bad_config(err, errlen, "out of memory");
 		return KVW_ENOMEM;
 	}
@@ -77,6 +80,7 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 		LOG(LOG_INFO, "reusing pool %s", path);
 	if (rc)
 		return kvw_errf(err, errlen, rc, "pool %s: %s", path, e2);
+	r->made_files |= existed ? 0 : 2;
 	ops = xport_find(r->transport);
 	if (!ops)
 		return kvw_errf(err, errlen, KVW_EINVAL, "unknown transport %s",
@@ -112,24 +116,60 @@ static int open_sockets(struct receiver *r, char *err, size_t errlen)
 	return 0;
 }
 
+int receiver_check(const struct receiver_cfg *cfg, uint64_t *pool_bytes,
+		   char *err, size_t errlen)
+{
+	char path[POOL_PATH_MAX + 1], e2[200];
+	struct kvw_buf *bufs;
+	uint32_t n;
+	int rc;
+
+	if (!cfg->listen || !cfg->engine || !cfg->table || !cfg->pool)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"listen, engine, table and pool are required");
+	if ((rc = wire_endpoint_check(cfg->listen, e2, sizeof e2)) ||
+	    (rc = wire_endpoint_check(cfg->engine, e2, sizeof e2)))
+		return kvw_errf(err, errlen, rc, "%s", e2);
+	if (strlen(cfg->listen) >= RTAB_ENDPOINT_MAX)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"listen endpoint too long");
+	if (!cfg->topo.tp || !cfg->topo.pp || !cfg->topo.cp || !cfg->topo.dp ||
+	    cfg->rank.tp >= cfg->topo.tp || cfg->rank.pp >= cfg->topo.pp ||
+	    cfg->rank.cp >= cfg->topo.cp || cfg->rank.dp >= cfg->topo.dp)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"rank outside the topology");
+	if (pool_path_for(cfg->pool, path, sizeof path) < 0 ||
+	    !pool_name_ok(path))
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"pool %.120s: a name, or an absolute path to a "
+				"file named kvwire.<name>.pool",
+				cfg->pool);
+	bufs = calloc(KVW_MAX_BUFFERS, sizeof *bufs);
+	if (!bufs)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	rc = shape_layout(&cfg->shape, &cfg->topo, &cfg->rank, 1, bufs,
+			  KVW_MAX_BUFFERS, &n, pool_bytes, e2, sizeof e2);
+	free(bufs);
+	if (rc)
+		return kvw_errf(err, errlen, rc == KVW_ENOMEM ? KVW_EINVAL : rc,
+				"layout: %s", e2);
+	/* Before anything is made: a missing transport is a clean 77 with
+	 * no table or pool left behind. */
+	return xport_probe(cfg->transport ? cfg->transport : "shm", err,
+			   errlen);
+}
+
 int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
 		  char *err, size_t errlen)
 {
 	struct receiver *r;
+	uint64_t pool_bytes;
 	int rc;
 
 	*out = NULL;
-	if (!cfg->listen || !cfg->engine || !cfg->table || !cfg->pool ||
-	    strlen(cfg->listen) > KVW_MAX_STR || strlen(cfg->engine) > KVW_MAX_STR) {
-		bad_config(err, errlen, "listen, engine, table and pool are required");
-		return KVW_EINVAL;
-	}
-	if (!cfg->topo.tp || !cfg->topo.pp || !cfg->topo.cp || !cfg->topo.dp ||
-	    cfg->rank.tp >= cfg->topo.tp || cfg->rank.pp >= cfg->topo.pp ||
-	    cfg->rank.cp >= cfg->topo.cp || cfg->rank.dp >= cfg->topo.dp) {
-		bad_config(err, errlen, "rank outside the topology");
-		return KVW_EINVAL;
-	}
+	rc = receiver_check(cfg, &pool_bytes, err, errlen);
+	if (rc)
+		return rc;
 	r = calloc(1, sizeof *r);
 	if (!r) {
 		bad_config(err, errlen, "out of memory");
@@ -168,6 +208,16 @@ int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
 	*out = r;
 	return 0;
 fail:
+	/* Remove what this open made, nothing else (a table or pool reused
+	 * from a previous incarnation stays). */
+	if (r->made_files & 1)
+		rtab_unlink(r->table_path);
+	if (r->made_files & 2) {
+		char path[POOL_PATH_MAX + 1];
+
+		if (pool_path_for(r->pool_path, path, sizeof path) == 0)
+			pool_unlink(path);
+	}
 	receiver_close(&r);
 	return rc;
 }
@@ -194,6 +244,7 @@ void receiver_close(struct receiver **rp)
 	pool_close(&r->pool);
 	rtab_close(&r->tab);
 	free(r->bufs);
+	free(r->page_seen);
 	free(r->table_path);
 	free(r->pool_path);
 	free(r);
@@ -202,28 +253,58 @@ void receiver_close(struct receiver **rp)
 
 /* ---- engine messages ----------------------------------------------------- */
 
-/* The engine's page indices and aux slot must lie inside this rank's pool:
- * a room naming anything outside fails at once (bad index) and nothing of
- * it reaches a prefill rank. Returns 1 when the room was failed. */
-static int pages_outside(struct receiver *r, struct rx_room *room)
+/* The first destination page the room names twice, as its position, or
+ * room->npages when none repeats. r->page_seen (one bit per pool page) is
+ * left all clear again. */
+static uint32_t repeated_page(struct receiver *r, const struct rx_room *room)
 {
+	uint32_t i, dup = room->npages;
+
+	for (i = 0; i < room->npages; i++) {
+		uint32_t p = room->pages[i];
+		uint64_t bit = 1ull << (p % 64);
+
+		if (r->page_seen[p / 64] & bit) {
+			dup = i;
+			break;
+		}
+		r->page_seen[p / 64] |= bit;
+	}
+	while (i-- > 0)
+		r->page_seen[room->pages[i] / 64] = 0;
+	return dup;
+}
+
+/* The engine's page indices and aux slot must lie inside this rank's pool,
+ * and no destination page may be named twice (two source pages would land
+ * on one): a room breaking either fails at once (bad index; page lists
+ * differ) and nothing of it reaches a prefill rank. Returns 1 when the
+ * room was failed. */
+static int pages_bad(struct receiver *r, struct rx_room *room)
+{
+	unsigned reason = KVW_R_BAD_INDEX;
 	char why[120];
 	uint32_t i;
 
 	for (i = 0; i < room->npages; i++)
 		if (room->pages[i] >= r->shape.pages)
 			break;
-	if (i < room->npages)
+	if (i < room->npages) {
 		snprintf(why, sizeof why, "page index %u (position %u) outside "
 			 "the %u-page pool", room->pages[i], i, r->shape.pages);
-	else if (r->shape.aux_slots && room->aux_slot >= r->shape.aux_slots)
+	} else if (r->shape.aux_slots && room->aux_slot >= r->shape.aux_slots) {
 		snprintf(why, sizeof why, "aux slot %u outside the %u slots",
 			 room->aux_slot, r->shape.aux_slots);
-	else
+	} else if ((i = repeated_page(r, room)) < room->npages) {
+		snprintf(why, sizeof why, "destination page %u given twice "
+			 "(again at position %u)", room->pages[i], i);
+		reason = KVW_R_PAGES;
+	} else {
 		return 0;
-	MALFORMED(r->tab, "room %llu: RECV_BEGIN: %s", (unsigned long long)room->id,
-		  why);
-	receiver_room_fail(r, room, KVW_R_BAD_INDEX, why);
+	}
+	MALFORMED(r->tab, "room %llu: RECV_BEGIN: %s",
+		  (unsigned long long)room->id, why);
+	receiver_room_fail(r, room, reason, why);
 	return 1;
 }
 
@@ -287,7 +368,7 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 		receiver_room_fail(r, room, KVW_R_BOOTSTRAP, "no bootstrap address");
 		return;
 	}
-	if (pages_outside(r, room))
+	if (pages_bad(r, room))
 		return;
 	receiver_boot_want(r, room);
 }

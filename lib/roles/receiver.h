@@ -35,6 +35,13 @@ struct receiver_cfg {
 
 struct receiver; /* opaque */
 
+/* Everything receiver_open would refuse, decided without making anything:
+ * endpoints (ipc path lengths), rank inside topology, the pool's name, the
+ * shape's layout and the transport's availability. 0 and *pool_bytes,
+ * KVW_EINVAL or KVW_ENODEV with the reason in err. */
+int receiver_check(const struct receiver_cfg *cfg, uint64_t *pool_bytes,
+		   char *err, size_t errlen);
+
 /* Builds every piece of state in the contract's order: room table
  * (rtab_create, 65536 rooms, 1024 peers; a table left by a previous owner
  * has its non-terminal rooms failed), pool (a stale file is unlinked, then

@@ -175,9 +175,13 @@ struct receiver {
 	uint8_t desc[KVW_MAX_DESC];
 	size_t desclen;
 	struct kvw_buf *bufs;
+	uint64_t *page_seen; /* one bit per pool page, all clear between uses
+			      * (RECV_BEGIN's repeated-page check) */
 	uint32_t nbufs;
 	struct kvw_model model;
 
+	int made_files; /* bit 0: this open created the table, bit 1: the pool
+			 * (a failed open removes what it made, nothing else) */
 	void *ctx;
 	struct dealers *dealers; /* bootstraps' and prefill peers' DEALERs */
 	void *peer_sock;   /* ROUTER on listen */

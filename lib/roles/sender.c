@@ -58,6 +58,8 @@ static int check_cfg(const struct sender_cfg *c, char *err, size_t errlen)
 {
 	const struct kvw_topo *t = &c->topo;
 	const struct kvw_coord *x = &c->coord;
+	char e2[200];
+	int rc;
 
 	if (!c->listen || !c->engine || !c->table || !c->pool || !c->exe)
 		return kvw_errf(err, errlen, KVW_EINVAL,
@@ -74,10 +76,45 @@ static int check_cfg(const struct sender_cfg *c, char *err, size_t errlen)
 	if (!c->transport || !xport_find(c->transport))
 		return kvw_errf(err, errlen, KVW_EINVAL, "unknown transport %s",
 				c->transport ? c->transport : "(none)");
-	if (strlen(c->listen) >= RTAB_ENDPOINT_MAX || strlen(c->listen) > KVW_MAX_STR)
+	if (strlen(c->listen) >= RTAB_ENDPOINT_MAX)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"--listen endpoint too long");
+	if ((rc = wire_endpoint_check(c->listen, e2, sizeof e2)) ||
+	    (rc = wire_endpoint_check(c->engine, e2, sizeof e2)) ||
+	    (c->bootstrap && (rc = wire_endpoint_check(c->bootstrap, e2,
+						       sizeof e2))))
+		return kvw_errf(err, errlen, rc, "%s", e2);
 	return 0;
+}
+
+int sender_check(const struct sender_cfg *cfg, uint64_t *pool_bytes,
+		 char *err, size_t errlen)
+{
+	char path[POOL_PATH_MAX + 1];
+	struct kvw_buf *bufs;
+	uint32_t n;
+	int rc;
+
+	rc = check_cfg(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (pool_path_for(cfg->pool, path, sizeof path) < 0 ||
+	    !pool_name_ok(path))
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"--pool %.120s: a name, or an absolute path to "
+				"a file named kvwire.<name>.pool",
+				cfg->pool);
+	bufs = calloc(SENDER_MAX_LAYOUT, sizeof *bufs);
+	if (!bufs)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	rc = shape_layout(&cfg->shape, &cfg->topo, &cfg->coord, 0, bufs,
+			  SENDER_MAX_LAYOUT, &n, pool_bytes, err, errlen);
+	free(bufs);
+	if (rc < 0)
+		return rc == KVW_ENOMEM ? KVW_EINVAL : rc;
+	/* Before anything is made: a transport this machine lacks is a
+	 * clean 77 now, not a worker restarted every second. */
+	return xport_probe(cfg->transport, err, errlen);
 }
 
 /* Own layout, model and layer range from the shape. */
@@ -102,6 +139,7 @@ static int open_files(struct sender *s, char *err, size_t errlen)
 			 &s->t, &existed, err, errlen);
 	if (rc < 0)
 		return rc;
+	s->made_files |= existed ? 0 : 1;
 	if (existed) {
 		n = rtab_fail_stale_owner(s->t, s->epoch, NULL, NULL);
 		LOG(LOG_WARN, "reopened table %s: failed %d rooms of the previous "
@@ -112,6 +150,8 @@ static int open_files(struct sender *s, char *err, size_t errlen)
 	rc = pool_adopt(s->pool_path, s->pool_bytes, &s->pool, &n, err, errlen);
 	if (rc == 0 && n)
 		LOG(LOG_INFO, "reusing pool %s", s->pool_path);
+	if (rc == 0 && !n)
+		s->made_files |= 2;
 	return rc;
 }
 
@@ -133,15 +173,14 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 {
 	struct sender *s;
 	char path[POOL_PATH_MAX + 1];
+	uint64_t pool_bytes;
 	int oom = 0, rc;
 
 	*out = NULL;
-	rc = check_cfg(cfg, err, errlen);
+	rc = sender_check(cfg, &pool_bytes, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (pool_path_for(cfg->pool, path, sizeof path) < 0)
-		return kvw_errf(err, errlen, KVW_EINVAL, "bad pool name %s",
-				cfg->pool);
+	(void)pool_path_for(cfg->pool, path, sizeof path);
 	s = calloc(1, sizeof *s);
 	if (!s)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
@@ -199,6 +238,10 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 	*out = s;
 	return 0;
 fail:
+	if (s->made_files & 1)
+		rtab_unlink(s->table_path);
+	if (s->made_files & 2)
+		pool_unlink(s->pool_path);
 	sender_close(&s);
 	return rc;
 }

@@ -45,6 +45,14 @@ struct sender_cfg {
 
 struct sender; /* opaque */
 
+/* Everything sender_open would refuse, decided without making anything:
+ * flags, endpoints (ipc path lengths), the pool's name, the shape's layout
+ * and the transport's availability on this machine. 0 and *pool_bytes (the
+ * size of the pool it would make), KVW_EINVAL (bad config) or KVW_ENODEV
+ * (transport not available), with the reason in err. */
+int sender_check(const struct sender_cfg *cfg, uint64_t *pool_bytes,
+		 char *err, size_t errlen);
+
 /* Builds every piece of state in the order docs/ARCHITECTURE.md asks for:
  * layout, room table (a table left by a previous incarnation is reopened and its
  * live rooms failed), pool (a stale pool file is unlinked first), the

@@ -158,6 +158,8 @@ struct sender {
 
 	struct rtab *t;
 	struct pool *pool;
+	int made_files; /* bit 0: this open created the table, bit 1: the pool
+			 * (a failed open removes what it made, nothing else) */
 	void *ctx;
 	struct dealers *dealers; /* DEALERs to decodes' return endpoints */
 	void *peer_sock, *eng_sock;

@@ -302,6 +302,16 @@ static int dispatch_one(struct sender *s, struct sender_room *r, uint32_t w)
 			sender_room_fail(s, r, KVW_R_LAYOUT, why);
 			return KVW_EINVAL;
 		}
+		/* Each real destination names one page per source page
+		 * (its share, under CP): fewer would leave pages of the room
+		 * unwritten behind a Success, more would never be filled. */
+		if (d->npages != r->num_pages) {
+			snprintf(why, sizeof why, "decode %s gave %u destination "
+				 "pages for %u source pages",
+				 d->peer->endpoint, d->npages, r->num_pages);
+			sender_room_fail(s, r, KVW_R_PAGES, why);
+			return KVW_ERANGE;
+		}
 		if (sender_dst_slice(d, r->cursor, c->n, &dp) < 0) {
 			snprintf(why, sizeof why, "chunk of pages %u..%u runs "
 				 "past the %u pages of decode %s", r->cursor,

@@ -209,6 +209,11 @@ int rtab_open(const char *path, int writable, struct rtab **out, char *err,
  * stays. */
 void rtab_close(struct rtab **t);
 
+/* Whether the file at path is still the one t maps: 1 yes, 0 when path is
+ * gone or names another file now (the table was removed, or replaced by a
+ * new group's). */
+int rtab_is_at(const struct rtab *t, const char *path);
+
 /* Removes the table file: 0, or KVW_ESYS (KVW_ENOENT if it was missing). */
 int rtab_unlink(const char *path);
 

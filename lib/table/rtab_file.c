@@ -104,6 +104,8 @@ static int map_fd(struct rtab *t, int fd, const char *path, uint32_t cap,
 				"%s: too large for a room table (%lld bytes)",
 				path, (long long)st.st_size);
 	t->len = (size_t)st.st_size;
+	t->dev = st.st_dev;
+	t->ino = st.st_ino;
 	t->map = mmap(NULL, t->len, prot, MAP_SHARED, fd, 0);
 	if (t->map == MAP_FAILED) {
 		t->map = NULL;
@@ -204,6 +206,14 @@ static int create_new(struct rtab *t, const char *path, uint32_t cap,
 		goto out;
 	}
 	t->len = file_size(cap, peer_cap);
+	{
+		struct stat st;
+
+		if (fstat(fd, &st) == 0) {
+			t->dev = st.st_dev;
+			t->ino = st.st_ino;
+		}
+	}
 	t->map = mmap(NULL, t->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (t->map == MAP_FAILED) {
 		t->map = NULL;
@@ -300,6 +310,14 @@ int rtab_create(const char *path, uint32_t capacity, uint32_t peer_capacity,
 fail:
 	rtab_close(&t);
 	return rc;
+}
+
+int rtab_is_at(const struct rtab *t, const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && st.st_dev == t->dev &&
+	       st.st_ino == t->ino;
 }
 
 int rtab_unlink(const char *path)

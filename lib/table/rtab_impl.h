@@ -10,6 +10,8 @@
 
 #include "rtab.h"
 
+#include <sys/types.h>
+
 struct rtab {
 	void *map;
 	size_t len;
@@ -21,6 +23,8 @@ struct rtab {
 	uint32_t peer_cap;
 	int writable;
 	int owner;
+	dev_t dev; /* the mapped file, as mapped (rtab_identity) */
+	ino_t ino;
 };
 
 /* ---- state word: gen (63..32) | reason (31..16) | state (15..8) | kind */

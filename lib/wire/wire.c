@@ -33,6 +33,32 @@ void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 	return s;
 }
 
+int wire_endpoint_check(const char *ep, char *err, size_t errlen)
+{
+	size_t n = ep ? strlen(ep) : 0;
+
+	if (n == 0 || n > KVW_MAX_STR)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"endpoint empty or longer than %u bytes",
+				KVW_MAX_STR);
+	if (strncmp(ep, "ipc://", 6) == 0) {
+		if (n == 6 || n - 6 > WIRE_IPC_PATH_MAX)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"ipc path of %zu bytes (1..%u allowed): "
+					"%.120s",
+					n - 6, WIRE_IPC_PATH_MAX, ep);
+		return 0;
+	}
+	if (strncmp(ep, "inproc://", 9) == 0 && n > 9)
+		return 0;
+	if (strncmp(ep, "tcp://", 6) == 0 && strchr(ep + 6, ':'))
+		return 0;
+	return kvw_errf(err, errlen, KVW_EINVAL,
+			"endpoint %.120s: want ipc://PATH, tcp://HOST:PORT or "
+			"inproc://NAME",
+			ep);
+}
+
 int wire_bind(void *sock, const char *endpoint, unsigned mode, char *err,
 	      size_t errlen)
 {

@@ -14,6 +14,9 @@
 
 #include "frame.h"
 
+/* An ipc:// path's most bytes (struct sockaddr_un's sun_path, less NUL). */
+#define WIRE_IPC_PATH_MAX 107u
+
 /* ROUTER identities are at most 255 bytes (libzmq's limit). */
 #define WIRE_ID_MAX 255u
 
@@ -32,6 +35,12 @@ struct wire_in {
  * with the reason in err. */
 void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 		  size_t errlen);
+
+/* Whether ep can be bound or dialled: ipc://PATH with a PATH of 1..107
+ * bytes (a socket address holds 108 with its NUL), tcp://HOST:PORT or
+ * inproc://NAME, at most KVW_MAX_STR bytes in all. 0, or KVW_EINVAL with
+ * the reason in err. */
+int wire_endpoint_check(const char *ep, char *err, size_t errlen);
 
 /* Binds sock to endpoint. For ipc:// endpoints a stale socket file from a
  * dead process is removed first and the new one gets `mode` (0600 for

@@ -38,6 +38,19 @@ int pool_path_for(const char *name, char *buf, size_t len)
 	return 0;
 }
 
+int pool_name_ok(const char *path)
+{
+	const char *b = strrchr(path, '/');
+	size_t n;
+
+	if (path[0] != '/' || !b)
+		return 0;
+	b++;
+	n = strlen(b);
+	return n > 12 && strncmp(b, "kvwire.", 7) == 0 &&
+	       strcmp(b + n - 5, ".pool") == 0;
+}
+
 /* Maps a pool with every page in place (MAP_POPULATE). Workers and engines
  * copy into pools page by page; faulting a mapping in 4 KiB at a time costs a
  * trap per page in each process that maps it (about 11 us per write fault in

@@ -29,6 +29,10 @@ struct pool; /* opaque: one open, mapped pool file */
  * longer than POOL_PATH_MAX or than len-1). */
 int pool_path_for(const char *name, char *buf, size_t len);
 
+/* 1 when path is absolute and its file is named kvwire.<name>.pool (the
+ * only files kvwire makes or maps as pools), else 0. */
+int pool_name_ok(const char *path);
+
 /* Creates a pool file of `size` bytes (a name or a path, as pool_path_for),
  * mode 0600, refusing to replace an existing file (O_EXCL: a live pool is
  * never clobbered; a stale one must be pool_unlink'ed first), reserves all

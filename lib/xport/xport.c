@@ -50,6 +50,16 @@ const struct xport_ops *xport_find(const char *name)
 	return NULL;
 }
 
+int xport_probe(const char *name, char *err, size_t errlen)
+{
+	const struct xport_ops *ops = xport_find(name);
+
+	if (!ops)
+		return kvw_errf(err, errlen, KVW_EINVAL, "unknown transport %s",
+				name ? name : "(none)");
+	return ops->probe(err, errlen);
+}
+
 size_t xport_probe_all(struct xport_avail *out, size_t cap)
 {
 	size_t i;

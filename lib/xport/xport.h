@@ -114,6 +114,11 @@ struct xport_avail {
 	char msg[256];    /* "<name>: available" or the probe's message */
 };
 
+/* Probes the transport called name: 0 when it can be used here,
+ * KVW_ENODEV with "<name>: not available: <why>" in err, KVW_EINVAL for an
+ * unknown name. */
+int xport_probe(const char *name, char *err, size_t errlen);
+
 /* Probes every known transport in a fixed order, filling out[0..cap).
  * Returns how many transports are known (may exceed cap). */
 size_t xport_probe_all(struct xport_avail *out, size_t cap);

@@ -99,19 +99,6 @@ static int64_t xshm_slot(struct xshm_region **arr, uint32_t *n, uint32_t *cap)
 	return (*n)++;
 }
 
-/* Only files named kvwire.<name>.pool are pools: a descriptor is untrusted,
- * and must never make this process write into some other file it can open. */
-static int xshm_pool_name_ok(const char *path)
-{
-	const char *b = strrchr(path, '/');
-	size_t n;
-
-	b = b ? b + 1 : path;
-	n = strlen(b);
-	return n > 12 && strncmp(b, "kvwire.", 7) == 0 &&
-	       strcmp(b + n - 5, ".pool") == 0;
-}
-
 static void put_le(uint8_t *p, uint64_t v, unsigned bytes)
 {
 	for (unsigned i = 0; i < bytes; i++)
@@ -137,7 +124,9 @@ static int xshm_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	struct stat st;
 	int64_t slot;
 
-	if (!xshm_pool_name_ok(path) || path[0] != '/')
+	/* A descriptor is untrusted: it must never make this process write
+	 * into some other file it can open. Only kvwire pools are pools. */
+	if (!pool_name_ok(path))
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"shm: %s: pool files must be absolute and "
 				"named kvwire.<name>.pool",
@@ -197,7 +186,7 @@ static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
 				"shm: malformed descriptor (path or size)");
 	memcpy(path, desc + SHM_HDR, plen);
 	path[plen] = '\0';
-	if (path[0] != '/' || !xshm_pool_name_ok(path))
+	if (!pool_name_ok(path))
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"shm: descriptor path is not a kvwire pool");
 

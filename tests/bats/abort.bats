@@ -164,7 +164,7 @@ seqc() { seq -s, "$@"; }
 	[ "$(count d0 ab "$dst")" -eq $((256 * ITEM)) ]
 	is p0 21 outstanding 0
 	logged p0 "room 21: job stopped: room ended"
-	! logged p0 "room 21: test delay before a batch, 345 copies left"
+	refute logged p0 "room 21: test delay before a batch, 345 copies left"
 	# Canary over the released pages, then a later room through the same
 	# worker (jobs run in order) to Success: the canary is untouched.
 	paint d0 5a "$dst"
@@ -197,7 +197,7 @@ seqc() { seq -s, "$@"; }
 	[[ "$output" == *"ok room 61: STATUS Success"* ]]
 	[[ "$output" == *"ok room 61: ABORT_ACK (STATUS Failed reason None first)"* ]]
 	grep -q "room 61: success" "$RUN/sender.log"
-	! grep -q "room 61: failed" "$RUN/sender.log"
+	refute grep -q "room 61: failed" "$RUN/sender.log"
 }
 
 @test "two decode ranks abort one room on one prefill rank: both get their ack, only after the jobs drain" {

@@ -183,7 +183,7 @@ note_pids() {
 	crash_run "$victim"
 	same_pids bootstrap p0 d0 hb0
 	wait_for 30 sh -c "[ \$(pgrep -P $PIDS_p0 | wc -l) -eq 2 ]"
-	! kill -0 "$victim" 2>/dev/null
+	gone "$victim"
 	grep -q "worker .* killed by signal 9" "$RUN/logs/p0.log"
 	# Fewer rooms failed than were in flight at most times 2 workers:
 	# failures are the dead worker's rooms, never the whole sender's.

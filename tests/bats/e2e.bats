@@ -205,8 +205,14 @@ one_room() {
 	ctl send-begin "$PENG" 4242 4 2
 	wait_for 20 state_is p0 4242 Bootstrapping
 	[ "$(field p0 4242 pages_expected)" -eq 4 ]
+	# Decode, with its bootstrap stopped so that the lookup cannot be
+	# answered yet: Bootstrapping, then WaitingForInput once it can.
+	local bs
+	bs=$(cat "$RUN/pids/bootstrap.pid")
+	kill -STOP "$bs"
 	ctl recv-begin "$DENG" 4242 "$BOOT" 2 30,31,32,33
-	wait_for 20 state_is d0 4242 Bootstrapping WaitingForInput
+	wait_for 20 state_is d0 4242 Bootstrapping || { kill -CONT "$bs"; false; }
+	kill -CONT "$bs"
 	wait_for 20 state_is d0 4242 WaitingForInput
 	wait_for 20 state_is p0 4242 WaitingForInput
 	# A first chunk: the prefill side transfers, decode still waits.

@@ -31,6 +31,18 @@ gone() {
 	! kill -0 "$1" 2>/dev/null
 }
 
+# refute CMD...: fails (and says what) when CMD succeeds. bats stops a
+# test only on a failing command, and `! CMD` never fails one (bash's
+# errexit ignores it) unless it is the test's last line: write `refute CMD`
+# (mk/check-tests.sh refuses `! CMD` in a test body).
+refute() {
+	if "$@"; then
+		echo "refute: this succeeded: $*" >&2
+		return 1
+	fi
+	return 0
+}
+
 # wait_for SECONDS CMD...: runs CMD until it succeeds, at most SECONDS.
 # Returns 1 (and says what it waited for) on timeout.
 wait_for() {

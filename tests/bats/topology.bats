@@ -114,7 +114,9 @@ bytes_of() { rows "$1" | awk '{ print $4 }' | sort -u; }
 }
 
 @test "prefill TP 4 -> decode TP 2 MLA: dummy ranks end without moving a byte or sending STATUS" {
-	up --prefill-tp 4 --decode-tp 2 --layers 3 --mla
+	# Debug logs: the receivers log every STATUS they drop, including one
+	# for a room that already ended (which bumps no counter).
+	KVW_LOG=debug up --prefill-tp 4 --decode-tp 2 --layers 3 --mla
 	bench --prefill-tp 4 --decode-tp 2
 	# Real targets p0 (for d0) and p2 (for d1): 3 latent buffers x 5
 	# pages x 4 tokens x 16 B, plus aux.
@@ -137,6 +139,14 @@ bytes_of() { rows "$1" | awk '{ print $4 }' | sort -u; }
 	run "$KVW_BIN/kv-stat" --table "$(endpoint d1 table)"
 	[[ "$output" =~ stale=0 ]]
 	[[ "$output" =~ p3\.peer ]]
+	# Nor after its room ended: a STATUS for an ended or unknown room is
+	# only logged ("STATUS for a ... room: ignored"), and each of the 6
+	# rooms succeeded on the one real target's STATUS.
+	for d in d0 d1; do
+		grep -c "Success (1 of 1 prefill ranks)" "$RUN/logs/$d.log"
+		[ "$(grep -c "Success (1 of 1 prefill ranks)" "$RUN/logs/$d.log")" -eq 6 ]
+		refute grep "STATUS" "$RUN/logs/$d.log"
+	done
 }
 
 @test "a decode rank with another page size: its rooms fail with reason bootstrap, the log names the mismatch" {

@@ -2,57 +2,28 @@
  * fuzz_boot.c - libFuzzer target for kv-bootstrap's request handling: the
  * same path the program runs (frame_decode, then boot_handle, then
  * frame_encode of the reply), over a sequence of messages against one
- * bootstrap per input, so registrations build state that later lookups
- * and conflicting registrations meet. Input: repeated records of byte 0 =
- * part count (mod KVW_MAX_FRAMES + 1), then per part a u16 LE length and
- * that many bytes (each part copied to its own exact-size heap buffer so
- * ASan sees any over-read). Checked: boot_handle only ever answers a
- * decoded request with 0 or KVW_EINVAL; every reply it makes encodes (the
- * program would send it); the registered count never exceeds the expected
- * count; a reply carries the request's room and the bootstrap's epoch.
+ * bootstrap per input, so registrations build state that later lookups and
+ * conflicting registrations meet. Input: repeated records of byte 0 = part
+ * count (mod KVW_MAX_FRAMES + 1), then per part a u16 LE length and that many
+ * bytes (fuzz_input.h: each part copied to its own exact-size heap buffer so
+ * ASan sees any over-read). Checked: boot_handle only ever answers a decoded
+ * request with 0 or KVW_EINVAL; every reply it makes encodes (the program would
+ * send it); the registered count never exceeds the expected count; a reply
+ * carries the request's room and the bootstrap's epoch.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "roles/boot.h"
 #include "wire/frame.h"
 
-#define NMAX (KVW_MAX_FRAMES + 1)
+#define NMAX FUZZ_NMAX
 #define EPOCH 0x1234u
 #define MAX_MSGS 64
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* Cuts the next message off the input; returns its part count or -1 at the
- * end. mem[] holds the copies (freed by the caller). */
-static int next_msg(const uint8_t *data, size_t size, size_t *off,
-		    struct frame_part *parts, uint8_t **mem)
-{
-	size_t n;
-
-	if (*off >= size)
-		return -1;
-	n = data[(*off)++] % (NMAX + 1);
-	for (size_t i = 0; i < n; i++) {
-		size_t len = 0;
-
-		if (size - *off >= 2) {
-			len = (size_t)data[*off] | (size_t)data[*off + 1] << 8;
-			*off += 2;
-			if (len > size - *off)
-				len = size - *off;
-		}
-		mem[i] = malloc(len ? len : 1);
-		if (!mem[i])
-			abort();
-		memcpy(mem[i], data + *off, len);
-		*off += len;
-		parts[i].data = mem[i];
-		parts[i].len = len;
-	}
-	return (int)n;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -70,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		char err[256];
 		int rc;
 
-		n = next_msg(data, size, &off, parts, mem);
+		n = fuzz_cut(data, size, &off, 0, parts, mem);
 		if (n < 0)
 			break;
 		if (frame_decode(parts, (size_t)n, &req, err, sizeof err) == 0) {

@@ -1,19 +1,20 @@
 /*
  * fuzz_frame.c - libFuzzer target for frame_decode. The input is split
- * into up to KVW_MAX_FRAMES + 1 parts: byte 0 picks the part count, then
- * each part but the last is a u16 LE length and that many bytes, and the
- * last part takes the rest. Each part is copied into its own exact-size
- * heap buffer so ASan sees any read past a part. Whatever decodes must
- * encode back to exactly the input bytes (the wire form is canonical) and
- * decode again to the same message; otherwise the target aborts.
+ * into up to KVW_MAX_FRAMES + 1 parts: byte 0 picks the part count, then each
+ * part but the last is a u16 LE length and that many bytes, and the last part
+ * takes the rest (fuzz_input.h). Each part is copied into its own exact-size
+ * heap buffer so ASan sees any read past a part. Whatever decodes must encode
+ * back to exactly the input bytes (the wire form is canonical) and decode again
+ * to the same message; otherwise the target aborts.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "wire/frame.h"
 
-#define NMAX (KVW_MAX_FRAMES + 1)
+#define NMAX FUZZ_NMAX
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -37,33 +38,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *mem[NMAX] = { 0 };
 	struct frame_msg m1, m2;
 	char err[160];
-	size_t n, off = 1;
+	size_t off = 0;
+	int k = fuzz_cut(data, size, &off, 1, parts, mem);
+	size_t n = k < 0 ? 0 : (size_t)k;
 
-	if (size < 1)
+	if (k < 0)
 		return 0;
-	n = data[0] % (NMAX + 1);
-	for (size_t i = 0; i < n; i++) {
-		size_t len = size - off;
-
-		if (i + 1 < n) {
-			if (size - off < 2)
-				len = 0;
-			else {
-				len = (size_t)data[off] | (size_t)data[off + 1] << 8;
-				off += 2;
-				if (len > size - off)
-					len = size - off;
-			}
-		}
-		mem[i] = malloc(len ? len : 1);
-		if (!mem[i])
-			abort();
-		if (len)
-			memcpy(mem[i], data + off, len);
-		parts[i].data = mem[i];
-		parts[i].len = len;
-		off += len;
-	}
 
 	if (frame_decode(parts, n, &m1, err, sizeof err) == 0) {
 		/* the decoded views point into parts, which are still alive */

@@ -1,12 +1,15 @@
 #!/bin/sh
 # run.sh - runs every cmocka test binary given as arguments and prints one
 # closing line "unit: N passed, N failed" (test cases, summed over binaries).
-# Exit status is non-zero when any case failed or a binary crashed.
+# Exit status is non-zero when any case failed or a binary crashed. Each
+# binary runs under `timeout` (KVW_UNIT_TIMEOUT seconds, default 300): a
+# hang fails that binary instead of stalling `make test`.
+limit=${KVW_UNIT_TIMEOUT:-300}
 passed=0
 failed=0
 status=0
 for t in "$@"; do
-	out=$("$t" 2>&1)
+	out=$(timeout -k 5 "$limit" "$t" 2>&1)
 	rc=$?
 	printf '%s\n' "$out"
 	p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s+=$1} END {print s+0}')
@@ -16,7 +19,13 @@ for t in "$@"; do
 	if [ "$rc" -ne 0 ]; then
 		status=1
 		# A crash reports no FAILED line: count the binary itself.
-		[ "$f" -eq 0 ] && failed=$((failed + 1)) && echo "unit: $t exited $rc"
+		if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+			failed=$((failed + 1))
+			echo "unit: $t timed out after ${limit}s"
+		elif [ "$f" -eq 0 ]; then
+			failed=$((failed + 1))
+			echo "unit: $t exited $rc"
+		fi
 	fi
 done
 echo "unit: $passed passed, $failed failed"

@@ -1,10 +1,13 @@
 /*
  * test_bench.c - kv-bench's pattern and allocator, without processes: a
  * filled room verifies clean; one flipped byte in a K page, a V page or the
- * aux slot is counted; a word shifted or token slots swapped inside a page,
- * another room's key or another page list fails; the
+ * aux slot is counted; a word shifted, token slots or two heads of a slot
+ * swapped inside a page, another room's key or another page list fails;
+ * the model head of each local head slot matches values written by hand
+ * for heads/TP pairs (sliced, replicated, MLA); the
  * pattern survives the planner's copies unchanged across TP mismatches
- * (prefill TP 2 -> decode TP 1, TP 1 -> TP 2, and replicated heads) and
+ * (prefill TP 2 -> decode TP 1, TP 1 -> TP 2, and 2 heads replicated
+ * over decode TP 4, where a rank of the other head does not verify) and
  * PP stages, so what a decode rank verifies is exactly what the prefill
  * ranks wrote; draft layers (never sent) are not checked; the allocator
  * hands out low indices first, refuses to over-allocate without taking
@@ -119,6 +122,17 @@ static void filled_room_verifies_and_flipped_bytes_are_counted(void **state)
 	free(r.pool);
 }
 
+/* Swaps n bytes at a with n bytes at b (not overlapping). */
+static void swap_bytes(uint8_t *a, uint8_t *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint8_t t = a[i];
+
+		a[i] = b[i];
+		b[i] = t;
+	}
+}
+
 /* Bytes that arrive at the wrong place inside a page (a word shifted by
  * its own size, two token slots swapped) do not verify: the pattern holds
  * the offset and the token, not only the page. */
@@ -127,7 +141,7 @@ static void bytes_shifted_or_swapped_within_a_page_do_not_verify(void **state)
 	uint32_t pages[1] = { 3 };
 	struct shape s;
 	struct rank r;
-	uint8_t *pg, tmp[64];
+	uint8_t *pg;
 	uint64_t slot;
 
 	(void)state;
@@ -137,17 +151,71 @@ static void bytes_shifted_or_swapped_within_a_page_do_not_verify(void **state)
 	bench_fill(r.pool, &r.g, 21, pages, 1, 0);
 	pg = r.pool + r.bufs[0].offset + 3u * r.bufs[0].item_len;
 	slot = r.bufs[0].item_len / r.g.page_tokens;
-	assert_true(slot >= 16 && slot <= sizeof tmp);
+	assert_true(slot >= 16);
 	memmove(pg + 8, pg, 8); /* word 0 of a segment now also at word 1 */
 	assert_true(bench_verify(r.pool, &r.g, 21, pages, 1, 0) >= 6);
 	bench_fill(r.pool, &r.g, 21, pages, 1, 0);
 	assert_int_equal(bench_verify(r.pool, &r.g, 21, pages, 1, 0), 0);
-	memcpy(tmp, pg, slot); /* token slots 0 and 1 swapped */
-	memcpy(pg, pg + slot, slot);
-	memcpy(pg + slot, tmp, slot);
+	swap_bytes(pg, pg + slot, slot); /* token slots 0 and 1 */
 	assert_true(bench_verify(r.pool, &r.g, 21, pages, 1, 0) >
 		    slot * 2 * 9 / 10);
 	free(r.pool);
+}
+
+/* Two heads of one token slot swapped do not verify: the head is part of
+ * each segment's key. */
+static void heads_swapped_within_a_token_slot_do_not_verify(void **state)
+{
+	uint32_t pages[1] = { 4 };
+	struct shape s;
+	struct rank r;
+	uint8_t *pg;
+	uint32_t hb;
+
+	(void)state;
+	small_shape(&s);
+	rank_make(&r, &s, 1, 1, 0, 0, 0);
+	assert_int_equal(r.g.rank_heads, 4);
+	hb = r.g.head_bytes;
+	bench_fill(r.pool, &r.g, 31, pages, 1, 0);
+	/* Token slot 2 of page 4 of the K buffer of layer 1: heads 1 and 3. */
+	assert_int_equal(r.bufs[1].layer_id, 1);
+	assert_int_equal(r.bufs[1].role, KVW_ROLE_K);
+	pg = r.pool + r.bufs[1].offset + 4u * r.bufs[1].item_len +
+	     2u * r.g.rank_heads * hb;
+	swap_bytes(pg + 1u * hb, pg + 3u * hb, hb);
+	assert_true(bench_verify(r.pool, &r.g, 31, pages, 1, 0) > 2u * hb * 9 / 10);
+	free(r.pool);
+}
+
+/* Which model head a rank's local head slot holds, written by hand for
+ * heads/TP pairs with more heads than ranks (a contiguous slice each),
+ * fewer (T/H ranks replicate one head) and one (MLA). */
+static void global_heads_are_placed_as_written_by_hand(void **state)
+{
+	static const struct {
+		uint32_t heads, tp, tp_rank, h, want;
+	} cases[] = {
+		{ 8, 1, 0, 5, 5 }, { 8, 2, 0, 3, 3 }, { 8, 2, 1, 0, 4 },
+		{ 8, 2, 1, 3, 7 }, { 8, 4, 2, 1, 5 }, { 8, 4, 3, 0, 6 },
+		{ 4, 4, 3, 0, 3 }, { 2, 4, 0, 0, 0 }, { 2, 4, 1, 0, 0 },
+		{ 2, 4, 2, 0, 1 }, { 2, 4, 3, 0, 1 }, { 4, 8, 1, 0, 0 },
+		{ 4, 8, 2, 0, 1 }, { 4, 8, 5, 0, 2 }, { 4, 8, 7, 0, 3 },
+		{ 1, 4, 3, 0, 0 },
+	};
+	struct bench_geom g;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		memset(&g, 0, sizeof g);
+		g.total_heads = cases[i].heads;
+		g.tp = cases[i].tp;
+		g.tp_rank = cases[i].tp_rank;
+		g.rank_heads = cases[i].heads >= cases[i].tp ?
+				       cases[i].heads / cases[i].tp : 1;
+		assert_int_equal(bench_global_head(&g, cases[i].h),
+				 cases[i].want);
+	}
 }
 
 static void another_room_or_page_list_does_not_verify(void **state)
@@ -214,15 +282,25 @@ static void replicated_heads_and_pp_stages_verify(void **state)
 
 	(void)state;
 	small_shape(&s);
-	s.kv_heads = 1; /* fewer heads than ranks: replicated */
-	rank_make(&d, &s, 2, 1, 1, 0, 1);
+	s.kv_heads = 2; /* fewer heads than decode ranks: each replicated twice */
 	rank_make(&p[0], &s, 1, 1, 0, 0, 0);
-	assert_int_equal(bench_global_head(&d.g, 0), 0);
 	bench_fill(p[0].pool, &p[0].g, 11, sp, 2, 0);
-	transfer(&p[0], &d, sp, dp, 2, 0, 0);
-	assert_int_equal(bench_verify(d.pool, &d.g, 11, dp, 2, 0), 0);
+	for (uint32_t k = 0; k < 4; k++) {
+		struct rank other;
+
+		rank_make(&d, &s, 4, 1, k, 0, 1);
+		assert_int_equal(d.g.rank_heads, 1);
+		assert_int_equal(bench_global_head(&d.g, 0), k / 2);
+		transfer(&p[0], &d, sp, dp, 2, 0, 0);
+		assert_int_equal(bench_verify(d.pool, &d.g, 11, dp, 2, 0), 0);
+		/* What rank k holds is not what a rank of the other head
+		 * should hold. */
+		rank_make(&other, &s, 4, 1, (k + 2) % 4, 0, 1);
+		assert_true(bench_verify(d.pool, &other.g, 11, dp, 2, 0) > 0);
+		free(other.pool);
+		free(d.pool);
+	}
 	free(p[0].pool);
-	free(d.pool);
 	/* Two PP stages, one decode rank holding every layer plus two draft
 	 * layers nobody sends: the draft layers are not checked. */
 	small_shape(&s);
@@ -272,6 +350,8 @@ int main(void)
 		cmocka_unit_test(filled_room_verifies_and_flipped_bytes_are_counted),
 		cmocka_unit_test(
 			bytes_shifted_or_swapped_within_a_page_do_not_verify),
+		cmocka_unit_test(heads_swapped_within_a_token_slot_do_not_verify),
+		cmocka_unit_test(global_heads_are_placed_as_written_by_hand),
 		cmocka_unit_test(another_room_or_page_list_does_not_verify),
 		cmocka_unit_test(pattern_survives_tp_slicing_both_ways),
 		cmocka_unit_test(replicated_heads_and_pp_stages_verify),

@@ -322,12 +322,15 @@ static void test_types_the_bootstrap_does_not_serve_are_einval(void **state)
 
 static void test_close_accepts_null_and_null_pointer(void **state)
 {
-	struct boot *none = NULL;
+	struct boot *none = NULL, *b;
 
 	(void)state;
 	boot_close(NULL);
 	boot_close(&none);
-	assert_null(none);
+	b = boot_open(EPOCH, err, sizeof err);
+	assert_non_null(b);
+	boot_close(&b);
+	assert_null(b);
 }
 
 int main(void)

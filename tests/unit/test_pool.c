@@ -209,14 +209,22 @@ static void open_refuses_empty_file_and_symlink(void **state)
 	unlink(link);
 }
 
-static void close_accepts_null(void **state)
+/* pool_close takes NULL and a NULL pool, and NULLs the caller's pointer
+ * of an open pool (the file stays). */
+static void close_accepts_null_and_nulls_the_pointer(void **state)
 {
 	struct pool *p = NULL;
+	char err[256] = "";
 
 	(void)state;
 	pool_close(NULL);
 	pool_close(&p);
+	assert_int_equal(pool_create(path_a, 8192, &p, err, sizeof err), 0);
+	assert_non_null(p);
+	pool_close(&p);
 	assert_null(p);
+	assert_true(exists(path_a));
+	assert_int_equal(pool_unlink(path_a), 0);
 }
 
 /* A restarted control keeps the pool its engine maps: same file, same
@@ -247,6 +255,18 @@ static void adopt_keeps_a_same_size_pool_and_replaces_another(void **state)
 	pool_close(&a);
 }
 
+static void only_absolute_kvwire_pool_names_are_pools(void **state)
+{
+	(void)state;
+	assert_true(pool_name_ok("/dev/shm/kvwire.d0.pool"));
+	assert_true(pool_name_ok("/tmp/x/kvwire.a.b.pool"));
+	assert_false(pool_name_ok("kvwire.d0.pool"));      /* relative */
+	assert_false(pool_name_ok("/dev/shm/kvwire..pool")); /* no name */
+	assert_false(pool_name_ok("/dev/shm/kvwire.d0.rooms"));
+	assert_false(pool_name_ok("/etc/passwd"));
+	assert_false(pool_name_ok("/tmp/kvwire.d0.pool/x"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -258,8 +278,9 @@ int main(void)
 		T(create_refuses_existing_file_and_leaves_it_intact),
 		T(open_missing_file_fails_cleanly),
 		T(open_refuses_empty_file_and_symlink),
-		T(close_accepts_null),
+		T(close_accepts_null_and_nulls_the_pointer),
 		T(adopt_keeps_a_same_size_pool_and_replaces_another),
+		T(only_absolute_kvwire_pool_names_are_pools),
 #undef T
 	};
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "table/rtab.h"
+#include "unit_wait.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define UNDER_TSAN 1
@@ -636,7 +637,7 @@ static void test_readonly_open_reads_and_cannot_write(void **state)
 		*p = 0;
 		_exit(0);
 	}
-	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(unit_waitpid(pid, &st, 10), pid);
 	assert_false(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	assert_int_equal(rtab_header(ro)->magic, RTAB_MAGIC);
 
@@ -1140,9 +1141,14 @@ static void test_multiprocess_stress_keeps_every_invariant(void **state)
 			struct rtab *t = NULL;
 			uint64_t share = total / S_PROCS + 1;
 
+			long spin0 = unit_now_s();
+
 			atomic_fetch_add(&sh->ready, 1);
 			while (atomic_load(&sh->ready) < S_PROCS)
-				sched_yield();
+				if (unit_now_s() - spin0 > 10)
+					_exit(3); /* a sibling never started */
+				else
+					sched_yield();
 			if (i == 0) {
 				stress_owner(sh, f->t, share);
 			} else {
@@ -1158,7 +1164,7 @@ static void test_multiprocess_stress_keeps_every_invariant(void **state)
 	for (unsigned i = 0; i < S_PROCS; i++) {
 		int st;
 
-		assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+		assert_int_equal(unit_waitpid(pids[i], &st, 60), pids[i]);
 		assert_true(WIFEXITED(st));
 		assert_int_equal(WEXITSTATUS(st), 0);
 	}

@@ -366,10 +366,12 @@ static void test_worker_pick_packs_small_jobs_and_spreads_big_ones(void **state)
 static void test_rank_of_is_pp_major(void **state)
 {
 	struct kvw_topo t = { 4, 2, 1, 1 };
-	struct kvw_coord c = { 3, 1, 0, 0 };
+	struct kvw_coord c = { 1, 1, 0, 0 }, d = { 3, 0, 0, 0 };
 
 	(void)state;
-	assert_int_equal(sender_rank_of(&t, &c), 7);
+	/* pp-major: pp * tp_size + tp (tp-major would give 3 and 6). */
+	assert_int_equal(sender_rank_of(&t, &c), 5);
+	assert_int_equal(sender_rank_of(&t, &d), 3);
 }
 
 int main(void)

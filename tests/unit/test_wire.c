@@ -28,6 +28,7 @@
 #include "wire/frame.h"
 #include "wire/wire.h"
 #include "xport/pool.h"
+#include "unit_wait.h"
 
 struct pair {
 	void *ctx, *router, *dealer;
@@ -271,7 +272,7 @@ static void receiver_loop_ends_promptly_when_its_context_is_terminated(void **st
 	 * or during one), the loop must end with KVW_ESYS. */
 	t0 = proc_now_ns();
 	assert_int_equal(zmq_ctx_shutdown(a.r->ctx), 0);
-	pthread_join(th, NULL);
+	assert_int_equal(unit_join(th, 10), 0);
 	assert_int_equal(a.rc, KVW_ESYS);
 	/* The loop waits at most one poll (cap 1 s) before it sees ETERM. */
 	assert_true(a.ended_ns - t0 < 2000000000ull);
@@ -279,6 +280,27 @@ static void receiver_loop_ends_promptly_when_its_context_is_terminated(void **st
 	unlink(table);
 	pool_unlink(pool);
 	rmdir(dir);
+}
+
+static void endpoints_are_checked_before_bind(void **state)
+{
+	char ep[160], err[200];
+
+	(void)state;
+	assert_int_equal(wire_endpoint_check("ipc:///tmp/a.sock", err, sizeof err), 0);
+	assert_int_equal(wire_endpoint_check("tcp://127.0.0.1:5555", err, sizeof err), 0);
+	assert_int_equal(wire_endpoint_check("inproc://x", err, sizeof err), 0);
+	/* 107 bytes of path fit a socket address, 108 do not. */
+	snprintf(ep, sizeof ep, "ipc://%0107d", 0);
+	assert_int_equal(wire_endpoint_check(ep, err, sizeof err), 0);
+	snprintf(ep, sizeof ep, "ipc://%0108d", 0);
+	assert_int_equal(wire_endpoint_check(ep, err, sizeof err), KVW_EINVAL);
+	assert_non_null(strstr(err, "1..107 allowed"));
+	assert_int_equal(wire_endpoint_check("ipc://", err, sizeof err), KVW_EINVAL);
+	assert_int_equal(wire_endpoint_check("tcp://nohost", err, sizeof err), KVW_EINVAL);
+	assert_int_equal(wire_endpoint_check("udp://x:1", err, sizeof err), KVW_EINVAL);
+	assert_int_equal(wire_endpoint_check("", err, sizeof err), KVW_EINVAL);
+	assert_int_equal(wire_endpoint_check(NULL, err, sizeof err), KVW_EINVAL);
 }
 
 int main(void)
@@ -291,6 +313,7 @@ int main(void)
 		    terminated_context_makes_recv_fail_not_eagain, pair_setup,
 		    pair_teardown),
 		cmocka_unit_test(receiver_loop_ends_promptly_when_its_context_is_terminated),
+		cmocka_unit_test(endpoints_are_checked_before_bind),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

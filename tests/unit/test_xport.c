@@ -8,7 +8,9 @@
  * (past either pool, or with off + len overflowing) or naming an unknown id
  * fails the whole batch with every canary byte intact; connect refuses a
  * missing, replaced or shrunk pool and garbage, truncated, extended, too long
- * or non-pool descriptors; rdma, cuda and tcp probes say "not available" on
+ * or non-pool descriptors; a pool cut between the batch's fstat check and
+ * its copy (an fstat seam in this binary) is caught by the SIGBUS guard
+ * as KVW_ERANGE and the process lives on; rdma, cuda and tcp probes say "not available" on
  * a machine without them (and are accepted as usable where present).
  */
 #include <stdarg.h>
@@ -17,15 +19,18 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "xport/pool.h"
 #include "xport/xport.h"
+#include "unit_wait.h"
 
 #define SRC_SIZE (64u * 1024)
 #define DST_SIZE (48u * 1024)
@@ -485,10 +490,55 @@ static void shm_truncation_racing_batches_is_an_error_not_a_crash(void **state)
 		rc = xport_write_batch(f->pre, c, 8, f->err, sizeof f->err);
 	}
 	atomic_store(&k.go, 1);
-	pthread_join(th, NULL);
+	assert_int_equal(unit_join(th, 10), 0);
 	assert_int_equal(rc, KVW_ERANGE);
 	assert_true(strstr(f->err, "shrank") || strstr(f->err, "SIGBUS"));
 	print_message("truncation seen as: %s\n", f->err);
+}
+
+/* The fstat seam: this binary's fstat (which the statically linked
+ * transport calls) runs the real one, then, once armed, truncates the pool
+ * whose inode it just reported intact to 0 bytes. That opens exactly the
+ * window the SIGBUS guard exists for: the check passed, the copy faults. */
+static int trunc_fd = -1; /* armed: the pool to cut; -1: plain fstat */
+static ino_t trunc_ino;
+
+int fstat(int fd, struct stat *st)
+{
+	static int (*real)(int, struct stat *);
+	int rc;
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "fstat");
+	rc = real(fd, st);
+	if (rc == 0 && trunc_fd >= 0 && st->st_ino == trunc_ino) {
+		int cut = trunc_fd;
+
+		trunc_fd = -1;
+		if (ftruncate(cut, 0) != 0)
+			abort();
+	}
+	return rc;
+}
+
+/* A pool cut after the transport's fstat check and before its copy: the
+ * copy faults, the guard turns the SIGBUS into KVW_ERANGE naming it, and
+ * the process lives on. */
+static void shm_sigbus_inside_a_checked_batch_is_caught_by_the_guard(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c = cp(f, 0, 0, 4096);
+	struct stat st;
+
+	assert_int_equal(xport_shm_catch_sigbus(), 0);
+	assert_int_equal(fstat(pool_fd(f->dst), &st), 0);
+	trunc_ino = st.st_ino;
+	trunc_fd = pool_fd(f->dst);
+	f->err[0] = '\0';
+	assert_int_equal(xport_write_batch(f->pre, &c, 1, f->err, sizeof f->err),
+			 KVW_ERANGE);
+	assert_int_equal(trunc_fd, -1); /* the seam did cut the pool */
+	assert_non_null(strstr(f->err, "SIGBUS caught"));
 }
 
 int main(void)
@@ -505,6 +555,7 @@ int main(void)
 		T(shm_connect_refuses_garbage_and_malformed_descriptors),
 		T(shm_register_refuses_non_pool_name),
 		T(shm_batch_into_removed_or_truncated_pool_fails_without_sigbus),
+		T(shm_sigbus_inside_a_checked_batch_is_caught_by_the_guard),
 		T(shm_truncation_racing_batches_is_an_error_not_a_crash),
 #undef T
 		cmocka_unit_test(rdma_probe_and_open_say_not_available_without_devices),
