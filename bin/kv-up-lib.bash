@@ -185,8 +185,6 @@ check_member() {
 	local out rc
 	out=$(eval "timeout 20 ${cmd[$1]} --check" 2>&1 </dev/null)
 	rc=$?
-	# TRANSITIONAL: members built before --check existed say so; skip.
-	[ "$rc" -eq 100 ] && [[ $out == *"unknown option: --check"* ]] && return 0
 	if [ "$rc" -ne 0 ]; then
 		fail_rc=$rc
 		[ "$rc" -eq 124 ] && fail_rc=99
