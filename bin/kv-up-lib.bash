@@ -133,10 +133,11 @@ manifest_path_ok() {
 	esac
 }
 
-# stop_from_manifest ABSDIR: for a group whose supervisor is gone (kill
-# -9): stops the members the manifest records (each only if it is still
-# the process recorded: latest record per member) and removes what it
-# lists, then the manifest and the lock.
+# stop_from_manifest ABSDIR [keep-lock]: for a group whose supervisor is
+# gone (kill -9): stops the members the manifest records (each only if it
+# is still the process recorded: latest record per member) and removes
+# what it lists, then the manifest and (unless keep-lock: a new supervisor
+# holds it) the lock.
 stop_from_manifest() {
 	local d=$1 kind a b c e
 	local -A mp ms me
@@ -159,7 +160,8 @@ stop_from_manifest() {
 		stop_proc "$a" "${mp[$a]}" "${ms[$a]}" "${me[$a]}"
 	done
 	remove_owned
-	rm -f -- "$d/manifest" "$d/kv-up.lock"
+	rm -f -- "$d/manifest"
+	[ "${2:-}" = keep-lock ] || rm -f -- "$d/kv-up.lock"
 }
 
 # ---- checks before anything is created -----------------------------------

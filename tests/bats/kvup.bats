@@ -179,6 +179,25 @@ stop() { timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"; }
 	group_gone
 }
 
+@test "a start after kill -9 of kv-up first stops what that group left, by its manifest" {
+	kv_up --workers 2 $SHAPE
+	note_group
+	old_pids=$GPIDS old_shm=$SHM
+	sup=$(cat "$RUN/pids/kv-up.pid")
+	kill -KILL "$sup"
+	wait_for 10 dead "$sup"
+	kv_up --workers 2 $SHAPE
+	GPIDS=$old_pids SHM=$old_shm
+	for p in $old_pids; do wait_for 10 dead "$p"; done
+	[ -z "$(ls -d "$old_shm".* 2>/dev/null)" ]
+	run timeout 60 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 4 --verify
+	[ "$status" -eq 0 ]
+	note_group
+	run stop
+	[ "$status" -eq 0 ]
+	group_gone
+}
+
 @test "a second kv-up in the same run directory is refused with 100 while the first runs" {
 	kv_up --workers 1 $SHAPE
 	run timeout 10 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN" $SHAPE
