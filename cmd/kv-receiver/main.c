@@ -5,7 +5,9 @@
  * 0 clean stop, 100 usage, 77 transport not available, 111 system failure.
  */
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/kvw.h"
 #include "base/log.h"
@@ -13,6 +15,7 @@
 #include "cli/cli.h"
 #include "plan/shape.h"
 #include "roles/receiver.h"
+#include "roles/sink.h"
 
 #define PROG "kv-receiver"
 
@@ -23,23 +26,63 @@ static void usage(FILE *f)
 		"       [--topo tp,pp[,cp,dp]] [--rank tp,pp[,cp,dp]] [--transport shm]\n"
 		"       [--waiting-timeout SECONDS] [--ready-fd N] [--log-level LEVEL]\n"
 		"       [--name NAME] [--all-cp-ranks] [--check] [shape options]\n"
+		"       [--data-addr HOST[:PORT]] [--sinks N]   (tcp transport)\n"
 		"Decode-side kvwire control process. --waiting-timeout defaults to\n"
 		"$KVW_WAITING_TIMEOUT or 300 s. --all-cp-ranks: with prefill CP > 1,\n"
 		"pull each CP rank's page share from every CP rank (default: CP\n"
-		"rank 0 only). --check validates every flag and the config, makes\n"
+		"rank 0 only). With --transport tcp, N sink processes (default 1)\n"
+		"serve the data port on --data-addr (default 127.0.0.1, a free\n"
+		"port) and write what prefill workers send into the pool.\n"
+		"--check validates every flag and the config, makes\n"
 		"nothing and prints pool_bytes=N. Shape options: %s\n"
 		"Exit: 0 stopped, 77 transport not available, 100 usage, 111 system.\n",
 		shape_usage());
 }
 
-enum { O_WAITING = 256, O_ALLCP };
+enum { O_WAITING = 256, O_ALLCP, O_DATA_ADDR, O_SINKS, O_SINK_ID, O_SINK_FD };
+
+/* Sink mode (tcp): exec'd by kv-receiver with its data port as --sink-fd
+ * and the registration's secret in KVW_SINK_SECRET (32 hex digits). */
+static int run_sink(struct cli *cl, struct sink_cfg *s)
+{
+	const char *hex = getenv("KVW_SINK_SECRET");
+	char err[256];
+	int rc;
+
+	if (s->listen_fd < 0 || !cl->member.table || !cl->member.pool)
+		return cli_bad(cl, "sink mode needs --sink-fd, --table, --pool");
+	if (!hex || strlen(hex) != 32)
+		return cli_bad(cl, "sink mode needs KVW_SINK_SECRET (32 hex "
+			       "digits)");
+	for (unsigned i = 0; i < 16; i++) {
+		unsigned v;
+
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return cli_bad(cl, "bad KVW_SINK_SECRET");
+		s->secret[i] = (uint8_t)v;
+	}
+	unsetenv("KVW_SINK_SECRET");
+	s->table = cl->member.table;
+	s->pool = cl->member.pool;
+	cli_log_init(cl, "sink", (int)s->id);
+	rc = sink_run(s, err, sizeof err);
+	if (rc)
+		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
+	return KVW_EXIT_OK;
+}
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "waiting-timeout", 1, 0, O_WAITING },
-		{ "all-cp-ranks", 0, 0, O_ALLCP }, { 0, 0, 0, 0 },
+		{ "all-cp-ranks", 0, 0, O_ALLCP },
+		{ "data-addr", 1, 0, O_DATA_ADDR }, { "sinks", 1, 0, O_SINKS },
+		{ "sink-id", 1, 0, O_SINK_ID }, { "sink-fd", 1, 0, O_SINK_FD },
+		{ 0, 0, 0, 0 },
 	};
+	struct sink_cfg sink = { .listen_fd = -1 };
+	uint32_t u;
+	int sink_mode = 0;
 	struct receiver_cfg cfg = { 0 };
 	struct receiver *r = NULL;
 	const char *tmo = getenv("KVW_WAITING_TIMEOUT");
@@ -56,6 +99,22 @@ int main(int argc, char **argv)
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		switch (c) {
 		case O_ALLCP: cfg.all_cp_ranks = 1; break;
+		case O_DATA_ADDR: cfg.data_addr = cl.arg; break;
+		case O_SINKS:
+			if (cli_u32(cl.arg, 1, RECEIVER_MAX_SINKS, &cfg.sinks))
+				return cli_bad(&cl, "--sinks: want 1..%u, got %s",
+					       RECEIVER_MAX_SINKS, cl.arg);
+			break;
+		case O_SINK_ID:
+			if (cli_u32(cl.arg, 0, RECEIVER_MAX_SINKS - 1, &sink.id))
+				return cli_bad(&cl, "bad --sink-id: %s", cl.arg);
+			sink_mode = 1;
+			break;
+		case O_SINK_FD:
+			if (cli_u32(cl.arg, 0, INT32_MAX, &u))
+				return cli_bad(&cl, "bad --sink-fd: %s", cl.arg);
+			sink.listen_fd = (int)u;
+			break;
 		case CLI_HELP: usage(stdout); return KVW_EXIT_OK;
 		case O_WAITING:
 			tmo = cl.arg;
@@ -65,6 +124,12 @@ int main(int argc, char **argv)
 		default: /* CLI_BAD: the fatal line is written */
 			return KVW_EXIT_USAGE;
 		}
+	}
+	if (sink_mode) {
+		if (proc_signals_init() != 0)
+			return cli_fatal(PROG, KVW_EXIT_SYS,
+					 "unable to install signal handlers");
+		return run_sink(&cl, &sink);
 	}
 	if ((rc = cli_member_check(&cl)) != 0)
 		return rc;

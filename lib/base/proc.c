@@ -5,7 +5,9 @@
 #include "proc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,6 +74,24 @@ int proc_ready(int fd)
 	while (n < 0 && errno == EINTR);
 	close(fd);
 	return n == (ssize_t)(sizeof line - 1) ? 0 : KVW_ESYS;
+}
+
+pid_t proc_spawn(char *const argv[], char *const envp[], int keep_fd)
+{
+	extern char **environ;
+	pid_t parent = getpid(), pid = fork();
+
+	if (pid != 0)
+		return pid;
+	/* SIGKILL, not SIGTERM: a child must not finish what it is doing
+	 * once the process that owns its work is gone. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(KVW_EXIT_PEER);
+	if (keep_fd >= 0 && fcntl(keep_fd, F_SETFD, 0) < 0)
+		_exit(KVW_EXIT_SYS);
+	execve(argv[0], argv, envp ? envp : environ);
+	_exit(KVW_EXIT_SYS);
 }
 
 uint64_t proc_epoch(void)

@@ -8,6 +8,7 @@
 
 #include <signal.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Installs handlers: SIGTERM/SIGINT set the stop flag, SIGCHLD sets the
  * child flag, SIGPIPE is ignored. Returns 0 or KVW_ESYS. */
@@ -28,6 +29,14 @@ uint64_t proc_epoch(void);
 
 /* CLOCK_MONOTONIC in ns. */
 uint64_t proc_now_ns(void);
+
+/* Forks and execs argv[0] (argv NULL-ended; envp NULL: this process's
+ * environment). The child keeps keep_fd (>= 0) open across the exec and
+ * nothing else that is close-on-exec, gets SIGKILL the moment this process
+ * dies (PR_SET_PDEATHSIG), and exits 102 at once if this process died
+ * before it could ask for that. Only async-signal-safe calls run in the
+ * child. Returns the child's pid, or -1 with errno. */
+pid_t proc_spawn(char *const argv[], char *const envp[], int keep_fd);
 
 /* Milliseconds from now until deadline_ns, clamped to [0, cap_ms];
  * deadline 0 means none (cap_ms). For a poll loop's timeout. */

@@ -86,12 +86,22 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 		return kvw_errf(err, errlen, KVW_EINVAL, "unknown transport %s",
 				r->transport);
 	rc = xport_open(ops, &r->xp, e2, sizeof e2);
+	/* tcp: the decode's own sinks write the bytes; they serve a port
+	 * that the registration's descriptor names. */
+	if (rc == 0 && strcmp(ops->name, "tcp") == 0) {
+		rc = xport_tcp_listen(r->xp, cfg->data_addr ? cfg->data_addr
+							    : "127.0.0.1:0",
+				      e2, sizeof e2);
+		r->nsinks = cfg->sinks ? cfg->sinks : 1;
+	}
 	if (rc == 0)
 		rc = xport_register(r->xp, r->pool, &id, r->desc, sizeof r->desc,
 				    &r->desclen, e2, sizeof e2);
 	if (rc)
 		return kvw_errf(err, errlen, rc, "transport %s: %s",
 				r->transport, e2);
+	if (xport_tcp_address(r->xp, e2, sizeof e2) == 0)
+		LOG(LOG_INFO, "data port %s (tcp)", e2);
 	LOG(LOG_INFO, "pool %s: %llu bytes, %u buffers", path,
 	    (unsigned long long)pool_bytes, r->nbufs);
 	return 0;
@@ -199,9 +209,24 @@ int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
 		bad_config(err, errlen, "out of memory");
 		goto fail;
 	}
+	r->exe = strdup(cfg->exe ? cfg->exe : "/proc/self/exe");
+	if (!r->exe) {
+		rc = kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+		goto fail;
+	}
 	rc = open_state(r, cfg, err, errlen);
 	if (rc)
 		goto fail;
+	if (r->nsinks) {
+		if (r->nsinks > RX_MAX_SINKS) {
+			rc = kvw_errf(err, errlen, KVW_EINVAL,
+				      "at most %u sinks", RX_MAX_SINKS);
+			goto fail;
+		}
+		rc = receiver_sinks_start(r, err, errlen);
+		if (rc)
+			goto fail;
+	}
 	rc = open_sockets(r, err, errlen);
 	if (rc)
 		goto fail;
@@ -228,6 +253,8 @@ void receiver_close(struct receiver **rp)
 
 	if (!r)
 		return;
+	receiver_sinks_stop(r);
+	free(r->exe);
 	for (uint32_t i = 0; i < r->nboots; i++)
 		receiver_boot_free(r->boots[i]);
 	for (uint32_t i = 0; i < r->npeers; i++)
@@ -663,6 +690,8 @@ int receiver_run(struct receiver *r, char *err, size_t errlen)
 		long timeout = timers(r);
 		uint32_t n, nb;
 
+		if (r->nsinks)
+			receiver_sinks_tick(r);
 		if (watch(r, &n, &nb) < 0) {
 			kvw_seterr(err, errlen, "cannot watch %u sockets", n);
 			rc = KVW_ESYS;

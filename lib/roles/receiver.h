@@ -31,7 +31,15 @@ struct receiver_cfg {
 	uint64_t waiting_timeout_ns; /* room deadline after RECV_BEGIN */
 	int all_cp_ranks; /* prefill CP > 1: pull each CP rank's page share
 			   * from every CP rank (default: CP rank 0 only) */
+	/* tcp transport: the data port's HOST[:PORT] (NULL: 127.0.0.1 and a
+	 * free port), the sink processes serving it (0: 1) and the program
+	 * exec'd in sink mode (NULL: /proc/self/exe). */
+	const char *data_addr;
+	uint32_t sinks;
+	const char *exe;
 };
+
+#define RECEIVER_MAX_SINKS 16u
 
 struct receiver; /* opaque */
 

@@ -8,6 +8,7 @@
 #define KVW_RECEIVER_IMPL_H
 
 #include <stddef.h>
+#include <sys/types.h>
 #include <stdint.h>
 
 #include "receiver.h"
@@ -122,6 +123,17 @@ struct rx_room *receiver_rooms_next(const struct rx_rooms *h,
 uint32_t receiver_rooms_count(const struct rx_rooms *h);
 void receiver_rooms_free(struct rx_rooms *h);
 
+/* ---- receiver_sink.c: the tcp transport's sink processes ------------- */
+
+/* Starts cfg->sinks sink processes on the transport's listening socket.
+ * 0, or KVW_E* with err. */
+int receiver_sinks_start(struct receiver *r, char *err, size_t errlen);
+/* Reaps sinks that died and restarts them (at most once a second each);
+ * call from the loop. */
+void receiver_sinks_tick(struct receiver *r);
+/* SIGTERM to every sink, a bounded wait, SIGKILL for the rest. */
+void receiver_sinks_stop(struct receiver *r);
+
 /* Bootstrap retry backoff: the next delay after `prev_ms` (0 = first),
  * doubling from 100 ms up to 500 ms, with jitter from `rnd`; always in
  * [100, 500]. */
@@ -154,8 +166,20 @@ enum {
  * before; the last RX_RETIRED are remembered. */
 int receiver_epoch_note(struct rx_peer *p, uint64_t epoch);
 
+#define RX_MAX_SINKS RECEIVER_MAX_SINKS
+
+/* One sink process (tcp): forked, exec'd in sink mode, restarted. */
+struct rx_sink {
+	pid_t pid;            /* 0: not running */
+	uint64_t restart_ns;  /* not before then (a crash loop waits 1 s) */
+};
+
 struct receiver {
 	struct wpoll *wp; /* the loop's sockets (receiver_run), else NULL */
+	struct rx_sink sink[RX_MAX_SINKS];
+	uint32_t nsinks;  /* 0 unless the transport needs sinks (tcp) */
+	char *exe;        /* program exec'd in sink mode */
+	char **sink_env;  /* its environment: ours + the secret; owned */
 	char listen[FRAME_STR_SIZE];
 	char engine[FRAME_STR_SIZE];
 	char *table_path;

@@ -16,7 +16,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,7 +31,7 @@ static int worker_spawn(struct sender *s, uint32_t k, char *err, size_t errlen)
 	char idbuf[16], fdbuf[16];
 	char *argv[20];
 	int n = 0, fds[2];
-	pid_t parent = getpid(), pid;
+	pid_t pid;
 
 	if (chan_pair(fds) < 0)
 		return kvw_errf(err, errlen, KVW_ESYS,
@@ -60,26 +59,13 @@ static int worker_spawn(struct sender *s, uint32_t k, char *err, size_t errlen)
 		argv[n++] = s->name;
 	}
 	argv[n] = NULL;
-	pid = fork();
+	pid = proc_spawn(argv, NULL, fds[1]);
 	if (pid < 0) {
 		kvw_seterr(err, errlen, "fork worker %u: %s", k,
 			   strerror(errno));
 		close(fds[0]);
 		close(fds[1]);
 		return KVW_ESYS;
-	}
-	if (pid == 0) {
-		/* Only async-signal-safe calls until exec. SIGKILL, not
-		 * SIGTERM: a worker must not finish its batch once the
-		 * control that owns its rooms is gone. Its end of the
-		 * channel is the one descriptor it inherits on purpose. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(KVW_EXIT_PEER);
-		if (fcntl(fds[1], F_SETFD, 0) < 0)
-			_exit(KVW_EXIT_SYS);
-		execv(argv[0], argv);
-		_exit(KVW_EXIT_SYS);
 	}
 	close(fds[1]);
 	chan_close(&s->w[k].ch); /* the previous incarnation's, if any */

@@ -189,6 +189,8 @@ static int job_copy(struct worker *w, const struct frame_msg *m,
 	rc = conn_get(w, j->desc, &dst, why, sizeof why);
 	if (rc < 0)
 		goto fail;
+	/* The decode's writer (tcp) checks this room before each batch. */
+	xport_set_room(w->x, m->hdr.room);
 	for (uint32_t i = 0; i < j->copies.n; i += WORKER_BATCH) {
 		uint32_t k = j->copies.n - i < WORKER_BATCH ? j->copies.n - i
 							     : WORKER_BATCH;

@@ -1,38 +1,15 @@
 /*
  * xport.c - the transport registry (lookup by name, probe of all) and the
- * thin wrappers that dispatch through an instance's ops table. The tcp
- * entry is a placeholder: it probes as "not implemented yet" until the tcp
- * transport (a later issue) lands in a file of its own beside the others.
+ * thin wrappers that dispatch through an instance's ops table.
  */
 #include "xport_impl.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static int xport_tcp_probe(char *err, size_t errlen)
-{
-	return kvw_errf(err, errlen, KVW_ENODEV,
-			"tcp: not available: not implemented yet "
-			"(the tcp transport is a later issue)");
-}
-
-static int xport_tcp_open(struct xport **out, char *err, size_t errlen)
-{
-	*out = NULL;
-	return xport_tcp_probe(err, errlen);
-}
-
-/* Placeholder until the tcp transport exists: only probe and open, both
- * refusing. */
-static const struct xport_ops xport_tcp_stub_ops = {
-	.name = "tcp",
-	.probe = xport_tcp_probe,
-	.open = xport_tcp_open,
-};
-
 static const struct xport_ops *const xport_all[] = {
 	&xport_shm_ops,
-	&xport_tcp_stub_ops,
+	&xport_tcp_ops,
 	&xport_rdma_ops,
 	&xport_cuda_ops,
 };
@@ -146,4 +123,10 @@ void xport_close(struct xport **x)
 	if (x == NULL || *x == NULL)
 		return;
 	(*x)->ops->close(x);
+}
+
+void xport_set_room(struct xport *x, uint64_t room)
+{
+	if (x && x->ops->set_room)
+		x->ops->set_room(x, room);
 }

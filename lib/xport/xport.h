@@ -1,7 +1,7 @@
 /*
  * xport.h - transports: how a prefill worker moves planned copies into a
  * decode rank's KV pool. Each transport is an ops table in its own file
- * (xport_shm.c, xport_rdma.c, xport_cuda.c; tcp is a later issue) and is
+ * (xport_shm.c, xport_tcp.c, xport_rdma.c, xport_cuda.c) and is
  * found by name with xport_find. The life of a transport instance:
  *
  *   decode side:  xport_open -> xport_register(pool) -> descriptor bytes,
@@ -101,6 +101,11 @@ struct xport_ops {
 	 * themselves stay the caller's), sets *x to NULL. Accepts NULL and
 	 * *x == NULL. */
 	void (*close)(struct xport **x);
+
+	/* Optional: the room the next batches belong to, for a transport
+	 * whose writer at the decode checks the room before it writes (tcp).
+	 * NULL: the transport does not need it. */
+	void (*set_room)(struct xport *x, uint64_t room);
 };
 
 /* Returns the ops table named `name` ("shm", "tcp", "rdma", "cuda"), or NULL
@@ -138,6 +143,24 @@ int xport_write_batch(struct xport *x, const struct xport_copy *c, size_t n,
 		      char *err, size_t errlen);
 int xport_wait(struct xport *x, int timeout_ms, char *err, size_t errlen);
 void xport_close(struct xport **x);
+/* Tags the next batches with their room (see ops->set_room); a no-op for
+ * transports without one. */
+void xport_set_room(struct xport *x, uint64_t room);
+
+/* tcp only, decode side, before xport_register: listen on HOST[:PORT]
+ * (numeric host; port 0 or none: a free one) with a fresh random secret;
+ * the registration's descriptor then names them. 0, KVW_EINVAL (bad
+ * address or not a tcp instance), KVW_EEXIST or KVW_ESYS. */
+int xport_tcp_listen(struct xport *x, const char *hostport, char *err,
+		     size_t errlen);
+/* tcp only: the listening socket (still owned by x) and the secret, for
+ * the sink processes that serve it. 0, KVW_EINVAL or KVW_ENOENT (not
+ * listening). */
+int xport_tcp_sink_info(const struct xport *x, int *listen_fd,
+			uint8_t secret[16]);
+/* tcp only: "HOST:PORT" the registration listens on, into buf[len]; 0 or
+ * KVW_ENOENT (not listening). */
+int xport_tcp_address(const struct xport *x, char *buf, size_t len);
 
 /* For a process that writes into peer pools over shm and must outlive a
  * peer truncating its pool mid-copy (the kv-sender worker): installs a

@@ -19,6 +19,7 @@ struct xport {
 #define XPORT_SELF(type, x) ((type *)(void *)((char *)(x) - offsetof(type, base)))
 
 extern const struct xport_ops xport_shm_ops;
+extern const struct xport_ops xport_tcp_ops;
 extern const struct xport_ops xport_rdma_ops;
 extern const struct xport_ops xport_cuda_ops;
 

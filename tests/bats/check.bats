@@ -62,11 +62,11 @@ nothing_made() {
 }
 
 @test "a transport this machine lacks: --check and a real start exit 77 at once, nothing left" {
-	run kv-sender --check "${EPS[@]}" --pool "$POOL" --transport tcp
+	run kv-sender --check "${EPS[@]}" --pool "$POOL" --transport rdma
 	[ "$status" -eq 77 ]
-	[[ $output == *"tcp: not available"* ]]
+	[[ $output == *"rdma: not available"* ]]
 	# A real start ends at once (no worker restarted every second).
-	run timeout 10 kv-sender "${EPS[@]}" --pool "$POOL" --transport tcp
+	run timeout 10 kv-sender "${EPS[@]}" --pool "$POOL" --transport cuda
 	[ "$status" -eq 77 ]
 	[[ $output == *"not available"* ]]
 	run timeout 10 kv-receiver "${EPS[@]}" --pool "$POOL" --transport rdma

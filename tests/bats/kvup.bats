@@ -281,8 +281,15 @@ refused() {
 	refused 100 "the pools need [0-9]* bytes, /dev/shm has [0-9]* free" --pages 4194304 --layers 64
 }
 
-@test "refused in under 2 s with 77, the member's reason, nothing made: --transport tcp" {
-	refused 77 "kv-sender: fatal: tcp: not available" --transport tcp $SHAPE
+@test "refused in under 2 s, the reason, nothing made: a transport that is not available (77) or unknown (100)" {
+	# tcp has a copy path now; rdma has none yet: 77 where the machine has
+	# no RDMA device (this one), 100 "no copy path" where it has one.
+	if "$KVW_BIN/kv-probe" rdma >/dev/null 2>&1; then
+		refused 100 "transport 'rdma' has no copy path" --transport rdma $SHAPE
+	else
+		refused 77 "transport 'rdma' is not available here" --transport rdma $SHAPE
+	fi
+	refused 100 "transport 'bogus': unknown" --transport bogus $SHAPE
 }
 
 @test "a member's own refusal (--check) exits with its code and fatal line, not 111" {

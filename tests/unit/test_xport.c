@@ -391,15 +391,29 @@ static void cuda_probe_and_open_say_not_available_without_gpu(void **state)
 	expect_usable_or_not_available("cuda");
 }
 
-static void tcp_is_a_stub_that_says_not_implemented(void **state)
+static void tcp_opens_and_a_pool_that_is_not_listened_on_cannot_be_dialled(void **state)
 {
+	struct fx *f = *state;
 	char err[256] = "";
-	struct xport *x = (struct xport *)&x;
+	struct xport *x = NULL;
+	uint8_t d[KVW_MAX_DESC];
+	size_t l;
+	uint32_t id;
 
-	(void)state;
-	assert_int_equal(xport_find("tcp")->probe(err, sizeof err), KVW_ENODEV);
-	assert_non_null(strstr(err, "tcp: not available: not implemented yet"));
-	assert_int_equal(xport_open(xport_find("tcp"), &x, err, sizeof err), KVW_ENODEV);
+	assert_int_equal(xport_find("tcp")->probe(err, sizeof err), 0);
+	assert_int_equal(xport_open(xport_find("tcp"), &x, err, sizeof err), 0);
+	/* Registered without xport_tcp_listen (a prefill's source pool): the
+	 * descriptor names port 0 and nobody can connect to it. */
+	assert_int_equal(xport_register(x, f->src, &id, d, sizeof d, &l, err,
+					sizeof err), 0);
+	assert_int_equal(xport_connect(x, d, l, &id, err, sizeof err), KVW_EINVAL);
+	assert_non_null(strstr(err, "malformed descriptor"));
+	/* Only tcp instances listen. */
+	assert_int_equal(xport_tcp_listen(f->pre, "127.0.0.1:0", err, sizeof err),
+			 KVW_EINVAL);
+	assert_int_equal(xport_tcp_listen(x, "localhost:1", err, sizeof err),
+			 KVW_EINVAL); /* numeric hosts only */
+	xport_close(&x);
 	assert_null(x);
 }
 
@@ -560,7 +574,7 @@ int main(void)
 #undef T
 		cmocka_unit_test(rdma_probe_and_open_say_not_available_without_devices),
 		cmocka_unit_test(cuda_probe_and_open_say_not_available_without_gpu),
-		cmocka_unit_test(tcp_is_a_stub_that_says_not_implemented),
+		cmocka_unit_test_setup_teardown(tcp_opens_and_a_pool_that_is_not_listened_on_cannot_be_dialled, fx_setup, fx_teardown),
 		cmocka_unit_test(registry_finds_known_names_only),
 	};
 

@@ -1,0 +1,447 @@
+/*
+ * tcp_sink.c - the sink loop of tcp_sink.h. Every connection is
+ * non-blocking and walks HELLO -> (HEADER -> COPIES -> PAYLOAD -> ACK)*,
+ * keeping what it has read so far, so one slow or hostile peer never
+ * holds up the others. A header is checked on its own (magic, copy count
+ * cap, total within the pool) before the copy list is allocated, the whole
+ * copy list (each range inside the pool, no overflow, lengths adding up to
+ * the total) before a payload byte is read, and the payload is read with
+ * readv straight into the destination pages. The checksum is computed over
+ * the written ranges before the ACK goes out.
+ */
+#include "tcp_sink.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+/* XXH3_state_t on the stack: its size must be known here. */
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "base/kvw.h"
+#include "tcp_proto.h"
+
+#define SINK_IOV 64u
+#define SINK_DISCARD 65536u
+
+enum { C_HELLO, C_HDR, C_COPIES, C_PAYLOAD };
+
+struct conn {
+	int fd;
+	int state;
+	uint64_t deadline_ns; /* C_HELLO: give up then */
+	uint8_t head[TCP_BATCH_LEN];
+	size_t have;          /* bytes of the current unit read so far */
+	uint32_t ncopies;
+	uint64_t batch, room, total, sum, left;
+	uint8_t *copies;      /* ncopies x (dst_off, len), owned */
+	uint32_t ci;          /* payload: current copy ... */
+	uint64_t coff;        /* ... and offset in it */
+	int discard;          /* payload read and dropped (room not live) */
+	uint8_t ack[TCP_ACK_LEN];
+	size_t ack_left;      /* ACK bytes not yet sent (POLLOUT) */
+};
+
+struct sink {
+	const struct tcp_sink_cfg *cfg;
+	struct tcp_sink_stats *st;
+	struct conn *c;
+	uint32_t n, cap;
+	struct pollfd *pfd;
+	uint8_t scratch[SINK_DISCARD];
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void event(struct sink *s, const char *what)
+{
+	if (s->cfg->event)
+		s->cfg->event(s->cfg->arg, what);
+}
+
+static void drop(struct sink *s, uint32_t i)
+{
+	close(s->c[i].fd);
+	free(s->c[i].copies);
+	s->c[i] = s->c[--s->n];
+}
+
+/* Sends what is left of the connection's ACK: 0 done, 1 still pending
+ * (wait for POLLOUT), -1 the connection is gone. */
+static int flush_ack(struct conn *c)
+{
+	while (c->ack_left) {
+		ssize_t k = send(c->fd, c->ack + TCP_ACK_LEN - c->ack_left,
+				 c->ack_left, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 1;
+		if (k <= 0)
+			return -1;
+		c->ack_left -= (size_t)k;
+	}
+	return 0;
+}
+
+static int ack(struct conn *c, uint32_t status)
+{
+	tcp_put(c->ack, TCP_MAGIC_ACK, 4);
+	tcp_put(c->ack + 4, status, 4);
+	tcp_put(c->ack + 8, c->batch, 8);
+	c->ack_left = TCP_ACK_LEN;
+	return flush_ack(c);
+}
+
+/* Reads into dst up to want - have bytes: 1 when the unit is complete, 0
+ * when more must come, -1 on EOF or error. */
+static int fill(struct conn *c, uint8_t *dst, size_t want)
+{
+	while (c->have < want) {
+		ssize_t k = recv(c->fd, dst + c->have, want - c->have,
+				 MSG_DONTWAIT);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (k <= 0)
+			return -1;
+		c->have += (size_t)k;
+	}
+	return 1;
+}
+
+static int hello(struct sink *s, struct conn *c)
+{
+	uint8_t wel[TCP_WELCOME_LEN];
+	uint8_t diff = 0;
+	int rc = fill(c, c->head, TCP_HELLO_LEN);
+
+	if (rc <= 0)
+		return rc;
+	for (unsigned i = 0; i < TCP_SECRET_LEN; i++)
+		diff |= c->head[8 + i] ^ s->cfg->secret[i];
+	tcp_put(wel, TCP_MAGIC_WELCOME, 4);
+	if (tcp_get(c->head, 4) != TCP_MAGIC_HELLO ||
+	    tcp_get(c->head + 4, 2) != TCP_VERSION || diff) {
+		tcp_put(wel + 4, TCP_SECRET, 4);
+		(void)send(c->fd, wel, sizeof wel, MSG_NOSIGNAL | MSG_DONTWAIT);
+		s->st->refused++;
+		event(s, diff ? "connection with a wrong secret refused"
+			      : "connection with a bad hello refused");
+		return -1;
+	}
+	tcp_put(wel + 4, TCP_OK, 4);
+	if (send(c->fd, wel, sizeof wel, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+	    (ssize_t)sizeof wel)
+		return -1;
+	s->st->conns++;
+	c->state = C_HDR;
+	c->have = 0;
+	return 1;
+}
+
+/* A refused batch: counted, an ACK BAD, and the connection closes (the
+ * rest of its stream cannot be trusted to line up). */
+static int refuse(struct sink *s, struct conn *c, const char *what)
+{
+	s->st->bad++;
+	event(s, what);
+	(void)ack(c, TCP_BAD);
+	return -1;
+}
+
+static int header(struct sink *s, struct conn *c)
+{
+	int rc = fill(c, c->head, TCP_BATCH_LEN);
+
+	if (rc <= 0)
+		return rc;
+	c->ncopies = (uint32_t)tcp_get(c->head + 4, 4);
+	c->batch = tcp_get(c->head + 8, 8);
+	c->room = tcp_get(c->head + 16, 8);
+	c->total = tcp_get(c->head + 24, 8);
+	c->sum = tcp_get(c->head + 32, 8);
+	if (tcp_get(c->head, 4) != TCP_MAGIC_BATCH)
+		return refuse(s, c, "batch with a bad magic refused");
+	if (c->ncopies == 0 || c->ncopies > TCP_MAX_COPIES)
+		return refuse(s, c, "batch with a copy count over the cap "
+				    "refused");
+	if (c->total > s->cfg->size)
+		return refuse(s, c, "batch larger than the pool refused");
+	c->copies = malloc((size_t)c->ncopies * TCP_COPY_LEN);
+	if (!c->copies)
+		return refuse(s, c, "out of memory for a copy list");
+	c->state = C_COPIES;
+	c->have = 0;
+	return 1;
+}
+
+static int copy_list(struct sink *s, struct conn *c)
+{
+	uint64_t sum = 0;
+	int rc = fill(c, c->copies, (size_t)c->ncopies * TCP_COPY_LEN);
+
+	if (rc <= 0)
+		return rc;
+	/* The whole list before one payload byte: a single copy outside
+	 * the pool refuses the batch and nothing is written. */
+	for (uint32_t i = 0; i < c->ncopies; i++) {
+		uint64_t off = tcp_get(c->copies + i * TCP_COPY_LEN, 8);
+		uint64_t len = tcp_get(c->copies + i * TCP_COPY_LEN + 8, 8);
+		uint64_t end;
+
+		if (__builtin_add_overflow(off, len, &end) || end > s->cfg->size ||
+		    __builtin_add_overflow(sum, len, &sum))
+			return refuse(s, c, "batch with a copy outside the "
+					    "pool refused");
+	}
+	if (sum != c->total)
+		return refuse(s, c, "batch whose copies do not add up refused");
+	c->discard = s->cfg->room_live &&
+		     !s->cfg->room_live(s->cfg->arg, c->room);
+	c->left = c->total;
+	c->ci = 0;
+	c->coff = 0;
+	c->state = C_PAYLOAD;
+	return 1;
+}
+
+static uint8_t *dst_of(const struct sink *s, const struct conn *c,
+		       uint32_t i, uint64_t *len)
+{
+	const uint8_t *p = c->copies + i * TCP_COPY_LEN;
+
+	*len = tcp_get(p + 8, 8);
+	return s->cfg->base + tcp_get(p, 8);
+}
+
+/* Checks the written bytes against the sender's checksum. */
+static int landed_intact(const struct sink *s, const struct conn *c)
+{
+	XXH3_state_t hs;
+
+	XXH3_64bits_reset(&hs);
+	for (uint32_t i = 0; i < c->ncopies; i++) {
+		uint64_t len;
+		uint8_t *d = dst_of(s, c, i, &len);
+
+		XXH3_64bits_update(&hs, d, len);
+	}
+	return XXH3_64bits_digest(&hs) == c->sum;
+}
+
+static int payload(struct sink *s, struct conn *c)
+{
+	while (c->left > 0) {
+		struct iovec iov[SINK_IOV];
+		int n = 0;
+		ssize_t k;
+
+		if (c->discard) {
+			iov[n++] = (struct iovec){ s->scratch,
+				c->left < SINK_DISCARD ? c->left : SINK_DISCARD };
+		} else {
+			uint64_t coff = c->coff;
+
+			for (uint32_t i = c->ci; i < c->ncopies && n < (int)SINK_IOV;
+			     i++) {
+				uint64_t len;
+				uint8_t *d = dst_of(s, c, i, &len);
+
+				if (len > coff)
+					iov[n++] = (struct iovec){ d + coff,
+								   len - coff };
+				coff = 0;
+			}
+		}
+		k = readv(c->fd, iov, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (k <= 0)
+			return -1;
+		c->left -= (uint64_t)k;
+		if (!c->discard) {
+			uint64_t adv = (uint64_t)k;
+
+			s->st->bytes += adv;
+			while (adv > 0) {
+				uint64_t len;
+
+				(void)dst_of(s, c, c->ci, &len);
+				if (adv < len - c->coff) {
+					c->coff += adv;
+					adv = 0;
+				} else {
+					adv -= len - c->coff;
+					c->ci++;
+					c->coff = 0;
+				}
+			}
+		}
+	}
+	uint32_t status = TCP_OK;
+
+	if (c->discard) {
+		s->st->not_live++;
+		event(s, "batch for a room that is not live discarded");
+		status = TCP_NOT_LIVE;
+	} else if (!landed_intact(s, c)) {
+		s->st->checksum++;
+		event(s, "batch whose bytes do not match its checksum");
+		status = TCP_CHECKSUM;
+	} else {
+		s->st->batches++;
+	}
+	free(c->copies);
+	c->copies = NULL;
+	c->state = C_HDR;
+	c->have = 0;
+	return ack(c, status) < 0 ? -1 : 1;
+}
+
+/* Serves one readable connection until it would block: 0 to keep it, -1
+ * to close it. */
+static int serve(struct sink *s, struct conn *c)
+{
+	int rc = 1;
+
+	while (rc > 0 && c->ack_left == 0) {
+		switch (c->state) {
+		case C_HELLO: rc = hello(s, c); break;
+		case C_HDR: rc = header(s, c); break;
+		case C_COPIES: rc = copy_list(s, c); break;
+		default: rc = payload(s, c); break;
+		}
+	}
+	return rc < 0 ? -1 : 0;
+}
+
+static void take(struct sink *s, uint64_t now, uint32_t max)
+{
+	for (;;) {
+		int fd = accept4(s->cfg->listen_fd, NULL, NULL,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return; /* EAGAIN, or an aborted connection */
+		if (s->n == max) {
+			close(fd);
+			s->st->refused++;
+			event(s, "connection over the cap refused");
+			continue;
+		}
+		if (s->n == s->cap) {
+			uint32_t cap = s->cap ? 2 * s->cap : 16;
+			struct conn *v = realloc(s->c, cap * sizeof *v);
+			struct pollfd *p = realloc(s->pfd, (cap + 1) * sizeof *p);
+
+			if (p)
+				s->pfd = p;
+			if (v)
+				s->c = v;
+			if (!v || !p) {
+				close(fd);
+				s->st->refused++;
+				event(s, "out of memory for a connection");
+				continue;
+			}
+			s->cap = cap;
+		}
+		s->c[s->n++] = (struct conn){
+			.fd = fd, .state = C_HELLO,
+			.deadline_ns = now + (uint64_t)(s->cfg->handshake_ms
+							    ? s->cfg->handshake_ms
+							    : 5000) * 1000000ull,
+		};
+	}
+}
+
+int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
+		 char *err, size_t errlen)
+{
+	struct tcp_sink_stats local = { 0 };
+	struct sink *s = calloc(1, sizeof *s);
+	uint32_t max = cfg->max_conns ? cfg->max_conns : 1024;
+	int rc = 0;
+
+	if (!s)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	s->cfg = cfg;
+	s->st = st ? st : &local;
+	s->pfd = malloc(sizeof *s->pfd);
+	if (!s->pfd || fcntl(cfg->listen_fd, F_SETFL, O_NONBLOCK) < 0) {
+		rc = kvw_errf(err, errlen, KVW_ESYS, "sink: setup failed");
+		goto out;
+	}
+	while (!(cfg->stop && cfg->stop())) {
+		uint64_t now = now_ns();
+		int timeout = 200, n;
+
+		s->pfd[0] = (struct pollfd){ cfg->listen_fd, POLLIN, 0 };
+		for (uint32_t i = 0; i < s->n; i++) {
+			struct conn *c = &s->c[i];
+
+			s->pfd[i + 1] = (struct pollfd){
+				c->fd, c->ack_left ? POLLOUT : POLLIN, 0 };
+		}
+		n = poll(s->pfd, s->n + 1, timeout);
+		if (n < 0 && errno != EINTR) {
+			rc = kvw_errf(err, errlen, KVW_ESYS, "sink: poll: %s",
+				      strerror(errno));
+			break;
+		}
+		now = now_ns();
+		/* Backwards, so drop() (which moves the last one into the
+		 * hole) never skips a connection. */
+		for (uint32_t i = s->n; n > 0 && i-- > 0;) {
+			struct conn *c = &s->c[i];
+			short re = s->pfd[i + 1].revents;
+			int keep = 0;
+
+			if (!re)
+				continue;
+			if (re & (POLLERR | POLLNVAL))
+				keep = -1;
+			else if (c->ack_left)
+				keep = flush_ack(c) < 0 ? -1 : 0;
+			if (keep == 0 && !c->ack_left)
+				keep = serve(s, c);
+			if (keep < 0)
+				drop(s, i);
+		}
+		/* A peer that never finishes its hello is a slow loris. */
+		for (uint32_t i = s->n; i-- > 0;)
+			if (s->c[i].state == C_HELLO && now > s->c[i].deadline_ns) {
+				s->st->refused++;
+				event(s, "connection without a hello in time "
+					 "closed");
+				drop(s, i);
+			}
+		if (n > 0 && (s->pfd[0].revents & POLLIN))
+			take(s, now, max);
+	}
+out:
+	while (s->n)
+		drop(s, s->n - 1);
+	free(s->c);
+	free(s->pfd);
+	free(s);
+	return rc;
+}

@@ -1,0 +1,54 @@
+/*
+ * tcp_sink.h - the decode side of the tcp transport: one poll loop that
+ * accepts connections on the listening socket xport_tcp_listen opened,
+ * checks each connection's secret, and writes every batch straight into
+ * the pool (readv into the destination pages: no staging copy) after
+ * checking its whole copy list against the pool. A batch for a room the
+ * caller says is not live is read and discarded, never written. Hostile
+ * input (a wrong secret, garbage, a copy outside the pool, a copy count
+ * over the cap, a peer that stops half way through a hello) closes that
+ * connection and is counted; the loop keeps serving the others.
+ */
+#ifndef KVW_TCP_SINK_H
+#define KVW_TCP_SINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What the sink saw; the counters only grow. */
+struct tcp_sink_stats {
+	uint64_t conns;      /* connections accepted with the right secret */
+	uint64_t refused;    /* connections closed for a wrong secret, a
+			      * bad hello, a stalled handshake or the cap */
+	uint64_t batches;    /* batches written and acked OK */
+	uint64_t bytes;      /* payload bytes written into the pool */
+	uint64_t bad;        /* batches refused: malformed or out of the pool */
+	uint64_t checksum;   /* batches whose bytes did not match */
+	uint64_t not_live;   /* batches discarded: room not live */
+};
+
+struct tcp_sink_cfg {
+	int listen_fd;             /* borrowed; made non-blocking here */
+	uint8_t *base;             /* the pool, mapped read-write */
+	uint64_t size;
+	const uint8_t *secret;     /* 16 bytes */
+	uint32_t max_conns;        /* open connections at most (0: 1024) */
+	uint32_t handshake_ms;     /* a hello must arrive within (0: 5000) */
+	/* Whether room is live at the decode now (called before a batch's
+	 * payload is read); NULL: every room is. */
+	int (*room_live)(void *arg, uint64_t room);
+	/* Told of every refusal (what happened, for a rate-limited log);
+	 * may be NULL. */
+	void (*event)(void *arg, const char *what);
+	void *arg;
+	/* Polled between wakeups: nonzero ends the loop. */
+	int (*stop)(void);
+};
+
+/* Serves until cfg->stop() says so: 0, or KVW_ESYS with the reason in err
+ * when the listening socket fails. Every connection is closed on return.
+ * st may be NULL. */
+int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
+		 char *err, size_t errlen);
+
+#endif

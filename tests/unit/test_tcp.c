@@ -1,0 +1,330 @@
+/*
+ * test_tcp.c - the tcp transport against its sink, over real loopback
+ * sockets and real pool files: a worker-shaped client (xport_tcp: connect
+ * by descriptor, pipelined batches, one wait) lands every byte where the
+ * copy list says and nowhere else; a batch for a room the sink says is not
+ * live is discarded (no byte written) and reported; and hostile peers at
+ * the data port - a wrong secret, garbage, a valid header whose copy lies
+ * outside the pool, a copy count over the cap, a peer that stops half way
+ * through its hello - are each refused and counted while the sink keeps
+ * serving a good client afterwards, with no byte outside the copies
+ * written.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/kvw.h"
+#include "xport/pool.h"
+#include "xport/tcp_proto.h"
+#include "xport/tcp_sink.h"
+#include "xport/xport.h"
+
+#define POOL_BYTES (1u << 20)
+#define NOT_LIVE_ROOM 666u
+
+struct fx {
+	char src_path[96], dst_path[96];
+	struct pool *src, *dst;
+	struct xport *dx, *px; /* decode side (listens), prefill side */
+	uint8_t desc[KVW_MAX_DESC];
+	size_t desclen;
+	uint32_t src_id, dst_id;
+	uint16_t port;
+	uint8_t secret[16];
+	pthread_t th;
+	struct tcp_sink_cfg cfg;
+	struct tcp_sink_stats st;
+	char err[256];
+};
+
+static atomic_int stop_flag;
+static int stop_now(void) { return atomic_load(&stop_flag); }
+
+static int live(void *arg, uint64_t room)
+{
+	(void)arg;
+	return room != NOT_LIVE_ROOM;
+}
+
+static void *sink_main(void *arg)
+{
+	struct fx *f = arg;
+	char err[128];
+
+	(void)tcp_sink_run(&f->cfg, &f->st, err, sizeof err);
+	return NULL;
+}
+
+static int setup(void **state)
+{
+	static unsigned n;
+	struct fx *f = test_calloc(1, sizeof *f);
+	uint8_t *s;
+	int lfd;
+
+	snprintf(f->src_path, sizeof f->src_path,
+		 "/dev/shm/kvwire.ttcp-src-%d-%u.pool", (int)getpid(), n);
+	snprintf(f->dst_path, sizeof f->dst_path,
+		 "/dev/shm/kvwire.ttcp-dst-%d-%u.pool", (int)getpid(), n++);
+	if (pool_create(f->src_path, POOL_BYTES, &f->src, f->err, sizeof f->err) ||
+	    pool_create(f->dst_path, POOL_BYTES, &f->dst, f->err, sizeof f->err))
+		return -1;
+	s = pool_base(f->src);
+	for (uint32_t i = 0; i < POOL_BYTES; i++)
+		s[i] = (uint8_t)(i * 131u + 7u);
+	if (xport_open(xport_find("tcp"), &f->dx, f->err, sizeof f->err) ||
+	    xport_tcp_listen(f->dx, "127.0.0.1:0", f->err, sizeof f->err) ||
+	    xport_register(f->dx, f->dst, &f->dst_id, f->desc, sizeof f->desc,
+			   &f->desclen, f->err, sizeof f->err) ||
+	    xport_tcp_sink_info(f->dx, &lfd, f->secret))
+		return -1;
+	f->port = (uint16_t)tcp_get(f->desc + 6, 2);
+	f->cfg = (struct tcp_sink_cfg){ .listen_fd = lfd,
+		.base = pool_base(f->dst), .size = POOL_BYTES,
+		.secret = f->secret, .room_live = live, .stop = stop_now,
+		.handshake_ms = 300 };
+	atomic_store(&stop_flag, 0);
+	if (pthread_create(&f->th, NULL, sink_main, f))
+		return -1;
+	if (xport_open(xport_find("tcp"), &f->px, f->err, sizeof f->err) ||
+	    xport_register(f->px, f->src, &f->src_id, (uint8_t[KVW_MAX_DESC]){ 0 },
+			   KVW_MAX_DESC, &(size_t){ 0 }, f->err, sizeof f->err))
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	atomic_store(&stop_flag, 1);
+	pthread_join(f->th, NULL);
+	xport_close(&f->px);
+	xport_close(&f->dx);
+	pool_close(&f->src);
+	pool_close(&f->dst);
+	pool_unlink(f->src_path);
+	pool_unlink(f->dst_path);
+	test_free(f);
+	return 0;
+}
+
+/* Bytes of dst that differ from zero outside [lo, hi) of every copy. */
+static void assert_only(const struct fx *f, const struct xport_copy *c,
+			size_t n)
+{
+	const uint8_t *d = pool_base(f->dst), *s = pool_base(f->src);
+
+	for (uint32_t off = 0; off < POOL_BYTES; off++) {
+		int in = 0;
+
+		for (size_t i = 0; i < n && !in; i++)
+			if (off >= c[i].dst_off && off < c[i].dst_off + c[i].len) {
+				in = 1;
+				assert_int_equal(d[off],
+						 s[c[i].src_off + off - c[i].dst_off]);
+			}
+		if (!in && d[off] != 0)
+			fail_msg("byte %u written outside the copies", off);
+	}
+}
+
+static void test_pipelined_batches_land_exactly_where_the_copies_say(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c[3 * 64];
+	uint32_t rid;
+	size_t n = 0;
+
+	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &rid,
+				       f->err, sizeof f->err), 0);
+	/* Three batches of 64 scattered 1 KiB copies, sent before one wait. */
+	for (uint32_t b = 0; b < 3; b++) {
+		for (uint32_t i = 0; i < 64; i++, n++)
+			c[n] = (struct xport_copy){ .src_off = 4096u * n + 17,
+				.dst_off = 4096u * n + 2000, .len = 1024,
+				.src = f->src_id, .dst = rid };
+		xport_set_room(f->px, 7);
+		assert_int_equal(xport_write_batch(f->px, c + 64 * b, 64, f->err,
+						   sizeof f->err), 0);
+	}
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), 0);
+	assert_only(f, c, n);
+	assert_true(f->st.batches == 3);
+	assert_true(f->st.bytes == 3 * 64 * 1024);
+	/* The same descriptor again is the same remote. */
+	uint32_t again;
+	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &again,
+				       f->err, sizeof f->err), 0);
+	assert_int_equal(again, rid);
+}
+
+static void test_a_batch_for_a_room_not_live_is_discarded(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c = { .src_off = 0, .dst_off = 0, .len = 65536,
+				.src = f->src_id };
+	uint32_t rid;
+
+	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &rid,
+				       f->err, sizeof f->err), 0);
+	c.dst = rid;
+	xport_set_room(f->px, NOT_LIVE_ROOM);
+	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err, sizeof f->err), 0);
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), KVW_ENOENT);
+	assert_non_null(strstr(f->err, "not live"));
+	assert_only(f, &c, 0); /* nothing written */
+	assert_true(f->st.not_live == 1);
+	/* The connection stays usable for a live room. */
+	xport_set_room(f->px, 8);
+	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err, sizeof f->err), 0);
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), 0);
+	assert_only(f, &c, 1);
+}
+
+static void test_copies_outside_either_side_are_refused_before_sending(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c = { .src_off = POOL_BYTES - 10, .dst_off = 0,
+				.len = 11, .src = f->src_id };
+	uint32_t rid;
+
+	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &rid,
+				       f->err, sizeof f->err), 0);
+	c.dst = rid;
+	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err, sizeof f->err),
+			 KVW_ERANGE);
+	c = (struct xport_copy){ .src_off = 0, .dst_off = UINT64_MAX - 4,
+				 .len = 10, .src = f->src_id, .dst = rid };
+	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err, sizeof f->err),
+			 KVW_ERANGE);
+	assert_true(f->st.bad == 0); /* nothing reached the sink */
+}
+
+/* A raw connection to the sink. */
+static int dial(const struct fx *f)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons(f->port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+	return fd;
+}
+
+/* Reads until EOF (the sink closed) or n bytes; returns bytes read. */
+static size_t read_some(int fd, uint8_t *buf, size_t n)
+{
+	struct timeval tv = { 5, 0 };
+	size_t have = 0;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	while (have < n) {
+		ssize_t k = recv(fd, buf + have, n - have, 0);
+
+		if (k <= 0)
+			break;
+		have += (size_t)k;
+	}
+	return have;
+}
+
+static int hello_ok(const struct fx *f, int fd, const uint8_t *secret)
+{
+	uint8_t h[TCP_HELLO_LEN] = { 0 }, w[TCP_WELCOME_LEN];
+
+	tcp_put(h, TCP_MAGIC_HELLO, 4);
+	tcp_put(h + 4, TCP_VERSION, 2);
+	memcpy(h + 8, secret ? secret : f->secret, 16);
+	assert_int_equal(send(fd, h, sizeof h, 0), (ssize_t)sizeof h);
+	return read_some(fd, w, sizeof w) == sizeof w &&
+	       tcp_get(w + 4, 4) == TCP_OK;
+}
+
+/* Sends a batch header (and copy list) and returns the ACK's status, or -1
+ * when the sink closed without one. */
+static int raw_batch(int fd, uint32_t ncopies, uint64_t total,
+		     const uint8_t *copies, size_t copylen)
+{
+	uint8_t h[TCP_BATCH_LEN] = { 0 }, a[TCP_ACK_LEN];
+
+	tcp_put(h, TCP_MAGIC_BATCH, 4);
+	tcp_put(h + 4, ncopies, 4);
+	tcp_put(h + 16, 1, 8);
+	tcp_put(h + 24, total, 8);
+	assert_int_equal(send(fd, h, sizeof h, MSG_NOSIGNAL), (ssize_t)sizeof h);
+	if (copylen)
+		(void)send(fd, copies, copylen, MSG_NOSIGNAL);
+	if (read_some(fd, a, sizeof a) != sizeof a)
+		return -1;
+	return (int)tcp_get(a + 4, 4);
+}
+
+static void test_hostile_peers_are_refused_and_the_sink_keeps_serving(void **state)
+{
+	struct fx *f = *state;
+	uint8_t wrong[16], junk[64], cp[TCP_COPY_LEN];
+	int fd;
+
+	/* A wrong secret. */
+	memcpy(wrong, f->secret, 16);
+	wrong[3] ^= 1;
+	fd = dial(f);
+	assert_false(hello_ok(f, fd, wrong));
+	close(fd);
+	/* Garbage instead of a hello: closed. */
+	fd = dial(f);
+	memset(junk, 0xa5, sizeof junk);
+	assert_int_equal(send(fd, junk, sizeof junk, MSG_NOSIGNAL), (ssize_t)sizeof junk);
+	assert_true(read_some(fd, junk, sizeof junk) <= TCP_WELCOME_LEN);
+	close(fd);
+	/* A valid header whose one copy lies outside the pool. */
+	fd = dial(f);
+	assert_true(hello_ok(f, fd, NULL));
+	tcp_put(cp, POOL_BYTES - 8, 8);
+	tcp_put(cp + 8, 16, 8);
+	assert_int_equal(raw_batch(fd, 1, 16, cp, sizeof cp), TCP_BAD);
+	close(fd);
+	/* A copy count over the cap. */
+	fd = dial(f);
+	assert_true(hello_ok(f, fd, NULL));
+	assert_int_equal(raw_batch(fd, TCP_MAX_COPIES + 1, 16, NULL, 0), TCP_BAD);
+	close(fd);
+	/* Half a hello, then silence: closed after the handshake time. */
+	fd = dial(f);
+	assert_int_equal(send(fd, junk, 10, 0), 10);
+	assert_int_equal(read_some(fd, junk, 1), 0); /* EOF, not a timeout */
+	close(fd);
+	assert_true(f->st.refused >= 3);
+	assert_true(f->st.bad == 2);
+	assert_only(f, NULL, 0); /* no byte written by any of them */
+	/* And a good client is still served. */
+	test_pipelined_batches_land_exactly_where_the_copies_say(state);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_pipelined_batches_land_exactly_where_the_copies_say, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_batch_for_a_room_not_live_is_discarded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_copies_outside_either_side_are_refused_before_sending, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_peers_are_refused_and_the_sink_keeps_serving, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
