@@ -136,8 +136,9 @@ model: $(MODEL_B)/tables.pml
 
 bench: $(BENCHES)
 
+# TRANSPORT=tcp runs the same job over loopback tcp.
 demo: all
-	@./bin/kv-demo
+	@KVW_TRANSPORT=$(TRANSPORT) ./bin/kv-demo
 
 # Fuzz seeds from today's encoder (tests/fuzz/mkseeds.c): `make seeds`
 # rewrites tests/fuzz/corpus/; check the result in. test_seeds decodes them.

@@ -15,16 +15,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What the sink saw; the counters only grow. */
+/* What the sink saw; the counters only grow. Atomic, so another thread
+ * (a test, a reporter) may read them while the loop runs. */
 struct tcp_sink_stats {
-	uint64_t conns;      /* connections accepted with the right secret */
-	uint64_t refused;    /* connections closed for a wrong secret, a
+	_Atomic uint64_t conns;      /* connections accepted with the right secret */
+	_Atomic uint64_t refused;    /* connections closed for a wrong secret, a
 			      * bad hello, a stalled handshake or the cap */
-	uint64_t batches;    /* batches written and acked OK */
-	uint64_t bytes;      /* payload bytes written into the pool */
-	uint64_t bad;        /* batches refused: malformed or out of the pool */
-	uint64_t checksum;   /* batches whose bytes did not match */
-	uint64_t not_live;   /* batches discarded: room not live */
+	_Atomic uint64_t batches;    /* batches written and acked OK */
+	_Atomic uint64_t bytes;      /* payload bytes written into the pool */
+	_Atomic uint64_t bad;        /* batches refused: malformed or out of the pool */
+	_Atomic uint64_t checksum;   /* batches whose bytes did not match */
+	_Atomic uint64_t not_live;   /* batches discarded: room not live */
 };
 
 struct tcp_sink_cfg {

@@ -1,0 +1,199 @@
+# kv-up-lib.bash - the parts of bin/kv-up that decide what is the group's:
+# the identity of a process (so a reused or forged pid is never signalled),
+# the registry entry that finds a supervisor whose run directory is gone,
+# the manifest of everything the group created, and the checks run before
+# anything is created. Sourced by bin/kv-up; not a program.
+
+# ---- process identity ------------------------------------------------------
+# A pid alone names whatever process holds it now. A member is the pid plus
+# its start time (field 22 of /proc/PID/stat, fixed for the life of a
+# process) plus its executable: all three must match before a signal.
+
+# proc_start PID: prints the start time of PID. Field 2 (comm) may hold
+# spaces and ')': fields are counted from after its last ')'.
+proc_start() {
+	local s
+	s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	s=${s##*) }
+	# shellcheck disable=SC2086 # split the fields on purpose
+	set -- $s
+	[ -n "${20:-}" ] && echo "${20}"
+}
+
+proc_exe() { readlink "/proc/$1/exe" 2>/dev/null; }
+
+# is_same PID START [EXE]: PID still runs as the process recorded. EXE is
+# empty only for a child that is not READY yet (it may not have exec'd); an
+# unreaped child's pid cannot be reused, so its start time suffices. A
+# zombie has no exe: it never matches, which is right (nothing to signal).
+is_same() {
+	[ -n "$1" ] && [ -n "$2" ] || return 1
+	[ "$(proc_start "$1")" = "$2" ] || return 1
+	[ -z "${3:-}" ] || [ "$(proc_exe "$1")" = "$3" ]
+}
+
+# wait_gone PID START EXE TRIES: polls (50 ms) until PID is no longer the
+# recorded process; returns 1 if it still is after TRIES polls. A process's
+# exit has no fd to wait on from here.
+wait_gone() {
+	local tries=$4
+	while is_same "$1" "$2" "$3" && [ "$tries" -gt 0 ]; do
+		sleep 0.05
+		tries=$((tries - 1))
+	done
+	! is_same "$1" "$2" "$3"
+}
+
+# stop_proc LABEL PID START EXE: SIGTERM, 5 s, then SIGKILL; only while
+# PID is the recorded process (else it is gone already: nothing to do).
+stop_proc() {
+	is_same "$2" "$3" "$4" || return 0
+	kill -TERM "$2" 2>/dev/null
+	wait_gone "$2" "$3" "$4" 100 && return 0
+	say "$1: no exit after SIGTERM, killing"
+	is_same "$2" "$3" "$4" && kill -KILL "$2" 2>/dev/null
+	wait_gone "$2" "$3" "$4" 40
+}
+
+# ---- registry ----------------------------------------------------------------
+# One file per running supervisor, outside the run directory (which may be
+# deleted under it), keyed by the run directory's absolute path:
+#   line 1: PID START EXE of the supervisor; line 2: the run directory.
+
+regdir=${XDG_RUNTIME_DIR:-/tmp}/kvwire-$(id -u)
+
+# reg_path ABSDIR: prints the registry file of ABSDIR.
+reg_path() { echo "$regdir/$(printf '%s' "$1" | md5sum | cut -c1-16).sup"; }
+
+# reg_dir_ok: the registry folder exists, is ours, a real folder, 0700.
+reg_dir_ok() {
+	mkdir -p -m 700 "$regdir" 2>/dev/null
+	[ -d "$regdir" ] && [ ! -L "$regdir" ] && [ -O "$regdir" ] &&
+		chmod 700 "$regdir"
+}
+
+# reg_live ABSDIR: prints "PID START EXE" of the live supervisor of ABSDIR;
+# returns 1 (and removes a stale entry) if there is none.
+reg_live() {
+	local f s_pid s_start s_exe
+	f=$(reg_path "$1")
+	[ -f "$f" ] || return 1
+	read -r s_pid s_start s_exe <"$f"
+	if is_same "$s_pid" "$s_start" "$s_exe"; then
+		echo "$s_pid $s_start $s_exe"
+		return 0
+	fi
+	rm -f "$f"
+	return 1
+}
+
+# ---- manifest ----------------------------------------------------------------
+# What the group created, in memory (owned[]: "file PATH" or "dir PATH",
+# in creation order) and in DIR/manifest for `--stop` after a kill -9 of
+# the supervisor. An entry is written before the thing is created, so a
+# crash in between leaks nothing; removing an absent entry is harmless.
+
+owned=()
+
+# own KIND PATH: records that the group creates PATH.
+own() {
+	owned+=("$1 $2")
+	echo "$1 $2" >>"$dir/manifest" 2>/dev/null
+}
+
+# own_proc NAME PID START EXE: records a member's identity in the manifest
+# (the supervisor keeps it in memory too).
+own_proc() { echo "proc $1 $2 $3 $4" >>"$dir/manifest" 2>/dev/null; }
+
+# remove_owned: removes what owned[] lists, files first, then folders
+# (rmdir: only if empty, so nothing the group did not make goes with them).
+remove_owned() {
+	local i e
+	for ((i = ${#owned[@]} - 1; i >= 0; i--)); do
+		e=${owned[i]}
+		[ "${e%% *}" = file ] && rm -f -- "${e#* }"
+	done
+	for ((i = ${#owned[@]} - 1; i >= 0; i--)); do
+		e=${owned[i]}
+		[ "${e%% *}" = dir ] && rmdir -- "${e#* }" 2>/dev/null
+	done
+	owned=()
+}
+
+# manifest_path_ok ABSDIR KIND PATH: an entry names something kv-up makes:
+# a file under the run directory or a /dev/shm/kvwire.* file, never a
+# path that climbs out with "..". Guards --stop against a forged manifest.
+manifest_path_ok() {
+	case $3 in
+	*/../* | */..) return 1 ;;
+	"$1"/*) return 0 ;;
+	/dev/shm/kvwire.*/*) return 1 ;;
+	/dev/shm/kvwire.*) [ "$2" = file ] ;;
+	*) return 1 ;;
+	esac
+}
+
+# stop_from_manifest ABSDIR [keep-lock]: for a group whose supervisor is
+# gone (kill -9): stops the members the manifest records (each only if it
+# is still the process recorded: latest record per member) and removes
+# what it lists, then the manifest and (unless keep-lock: a new supervisor
+# holds it) the lock.
+stop_from_manifest() {
+	local d=$1 kind a b c e
+	local -A mp ms me
+	local -a names=()
+	[ -f "$d/manifest" ] || return 0
+	owned=()
+	while read -r kind a b c e; do
+		case $kind in
+		proc) [ -n "${mp[$a]:-}" ] || names=("$a" "${names[@]}")
+			mp[$a]=$b ms[$a]=$c me[$a]=$e ;;
+		file | dir) manifest_path_ok "$d" "$kind" "$a" &&
+			owned+=("$kind $a") ;;
+		esac
+	done <"$d/manifest"
+	for a in "${names[@]}"; do
+		is_same "${mp[$a]}" "${ms[$a]}" "${me[$a]}" &&
+			kill -TERM "${mp[$a]}" 2>/dev/null
+	done
+	for a in "${names[@]}"; do
+		stop_proc "$a" "${mp[$a]}" "${ms[$a]}" "${me[$a]}"
+	done
+	remove_owned
+	rm -f -- "$d/manifest"
+	[ "${2:-}" = keep-lock ] || rm -f -- "$d/kv-up.lock"
+}
+
+# ---- checks before anything is created -----------------------------------
+
+# is_num V: a plain decimal number (no sign, no exponent).
+is_num() { [[ $1 =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)$ ]]; }
+
+# num_ge V MIN: V >= MIN, both decimal numbers.
+num_ge() { awk -v x="$1" -v m="$2" 'BEGIN { exit !(x + 0 >= m + 0) }'; }
+
+# heads_split H TP: the rule of plan_heads_compute (lib/plan/plan_params.c):
+# H kv heads split evenly over TP ranks, or (H < TP) each head is
+# replicated over a whole number of ranks.
+heads_split() { if [ "$1" -ge "$2" ]; then [ $(($1 % $2)) -eq 0 ]; else [ $(($2 % $1)) -eq 0 ]; fi; }
+
+# ipc_fits PATH: an ipc:// path fits sun_path (108 bytes with its NUL).
+ipc_fits() { [ "$(printf '%s' "$1" | wc -c)" -le 107 ]; }
+
+# check_member NAME: runs member NAME once with --check and the flags it
+# will start with. On failure sets fail_rc (its exit code) and fail_line
+# (its fatal line) and returns 1; adds its pool_bytes= to need_bytes.
+check_member() {
+	local out rc
+	out=$(eval "timeout 20 ${cmd[$1]} --check" 2>&1 </dev/null)
+	rc=$?
+	if [ "$rc" -ne 0 ]; then
+		fail_rc=$rc
+		[ "$rc" -eq 124 ] && fail_rc=99
+		fail_line=$(printf '%s\n' "$out" | grep ': fatal: ' | tail -n 1)
+		[ -n "$fail_line" ] || fail_line="$prog: fatal: $1: --check exited $rc: $(printf '%s' "$out" | tail -n 1)"
+		return 1
+	fi
+	out=$(printf '%s\n' "$out" | sed -n 's/^pool_bytes=\([0-9][0-9]*\)$/\1/p' | tail -n 1)
+	need_bytes=$((need_bytes + ${out:-0}))
+}

@@ -1,0 +1,375 @@
+#!/usr/bin/env bats
+# kvup.bats - bin/kv-up owns exactly what its group made (issue 20), as real
+# processes: `--stop` and SIGTERM remove what DIR/manifest lists and nothing
+# else (not what a forged DIR/endpoints names, not a *.sock that merely sits
+# in DIR), signal a pid only while it is the member recorded (a decoy whose
+# pid is written into DIR/pids survives), a stale pid file never blocks a
+# start, and the group stops also when its run directory was deleted. And
+# kv-up refuses a setup that cannot start in under 2 s, with the reason and
+# exit 100 (77 for a transport not available), having made nothing; a
+# member that exits 100 at start ends the group start with its code and
+# fatal line, never a restart loop. kv-demo refuses a bad flag before any
+# group starts.
+
+load helpers
+
+SHAPE="--layers 2 --pages 64 --heads 2 --head-dim 16 --aux-slots 64"
+
+setup() {
+	kvw_setup
+	DECOYS=()
+}
+
+teardown() {
+	local p
+	for p in "${DECOY_PIDS[@]:-}"; do
+		[ -n "$p" ] && kill -TERM "$p" 2>/dev/null
+	done
+	rm -rf "${DECOYS[@]:-/nonexistent}"
+	kvw_teardown
+}
+
+# decoy_proc: an unrelated process (sets $DECOY; killed in teardown).
+decoy_proc() {
+	timeout 300 sleep 1000 &
+	DECOY=$!
+	DECOY_PIDS+=("$DECOY")
+}
+
+# decoy_file PATH: a file that is not the group's (removed in teardown).
+decoy_file() {
+	echo decoy >"$1"
+	DECOYS+=("$1")
+}
+
+# note_group: remembers the group's processes ($GPIDS: kv-up, every member,
+# the sender's workers) and the prefix of its /dev/shm files ($SHM).
+note_group() {
+	GPIDS="$(cat "$RUN"/pids/*.pid) $(pgrep -P "$(cat "$RUN/pids/p0.pid")")"
+	[ "$(echo $GPIDS | wc -w)" -ge 7 ] # kv-up, 5 members, the workers
+	SHM=$(sed -n '/^member=p0 /s/.* table=\(\/dev\/shm\/kvwire\.[^ ]*\)\.p0\.rooms.*/\1/p' "$RUN/endpoints")
+	[ -n "$SHM" ]
+	ls "$SHM".* >/dev/null
+}
+
+dead() {
+	! kill -0 "$1" 2>/dev/null ||
+		[ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" = Z ]
+}
+
+# group_gone: no process, /dev/shm file or socket of the group is left.
+group_gone() {
+	local p left
+	for p in $GPIDS; do
+		wait_for 10 dead "$p" || { echo "pid $p still runs: $(cat /proc/$p/cmdline | tr '\0' ' ')"; return 1; }
+	done
+	left=$(ls -d "$SHM".* 2>/dev/null || true)
+	[ -z "$left" ] || { echo "shm left: $left"; return 1; }
+	if [ -d "$RUN" ]; then
+		left=$(find "$RUN" -type s -o -type p)
+		[ -z "$left" ] || { echo "sockets/fifos left: $left"; return 1; }
+		[ ! -e "$RUN/manifest" ] && [ ! -e "$RUN/kv-up.lock" ] &&
+			[ ! -e "$RUN/endpoints" ] && [ -z "$(ls -A "$RUN/pids" 2>/dev/null)" ]
+	fi
+}
+
+# decoys_alive: every decoy file and process is still there.
+decoys_alive() {
+	local f p
+	for f in "${DECOYS[@]:-}"; do
+		[ -z "$f" ] || [ -e "$f" ] || { echo "decoy $f removed"; return 1; }
+	done
+	for p in "${DECOY_PIDS[@]:-}"; do
+		[ -z "$p" ] || kill -0 "$p" || { echo "decoy pid $p killed"; return 1; }
+	done
+}
+
+stop() { timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"; }
+
+@test "--stop removes nothing a forged DIR/endpoints names, nor a *.sock it did not make" {
+	kv_up --workers 2 $SHAPE
+	note_group
+	base=$(mktemp -u /tmp/kvwt-decoy.XXXXXX)
+	decoy_file "$base.rooms"
+	decoy_file "$base.pool"
+	decoy_file "$base.sock"
+	decoy_file "$RUN/mine.sock"
+	decoy_file "$RUN/mine.peer"
+	decoy_file "$RUN/mine.eng"
+	echo "member=x role=prefill listen=ipc://$base.sock engine=ipc://$base.sock table=$base.rooms pool=$base.pool" >>"$RUN/endpoints"
+	sed -i "s|table=[^ ]*|table=$base.rooms|" "$RUN/endpoints"
+	run stop
+	[ "$status" -eq 0 ]
+	decoys_alive
+	group_gone
+}
+
+@test "a run directory with a space is refused at start with 100, nothing made, its sibling untouched" {
+	base=$(mktemp -d /tmp/kvwt-sp.XXXXXX)
+	DECOYS+=("$base")
+	mkdir "$base/a"
+	decoy_file "$base/a/boot.sock"
+	decoy_file "$base/a/manifest"
+	t0=$(date +%s%N)
+	run timeout 10 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$base/a b" $SHAPE
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	echo "$output (${ms} ms)"
+	[ "$status" -eq 100 ]
+	[[ $output == *"kv-up: fatal: run directory '$base/a b': use only"* ]]
+	[ "$ms" -lt 2000 ]
+	[ ! -e "$base/a b" ]
+	decoys_alive
+	run timeout 10 "$KVW_ROOT/bin/kv-up" --stop "$base/a b"
+	[ "$status" -eq 100 ]
+	decoys_alive
+	[ -z "$(ls /dev/shm | grep -F 'kvwire.a_b-')" ]
+}
+
+@test "a decoy pid written into DIR/pids survives --stop, and the group still stops" {
+	kv_up --workers 2 $SHAPE
+	note_group
+	decoy_proc
+	for m in p0 d0 hb0 bootstrap kv-up; do
+		echo "$DECOY" >"$RUN/pids/$m.pid"
+	done
+	run stop
+	[ "$status" -eq 0 ]
+	decoys_alive
+	group_gone
+}
+
+@test "after kill -9 of kv-up, --stop stops the members the manifest records, not what DIR/pids says" {
+	kv_up --workers 2 $SHAPE
+	note_group
+	sup=$(cat "$RUN/pids/kv-up.pid")
+	kill -KILL "$sup"
+	wait_for 10 dead "$sup"
+	decoy_proc
+	for m in p0 d0 hb0 hbp0 bootstrap; do
+		echo "$DECOY" >"$RUN/pids/$m.pid"
+	done
+	run stop
+	[ "$status" -eq 0 ]
+	decoys_alive
+	group_gone
+}
+
+@test "a stale pid file (dead pid, or one reused by an unrelated process) does not block a start" {
+	mkdir "$RUN/pids"
+	true &
+	gone_pid=$!
+	wait "$gone_pid"
+	echo "$gone_pid" >"$RUN/pids/kv-up.pid"
+	echo "$gone_pid" >"$RUN/pids/p0.pid"
+	kv_up --workers 2 $SHAPE
+	run timeout 60 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 4 --verify
+	[ "$status" -eq 0 ]
+	note_group
+	run stop
+	[ "$status" -eq 0 ]
+	group_gone
+	# A live unrelated process under kv-up's pid file: still not a group.
+	decoy_proc
+	echo "$DECOY" >"$RUN/pids/kv-up.pid"
+	kv_up --workers 2 $SHAPE
+	note_group
+	run stop
+	[ "$status" -eq 0 ]
+	decoys_alive
+	group_gone
+}
+
+@test "a start after kill -9 of kv-up first stops what that group left, by its manifest" {
+	kv_up --workers 2 $SHAPE
+	note_group
+	old_pids=$GPIDS old_shm=$SHM
+	sup=$(cat "$RUN/pids/kv-up.pid")
+	kill -KILL "$sup"
+	wait_for 10 dead "$sup"
+	kv_up --workers 2 $SHAPE
+	GPIDS=$old_pids SHM=$old_shm
+	for p in $old_pids; do wait_for 10 dead "$p"; done
+	[ -z "$(ls -d "$old_shm".* 2>/dev/null)" ]
+	run timeout 60 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 4 --verify
+	[ "$status" -eq 0 ]
+	note_group
+	run stop
+	[ "$status" -eq 0 ]
+	group_gone
+}
+
+@test "a second kv-up in the same run directory is refused with 100 while the first runs" {
+	kv_up --workers 1 $SHAPE
+	run timeout 10 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN" $SHAPE
+	echo "$output"
+	[ "$status" -eq 100 ]
+	[[ $output == *"a group already runs in $RUN"* ]]
+	kill -0 "$(cat "$RUN/pids/kv-up.pid")"
+}
+
+@test "kv-up --stop DIR stops the group and removes its files also when DIR was deleted" {
+	kv_up --workers 2 $SHAPE
+	note_group
+	rm -rf "$RUN"
+	run stop
+	echo "$output"
+	[ "$status" -eq 0 ]
+	group_gone
+}
+
+@test "SIGTERM to kv-up stops the whole group and removes its files; logs stay" {
+	kv_up --workers 2 $SHAPE
+	note_group
+	decoy_file "$RUN/other.sock"
+	sup=$(cat "$RUN/pids/kv-up.pid")
+	kill -TERM "$sup"
+	wait_for 30 dead "$sup"
+	group_gone
+	decoys_alive
+	[ -s "$RUN/logs/p0.log" ]
+}
+
+@test "SIGTERM to kv-up stops the whole group also when its run directory was deleted" {
+	kv_up --workers 2 $SHAPE
+	note_group
+	sup=$(cat "$RUN/pids/kv-up.pid")
+	rm -rf "$RUN"
+	kill -TERM "$sup"
+	wait_for 30 dead "$sup"
+	group_gone
+	run timeout 10 "$KVW_ROOT/bin/kv-up" --stop "$RUN"
+	[ "$status" -eq 100 ] # nothing of it is left to stop
+}
+
+# refused CODE TEXT ARGS...: kv-up --daemon with ARGS (run dir $RUN/g)
+# exits CODE in under 2 s with TEXT on stderr, and made nothing: no run
+# directory, no /dev/shm file named after it.
+refused() {
+	local code=$1 text=$2 t0 ms rc=0
+	shift 2
+	t0=$(date +%s%N)
+	timeout 10 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "${G:-$RUN/g}" "$@" \
+		>"$RUN/out" 2>"$RUN/err" || rc=$?
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	echo "kv-up $*: exit $rc in ${ms} ms: $(cat "$RUN/err")"
+	[ "$rc" -eq "$code" ]
+	grep -q -- "$text" "$RUN/err"
+	[ "$ms" -lt 2000 ]
+	[ ! -e "${G:-$RUN/g}" ]
+	[ -z "$(ls /dev/shm | grep -F "kvwire.$(basename "${G:-$RUN/g}")-")" ]
+}
+
+@test "refused in under 2 s with 100, the reason, nothing made: kv heads that do not split over TP" {
+	refused 100 "7 kv heads do not split over TP 2" --heads 7 --decode-tp 2
+	refused 100 "prefill TP 2 and decode TP 3 do not divide" --prefill-tp 2 --decode-tp 3
+}
+
+@test "refused in under 2 s with 100, the reason, nothing made: --workers 100000, --heartbeat-interval 0, bad timeouts" {
+	refused 100 "--workers: want an integer in 1..64" --workers 100000
+	refused 100 "--heartbeat-interval: want a number of seconds >= 0.05" --heartbeat-interval 0
+	refused 100 "--heartbeat-interval: want a number" --heartbeat-interval fast
+	refused 100 "--max-failures: want an integer >= 1" --max-failures 0
+	refused 100 "--waiting-timeout: want a number of seconds > 0" --waiting-timeout 0
+}
+
+@test "refused in under 2 s with 100, the reason, nothing made: a run directory over the ipc path limit" {
+	G=$RUN/$(printf 'd%.0s' $(seq 1 100))
+	refused 100 "over the limit of 107 (sun_path)" $SHAPE
+}
+
+@test "refused in under 2 s with 100, the reason, nothing made: pools that do not fit in /dev/shm" {
+	refused 100 "the pools need [0-9]* bytes, /dev/shm has [0-9]* free" --pages 4194304 --layers 64
+}
+
+@test "refused in under 2 s, the reason, nothing made: a transport that is not available (77) or unknown (100)" {
+	# tcp has a copy path now; rdma has none yet: 77 where the machine has
+	# no RDMA device (this one), 100 "no copy path" where it has one.
+	if "$KVW_BIN/kv-probe" rdma >/dev/null 2>&1; then
+		refused 100 "transport 'rdma' has no copy path" --transport rdma $SHAPE
+	else
+		refused 77 "transport 'rdma' is not available here" --transport rdma $SHAPE
+	fi
+	refused 100 "transport 'bogus': unknown" --transport bogus $SHAPE
+}
+
+@test "a member's own refusal (--check) exits with its code and fatal line, not 111" {
+	refused 100 "kv-sender: fatal: " --pages 64 --aux-slots 0 --layers 2
+}
+
+# fake_bin MEMBER: $RUN/bin holds the real programs, but MEMBER, once
+# $RUN/refuse exists, passes --check and then, started for real, refuses
+# its setup (exit 100), as a member would whose bind or probe fails after
+# the checks. Each refusal adds a line to $RUN/MEMBER.refusals.
+fake_bin() {
+	local b
+	mkdir -p "$RUN/bin"
+	for b in "$KVW_BIN"/kv-*; do ln -sf "$b" "$RUN/bin/${b##*/}"; done
+	rm "$RUN/bin/$1"
+	cat >"$RUN/bin/$1" <<SH
+#!/bin/sh
+for a; do [ "\$a" = --check ] && exec "$KVW_BIN/$1" "\$@"; done
+[ -e "$RUN/refuse" ] || exec "$KVW_BIN/$1" "\$@"
+echo refused >>"$RUN/$1.refusals"
+echo "$1: fatal: refused at start by the test" >&2
+exit 100
+SH
+	chmod +x "$RUN/bin/$1"
+}
+
+@test "a member that exits 100 at start ends the start with its code and line, no restart, nothing left (also --daemon)" {
+	fake_bin kv-receiver
+	touch "$RUN/refuse"
+	for mode in --daemon ""; do
+		rm -f "$RUN/kv-receiver.refusals"
+		t0=$SECONDS
+		run env KVW_BIN="$RUN/bin" timeout 30 "$KVW_ROOT/bin/kv-up" $mode --run-dir "$RUN/g" $SHAPE
+		echo "kv-up $mode: exit $status: $output"
+		[ "$status" -eq 100 ]
+		[[ $output == *"kv-receiver: fatal: refused at start by the test"* ]]
+		[ $((SECONDS - t0)) -lt 10 ]
+		[ "$(wc -l <"$RUN/kv-receiver.refusals")" -eq 1 ]
+		[ -z "$(ls /dev/shm | grep -F 'kvwire.g-')" ]
+		[ -z "$(find "$RUN/g" -type s -o -type p)" ]
+		[ ! -e "$RUN/g/manifest" ]
+		[ -z "$(pgrep -f "$RUN/g/")" ]
+	done
+}
+
+@test "a member that exits 100 when restarted is not restarted again: the group stops with its line" {
+	fake_bin kv-heartbeat
+	KVW_BIN="$RUN/bin" kv_up --workers 1 --heartbeat-interval 0.2 $SHAPE
+	note_group
+	sup=$(cat "$RUN/pids/kv-up.pid")
+	touch "$RUN/refuse"
+	kill -KILL "$(cat "$RUN/pids/hb0.pid")"
+	wait_for 30 dead "$sup"
+	group_gone
+	[ "$(wc -l <"$RUN/kv-heartbeat.refusals")" -eq 1 ]
+	grep -q "kv-heartbeat: fatal: refused at start by the test" "$RUN/kv-up.log"
+}
+
+@test "kv-demo refuses a bad flag before a group starts, with kv-bench's fatal line" {
+	t0=$(date +%s%N)
+	run env TMPDIR="$RUN" timeout 30 "$KVW_ROOT/bin/kv-demo" --bogus
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	echo "$output (${ms} ms)"
+	[ "$status" -eq 100 ]
+	[[ $output == *"kv-bench: fatal: unknown option: --bogus"* ]]
+	[ "$ms" -lt 2000 ]
+	[ -z "$(ls "$RUN")" ] # no run directory was made
+	run env TMPDIR="$RUN" timeout 30 "$KVW_ROOT/bin/kv-demo" --rooms 0
+	[ "$status" -eq 100 ]
+	[ -z "$(ls "$RUN")" ]
+}
+
+@test "kv-demo on failure prints a log folder that exists after it exits" {
+	run env TMPDIR="$RUN" timeout 300 "$KVW_ROOT/bin/kv-demo" --rooms 2 --room-timeout 0.000001
+	echo "$output"
+	[ "$status" -eq 1 ]
+	logs=$(echo "$output" | sed -n 's/^kv-demo: logs kept in //p')
+	[ -n "$logs" ]
+	[ -s "$logs/p0.log" ]
+	[ -s "$logs/kv-up.log" ]
+	# Its group is gone: only the kept logs remain in TMPDIR.
+	[ "$(ls "$RUN")" = "${logs##*/}" ]
+}
