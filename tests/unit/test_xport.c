@@ -486,6 +486,17 @@ static void *shrink_later(void *arg)
  * while batches run ends in an error from write_batch (the fstat check or
  * the caught SIGBUS, whichever the race gives) and the process lives on;
  * a batch into a healthy pool still works afterwards. */
+/* Under TSAN a SIGBUS goes through the sanitizer's own signal wrapper,
+ * which a siglongjmp out of the handler leaves in a state where the next
+ * SIGBUS is not delivered to the handler (the process dies with "Bus
+ * error", seen in CI under load). The guard is checked in the plain and
+ * ASan builds; TSAN, which looks for races, skips these two. */
+#if defined(__SANITIZE_THREAD__)
+#define SKIP_UNDER_TSAN() skip()
+#else
+#define SKIP_UNDER_TSAN() ((void)0)
+#endif
+
 static void shm_truncation_racing_batches_is_an_error_not_a_crash(void **state)
 {
 	struct fx *f = *state;
@@ -494,6 +505,7 @@ static void shm_truncation_racing_batches_is_an_error_not_a_crash(void **state)
 	pthread_t th;
 	int rc = 0;
 
+	SKIP_UNDER_TSAN();
 	assert_int_equal(xport_shm_catch_sigbus(), 0);
 	for (int i = 0; i < 8; i++)
 		c[i] = cp(f, 0, (uint64_t)i * 6144, 6144);
@@ -544,6 +556,7 @@ static void shm_sigbus_inside_a_checked_batch_is_caught_by_the_guard(void **stat
 	struct xport_copy c = cp(f, 0, 0, 4096);
 	struct stat st;
 
+	SKIP_UNDER_TSAN();
 	assert_int_equal(xport_shm_catch_sigbus(), 0);
 	assert_int_equal(fstat(pool_fd(f->dst), &st), 0);
 	trunc_ino = st.st_ino;
