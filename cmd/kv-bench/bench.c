@@ -676,30 +676,22 @@ static void nap(uint64_t idle_ns)
 }
 
 /* One member's control process: 0 while it is there (or restarting for
- * less than GROUP_DOWN_NS), KVW_EPEER with the member named when its table
- * was removed (the group was stopped) or it stayed away too long. */
+ * less than GROUP_DOWN_NS), else KVW_EPEER naming the member. */
 static int member_check(struct run *r, struct eng *x, uint64_t now)
 {
 	int rc = kvw_control_check(x->e);
 
-	if (rc == KVW_ENOENT)
-		return kvw_errf(r->err, r->errlen, KVW_EPEER,
-				"member %s is gone: its room table %s was "
-				"removed (the group was stopped?)",
-				x->m->name, x->m->table);
-	if (rc == 0) {
+	if (rc == 0)
 		x->down_since = 0;
-		return 0;
-	}
-	if (!x->down_since)
+	else if (!x->down_since)
 		x->down_since = now;
-	if (now - x->down_since < GROUP_DOWN_NS)
-		return 0;
-	return kvw_errf(r->err, r->errlen, KVW_EPEER,
-			"member %s is gone: no process has owned its room "
-			"table for %llu s",
-			x->m->name,
-			(unsigned long long)(GROUP_DOWN_NS / 1000000000ull));
+	if (rc == KVW_ENOENT || (rc && now - x->down_since >= GROUP_DOWN_NS))
+		return kvw_errf(r->err, r->errlen, KVW_EPEER,
+				"member %s is gone: %s", x->m->name,
+				rc == KVW_ENOENT ? "its room table was removed"
+						 : "no process has owned its "
+						   "room table for 10 s");
+	return 0;
 }
 
 /* Every member the bench drives: 0, or KVW_EPEER (see member_check). */
@@ -707,10 +699,9 @@ static int group_check(struct run *r, uint64_t now)
 {
 	int rc = 0;
 
-	for (uint32_t k = 0; k < r->np && rc == 0; k++)
-		rc = member_check(r, &r->p[k], now);
-	for (uint32_t k = 0; k < r->nd && rc == 0; k++)
-		rc = member_check(r, &r->d[k], now);
+	for (uint32_t k = 0; k < r->np + r->nd && rc == 0; k++)
+		rc = member_check(r, k < r->np ? &r->p[k] : &r->d[k - r->np],
+				  now);
 	return rc;
 }
 

@@ -31,7 +31,7 @@ teardown() {
 
 # decoy_proc: an unrelated process (sets $DECOY; killed in teardown).
 decoy_proc() {
-	timeout 300 sleep 1000 &
+	timeout 300 tail -f /dev/null &
 	DECOY=$!
 	DECOY_PIDS+=("$DECOY")
 }
