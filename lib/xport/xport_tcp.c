@@ -230,27 +230,13 @@ static int xtcp_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	return 0;
 }
 
-/* Sends all of buf, or KVW_ESYS (timeout or a broken connection). */
-static int send_all(int fd, const uint8_t *buf, size_t len)
+/* Sends (out != 0) or receives exactly len bytes: 0, or KVW_ESYS on a
+ * timeout, a closed or a broken connection. */
+static int io_all(int fd, uint8_t *buf, size_t len, int out)
 {
 	while (len > 0) {
-		ssize_t k = send(fd, buf, len, MSG_NOSIGNAL);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return KVW_ESYS;
-		buf += k;
-		len -= (size_t)k;
-	}
-	return 0;
-}
-
-/* Receives exactly len bytes, or KVW_ESYS (timeout, closed, error). */
-static int recv_all(int fd, uint8_t *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t k = recv(fd, buf, len, 0);
+		ssize_t k = out ? send(fd, buf, len, MSG_NOSIGNAL)
+				: recv(fd, buf, len, 0);
 
 		if (k < 0 && errno == EINTR)
 			continue;
@@ -375,8 +361,8 @@ static int xtcp_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 	tcp_put(hello + 4, TCP_VERSION, 2);
 	tcp_put(hello + 6, 0, 2);
 	memcpy(hello + 8, secret, TCP_SECRET_LEN);
-	if (send_all(fd, hello, sizeof hello) < 0 ||
-	    recv_all(fd, wel, sizeof wel) < 0 ||
+	if (io_all(fd, hello, sizeof hello, 1) < 0 ||
+	    io_all(fd, wel, sizeof wel, 0) < 0 ||
 	    tcp_get(wel, 4) != TCP_MAGIC_WELCOME || tcp_get(wel + 4, 4)) {
 		close(fd);
 		return kvw_errf(err, errlen, KVW_ESYS,
@@ -421,7 +407,7 @@ static int read_ack(struct xtcp_remote *r)
 {
 	uint8_t a[TCP_ACK_LEN];
 
-	if (recv_all(r->fd, a, sizeof a) < 0 || tcp_get(a, 4) != TCP_MAGIC_ACK)
+	if (io_all(r->fd, a, sizeof a, 0) < 0 || tcp_get(a, 4) != TCP_MAGIC_ACK)
 		return -1;
 	r->outstanding--;
 	return (int)tcp_get(a + 4, 4);
