@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -125,6 +126,8 @@ void rtab_close(struct rtab **tp)
 	t = *tp;
 	if (t->map != NULL)
 		munmap(t->map, t->len);
+	if (t->lock_fd >= 0)
+		close(t->lock_fd); /* releases the owner's lock */
 	free(t);
 	*tp = NULL;
 }
@@ -142,6 +145,7 @@ int rtab_open(const char *path, int writable, struct rtab **out, char *err,
 	t = calloc(1, sizeof(*t));
 	if (t == NULL)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	t->lock_fd = -1;
 	t->writable = writable != 0;
 	fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 	if (fd < 0) {
@@ -199,6 +203,13 @@ static int create_new(struct rtab *t, const char *path, uint32_t cap,
 	if (fd < 0)
 		return kvw_errf(err, errlen, KVW_ESYS, "%s: create: %s", tmp,
 				strerror(errno));
+	/* Locked before it is linked: no moment where the table exists and
+	 * has no owner's lock. */
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		kvw_seterr(err, errlen, "%s: flock: %s", tmp, strerror(errno));
+		rc = KVW_ESYS;
+		goto out;
+	}
 	if (ftruncate(fd, (off_t)file_size(cap, peer_cap)) < 0) {
 		kvw_seterr(err, errlen, "%s: ftruncate: %s", tmp,
 			   strerror(errno));
@@ -243,14 +254,29 @@ static int create_new(struct rtab *t, const char *path, uint32_t cap,
 		goto out;
 	}
 	rc = 0;
+	t->lock_fd = fd; /* kept: the owner's lock */
 out:
 	unlink(tmp);
-	close(fd);
+	if (rc < 0)
+		close(fd);
 	if (rc < 0 && t->map != NULL) {
 		munmap(t->map, t->len);
 		t->map = NULL;
 	}
 	return rc;
+}
+
+/* The owner pid a locked table file records (for the refusal's text), or
+ * 0 when it cannot be read. */
+static unsigned live_owner_pid(int fd)
+{
+	struct rtab_hdr h;
+
+	if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+	    h.magic != RTAB_MAGIC)
+		return 0;
+	return (unsigned)atomic_load_explicit(&h.owner_pid,
+					      memory_order_relaxed);
 }
 
 int rtab_create(const char *path, uint32_t capacity, uint32_t peer_capacity,
@@ -273,14 +299,28 @@ int rtab_create(const char *path, uint32_t capacity, uint32_t peer_capacity,
 	t = calloc(1, sizeof(*t));
 	if (t == NULL)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	t->lock_fd = -1;
 	t->writable = 1;
 	t->owner = 1;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		fd = open(path, O_RDWR | O_CLOEXEC);
 		if (fd >= 0) {
+			/* One owner per table: the lock is held as long as
+			 * the owner lives (the kernel drops it when the owner
+			 * dies), so a second owner started on a live table
+			 * refuses here, before it changes anything. */
+			if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+				rc = errno == EWOULDBLOCK ? KVW_EEXIST : KVW_ESYS;
+				kvw_seterr(err, errlen,
+					   "%s: owned by a live process (pid "
+					   "%u?): refusing to be a second owner",
+					   path, live_owner_pid(fd));
+				close(fd);
+				goto fail;
+			}
+			t->lock_fd = fd;
 			rc = map_fd(t, fd, path, capacity, peer_capacity, err,
 				    errlen);
-			close(fd);
 			if (rc < 0)
 				goto fail;
 			repair_reserved(t);

@@ -23,8 +23,9 @@ struct rtab {
 	uint32_t peer_cap;
 	int writable;
 	int owner;
-	dev_t dev; /* the mapped file, as mapped (rtab_identity) */
+	dev_t dev; /* the mapped file, as mapped (rtab_is_at) */
 	ino_t ino;
+	int lock_fd; /* owner: the file, flock'ed for the owner's life; -1 */
 };
 
 /* ---- state word: gen (63..32) | reason (31..16) | state (15..8) | kind */

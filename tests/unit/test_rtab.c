@@ -1256,10 +1256,46 @@ static void test_multiprocess_stress_keeps_every_invariant(void **state)
 	fx_free(f);
 }
 
+/* One owner per table: while the owner lives, a second rtab_create on its
+ * file is refused before it changes anything (no room failed, no counter
+ * touched, the owner epoch kept); once the owner closes, the next owner
+ * reopens it. */
+static void test_a_second_owner_is_refused_while_the_first_lives(void **state)
+{
+	struct fx *f = fx_new("owner", 16, 4);
+	struct rtab_ref r = must_insert(f->t, 42);
+	struct rtab *second = (struct rtab *)0x1;
+	struct rtab_info before, after;
+	int existed = 7;
+
+	(void)state;
+	rtab_counter_add(f->t, RTAB_C_MALFORMED, 3);
+	rtab_info(f->t, &before);
+	errbuf[0] = '\0';
+	assert_int_equal(rtab_create(f->path, 16, 4, 0x2222, &second, &existed,
+				     errbuf, sizeof(errbuf)),
+			 KVW_EEXIST);
+	assert_null(second);
+	assert_non_null(strstr(errbuf, "owned by a live process"));
+	rtab_info(f->t, &after);
+	assert_true(after.owner_epoch == 0x1111);
+	assert_true(after.owner_pid == before.owner_pid);
+	assert_true(after.counters[RTAB_C_MALFORMED] == 3);
+	assert_int_equal(rtab_state(f->t, r), KVW_BOOTSTRAPPING);
+	/* The owner gone, the next one takes the table over. */
+	rtab_close(&f->t);
+	assert_int_equal(rtab_create(f->path, 16, 4, 0x2222, &f->t, &existed,
+				     errbuf, sizeof(errbuf)),
+			 0);
+	assert_int_equal(existed, 1);
+	fx_free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_legal_table_is_the_designed_one),
+		cmocka_unit_test(test_a_second_owner_is_refused_while_the_first_lives),
 		cmocka_unit_test(test_accept_table_is_the_designed_one),
 		cmocka_unit_test(test_every_pair_through_transition_on_a_real_room),
 		cmocka_unit_test(test_failed_stores_reason_and_cleared_keeps_it),
