@@ -33,7 +33,6 @@ teardown() {
 # up ARGS...: a group with debug logs and one worker per prefill rank.
 up() { KVW_LOG=debug kv_up $SHAPE --workers 1 "$@"; }
 ep() { endpoint "$1" "$2"; }
-ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
 
 # rj MEMBER ROOM KEY: one field of the room as kv-stat --json shows it.
 rj() {

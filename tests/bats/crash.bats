@@ -27,8 +27,6 @@ teardown() {
 	kvw_teardown
 }
 
-ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
-
 # stat: the group's tables as JSON (live rooms only: kv-bench clears its
 # rooms, so this stays small during a run of thousands).
 stat() { "$KVW_BIN/kv-stat" --run-dir "$RUN" --json "$@"; }

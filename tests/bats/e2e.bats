@@ -54,27 +54,6 @@ all_ok() {
 	[ "$(summary corrupt)" = 0 ]
 }
 
-ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
-
-# field MEMBER ROOM KEY: one field of the room in MEMBER's table (kv-stat
-# --json --all); empty when the table has no such room.
-field() {
-	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all |
-		jq -r --arg m "$1" --arg r "$2" --arg k "$3" \
-			'.tables[] | select(.name == $m) | .rooms[] | select(.room == $r) | .[$k]'
-}
-
-# state_is MEMBER ROOM STATE...: the room is in one of the STATEs.
-state_is() {
-	local m=$1 r=$2 s
-	shift 2
-	s=$(field "$m" "$r" state)
-	for want in "$@"; do
-		[ "$s" = "$want" ] && return 0
-	done
-	return 1
-}
-
 # Fills the prefill pool of p0 with bytes from SEED and zeroes the decode
 # pool of d0 (so what lands next is all that is non-zero there).
 fill_src() {

@@ -92,3 +92,25 @@ kv_up() {
 endpoint() {
 	awk -v m="member=$1" -v k="$2=" '$1 == m { for (i = 2; i <= NF; i++) if (index($i, k) == 1) print substr($i, length(k) + 1) }' "$RUN/endpoints"
 }
+
+# ctl ARGS...: kv-ctl playing an engine (bounded).
+ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
+
+# field MEMBER ROOM KEY: one field of the room in MEMBER's table (kv-stat
+# --json --all); empty when the table has no such room.
+field() {
+	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all |
+		jq -r --arg m "$1" --arg r "$2" --arg k "$3" \
+			'.tables[] | select(.name == $m) | .rooms[] | select(.room == $r) | .[$k]'
+}
+
+# state_is MEMBER ROOM STATE...: the room is in one of the STATEs.
+state_is() {
+	local m=$1 r=$2 s
+	shift 2
+	s=$(field "$m" "$r" state)
+	for want in "$@"; do
+		[ "$s" = "$want" ] && return 0
+	done
+	return 1
+}

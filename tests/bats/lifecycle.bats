@@ -37,20 +37,6 @@ term_fast() {
 	[ "$ms" -lt 2000 ]
 }
 
-ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
-
-# state_is MEMBER ROOM STATE...: as in e2e.bats.
-state_is() {
-	local m=$1 r=$2 s
-	shift 2
-	s=$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all |
-		jq -r --arg m "$m" --arg r "$r" '.tables[] | select(.name == $m) | .rooms[] | select(.room == $r) | .state')
-	for want in "$@"; do
-		[ "$s" = "$want" ] && return 0
-	done
-	return 1
-}
-
 # early NAME EP ARGS...: e2e.py early in the background (output in
 # $RUN/NAME.early); returns once its frame is queued. Sets $EARLY.
 early() {

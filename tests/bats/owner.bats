@@ -10,8 +10,6 @@ SHAPE="--layers 2 --pages 64 --heads 2 --head-dim 16 --aux-slots 64"
 setup() { kvw_setup; }
 teardown() { kvw_teardown; }
 
-ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
-
 # snap MEMBER ROOM: the owner epoch, the counters and the room's state and
 # reason in MEMBER's table, one line.
 snap() {

@@ -14,23 +14,12 @@ SHAPE="--layers 2 --pages 64 --heads 2 --head-dim 16 --aux-slots 64"
 setup() { kvw_setup; }
 teardown() { kvw_teardown; }
 
-ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
-
 up() {
 	kv_up --workers 2 $SHAPE "$@"
 	PENG=$(endpoint p0 engine)
 	DENG=$(endpoint d0 engine)
 	BOOT=$(endpoint bootstrap listen)
 }
-
-# field MEMBER ROOM KEY: one field of the room in MEMBER's table.
-field() {
-	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all |
-		jq -r --arg m "$1" --arg r "$2" --arg k "$3" \
-			'.tables[] | select(.name == $m) | .rooms[] | select(.room == $r) | .[$k]'
-}
-
-state_is() { [ "$(field "$1" "$2" state)" = "$3" ]; }
 
 # good_room ROOM: a room whose lists agree succeeds on both sides.
 good_room() {
