@@ -376,6 +376,7 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 		return;
 	}
 	room->ref = ref;
+	room->token = receiver_token(r);
 	room->aux_slot = b->aux_slot;
 	room->prefill_dp = b->prefill_dp_rank;
 	snprintf(room->boot_ep, sizeof room->boot_ep, "%s", b->bootstrap);
@@ -452,6 +453,17 @@ static void status_msg(struct receiver *r, const struct frame_msg *m)
 		rtab_counter_add(r->tab, RTAB_C_STALE, 1);
 		LOG_RL(LOG_WARN, "room %llu: STATUS from rank %u, not a target",
 		       (unsigned long long)m->hdr.room, m->hdr.src_rank);
+		return;
+	}
+	if (!receiver_room_token_ok(room, s->token)) {
+		/* About an earlier incarnation of this room id (a worker's
+		 * late STATUS, a restarted control's answer to an old
+		 * XFER_INFO): it changes nothing in this one. */
+		rtab_counter_add(r->tab, RTAB_C_STALE, 1);
+		LOG_RL(LOG_INFO, "room %llu: STATUS(%s) from rank %u of "
+		       "another incarnation: dropped",
+		       (unsigned long long)room->id, kvw_state_str(s->state),
+		       m->hdr.src_rank);
 		return;
 	}
 	if (receiver_peer_seen(r, t->peer, m->hdr.epoch))

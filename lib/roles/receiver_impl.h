@@ -51,6 +51,8 @@ struct rx_room {
 		uint64_t id;            /* member) */
 	};
 	struct rtab_ref ref;
+	uint64_t token;       /* this incarnation's token (XFER_INFO carries
+			       * it; a STATUS counts only with it), != 0 */
 	uint32_t *pages;
 	uint32_t npages;
 	uint32_t aux_slot, prefill_dp;
@@ -220,7 +222,7 @@ struct receiver {
 	uint64_t next_deadline; /* cached earliest room deadline, 0 = none */
 	uint64_t next_ack_deadline;
 	uint64_t next_sync_ns;  /* next receiver_peers_sync */
-	uint64_t abort_seq;     /* last abort token handed out */
+	uint64_t abort_seq;     /* last token handed out (receiver_token) */
 	uint32_t rnd;           /* jitter state */
 };
 
@@ -252,6 +254,11 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 void receiver_room_fail(struct receiver *r, struct rx_room *room,
 			unsigned reason, const char *why);
 uint32_t receiver_rand(struct receiver *r);
+/* A fresh non-zero token (room incarnations and abort armings share one
+ * sequence that starts at a random point per receiver epoch). */
+uint64_t receiver_token(struct receiver *r);
+/* 1 when a STATUS carrying token is about this incarnation of the room. */
+int receiver_room_token_ok(const struct rx_room *room, uint64_t token);
 
 /* receiver_boot.c: the bootstrap cache. */
 /* Queues the room on its bootstrap's resolution; may finish at once. */

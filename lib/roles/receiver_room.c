@@ -236,6 +236,19 @@ uint32_t receiver_rand(struct receiver *r)
 	return x;
 }
 
+uint64_t receiver_token(struct receiver *r)
+{
+	do
+		r->abort_seq++;
+	while (r->abort_seq == 0);
+	return r->abort_seq;
+}
+
+int receiver_room_token_ok(const struct rx_room *room, uint64_t token)
+{
+	return token != 0 && token == room->token;
+}
+
 struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
 				  uint32_t unique, char *err, size_t errlen)
 {
@@ -449,6 +462,7 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 		x->aux_slot = room->aux_slot;
 		x->required_dst_info_num = room->required_dst_info_num;
 		x->dummy = t->dummy;
+		x->token = room->token;
 		if (!t->dummy)
 			x->pages = frame_u32s_of(room->pages + t->page_start,
 						 t->page_count);
@@ -478,10 +492,7 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 	st = rtab_state(r->tab, room->ref);
 	if (st != KVW_FAILED || room->armed)
 		return; /* Success stays; an armed room already sent ABORT */
-	do
-		r->abort_seq++;
-	while (r->abort_seq == 0);
-	(void)receiver_room_arm(room, r->abort_seq);
+	(void)receiver_room_arm(room, receiver_token(r));
 	/* Armed before any ABORT leaves, so an ack can never beat it. */
 	(void)rtab_flags_or(r->tab, room->ref, RTAB_F_ARMED);
 	if (!room->sent || room->ack_needed == 0) {

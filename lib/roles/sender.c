@@ -369,7 +369,14 @@ static int loop(struct sender *s, char *err, size_t errlen)
 		if (now >= s->next_sweep_ns)
 			s->next_sweep_ns = earliest(now + SWEEP_EVERY_NS,
 						    sender_sweep(s, now));
-		next = earliest(s->next_sweep_ns, sender_workers_tick(s, now));
+		if (now >= s->next_notice_ns) {
+			sender_notice(s);
+			s->next_notice_ns = now + SENDER_NOTICE_NS;
+		}
+		next = s->rooms.m.n ? earliest(s->next_sweep_ns,
+					       s->next_notice_ns)
+				    : s->next_sweep_ns;
+		next = earliest(next, sender_workers_tick(s, now));
 		next = earliest(next, sender_boot_tick(s, now));
 		if (!ready && sender_workers_all_up(s)) {
 			ready = 1;

@@ -50,6 +50,7 @@ struct sender_dst {
 	uint32_t *pages; /* owned */
 	uint32_t npages;
 	uint32_t aux_slot;
+	uint64_t token; /* its XFER_INFO's incarnation token (STATUS echoes it) */
 	uint8_t dummy;
 	uint8_t done; /* its last job finished */
 };
@@ -184,6 +185,7 @@ struct sender {
 	struct wpoll *wp; /* the loop's sockets (sender_run), NULL outside it */
 
 	uint64_t next_sweep_ns;
+	uint64_t next_notice_ns; /* next sender_notice */
 	uint64_t ack_expiry_ns; /* earliest ack_deadline_ns of a room; 0: none */
 	int ready_fd;
 };
@@ -214,7 +216,7 @@ void sender_rooms_foreach(struct sender_rooms *m,
  * already has SENDER_MAX_DST destinations. */
 int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
 			struct frame_u32s pages, uint32_t aux_slot,
-			int dummy);
+			int dummy, uint64_t token);
 /* Destinations that receive data (not dummy). */
 uint32_t sender_room_nreal(const struct sender_room *r);
 /* 1 when every destination decode said it needs has arrived. */
@@ -283,6 +285,12 @@ void sender_room_fail(struct sender *s, struct sender_room *r,
  * are all sent and whose jobs are all answered. May free r. */
 void sender_room_acks(struct sender *s, struct sender_room *r);
 void sender_on_job_done(struct sender *s, uint32_t w, const struct frame_msg *m);
+/* Reports rooms another process ended in the table (a worker, the
+ * heartbeat): STATUS(Failed) with the table's reason, or the Success
+ * other destinations have not heard, to every real destination, once.
+ * The loop calls it every SENDER_NOTICE_NS. */
+#define SENDER_NOTICE_NS 100000000ull
+void sender_notice(struct sender *s);
 /* rtab_expire sweep, and ack targets past their deadline are dropped with
  * a warning (a cleared room holding only them is freed); returns the next
  * deadline (0: none). */

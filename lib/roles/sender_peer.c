@@ -237,6 +237,7 @@ static void reject_unregistered(struct sender *s, const struct wire_in *in,
 	frame_msg_init(&st, FRAME_STATUS, s->rank, m->hdr.room, s->epoch);
 	st.u.status.state = KVW_FAILED;
 	st.u.status.reason = KVW_R_PEER_RESTART;
+	st.u.status.token = m->u.xfer_info.token;
 	snprintf(st.u.status.text, FRAME_STR_SIZE, "not registered with "
 		 "this prefill incarnation");
 	sender_sent_on(s, s->peer_sock); /* the send below */
@@ -245,21 +246,21 @@ static void reject_unregistered(struct sender *s, const struct wire_in *in,
 }
 
 /* Whether an XFER_INFO for `room` is late: about an incarnation the engine
- * already CLEARed, rather than the first word of a new one. Frames carry no
- * incarnation, so this is decided from what the table's tombstone shows and
- * the order one decode's frames keep (one DEALER each, FIFO): with no
- * private state for the id here and its table entry Cleared, the frame is
- * late iff that cleared incarnation never got a real destination (its peer
- * field is still 0) - the decode's XFER_INFO for it is then still on its
- * way, and this is it. An incarnation that did get its destination (the
- * normal end: Success, then CLEAR) already consumed that decode's one
- * XFER_INFO, so the next one is a new incarnation (room id reuse) and
- * creates the room again. Not told apart: an id reused right after an
- * incarnation the engine cleared before any destination came, whose new
- * XFER_INFO arrives before its SEND_BEGIN - that room is then ignored here
- * and ends on its deadline, never on stale pages. Without this check a
- * late XFER_INFO re-created the room (a new generation) and a late ABORT
- * then failed it: "Failed / aborted" instead of Cleared. */
+ * already CLEARed, rather than the first word of a new one. The prefill
+ * never saw the token of an incarnation whose XFER_INFO had not come, so
+ * this is decided from the table's tombstone and the order one decode's
+ * frames keep (one DEALER each, FIFO): with no private state for the id
+ * here and its table entry Cleared, the frame is late iff no XFER_INFO
+ * (real or dummy: RTAB_F_INFO) ever reached that cleared incarnation - the
+ * decode's XFER_INFO for it is then still on its way, and this is it. An
+ * incarnation that did get one (the normal end: Success, then CLEAR)
+ * already consumed that decode's XFER_INFO, so the next one is a new
+ * incarnation (room id reuse) and creates the room again; on an MLA dummy
+ * rank too, whose XFER_INFOs set no table peer. Not told apart: an id
+ * reused right after an incarnation the engine cleared before any
+ * destination came, whose new XFER_INFO arrives before its SEND_BEGIN -
+ * that room is then ignored here and ends on its deadline, never on stale
+ * pages. */
 static int xfer_info_late(struct sender *s, uint64_t room)
 {
 	struct rtab_ref ref;
@@ -269,7 +270,7 @@ static int xfer_info_late(struct sender *s, uint64_t room)
 		return 0;
 	return rtab_lookup(s->t, room, &ref) == 0 &&
 	       rtab_get(s->t, ref, &v) == 0 && v.state == KVW_CLEARED &&
-	       v.peer == 0;
+	       !(v.flags & RTAB_F_INFO);
 }
 
 static void on_xfer_info(struct sender *s, const struct wire_in *in,
@@ -305,7 +306,8 @@ static void on_xfer_info(struct sender *s, const struct wire_in *in,
 		       "started; ignored", (unsigned long long)r->id);
 		return;
 	}
-	rc = sender_room_set_dst(r, p, x->pages, x->aux_slot, x->dummy);
+	rc = sender_room_set_dst(r, p, x->pages, x->aux_slot, x->dummy,
+				 x->token);
 	if (rc < 0) {
 		sender_room_fail(s, r, KVW_R_BAD_INDEX,
 				 rc == KVW_ERANGE ? "too many destinations"
@@ -313,12 +315,45 @@ static void on_xfer_info(struct sender *s, const struct wire_in *in,
 		return;
 	}
 	r->required = x->required_dst_info_num;
+	(void)rtab_flags_or(s->t, r->ref, RTAB_F_INFO);
 	if (!x->dummy && rtab_get(s->t, r->ref, &v) == 0 && v.peer == 0)
 		rtab_set_peer(s->t, r->ref, p->id);
 	if (sender_room_ready(r) && st == KVW_BOOTSTRAPPING)
 		rtab_transition_if(s->t, r->ref, RTAB_M(KVW_BOOTSTRAPPING),
 				   KVW_WAITING, 0, NULL);
 	sender_dispatch(s, r);
+}
+
+/* ABORT from a decode this process never saw REGISTER from: most often one
+ * that registered with this rank's previous incarnation, whose workers died
+ * with it (PR_SET_PDEATHSIG) and whose rooms failed when this one opened
+ * the table. Nothing of that decode can be in flight from here (a job
+ * needs a destination, a destination needs a REGISTER), so the ack goes
+ * straight back on the ROUTER identity it came from, as XFER_INFO in the
+ * same situation is answered: the decode releases now, not at its release
+ * deadline. Only while no job of the room id is outstanding at all: then
+ * it waits, like a registered decode's ABORT would. */
+static void ack_unregistered(struct sender *s, const struct wire_in *in,
+			     const struct frame_msg *m)
+{
+	struct sender_room *r = sender_rooms_get(&s->rooms, m->hdr.room);
+	struct rtab_view v;
+	struct frame_msg ack;
+
+	if (r && (r->inflight ||
+		  (rtab_get(s->t, r->ref, &v) == 0 && v.outstanding))) {
+		malformed(s, m, "ABORT from a decode that did not REGISTER, "
+			  "while jobs of the room are outstanding");
+		return;
+	}
+	LOG_ROOM(LOG_INFO, m->hdr.room, "ABORT from an unregistered decode "
+		 "(rank %u): nothing of it in flight here, acked",
+		 m->hdr.src_rank);
+	frame_msg_init(&ack, FRAME_ABORT_ACK, s->rank, m->hdr.room, s->epoch);
+	ack.u.abort_ack.token = m->u.abort.token;
+	sender_sent_on(s, s->peer_sock); /* the send below */
+	if (wire_send(s->peer_sock, &ack, in->id, in->idlen, NULL, 0))
+		LOG_RL(LOG_DEBUG, "ABORT_ACK to an unregistered decode dropped");
 }
 
 /* ABORT: the room is failed FIRST (workers drop its queued jobs and stop
@@ -330,7 +365,8 @@ static void on_xfer_info(struct sender *s, const struct wire_in *in,
  * private state (never seen, cleared and drained, or left by a previous
  * incarnation of this process) has nothing in flight from here: acked at
  * once, and nothing is created. */
-static void on_abort(struct sender *s, const struct frame_msg *m)
+static void on_abort(struct sender *s, const struct wire_in *in,
+		     const struct frame_msg *m)
 {
 	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
 	struct sender_room *r;
@@ -338,7 +374,7 @@ static void on_abort(struct sender *s, const struct frame_msg *m)
 	int rc;
 
 	if (!p) {
-		malformed(s, m, "ABORT from a decode that did not REGISTER");
+		ack_unregistered(s, in, m);
 		return;
 	}
 	r = sender_rooms_get(&s->rooms, m->hdr.room);
@@ -386,7 +422,7 @@ void sender_on_peer(struct sender *s, const struct wire_in *in,
 		on_xfer_info(s, in, m);
 		break;
 	case FRAME_ABORT:
-		on_abort(s, m);
+		on_abort(s, in, m);
 		break;
 	default:
 		malformed(s, m, "unexpected type on the peer socket");

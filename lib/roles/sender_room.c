@@ -117,7 +117,8 @@ static uint32_t *pages_copy(struct frame_u32s v)
 }
 
 int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
-			struct frame_u32s pages, uint32_t aux_slot, int dummy)
+			struct frame_u32s pages, uint32_t aux_slot, int dummy,
+			uint64_t token)
 {
 	uint32_t i;
 	uint32_t *copy;
@@ -145,6 +146,7 @@ int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
 	r->dst[i].npages = pages.n;
 	r->dst[i].aux_slot = aux_slot;
 	r->dst[i].dummy = dummy ? 1 : 0;
+	r->dst[i].token = token;
 	r->dst[i].done = 0;
 	return (int)i;
 }

@@ -72,6 +72,7 @@ static void send_status(struct sender *s, struct sender_room *r,
 		frame_msg_init(&m, FRAME_STATUS, s->rank, r->id, s->epoch);
 		m.u.status.state = (uint8_t)state;
 		m.u.status.reason = reason;
+		m.u.status.token = r->dst[i].token;
 		snprintf(m.u.status.text, FRAME_STR_SIZE, "%s", text ? text : "");
 		sender_peer_send(s, r->dst[i].peer, &m);
 	}
@@ -261,6 +262,7 @@ static int send_job(struct sender *s, struct sender_room *r, uint32_t w,
 	/* pages_done counts the first destination's pages (as before). */
 	m.u.job.pages = di == 0 || r->dst[0].dummy ? n : 0;
 	m.u.job.dst_index = di;
+	m.u.job.token = d->token;
 	m.u.job.desc.p = d->peer->desc;
 	m.u.job.desc.len = d->peer->desclen;
 	m.u.job.copies = frame_copies_of(s->fc, (uint32_t)nc);
@@ -442,9 +444,12 @@ static void on_clear(struct sender *s, const struct frame_msg *m)
 	if (r->cleared)
 		return;
 	/* The engine may clear as soon as the worker set Success, before
-	 * its JOB_DONE is here: the other destinations still hear it. */
+	 * its JOB_DONE is here: the other destinations still hear it. A room
+	 * another process failed (a worker, kv-heartbeat) and nobody reported
+	 * yet is reported now, with the table's reason: CLEAR is the last
+	 * chance this control has to tell its decodes. */
 	tell_rest(s, r);
-	if (!r->final_sent && !rtab_terminal((unsigned)rtab_state(s->t, r->ref)))
+	if (!r->final_sent)
 		sender_room_fail(s, r, KVW_R_CLEARED, "engine cleared the room");
 	rtab_clear(s->t, r->ref, KVW_R_CLEARED);
 	sender_room_drop_chunks(r);
@@ -551,8 +556,36 @@ static void ack_expire(void *arg, struct sender_room *r)
 		 "dropped", r->nacks);
 	r->nacks = 0;
 	r->ack_deadline_ns = 0;
-	if (r->cleared)
+	/* Jobs still in flight keep the room (and its id) until they are
+	 * answered: a later ABORT of the id then waits for them too, instead
+	 * of being acked at once as for a room this control never had. */
+	if (r->cleared && r->inflight == 0)
 		sender_rooms_del(&a->s->rooms, r->id);
+}
+
+/* A room that another process ended in the table and nobody reported:
+ * a worker's transport error, kv-heartbeat declaring the decode dead (it
+ * fails rooms by peer id), a worker's Success whose JOB_DONE is not here. */
+static void notice_one(void *arg, struct sender_room *r)
+{
+	struct sender *s = arg;
+	int st;
+
+	if (r->final_sent)
+		return;
+	st = rtab_state(s->t, r->ref);
+	if (st == KVW_FAILED) {
+		LOG_ROOM(LOG_INFO, r->id, "failed in the table by another "
+			 "process: its decodes are told");
+		sender_room_fail(s, r, KVW_R_TRANSFER, NULL);
+	} else if (st == KVW_SUCCESS) {
+		tell_rest(s, r);
+	}
+}
+
+void sender_notice(struct sender *s)
+{
+	sender_rooms_foreach(&s->rooms, notice_one, s);
 }
 
 uint64_t sender_sweep(struct sender *s, uint64_t now)

@@ -232,7 +232,8 @@ fail:
 /* The room's final job succeeded: Success in the table (the one point
  * that decides between it and any failure of the room), then
  * STATUS(Success) to the job's destination in the control's name (its
- * src_rank and epoch from the JOB header). KVW_ESTALE when the room ended
+ * src_rank and epoch from the JOB header, the destination's incarnation
+ * token from the JOB). KVW_ESTALE when the room ended
  * first (nothing sent). */
 static int finish_room(struct worker *w, const struct frame_msg *m,
 		       struct rtab_ref ref)
@@ -258,6 +259,7 @@ static int finish_room(struct worker *w, const struct frame_msg *m,
 		       m->hdr.epoch);
 	st.u.status.state = KVW_SUCCESS;
 	st.u.status.reason = KVW_R_NONE;
+	st.u.status.token = m->u.job.token;
 	if (wire_send(sock, &st, NULL, 0, why, sizeof why) < 0)
 		LOG_RL(LOG_WARN, "room %llu: STATUS to decode %s: %s",
 		       (unsigned long long)m->hdr.room, m->u.job.reply, why);

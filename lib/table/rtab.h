@@ -57,6 +57,8 @@ enum rtab_kind {
 #define RTAB_F_ARMED 0x1u      /* abort sent; waiting for acks */
 #define RTAB_F_RELEASABLE 0x2u /* every target acked: pages may be reused */
 #define RTAB_F_DUMMY 0x4u      /* dummy destination: no data, status only */
+#define RTAB_F_INFO 0x8u       /* prefill: a destination's XFER_INFO (real or
+				* dummy) reached this incarnation */
 
 /* Peer liveness. */
 enum rtab_liveness {

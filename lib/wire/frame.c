@@ -248,6 +248,7 @@ static void rd_body(struct rd *c, struct frame_msg *m)
 		m->u.xfer_info.aux_slot = rd_u32(c, "aux_slot");
 		m->u.xfer_info.required_dst_info_num = rd_u32(c, "required_dst_info_num");
 		m->u.xfer_info.dummy = rd_u8(c, "dummy");
+		m->u.xfer_info.token = rd_u64(c, "token");
 		break;
 	case FRAME_ABORT:
 		m->u.abort.reason = rd_u32(c, "reason");
@@ -259,6 +260,7 @@ static void rd_body(struct rd *c, struct frame_msg *m)
 	case FRAME_STATUS:
 		m->u.status.state = rd_u8(c, "state");
 		m->u.status.reason = rd_u32(c, "reason");
+		m->u.status.token = rd_u64(c, "token");
 		rd_str(c, m->u.status.text, "text");
 		break;
 	case FRAME_SEND_BEGIN:
@@ -284,6 +286,7 @@ static void rd_body(struct rd *c, struct frame_msg *m)
 			rd_fail(c, "length over KVW_MAX_DESC", "desc");
 		m->u.job.desc.p = rd_bytes(c, m->u.job.desc.len, "desc");
 		m->u.job.pages = rd_u32(c, "pages");
+		m->u.job.token = rd_u64(c, "token");
 		rd_str(c, m->u.job.reply, "reply");
 		break;
 	case FRAME_JOB_DONE:
@@ -445,6 +448,7 @@ static void wr_body(struct wr *c, const struct frame_msg *m)
 		wr_u32(c, m->u.xfer_info.aux_slot, "aux_slot");
 		wr_u32(c, m->u.xfer_info.required_dst_info_num, "required_dst_info_num");
 		wr_u8(c, m->u.xfer_info.dummy, "dummy");
+		wr_u64(c, m->u.xfer_info.token, "token");
 		break;
 	case FRAME_ABORT:
 		wr_u32(c, m->u.abort.reason, "reason");
@@ -456,6 +460,7 @@ static void wr_body(struct wr *c, const struct frame_msg *m)
 	case FRAME_STATUS:
 		wr_u8(c, m->u.status.state, "state");
 		wr_u32(c, m->u.status.reason, "reason");
+		wr_u64(c, m->u.status.token, "token");
 		wr_str(c, m->u.status.text, "text");
 		break;
 	case FRAME_SEND_BEGIN:
@@ -479,6 +484,7 @@ static void wr_body(struct wr *c, const struct frame_msg *m)
 		wr_u32(c, m->u.job.desc.len, "desc.len");
 		wr_bytes(c, m->u.job.desc.p, m->u.job.desc.len, "desc");
 		wr_u32(c, m->u.job.pages, "pages");
+		wr_u64(c, m->u.job.token, "token");
 		wr_str(c, m->u.job.reply, "reply");
 		break;
 	case FRAME_JOB_DONE:

@@ -241,10 +241,19 @@ struct frame_register {
 	struct frame_bufs bufs;         /* <= KVW_MAX_BUFFERS */
 };
 
+/* Incarnation tokens. A decode room draws a fresh non-zero token when the
+ * engine begins it (RECV_BEGIN); its XFER_INFO carries it, the prefill keeps
+ * it per destination and every message about that destination that can
+ * outlive the room echoes it: the JOB that ends the room (its worker's
+ * STATUS), and every STATUS. The decode acts on a STATUS only when the
+ * token is its room's, so a late STATUS of an earlier incarnation of the
+ * same room id (from a worker's socket, or a restarted control) changes
+ * nothing in the next one. */
 struct frame_xfer_info {
 	uint32_t aux_slot;
 	uint32_t required_dst_info_num; /* >= 1 */
 	uint8_t dummy;                  /* 0 or 1 */
+	uint64_t token;                 /* != 0: the decode room incarnation */
 	struct frame_u32s pages;        /* part 2: destination pages */
 };
 
@@ -263,9 +272,11 @@ struct frame_abort_ack {
 	uint64_t token; /* != 0 */
 };
 
+/* STATUS: body state u8, reason u32, token u64, text. */
 struct frame_status {
 	uint8_t state;   /* KVW_SUCCESS or KVW_FAILED only */
 	uint32_t reason; /* enum kvw_reason */
+	uint64_t token;  /* != 0: the token of the XFER_INFO it answers */
 	char text[FRAME_STR_SIZE];
 };
 
@@ -297,6 +308,8 @@ struct frame_job {
 				     * makes the job self-contained */
 	uint32_t pages;             /* added to the room's pages_done by the
 				     * worker when the job succeeds (0: none) */
+	uint64_t token;             /* != 0: the destination's XFER_INFO
+				     * token (its STATUS echoes it) */
 	char reply[FRAME_STR_SIZE]; /* FRAME_JOB_FINAL: where STATUS(Success)
 				     * goes (the decode's endpoint); else "" */
 	struct frame_copies copies; /* part 2, <= KVW_MAX_COPIES */

@@ -85,6 +85,8 @@ int frame_msg_check(const struct frame_msg *m, char *err, size_t errlen)
 			return BAD("%s: required_dst_info_num is 0", t);
 		if (m->u.xfer_info.dummy > 1)
 			return BAD("%s: dummy not 0/1", t);
+		if (m->u.xfer_info.token == 0)
+			return BAD("%s: token 0", t);
 		break;
 	case FRAME_ABORT:
 		if (m->u.abort.reason >= KVW_NREASONS)
@@ -101,6 +103,8 @@ int frame_msg_check(const struct frame_msg *m, char *err, size_t errlen)
 			return BAD("%s: state %u not Success/Failed", t, m->u.status.state);
 		if (m->u.status.reason >= KVW_NREASONS)
 			return BAD("%s: reason %u out of range", t, m->u.status.reason);
+		if (m->u.status.token == 0)
+			return BAD("%s: token 0", t);
 		break;
 	case FRAME_SEND_CHUNK:
 		if (m->u.send_chunk.is_last > 1)
@@ -113,6 +117,8 @@ int frame_msg_check(const struct frame_msg *m, char *err, size_t errlen)
 		    !(m->u.job.flags & FRAME_JOB_LAST))
 			return BAD("%s: flags 0x%x: FINAL without LAST", t,
 				   m->u.job.flags);
+		if (m->u.job.token == 0)
+			return BAD("%s: token 0", t);
 		if (m->u.job.desc.len > KVW_MAX_DESC)
 			return BAD("%s: desc %u bytes over KVW_MAX_DESC", t, m->u.job.desc.len);
 		if (m->u.job.desc.len && !m->u.job.desc.p)

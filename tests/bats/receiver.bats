@@ -147,6 +147,35 @@ malformed_counted() { [ "$(timeout 10 "$PY" "$FAKE" counter "$TAB" 0)" -ge 1 ]; 
 	wait_for 10 room_is 9 "state=Success"
 }
 
+# token ROOM N: the incarnation token of the N-th XFER_INFO rank 0 got for ROOM.
+token() { grep "^XFER_INFO rank=0 room=$1 " "$RUN/ev" | sed -n "$2p" | sed 's/.* token=//'; }
+xfer_infos() { [ "$(grep -c "^XFER_INFO rank=0 room=$1 " "$RUN/ev")" -ge "$2" ]; }
+
+@test "a STATUS of the previous incarnation of a room id never changes the next one" {
+	start_fake 1,1 --boot "$BOOT"
+	start_rx
+	eng begin 9 "$BOOT" 0 0 1,2
+	wait_for 10 room_is 9 "state=WaitingForInput"
+	old=$(token 9 1)
+	[ -n "$old" ]
+	eng clear 9
+	wait_for 10 room_is 9 "state=Cleared"
+	eng begin 9 "$BOOT" 0 0 5
+	wait_for 10 xfer_infos 9 2
+	wait_for 10 room_is 9 "state=WaitingForInput"
+	new=$(token 9 2)
+	[ -n "$new" ] && [ "$new" != "$old" ]
+	# The worker's late STATUS(Success) of the first incarnation, then a
+	# restarted control's STATUS(Failed) for it: both dropped as stale.
+	ctl status 0 9 success 0 "$old"
+	wait_for 10 rx_logged "room 9: STATUS(Success) from rank 0 of another incarnation: dropped"
+	ctl status 0 9 failed 5 "$old"
+	wait_for 10 rx_logged "room 9: STATUS(Failed) from rank 0 of another incarnation: dropped"
+	room_is 9 "state=WaitingForInput"
+	ctl status 0 9 success 0 "$new"
+	wait_for 10 room_is 9 "state=Success"
+}
+
 @test "NOT_READY from the bootstrap is retried with backoff until it answers" {
 	start_fake 1,1 --boot "$BOOT" --not-ready 3
 	start_rx

@@ -100,8 +100,9 @@ def register_msg(shape, endpoint, desc, src_rank, epoch, coord=(0, 0, 0, 0),
     return [hdr(T['REGISTER'], src_rank, 0, epoch), body]
 
 
-def xfer_info_msg(room, aux, required, dummy, pages, src_rank, epoch):
-    body = struct.pack('<IIB', aux, required, dummy)
+def xfer_info_msg(room, aux, required, dummy, pages, src_rank, epoch, token=1):
+    # token: the decode room's incarnation token; every STATUS echoes it
+    body = struct.pack('<IIBQ', aux, required, dummy, token)
     return [hdr(T['XFER_INFO'], src_rank, room, epoch), body, u32s(pages)]
 
 
@@ -118,9 +119,9 @@ def parse_status(parts):
     h = parse_hdr(parts[0])
     if h['type'] != T['STATUS']:
         return h, None
-    state, reason, n = struct.unpack_from('<BIH', parts[1])
-    text = parts[1][7:7 + n].decode(errors='replace')
-    return h, dict(state=state, reason=reason, text=text)
+    state, reason, token, n = struct.unpack_from('<BIQH', parts[1])
+    text = parts[1][15:15 + n].decode(errors='replace')
+    return h, dict(state=state, reason=reason, token=token, text=text)
 
 
 def make_pool(path, size):
@@ -218,7 +219,9 @@ def transfer(a):
     src_rank = 0
     desc = shm_desc(a.decode_pool, dst_shape.size)
     peer.send_multipart(register_msg(dst_shape, a.listen, desc, src_rank, epoch))
-    peer.send_multipart(xfer_info_msg(a.room, dst_aux, 1, 0, dpages, src_rank, epoch))
+    xtok = 0x70c0000 + a.room  # the room incarnation's token
+    peer.send_multipart(xfer_info_msg(a.room, dst_aux, 1, 0, dpages, src_rank, epoch,
+                                      xtok))
     eng.send_multipart(send_begin_msg(a.room, n, src_aux))
     if a.abort:
         abort_then_ack(a, router, peer, src_rank, epoch)
@@ -230,6 +233,9 @@ def transfer(a):
     h, st = wait_status(router, a.room, a.timeout)
     if st is None:
         fail('no STATUS for room %d within %gs' % (a.room, a.timeout))
+    if st['token'] != xtok:
+        fail('STATUS for room %d carries token %d, its XFER_INFO had %d' %
+             (a.room, st['token'], xtok))
     want = SUCCESS if a.expect == 'success' else FAILED
     if st['state'] != want or (a.reason is not None and st['reason'] != a.reason):
         fail('STATUS state %d reason %d (%s), expected %s%s' %

@@ -14,7 +14,7 @@ Needs Debian's /usr/bin/python3 (pyzmq).
       REGISTER / XFER_INFO / ABORT / PING; --auto answers each real XFER_INFO
       at once by writing the pages and sending STATUS(Success). Control
       commands on the PULL socket --ctl: "status RANK ROOM success|failed
-      [REASON]", "ack RANK ROOM [TOKEN]", "hold RANK" (no
+      [REASON [TOKEN]]" (default token: the room's last XFER_INFO's), "ack RANK ROOM [TOKEN]", "hold RANK" (no
       automatic ABORT_ACK), "mute RANK", "unmute RANK", "restart RANK".
       Every event is appended to --events as one line.
   kvwfake.py engine EP begin ROOM BOOTSTRAP AUX DP PAGES(comma list or -)
@@ -97,6 +97,7 @@ class Fake:
         self.ev = open(a.events, "a", buffering=1) if a.events else None
         self.ranks = []  # unique rank -> dict
         self.tokens = {}  # (unique rank, room) -> token of the last ABORT
+        self.xtokens = {}  # (unique rank, room) -> token of the last XFER_INFO
         self.poller = zmq.Poller()
         for u, ep in enumerate(a.ranks):
             s = self.ctx.socket(zmq.ROUTER)
@@ -200,10 +201,15 @@ class Fake:
                            % (u, room, off + p * item, (room + u + 1) & 255))
             mm.close()
 
-    def status(self, u, room, ok, reason=0):
+    def status(self, u, room, ok, reason=0, token=None):
+        # token: the incarnation token of the room's XFER_INFO (as kv-sender
+        # echoes it); another one stands for a late STATUS of an old room
+        if token is None:
+            token = self.xtokens.get((u, room), 1)
         if ok:
             self.write_pages(u, room)
-        body = struct.pack("<BI", 4 if ok else 0, reason) + s16("" if ok else "fake failure")
+        body = (struct.pack("<BIQ", 4 if ok else 0, reason, token) +
+                s16("" if ok else "fake failure"))
         self.to_decode(u, T["STATUS"], room, body)
         self.event("STATUS-SENT rank=%d room=%d ok=%d" % (u, room, ok))
 
@@ -241,14 +247,15 @@ class Fake:
             self.event("REGISTER rank=%d ep=%s transport=%s pool=%s bufs=%d"
                        % (u, ep, transport, pool, len(bufs)))
         elif typ == T["XFER_INFO"]:
-            aux, req, dummy = struct.unpack("<IIB", parts[2])
+            aux, req, dummy, xtok = struct.unpack("<IIBQ", parts[2])
             pages = list(struct.unpack("<%dI" % (len(parts[3]) // 4), parts[3]))
             if not r["decode"]:
                 self.event("XFER_INFO-UNREGISTERED rank=%d room=%d" % (u, room))
                 return
             r["rooms"][room] = dict(pages=pages, dummy=dummy)
-            self.event("XFER_INFO rank=%d room=%d dummy=%d req=%d pages=%s"
-                       % (u, room, dummy, req, ",".join(map(str, pages)) or "-"))
+            self.xtokens[(u, room)] = xtok
+            self.event("XFER_INFO rank=%d room=%d dummy=%d req=%d pages=%s token=%d"
+                       % (u, room, dummy, req, ",".join(map(str, pages)) or "-", xtok))
             if self.auto and not dummy:
                 self.status(u, room, True)
         elif typ == T["ABORT"]:
@@ -263,7 +270,11 @@ class Fake:
         self.event("CTL " + " ".join(w))
         u = int(w[1]) if len(w) > 1 else 0
         if w[0] == "status":
-            self.status(u, int(w[2]), w[3] == "success", int(w[4]) if len(w) > 4 else 5)
+            # status U ROOM success|failed [REASON [TOKEN]]: default, the
+            # token of the room's last XFER_INFO
+            self.status(u, int(w[2]), w[3] == "success",
+                        int(w[4]) if len(w) > 4 else 5,
+                        int(w[5]) if len(w) > 5 else None)
         elif w[0] == "ack":
             # ack U ROOM [TOKEN]: default, the token of the last ABORT seen
             room = int(w[2])

@@ -107,6 +107,7 @@ static void fixture(unsigned type, int variant, struct frame_msg *m)
 		m->u.xfer_info.aux_slot = variant ? UINT32_MAX : 7;
 		m->u.xfer_info.required_dst_info_num = variant ? 1 : 2;
 		m->u.xfer_info.dummy = variant ? 1 : 0;
+		m->u.xfer_info.token = variant ? UINT64_MAX : 0x21;
 		m->u.xfer_info.pages = variant ? frame_u32s_of(NULL, 0) : frame_u32s_of(pages4, 4);
 		break;
 	case FRAME_ABORT:
@@ -119,6 +120,7 @@ static void fixture(unsigned type, int variant, struct frame_msg *m)
 	case FRAME_STATUS:
 		m->u.status.state = variant ? KVW_FAILED : KVW_SUCCESS;
 		m->u.status.reason = variant ? KVW_NREASONS - 1 : KVW_R_NONE;
+		m->u.status.token = variant ? UINT64_MAX : 0x21;
 		if (variant)
 			str_max(m->u.status.text);
 		else
@@ -150,6 +152,7 @@ static void fixture(unsigned type, int variant, struct frame_msg *m)
 		m->u.job.desc.p = (const uint8_t *)"KVSHdesc";
 		m->u.job.desc.len = variant ? 0 : 8;
 		m->u.job.pages = variant ? UINT32_MAX : 3;
+		m->u.job.token = variant ? UINT64_MAX : 0x21;
 		if (variant)
 			str_max(m->u.job.reply);
 		m->u.job.copies = variant ? frame_copies_of(NULL, 0) : frame_copies_of(copies3, 3);

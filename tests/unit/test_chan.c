@@ -48,6 +48,7 @@ static void job_fixture(struct frame_msg *m, uint32_t slot)
 	m->u.job.desc.p = desc7;
 	m->u.job.desc.len = sizeof desc7;
 	m->u.job.pages = 3 + slot;
+	m->u.job.token = 0x70c0000ull + slot;
 	strcpy(m->u.job.reply, "tcp://10.0.0.9:7100");
 	m->u.job.copies = frame_copies_of(copies3, 3);
 }
@@ -105,6 +106,7 @@ static void assert_job_eq(const struct frame_msg *a, const struct frame_msg *b)
 		assert_memory_equal(a->u.job.desc.p, b->u.job.desc.p,
 				    a->u.job.desc.len);
 	assert_int_equal(a->u.job.pages, b->u.job.pages);
+	assert_true(a->u.job.token == b->u.job.token);
 	assert_string_equal(a->u.job.reply, b->u.job.reply);
 	assert_int_equal(a->u.job.copies.n, b->u.job.copies.n);
 	for (uint32_t i = 0; i < a->u.job.copies.n; i++) {

@@ -177,6 +177,7 @@ static void assert_msg_eq(const struct frame_msg *a, const struct frame_msg *b)
 		assert_int_equal(a->u.xfer_info.required_dst_info_num,
 				 b->u.xfer_info.required_dst_info_num);
 		assert_int_equal(a->u.xfer_info.dummy, b->u.xfer_info.dummy);
+		assert_true(a->u.xfer_info.token == b->u.xfer_info.token);
 		assert_pages_eq(a->u.xfer_info.pages, b->u.xfer_info.pages);
 		break;
 	case FRAME_ABORT:
@@ -189,6 +190,7 @@ static void assert_msg_eq(const struct frame_msg *a, const struct frame_msg *b)
 	case FRAME_STATUS:
 		assert_int_equal(a->u.status.state, b->u.status.state);
 		assert_int_equal(a->u.status.reason, b->u.status.reason);
+		assert_true(a->u.status.token == b->u.status.token);
 		assert_str_eq(a->u.status.text, b->u.status.text);
 		break;
 	case FRAME_SEND_BEGIN:
@@ -214,6 +216,7 @@ static void assert_msg_eq(const struct frame_msg *a, const struct frame_msg *b)
 		if (a->u.job.desc.len)
 			assert_memory_equal(a->u.job.desc.p, b->u.job.desc.p, a->u.job.desc.len);
 		assert_int_equal(a->u.job.pages, b->u.job.pages);
+		assert_true(a->u.job.token == b->u.job.token);
 		assert_str_eq(a->u.job.reply, b->u.job.reply);
 		assert_int_equal(a->u.job.copies.n, b->u.job.copies.n);
 		for (uint32_t i = 0; i < a->u.job.copies.n; i++) {
@@ -466,7 +469,7 @@ struct patch {
 
 /* Offsets into the variant-0 fixtures' bodies. */
 #define BOOT_REG_EP 32 /* BOOT_REGISTER: endpoint length */
-#define STATUS_TEXT 5  /* STATUS: text length (text "done") */
+#define STATUS_TEXT 13 /* STATUS: text length (text "done") */
 #define LAST_BUF (-(long)FRAME_BUF_LEN)
 
 static const struct patch patches[] = {
@@ -504,6 +507,9 @@ static const struct patch patches[] = {
 	{ "abort token 0", FRAME_ABORT, 0, 1, 4, { 0 }, 1, KVW_EINVAL, "token 0" },
 	{ "ack token 0", FRAME_ABORT_ACK, 0, 1, 0, { 0 }, 1, KVW_EINVAL, "token 0" },
 	{ "status reason", FRAME_STATUS, 0, 1, 1, { KVW_NREASONS }, 1, KVW_EINVAL, "reason 13" },
+	{ "status token 0", FRAME_STATUS, 0, 1, 5, { 0 }, 1, KVW_EINVAL, "token 0" },
+	{ "xfer_info token 0", FRAME_XFER_INFO, 0, 1, 9, { 0 }, 1, KVW_EINVAL, "token 0" },
+	{ "job token 0", FRAME_JOB, 0, 1, 36, { 0 }, 1, KVW_EINVAL, "token 0" },
 	{ "is_last 2", FRAME_SEND_CHUNK, 0, 1, 0, { 2 }, 1, KVW_EINVAL, "is_last" },
 	{ "is_last 255", FRAME_SEND_CHUNK, 0, 1, 0, { 255 }, 1, KVW_EINVAL, "is_last" },
 	{ "job flag 2 (FINAL without LAST)", FRAME_JOB, 0, 1, 12, { 2 }, 1, KVW_EINVAL, "FINAL without LAST" },
@@ -813,6 +819,9 @@ static void spoil_atoken(struct frame_msg *m) { m->u.abort.token = 0; }
 static void spoil_acktoken(struct frame_msg *m) { m->u.abort_ack.token = 0; }
 static void spoil_state(struct frame_msg *m) { m->u.status.state = KVW_TRANSFERRING; }
 static void spoil_sreason(struct frame_msg *m) { m->u.status.reason = UINT32_MAX; }
+static void spoil_stoken(struct frame_msg *m) { m->u.status.token = 0; }
+static void spoil_xtoken(struct frame_msg *m) { m->u.xfer_info.token = 0; }
+static void spoil_jtoken(struct frame_msg *m) { m->u.job.token = 0; }
 static void spoil_is_last(struct frame_msg *m) { m->u.send_chunk.is_last = 2; }
 static void spoil_jflags(struct frame_msg *m) { m->u.job.flags = 2; }
 static void spoil_copies_null(struct frame_msg *m) { m->u.job.copies.p = NULL; }
@@ -843,6 +852,9 @@ static const struct bad_msg bad_msgs[] = {
 	{ "ack token 0", FRAME_ABORT_ACK, spoil_acktoken, KVW_EINVAL },
 	{ "status state", FRAME_STATUS, spoil_state, KVW_EINVAL },
 	{ "status reason", FRAME_STATUS, spoil_sreason, KVW_EINVAL },
+	{ "status token 0", FRAME_STATUS, spoil_stoken, KVW_EINVAL },
+	{ "xfer_info token 0", FRAME_XFER_INFO, spoil_xtoken, KVW_EINVAL },
+	{ "job token 0", FRAME_JOB, spoil_jtoken, KVW_EINVAL },
 	{ "is_last 2", FRAME_SEND_CHUNK, spoil_is_last, KVW_EINVAL },
 	{ "job flags", FRAME_JOB, spoil_jflags, KVW_EINVAL },
 	{ "copies without data", FRAME_JOB, spoil_copies_null, KVW_EINVAL },

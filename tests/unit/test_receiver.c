@@ -172,6 +172,26 @@ static void acks_of_another_incarnation_never_count(void **state)
 	receiver_room_free(room);
 }
 
+/* A STATUS counts only for the incarnation whose XFER_INFO token it
+ * echoes: the token of the room id's previous incarnation, or 0, never. */
+static void status_token_must_be_this_incarnations(void **state)
+{
+	struct rx_room *old = receiver_room_new(9, NULL, 0);
+	struct rx_room *room = receiver_room_new(9, NULL, 0);
+
+	(void)state;
+	old->token = 0x51;
+	room->token = 0x52;
+	assert_true(receiver_room_token_ok(old, 0x51));
+	assert_true(receiver_room_token_ok(room, 0x52));
+	assert_false(receiver_room_token_ok(room, 0x51));
+	assert_false(receiver_room_token_ok(room, 0));
+	room->token = 0; /* never drawn: nothing matches */
+	assert_false(receiver_room_token_ok(room, 0));
+	receiver_room_free(old);
+	receiver_room_free(room);
+}
+
 static void room_map_puts_gets_and_deletes_colliding_keys(void **state)
 {
 	struct rx_rooms h;
@@ -261,6 +281,7 @@ int main(void)
 		cmocka_unit_test(acks_count_only_when_armed_and_include_dummies),
 		cmocka_unit_test(acks_are_ignored_before_xfer_info_went_out),
 		cmocka_unit_test(acks_of_another_incarnation_never_count),
+		cmocka_unit_test(status_token_must_be_this_incarnations),
 		cmocka_unit_test(room_map_puts_gets_and_deletes_colliding_keys),
 		cmocka_unit_test(room_copies_its_pages_and_cp_share),
 		cmocka_unit_test(boot_backoff_stays_between_100_and_500_ms),

@@ -88,19 +88,20 @@ static void test_destinations_keyed_by_peer_and_ready_at_required(void **state)
 	(void)state;
 	memset(&r, 0, sizeof r);
 	r.required = 2;
-	assert_int_equal(sender_room_set_dst(&r, &p1, view(a, 3), 1, 0), 0);
+	assert_int_equal(sender_room_set_dst(&r, &p1, view(a, 3), 1, 0, 7), 0);
 	assert_false(sender_room_ready(&r));
 	/* The same peer again overwrites, it does not count twice. */
-	assert_int_equal(sender_room_set_dst(&r, &p1, view(b, 2), 2, 0), 0);
+	assert_int_equal(sender_room_set_dst(&r, &p1, view(b, 2), 2, 0, 8), 0);
 	assert_int_equal(r.ndst, 1);
 	assert_int_equal(r.dst[0].npages, 2);
 	assert_int_equal(r.dst[0].pages[1], 10);
 	assert_int_equal(r.dst[0].aux_slot, 2);
+	assert_true(r.dst[0].token == 8); /* the later XFER_INFO's incarnation */
 	assert_false(sender_room_ready(&r));
-	assert_int_equal(sender_room_set_dst(&r, &p2, view(NULL, 0), 0, 1), 1);
+	assert_int_equal(sender_room_set_dst(&r, &p2, view(NULL, 0), 0, 1, 9), 1);
 	assert_true(sender_room_ready(&r));
 	assert_int_equal(sender_room_nreal(&r), 1);
-	assert_int_equal(sender_room_set_dst(&r, &p3, view(c, 4), 0, 0), 2);
+	assert_int_equal(sender_room_set_dst(&r, &p3, view(c, 4), 0, 0, 10), 2);
 	assert_int_equal(sender_room_nreal(&r), 2);
 	/* Done only when every real destination is done; dummies never are. */
 	assert_false(sender_room_all_done(&r));
@@ -122,7 +123,7 @@ static void test_all_dummy_room_is_never_all_done(void **state)
 	memset(&r, 0, sizeof r);
 	assert_false(sender_room_ready(&r)); /* no XFER_INFO: required 0 */
 	r.required = 1;
-	assert_int_equal(sender_room_set_dst(&r, &p, view(NULL, 0), 0, 1), 0);
+	assert_int_equal(sender_room_set_dst(&r, &p, view(NULL, 0), 0, 1, 11), 0);
 	assert_true(sender_room_ready(&r));
 	assert_false(sender_room_all_done(&r));
 	assert_int_equal(sender_room_nreal(&r), 0);
@@ -139,9 +140,9 @@ static void test_too_many_destinations_is_erange(void **state)
 	memset(&r, 0, sizeof r);
 	for (uint32_t i = 0; i < SENDER_MAX_DST; i++)
 		assert_int_equal(sender_room_set_dst(&r, &peers[i], view(NULL, 0),
-						     0, 1), (int)i);
+						     0, 1, 1), (int)i);
 	assert_int_equal(sender_room_set_dst(&r, &peers[SENDER_MAX_DST],
-					     view(NULL, 0), 0, 1), KVW_ERANGE);
+					     view(NULL, 0), 0, 1, 1), KVW_ERANGE);
 	for (uint32_t i = 0; i < r.ndst; i++)
 		free(r.dst[i].pages);
 	free(r.dst);

@@ -136,6 +136,7 @@ static void open_room(struct fix *f, uint64_t epoch)
 	sender_on_engine(f->s, &m);
 	frame_msg_init(&m, FRAME_XFER_INFO, 0, ROOM, epoch);
 	m.u.xfer_info.required_dst_info_num = 1;
+	m.u.xfer_info.token = 1;
 	m.u.xfer_info.pages = frame_u32s_of(pages, 2);
 	sender_on_peer(f->s, &in, &m);
 }
