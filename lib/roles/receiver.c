@@ -414,7 +414,7 @@ static void engine_msg(struct receiver *r, const struct frame_msg *m)
 		if (room)
 			receiver_room_abort(r, room, KVW_R_ABORTED);
 		else
-			LOG_ROOM(LOG_DEBUG, m->hdr.room, "RECV_ABORT: unknown room");
+			receiver_drain_inherited(r, m->hdr.room);
 		return;
 	case FRAME_CLEAR:
 		if (room && !rtab_terminal((unsigned)rtab_state(r->tab, room->ref)))
@@ -471,8 +471,11 @@ static void status_msg(struct receiver *r, const struct frame_msg *m)
 	if (s->state == KVW_FAILED && s->reason == KVW_R_PEER_RESTART)
 		t->peer->registered = 0; /* it does not know us (any more) */
 	if (s->state == KVW_FAILED) {
-		receiver_room_fail(r, room, s->reason ? s->reason : KVW_R_TRANSFER,
-				   s->text);
+		/* A failure this receiver did not start: its own abort round
+		 * is the drain point (receiver_drain.c). */
+		receiver_drain_failed(r, room, s->reason ? s->reason
+							 : KVW_R_TRANSFER,
+				      s->text);
 		return;
 	}
 	rc = receiver_room_success(room, m->hdr.src_rank);
@@ -500,7 +503,7 @@ static void ack_msg(struct receiver *r, const struct frame_msg *m)
 		LOG_ROOM(LOG_DEBUG, m->hdr.room, "ABORT_ACK for an unknown room");
 		return;
 	}
-	rc = receiver_room_ack(room, m->hdr.src_rank, m->u.abort_ack.token);
+	rc = receiver_drain_ack(r, room, m->hdr.src_rank, m->u.abort_ack.token);
 	if (rc == RX_IGNORED) {
 		/* Unarmed, another arming's token (an older incarnation of
 		 * the room id), or not a target: it releases nothing. */
@@ -509,11 +512,6 @@ static void ack_msg(struct receiver *r, const struct frame_msg *m)
 			 "room %s", m->hdr.src_rank, room->armed ?
 			 "armed with another token" : "not armed");
 		return;
-	}
-	if (rc == RX_COMPLETE) {
-		room->ack_deadline_ns = 0;
-		(void)rtab_flags_or(r->tab, room->ref, RTAB_F_RELEASABLE);
-		LOG_ROOM(LOG_INFO, room->id, "every target acked the abort");
 	}
 }
 
@@ -610,6 +608,7 @@ static long timers(struct receiver *r)
 		ack_timers(r, now);
 	if (r->npeers && now >= r->next_sync_ns) {
 		receiver_peers_sync(r);
+		receiver_drain_scan(r);
 		r->next_sync_ns = now + RX_SYNC_NS;
 	}
 	next = receiver_boot_tick(r, now);

@@ -319,18 +319,19 @@ static void topo_reply(struct receiver *r, struct rx_boot *b,
 static void coord_reply(struct receiver *r, struct rx_boot *b,
 			struct rx_coord *c, const struct frame_boot_reply *y)
 {
+	struct rx_peer *p;
 	char err[200];
 
 	if (c->state != RXC_PENDING)
 		return;
 	switch (y->status) {
 	case FRAME_BOOT_OK:
-		c->peer = y->endpoint[0]
+		p = y->endpoint[0]
 			? receiver_peer_get(r, y->endpoint,
 					    rankmap_unique(&b->ptopo, &c->coord),
 					    err, sizeof err)
 			: NULL;
-		if (!c->peer) {
+		if (!p) {
 			LOG_RL(LOG_ERROR, "bootstrap %s: rank tp %u pp %u: %s",
 			       b->ep, c->coord.tp, c->coord.pp,
 			       y->endpoint[0] ? err : "empty endpoint");
@@ -338,8 +339,11 @@ static void coord_reply(struct receiver *r, struct rx_boot *b,
 			break;
 		}
 		/* The incarnation the bootstrap knows: a restart that happens
-		 * before the first PONG or STATUS is still noticed. */
-		(void)receiver_peer_seen(r, c->peer, y->epoch);
+		 * before the first PONG or STATUS is still noticed (and
+		 * forgets what was cached of the old one, before this entry
+		 * is filled). */
+		(void)receiver_peer_seen(r, p, y->epoch);
+		c->peer = p;
 		c->state = RXC_OK;
 		break;
 	case FRAME_BOOT_NOT_READY:
@@ -378,6 +382,29 @@ void receiver_boot_reply(struct receiver *r, struct rx_boot *b,
 		return;
 	}
 	coord_reply(r, b, &b->coords[tag - 1], &m->u.boot_reply);
+}
+
+void receiver_boot_forget(struct receiver *r, const struct rx_peer *p)
+{
+	for (uint32_t i = 0; i < r->nboots; i++) {
+		struct rx_boot *b = r->boots[i];
+		int hit = 0;
+
+		for (uint32_t k = 0; k < b->ncoords; k++)
+			if (b->coords[k].peer == p) {
+				b->coords[k].peer = NULL;
+				b->coords[k].state = RXC_UNKNOWN;
+				hit = 1;
+			}
+		if (!hit)
+			continue;
+		LOG(LOG_INFO, "bootstrap %s: forgetting prefill rank %s (it "
+		    "restarted or died)", b->ep, p->ep);
+		/* The topology too, unless rooms wait on it right now: the
+		 * next room asks again. */
+		if (b->nwait == 0)
+			b->state = RXB_UNKNOWN;
+	}
 }
 
 static uint64_t earlier(uint64_t a, uint64_t b)

@@ -65,6 +65,11 @@ struct rx_room {
 	struct receiver_rset acked;   /* unique ranks that sent ABORT_ACK */
 	uint32_t ack_needed;  /* distinct unique ranks that got XFER_INFO */
 	int sent;             /* XFER_INFO went to every target */
+	int inherited;        /* made for an incarnation of a previous
+			       * receiver epoch (receiver_drain_inherited):
+			       * its one target's unique rank is not known,
+			       * so an ack counts from any rank (the token is
+			       * this arming's and went only to it) */
 	int armed;            /* ABORT sent, waiting for acks */
 	uint64_t abort_token; /* this arming's token (ABORT carries it; an
 			       * ABORT_ACK counts only with it); 0: unarmed */
@@ -260,6 +265,35 @@ uint64_t receiver_token(struct receiver *r);
 /* 1 when a STATUS carrying token is about this incarnation of the room. */
 int receiver_room_token_ok(const struct rx_room *room, uint64_t token);
 
+/* Before talking to p: takes in what the peer table says of it, gives a
+ * dead one another chance, and REGISTERs in this epoch when not yet done.
+ * 0, or -1 when the REGISTER could not be sent. */
+int receiver_peer_ready(struct receiver *r, struct rx_peer *p);
+
+/* receiver_drain.c: the drain point (see the file comment). */
+/* Fails the room (if not terminal) with reason and starts its abort round
+ * (receiver_room_abort): for failures another party reported. */
+void receiver_drain_failed(struct receiver *r, struct rx_room *room,
+			   unsigned reason, const char *why);
+/* Prefill peer p restarted (KVW_R_PEER_RESTART) or died (KVW_R_PEER_DEAD):
+ * it must register again, every room that has it as a target fails and
+ * aborts; on a restart it counts as having acked every armed room. */
+void receiver_drain_peer_lost(struct receiver *r, struct rx_peer *p,
+			      unsigned reason);
+/* Aborts every room that got XFER_INFO, is Failed in the table (by
+ * kv-heartbeat, say) and is not armed yet. Called every RX_SYNC_NS. */
+void receiver_drain_scan(struct receiver *r);
+/* The engine aborts a room id this receiver has no private state for: an
+ * incarnation failed when this receiver took the table over from its
+ * previous epoch (or one it armed and died waiting for). Starts an abort
+ * round to the prefill rank the table names, REGISTERing first, so the
+ * room becomes releasable once that rank has drained it. */
+void receiver_drain_inherited(struct receiver *r, uint64_t id);
+/* An ABORT_ACK (receiver_room_ack) that releases the room when it is the
+ * last one; returns what receiver_room_ack returned. */
+int receiver_drain_ack(struct receiver *r, struct rx_room *room, uint32_t src,
+		       uint64_t token);
+
 /* receiver_boot.c: the bootstrap cache. */
 /* Queues the room on its bootstrap's resolution; may finish at once. */
 void receiver_boot_want(struct receiver *r, struct rx_room *room);
@@ -273,5 +307,9 @@ void *receiver_boot_sock(const struct rx_boot *b);
  * socket of the loop's set calls it. */
 void receiver_sent_on(struct receiver *r, void *sock);
 void receiver_boot_free(struct rx_boot *b);
+/* Drops what every bootstrap entry cached about prefill peer p (its
+ * coordinates, and the topology of an entry no room waits on): the next
+ * room resolves it again, at a new endpoint or with a new topology. */
+void receiver_boot_forget(struct receiver *r, const struct rx_peer *p);
 
 #endif

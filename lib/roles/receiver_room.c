@@ -162,10 +162,12 @@ int receiver_room_ack(struct rx_room *room, uint32_t src, uint64_t token)
 	if (!room->armed || !room->sent || token != room->abort_token)
 		return RX_IGNORED;
 	for (uint32_t i = 0; i < room->ntargets; i++)
-		if (room->targets[i].unique == src)
+		if (room->targets[i].unique == src || room->inherited)
 			target = 1;
 	if (!target)
 		return RX_IGNORED;
+	if (room->inherited)
+		src = room->targets[0].unique;
 	rc = receiver_rset_add(&room->acked, src);
 	if (rc < 0)
 		return rc;
@@ -294,23 +296,6 @@ struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
 	return p;
 }
 
-/* Fails every non-terminal room that has p among its targets. */
-static void fail_rooms_of(struct receiver *r, struct rx_peer *p,
-			  unsigned reason)
-{
-	struct idmap_iter it = { 0 };
-	struct rx_room *q;
-
-	while ((q = receiver_rooms_next(&r->rooms, &it)))
-		for (uint32_t i = 0; i < q->ntargets; i++)
-			if (q->targets[i].peer == p) {
-				if (rtab_fail(r->tab, q->ref, reason) == 0)
-					LOG_ROOM(LOG_WARN, q->id, "failed: %s (%s)",
-						 kvw_reason_str(reason), p->ep);
-				break;
-			}
-}
-
 int receiver_epoch_note(struct rx_peer *p, uint64_t epoch)
 {
 	if (epoch == 0 || epoch == p->epoch)
@@ -325,14 +310,6 @@ int receiver_epoch_note(struct rx_peer *p, uint64_t epoch)
 	p->retired[p->nretired++ % RX_RETIRED] = p->epoch;
 	p->epoch = epoch;
 	return RX_EP_NEW;
-}
-
-/* p came back as a new incarnation (or died): what was sent to the old
- * one is lost, so its rooms fail and it must be registered again. */
-static void peer_lost(struct receiver *r, struct rx_peer *p, unsigned reason)
-{
-	p->registered = 0;
-	fail_rooms_of(r, p, reason);
 }
 
 int receiver_peer_seen(struct receiver *r, struct rx_peer *p, uint64_t epoch)
@@ -352,7 +329,7 @@ int receiver_peer_seen(struct receiver *r, struct rx_peer *p, uint64_t epoch)
 		return 0;
 	LOG(LOG_WARN, "prefill peer %s restarted (epoch %016llx -> %016llx)",
 	    p->ep, (unsigned long long)was, (unsigned long long)epoch);
-	peer_lost(r, p, KVW_R_PEER_RESTART);
+	receiver_drain_peer_lost(r, p, KVW_R_PEER_RESTART);
 	return 1;
 }
 
@@ -367,14 +344,14 @@ static void peer_sync(struct receiver *r, struct rx_peer *p)
 		LOG(LOG_WARN, "prefill peer %s has a new epoch %016llx (was "
 		    "%016llx): its rooms fail, it is registered again", p->ep,
 		    (unsigned long long)v.epoch, (unsigned long long)was);
-		peer_lost(r, p, KVW_R_PEER_RESTART);
+		receiver_drain_peer_lost(r, p, KVW_R_PEER_RESTART);
 	}
 	if (v.liveness != RTAB_PEER_DEAD) {
 		p->dead = 0;
 	} else if (!p->dead) {
 		p->dead = 1;
 		LOG(LOG_WARN, "prefill peer %s is dead: its rooms fail", p->ep);
-		peer_lost(r, p, KVW_R_PEER_DEAD);
+		receiver_drain_peer_lost(r, p, KVW_R_PEER_DEAD);
 	}
 }
 
@@ -428,6 +405,14 @@ static int peer_register(struct receiver *r, struct rx_peer *p)
 	return 0;
 }
 
+int receiver_peer_ready(struct receiver *r, struct rx_peer *p)
+{
+	peer_refresh(r, p);
+	if (!p->registered && peer_register(r, p) != 0)
+		return -1;
+	return 0;
+}
+
 void receiver_room_fail(struct receiver *r, struct rx_room *room,
 			unsigned reason, const char *why)
 {
@@ -443,16 +428,12 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 
 	if (rtab_state(r->tab, room->ref) != KVW_BOOTSTRAPPING)
 		return; /* aborted, expired or failed meanwhile */
-	for (uint32_t i = 0; i < room->ntargets; i++) {
-		struct rx_target *t = &room->targets[i];
-
-		peer_refresh(r, t->peer);
-		if (!t->peer->registered && peer_register(r, t->peer) != 0) {
+	for (uint32_t i = 0; i < room->ntargets; i++)
+		if (receiver_peer_ready(r, room->targets[i].peer) != 0) {
 			receiver_room_fail(r, room, KVW_R_TRANSFER,
 					   "REGISTER not sent");
 			return;
 		}
-	}
 	for (uint32_t i = 0; i < room->ntargets; i++) {
 		struct rx_target *t = &room->targets[i];
 		struct frame_xfer_info *x = &m.u.xfer_info;
