@@ -27,6 +27,7 @@ static void usage(FILE *f)
 		"usage: " PROG " --listen EP --engine EP --table PATH --pool PATH\n"
 		"         [--bootstrap EP] [--workers N] [--topo tp,pp[,cp,dp]]\n"
 		"         [--rank tp,pp[,cp,dp]] [--bootstrap-timeout SECONDS]\n"
+		"         [--worker-stall SECONDS]\n"
 		"         [--transport shm] [--ready-fd N] [--log-level L]\n"
 		"         [--name NAME] [--check] [shape flags]\n"
 		"       " PROG " --worker-id K --job-fd FD --table PATH --pool PATH\n"
@@ -36,13 +37,15 @@ static void usage(FILE *f)
 		"from decode peers on --listen and SEND_BEGIN/SEND_CHUNK/CLEAR from the\n"
 		"engine on --engine (ipc, 0600), moves KV through N worker processes.\n"
 		"--bootstrap-timeout (env KVW_BOOTSTRAP_TIMEOUT, default 300) bounds a\n"
-		"room's life. --check validates every flag and the config, makes\n"
+		"room's life. --worker-stall (env KVW_WORKER_STALL, default 30): a\n"
+		"worker with jobs queued that answers none for that long is killed\n"
+		"and replaced, its rooms failed. --check validates every flag and the config, makes\n"
 		"nothing and prints pool_bytes=N. Exit: 0 stopped, 77 transport not\n"
 		"available, 100 usage or registration refused, 111 system failure.\n",
 		shape_usage());
 }
 
-enum { O_BOOT = 256, O_WORKERS, O_BTIMEOUT, O_WORKER_ID, O_JOB_FD };
+enum { O_BOOT = 256, O_WORKERS, O_BTIMEOUT, O_WORKER_ID, O_JOB_FD, O_STALL };
 
 /* Worker mode: the control's channel end is --job-fd. */
 static int run_worker(struct cli *cl, struct worker_cfg *w)
@@ -110,6 +113,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "bootstrap", 1, 0, O_BOOT }, { "workers", 1, 0, O_WORKERS },
 		{ "bootstrap-timeout", 1, 0, O_BTIMEOUT },
+		{ "worker-stall", 1, 0, O_STALL },
 		{ "worker-id", 1, 0, O_WORKER_ID }, { "job-fd", 1, 0, O_JOB_FD },
 		{ 0, 0, 0, 0 },
 	};
@@ -120,6 +124,7 @@ int main(int argc, char **argv)
 	int worker = 0, c;
 	uint32_t jfd;
 	const char *env = getenv("KVW_BOOTSTRAP_TIMEOUT");
+	const char *stall = getenv("KVW_WORKER_STALL");
 
 	shape_default(&cfg.shape);
 	cli_init(&cl, PROG,
@@ -128,6 +133,8 @@ int main(int argc, char **argv)
 		 LOG_INFO, &cfg.shape);
 	if (env && cli_seconds(env, 1e-9, 1e7, &cfg.bootstrap_timeout_ns))
 		return cli_bad(&cl, "bad KVW_BOOTSTRAP_TIMEOUT: %s", env);
+	if (stall && cli_seconds(stall, 1e-3, 1e7, &cfg.worker_stall_ns))
+		return cli_bad(&cl, "bad KVW_WORKER_STALL: %s", stall);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		const char *v = cl.arg;
 
@@ -152,6 +159,10 @@ int main(int argc, char **argv)
 		case O_BTIMEOUT:
 			if (cli_seconds(v, 1e-9, 1e7, &cfg.bootstrap_timeout_ns))
 				return cli_bad(&cl, "bad --bootstrap-timeout: %s", v);
+			break;
+		case O_STALL:
+			if (cli_seconds(v, 1e-3, 1e7, &cfg.worker_stall_ns))
+				return cli_bad(&cl, "bad --worker-stall: %s", v);
 			break;
 		default: /* CLI_BAD: the fatal line is written */
 			return KVW_EXIT_USAGE;

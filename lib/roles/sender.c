@@ -200,6 +200,8 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 	s->coord = cfg->coord;
 	s->shape = cfg->shape;
 	s->room_timeout_ns = cfg->bootstrap_timeout_ns;
+	s->worker_stall_ns = cfg->worker_stall_ns ? cfg->worker_stall_ns
+						  : 30000000000ull;
 	s->rank = sender_rank_of(&s->topo, &s->coord);
 	s->epoch = proc_epoch();
 	s->ready_fd = -1;

@@ -41,6 +41,9 @@ struct sender_cfg {
 	struct kvw_coord coord; /* this rank */
 	struct shape shape;
 	uint64_t bootstrap_timeout_ns; /* room deadline after insertion */
+	uint64_t worker_stall_ns; /* a worker with jobs queued that answers
+				   * none for this long is killed and
+				   * replaced, its rooms failed (0: 30 s) */
 };
 
 struct sender; /* opaque */

@@ -134,6 +134,8 @@ struct sender_worker {
 	int up;      /* hello seen from this incarnation */
 	uint64_t started_ns;
 	uint64_t restart_at_ns; /* 0: none pending */
+	uint64_t progress_ns; /* last JOB_DONE, or the first job queued on an
+			       * idle worker (liveness, sender_workers_tick) */
 	struct sender_jobq q;
 };
 
@@ -147,6 +149,7 @@ struct sender {
 	struct kvw_coord coord;
 	struct shape shape;
 	uint64_t room_timeout_ns;
+	uint64_t worker_stall_ns; /* see sender_cfg */
 	uint32_t rank;
 	uint64_t epoch;
 
@@ -316,8 +319,10 @@ int sender_workers_start(struct sender *s, char *err, size_t errlen);
 void sender_worker_drain(struct sender *s, uint32_t k);
 /* Reaps dead workers, fails their rooms, restarts them when due. */
 void sender_workers_reap(struct sender *s);
-/* Restarts workers whose restart time has come; returns the nearest
- * pending restart time (0: none). */
+/* Restarts workers whose restart time has come, and kills a worker that
+ * has jobs queued and answered none for worker_stall_ns (it gets no new
+ * room from then on; its death fails its rooms and restarts it); returns
+ * the nearest such time (0: none). */
 uint64_t sender_workers_tick(struct sender *s, uint64_t now);
 /* 1 when every worker is up. */
 int sender_workers_all_up(const struct sender *s);

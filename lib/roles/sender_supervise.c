@@ -7,7 +7,9 @@
  * fails exactly the rooms with jobs queued on it (KVW_R_WORKER_DIED),
  * gives back their outstanding counts (a dead worker never decrements
  * them) and is restarted, at once or, if it died within a second of its
- * start, a second later.
+ * start, a second later. Liveness: a worker that has jobs queued and
+ * answers none of them for the stall bound (--worker-stall) is taken out
+ * of the picking at once and killed, which is the death above.
  */
 #include "sender_impl.h"
 
@@ -156,6 +158,7 @@ static void on_worker(struct sender *s, uint32_t k, const struct frame_msg *m)
 		s->w[k].up = 1;
 		sender_rooms_foreach(&s->rooms, redispatch, &a);
 	} else if (m->hdr.type == FRAME_JOB_DONE) {
+		s->w[k].progress_ns = proc_now_ns();
 		sender_on_job_done(s, k, m);
 	} else {
 		MALFORMED(s->t, "worker %u: unexpected %s", k,
@@ -203,6 +206,8 @@ int sender_worker_send(struct sender *s, uint32_t w, struct frame_msg *m,
 	char why[256];
 	int rc;
 
+	if (s->w[w].q.n == 0)
+		s->w[w].progress_ns = proc_now_ns(); /* its clock starts now */
 	if (sender_jobq_push(&s->w[w].q, rec) < 0)
 		return KVW_ENOMEM;
 	rc = chan_send(&s->w[w].ch, m, why, sizeof why);
@@ -277,6 +282,23 @@ void sender_workers_reap(struct sender *s)
 	sender_workers_tick(s, proc_now_ns());
 }
 
+/* Worker k has jobs queued: kills it when it answered none of them for
+ * the stall bound; returns when it is due next (0: killed). */
+static uint64_t liveness(struct sender *s, uint32_t k, uint64_t now)
+{
+	struct sender_worker *w = &s->w[k];
+	uint64_t due = w->progress_ns + s->worker_stall_ns;
+
+	if (now < due)
+		return due;
+	LOG(LOG_ERROR, "worker %u (pid %d): %u jobs queued and none answered "
+	    "for %llu ms: killed, to be replaced", k, (int)w->pid, w->q.n,
+	    (unsigned long long)((now - w->progress_ns) / 1000000));
+	w->up = 0; /* no new room from now on */
+	kill(w->pid, SIGKILL); /* the reap fails its rooms and restarts it */
+	return 0;
+}
+
 uint64_t sender_workers_tick(struct sender *s, uint64_t now)
 {
 	uint64_t next = 0;
@@ -285,6 +307,12 @@ uint64_t sender_workers_tick(struct sender *s, uint64_t now)
 	for (uint32_t k = 0; k < s->nworkers; k++) {
 		struct sender_worker *w = &s->w[k];
 
+		if (w->pid > 0 && w->up && w->q.n) {
+			uint64_t due = liveness(s, k, now);
+
+			if (due && (!next || due < next))
+				next = due;
+		}
 		if (w->pid || !w->restart_at_ns || proc_stopping())
 			continue;
 		if (w->restart_at_ns <= now) {

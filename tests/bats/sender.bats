@@ -138,6 +138,27 @@ nworkers_is() {
 	room_state 51 Success
 }
 
+@test "a hung worker (no answer for --worker-stall) is killed and replaced, its room fails within seconds, the next room succeeds" {
+	start_sender --workers 1 --worker-stall 1 --bootstrap-timeout 120
+	wait_for 10 nworkers_is "$SENDER" 1
+	old=$(workers_of "$SENDER")
+	kill -STOP "$old"
+	start=$SECONDS
+	# The decode would wait 120 s for its deadline; the stall bound ends it.
+	fake 56 d1 --expect failed --reason 8 --timeout 20 >"$RUN/fake56.out" 2>&1
+	cat "$RUN/fake56.out"
+	grep -q "STATUS Failed reason 8" "$RUN/fake56.out"
+	[ $((SECONDS - start)) -le 8 ]
+	room_state 56 Failed
+	grep -Eq "worker 0 \(pid $old\): [0-9]+ jobs queued and none answered for [0-9]+ ms: killed" "$RUN/sender.log"
+	wait_for 10 nworkers_is "$SENDER" 1
+	[ "$(workers_of "$SENDER")" != "$old" ]
+	run fake 57 d2
+	echo "$output"
+	[ "$status" -eq 0 ]
+	room_state 57 Success
+}
+
 @test "SIGTERM stops kv-sender with exit 0 within 2 s and its workers with it" {
 	start_sender --workers 3
 	wait_for 10 nworkers_is "$SENDER" 3
