@@ -45,38 +45,7 @@ print(str(v).lower() if isinstance(v, bool) else v)' "$3"
 # is MEMBER ROOM KEY VALUE
 is() { [ "$(rj "$1" "$2" "$3")" = "$4" ]; }
 
-worker_of() { pgrep -P "$(cat "$RUN/pids/$1.pid")"; }
 logged() { grep -q -- "$2" "$RUN/logs/$1.log"; }
-
-# fill MEMBER BYTE: every byte of the member's pool set to BYTE (hex).
-fill() {
-	"$PY" -c 'import mmap, sys
-f = open(sys.argv[1], "r+b"); m = mmap.mmap(f.fileno(), 0)
-m[:] = bytes([int(sys.argv[2], 16)]) * len(m)' "$(ep "$1" pool)" "$2"
-}
-
-# count MEMBER BYTE PAGES: bytes equal to BYTE (hex) in those pages (a, b,
-# ...) of the four K/V buffers of the member's pool.
-count() {
-	"$PY" -c 'import sys
-d = open(sys.argv[1], "rb").read(); b = int(sys.argv[2], 16)
-P, I = int(sys.argv[4]), int(sys.argv[5])
-print(sum(d[k * P * I + g * I:k * P * I + (g + 1) * I].count(b)
-          for k in range(4) for g in map(int, sys.argv[3].split(","))))' \
-		"$(ep "$1" pool)" "$2" "$3" "$PAGES" "$ITEM"
-}
-
-# paint MEMBER BYTE PAGES: sets those pages of the four K/V buffers to BYTE.
-paint() {
-	"$PY" -c 'import mmap, sys
-f = open(sys.argv[1], "r+b"); m = mmap.mmap(f.fileno(), 0)
-P, I = int(sys.argv[4]), int(sys.argv[5])
-for k in range(4):
-    for g in map(int, sys.argv[3].split(",")):
-        o = k * P * I + g * I
-        m[o:o + I] = bytes([int(sys.argv[2], 16)]) * I' \
-		"$(ep "$1" pool)" "$2" "$3" "$PAGES" "$ITEM"
-}
 
 seqc() { seq -s, "$@"; }
 

@@ -45,13 +45,6 @@ progressed() {
 
 pid_of() { cat "$RUN/pids/$1.pid"; }
 
-# restarted MEMBER OLDPID: kv-up runs a new MEMBER process.
-restarted() {
-	local p
-	p=$(cat "$RUN/pids/$1.pid" 2>/dev/null)
-	[ -n "$p" ] && [ "$p" != "$2" ] && kill -0 "$p" 2>/dev/null
-}
-
 # answers EP: a PING to EP gets a PONG; prints its epoch (16 hex digits).
 answers() { ctl ping "$1" | sed -n 's/.* epoch 0x\([0-9a-f]*\) .*/\1/p' | grep .; }
 

@@ -114,3 +114,46 @@ state_is() {
 	done
 	return 1
 }
+
+# restarted MEMBER OLDPID: kv-up runs a new MEMBER process.
+restarted() {
+	local p
+	p=$(cat "$RUN/pids/$1.pid" 2>/dev/null)
+	[ -n "$p" ] && [ "$p" != "$2" ] && kill -0 "$p" 2>/dev/null
+}
+
+# worker_of MEMBER: the pids of a kv-up prefill member's worker processes.
+worker_of() { pgrep -P "$(cat "$RUN/pids/$1.pid")"; }
+
+# Pool bytes of a kv-up member, for canary checks. count and paint look at
+# pages of the four K/V buffers laid back to back from offset 0, each of
+# $PAGES pages of $ITEM bytes (set both in the test file).
+# fill MEMBER BYTE: every byte of the member's pool set to BYTE (hex).
+fill() {
+	"$PY" -c 'import mmap, sys
+f = open(sys.argv[1], "r+b"); m = mmap.mmap(f.fileno(), 0)
+m[:] = bytes([int(sys.argv[2], 16)]) * len(m)' "$(endpoint "$1" pool)" "$2"
+}
+
+# count MEMBER BYTE PAGES: bytes equal to BYTE (hex) in those pages (a, b,
+# ...) of the four K/V buffers of the member's pool.
+count() {
+	"$PY" -c 'import sys
+d = open(sys.argv[1], "rb").read(); b = int(sys.argv[2], 16)
+P, I = int(sys.argv[4]), int(sys.argv[5])
+print(sum(d[k * P * I + g * I:k * P * I + (g + 1) * I].count(b)
+          for k in range(4) for g in map(int, sys.argv[3].split(","))))' \
+		"$(endpoint "$1" pool)" "$2" "$3" "$PAGES" "$ITEM"
+}
+
+# paint MEMBER BYTE PAGES: sets those pages of the four K/V buffers to BYTE.
+paint() {
+	"$PY" -c 'import mmap, sys
+f = open(sys.argv[1], "r+b"); m = mmap.mmap(f.fileno(), 0)
+P, I = int(sys.argv[4]), int(sys.argv[5])
+for k in range(4):
+    for g in map(int, sys.argv[3].split(",")):
+        o = k * P * I + g * I
+        m[o:o + I] = bytes([int(sys.argv[2], 16)]) * I' \
+		"$(endpoint "$1" pool)" "$2" "$3" "$PAGES" "$ITEM"
+}
