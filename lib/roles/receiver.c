@@ -562,6 +562,16 @@ static void peer_msg(struct receiver *r, void *sock, const struct wire_in *in,
 	MALFORMED(r->tab, "peer sent %s: dropped", frame_type_str(m->hdr.type));
 }
 
+void receiver_dispatch(struct receiver *r, int engine, const struct frame_msg *m)
+{
+	struct wire_in in = { 0 };
+
+	if (engine)
+		engine_msg(r, m);
+	else
+		peer_msg(r, r->peer_sock, &in, NULL, m);
+}
+
 /* ---- timers ---------------------------------------------------------------- */
 
 static void on_expired(void *arg, const struct rtab_view *v)

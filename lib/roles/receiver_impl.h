@@ -231,6 +231,10 @@ struct receiver {
 	uint32_t rnd;           /* jitter state */
 };
 
+/* Handles one decoded message as the loop does: from the engine socket
+ * (engine != 0) or from the peer ROUTER. For the fuzz target and tests. */
+void receiver_dispatch(struct receiver *r, int engine, const struct frame_msg *m);
+
 /* receiver_room.c: sending and room transitions. */
 struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
 				  uint32_t unique, char *err, size_t errlen);
