@@ -8,7 +8,8 @@
  * counted: the registration (epoch, plan, descriptor), the peer table's
  * epoch and the room stay exactly as they were; and a good REGISTER of a
  * new epoch does replace it and fails the old incarnation's room, so the
- * test can tell the two apart.
+ * test can tell the two apart. And on room id reuse, an MLA dummy rank's
+ * XFER_INFO that beats SEND_BEGIN opens the new incarnation (issue 12).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -242,11 +243,68 @@ static void test_a_good_register_of_a_new_epoch_replaces_it(void **state)
 	assert_int_equal(room_state(f), KVW_FAILED);
 }
 
+/* XFER_INFO (dummy when dummy) of the decode of epoch E1 with token. */
+static void xfer_info(struct fix *f, uint64_t room, int dummy, uint64_t token)
+{
+	static const uint32_t pages[2] = { 1, 2 };
+	struct wire_in in = { 0 };
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_XFER_INFO, 0, room, E1);
+	m.u.xfer_info.required_dst_info_num = 1;
+	m.u.xfer_info.dummy = (uint8_t)dummy;
+	m.u.xfer_info.token = token;
+	if (!dummy)
+		m.u.xfer_info.pages = frame_u32s_of(pages, 2);
+	sender_on_peer(f->s, &in, &m);
+}
+
+static void engine(struct fix *f, unsigned type, uint64_t room)
+{
+	struct frame_msg m;
+
+	frame_msg_init(&m, type, 0, room, 0);
+	if (type == FRAME_SEND_BEGIN)
+		m.u.send_begin.num_pages = 2;
+	sender_on_engine(f->s, &m);
+}
+
+/* Issue 12, item 6: on an MLA dummy rank (every XFER_INFO dummy, so no
+ * table peer is ever set) the XFER_INFO of a reused room id that beats its
+ * SEND_BEGIN opens the new incarnation with its token; an XFER_INFO for an
+ * incarnation the engine cleared before any XFER_INFO came is still late. */
+static void test_a_dummy_xfer_info_that_beats_send_begin_on_id_reuse_opens_the_room(void **state)
+{
+	struct fix *f = *state;
+	struct sender_room *r;
+
+	reg(f, E1, "shm", f->nbufs, f->desc);
+	xfer_info(f, ROOM, 1, 0x71);
+	engine(f, FRAME_SEND_BEGIN, ROOM);
+	r = sender_rooms_get(&f->s->rooms, ROOM);
+	assert_non_null(r);
+	assert_int_equal(r->ndst, 1);
+	engine(f, FRAME_CLEAR, ROOM);
+	assert_null(sender_rooms_get(&f->s->rooms, ROOM));
+	/* The id again: its XFER_INFO comes before its SEND_BEGIN. */
+	xfer_info(f, ROOM, 1, 0x72);
+	r = sender_rooms_get(&f->s->rooms, ROOM);
+	assert_non_null(r);
+	assert_int_equal(r->ndst, 1);
+	assert_true(r->dst[0].dummy && r->dst[0].token == 0x72);
+	/* Cleared before any XFER_INFO: the one that comes then is late. */
+	engine(f, FRAME_SEND_BEGIN, ROOM + 1);
+	engine(f, FRAME_CLEAR, ROOM + 1);
+	xfer_info(f, ROOM + 1, 1, 0x73);
+	assert_null(sender_rooms_get(&f->s->rooms, ROOM + 1));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_a_bad_register_leaves_the_registration_and_its_rooms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_good_register_of_a_new_epoch_replaces_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_dummy_xfer_info_that_beats_send_begin_on_id_reuse_opens_the_room, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
