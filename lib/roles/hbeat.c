@@ -25,6 +25,7 @@
 #define DRAIN_MAX 256 /* messages taken from one peer per wakeup */
 
 #define HB_RETIRED 4u /* earlier epochs remembered per peer */
+#define HB_PINGS 64u  /* send times of the last PINGs (by sequence) */
 
 struct hb_peer {
 	void *sock;       /* from h->dealers (not ours to close) */
@@ -42,6 +43,7 @@ struct hbeat {
 	uint64_t interval_ns, timeout_ns;
 	uint32_t max_failures;
 	uint64_t epoch, seq;
+	uint64_t ping_ns[HB_PINGS]; /* when PING seq went out: [seq % HB_PINGS] */
 	struct hb_peer *peers; /* index = peer id - 1 */
 	uint32_t cap;
 };
@@ -161,6 +163,7 @@ static void tick(struct hbeat *h, uint64_t now)
 	char err[200];
 
 	h->seq++;
+	h->ping_ns[h->seq % HB_PINGS] = now;
 	while (rtab_peer_next(h->tab, &cursor, &v) == 0) {
 		struct hb_peer *p;
 		struct frame_msg m;
@@ -203,6 +206,27 @@ static int retired(struct hb_peer *p, uint64_t epoch)
 	return 0;
 }
 
+/* 1 when a PONG names another epoch than the peer table's and answers a
+ * PING that went out before the table's epoch was last heard (by this
+ * process or another: kv-receiver learns epochs from STATUS and the
+ * bootstrap): a delayed reply of the incarnation the table already moved
+ * past. One owner per table at a time (the owner lock) means an
+ * incarnation that answered a PING sent after the current one was heard
+ * must be newer. A PONG whose PING is too old to be in the ring is stale
+ * too; the next PING asks again. */
+static int overtaken(struct hbeat *h, uint32_t id, const struct frame_msg *m)
+{
+	struct rtab_peer_view v;
+	uint64_t seq = m->hdr.room, sent;
+
+	if (rtab_peer_get(h->tab, id, &v) != 0 || v.epoch == 0 ||
+	    m->hdr.epoch == 0 || m->hdr.epoch == v.epoch)
+		return 0;
+	sent = seq && seq <= h->seq && h->seq - seq < HB_PINGS
+		       ? h->ping_ns[seq % HB_PINGS] : 0;
+	return sent == 0 || sent < v.last_seen_ns;
+}
+
 static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 {
 	int changed;
@@ -213,6 +237,13 @@ static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 		return;
 	}
 	h->peers[id - 1].sent_ns = 0;
+	if (overtaken(h, id, m)) {
+		rtab_counter_add(h->tab, RTAB_C_STALE, 1);
+		LOG_RL(LOG_INFO, "peer %u: PONG of epoch %016llx to a PING sent "
+		       "before the table's epoch was heard: dropped", id,
+		       (unsigned long long)m->hdr.epoch);
+		return;
+	}
 	if (retired(&h->peers[id - 1], m->hdr.epoch)) {
 		/* A reply of an earlier incarnation (epochs are random:
 		 * "older" means one this peer had before): dropped. */

@@ -95,6 +95,30 @@ two_rooms() {
 	peer_is 1 alive
 }
 
+@test "a delayed PONG of an epoch the table already moved past changes nothing (no flip back, no room failed)" {
+	start_group
+	eng begin 2 "$BOOT" 0 0 2
+	wait_for 10 room_is 2 "state=WaitingForInput"
+	start_hb --interval 0.1 --max-failures 1000
+	wait_for 10 peer_is 1 alive
+	ctl holdping 0
+	wait_for 10 grep -q "^PING-HELD rank=0" "$RUN/ev"
+	ctl restart 0
+	# kv-receiver hears the new epoch first (a STATUS of room 2): it fails
+	# room 2 and records the new epoch; a new room runs on it.
+	ctl status 0 2 failed 5
+	wait_for 10 room_is 2 "state=Failed"
+	eng begin 3 "$BOOT" 0 0 3
+	wait_for 10 room_is 3 "state=WaitingForInput"
+	new=$(timeout 10 "$PY" "$FAKE" peers "$TAB" | awk '$1 == 1 { print $4 }')
+	# Now the PONGs the old incarnation owed arrive.
+	ctl flushping 0
+	wait_for 10 grep -q "PING sent before the table's epoch was heard: dropped" "$RUN/hb.log"
+	room_is 3 "state=WaitingForInput"
+	[ "$(timeout 10 "$PY" "$FAKE" peers "$TAB" | awk '$1 == 1 { print $4 }')" = "$new" ]
+	refute grep -q "restarted (epoch" "$RUN/hb.log"
+}
+
 @test "SIGTERM stops kv-heartbeat with exit 0 within 2 s even with an unreachable peer" {
 	start_group
 	two_rooms

@@ -14,7 +14,8 @@ Needs Debian's /usr/bin/python3 (pyzmq).
       REGISTER / XFER_INFO / ABORT / PING; --auto answers each real XFER_INFO
       at once by writing the pages and sending STATUS(Success). Control
       commands on the PULL socket --ctl: "status RANK ROOM success|failed
-      [REASON [TOKEN]]" (default token: the room's last XFER_INFO's), "ack RANK ROOM [TOKEN]", "hold RANK" (no
+      [REASON [TOKEN]]" (default token: the room's last XFER_INFO's),
+      "holdping RANK", "flushping RANK" (delayed PONGs), "ack RANK ROOM [TOKEN]", "hold RANK" (no
       automatic ABORT_ACK), "mute RANK", "unmute RANK", "restart RANK".
       Every event is appended to --events as one line.
   kvwfake.py engine EP begin ROOM BOOTSTRAP AUX DP PAGES(comma list or -)
@@ -221,6 +222,11 @@ class Fake:
         if r["muted"]:
             return
         if typ == T["PING"]:
+            if r.get("held") is not None:
+                # holdping: answered later (flushping), with this epoch
+                r["held"].append((ident, room, r["epoch"]))
+                self.event("PING-HELD rank=%d" % u)
+                return
             r["sock"].send_multipart([ident, hdr(T["PONG"], u, room, r["epoch"])])
             self.event("PING rank=%d" % u)
         elif typ == T["REGISTER"]:
@@ -289,6 +295,17 @@ class Fake:
             self.ranks[u]["muted"] = False
         elif w[0] == "restart":
             self.ranks[u]["epoch"] = random.getrandbits(63) | 1
+        elif w[0] == "holdping":
+            # holdping U: rank U keeps the PINGs it gets unanswered
+            self.ranks[u]["held"] = []
+        elif w[0] == "flushping":
+            # flushping U: answers the held PINGs, each with the epoch the
+            # rank had when it got it (a delayed PONG), then answers again
+            r = self.ranks[u]
+            for ident, room, ep in r["held"] or []:
+                r["sock"].send_multipart([ident, hdr(T["PONG"], u, room, ep)])
+                self.event("PONG-FLUSHED rank=%d epoch=%d" % (u, ep))
+            r["held"] = None
 
     def run(self):
         while True:
