@@ -171,12 +171,15 @@ int bootc_send_raw(void *ctx, const char *endpoint,
 		rc = KVW_ETIMEDOUT;
 	}
 	for (size_t i = 0; rc == 1 && i < nparts; i++) {
-		int more = i + 1 < nparts ? ZMQ_SNDMORE : 0;
+		int more = i + 1 < nparts ? ZMQ_SNDMORE : 0, n;
 
 		/* POLLOUT said the pipe has room; the parts of one message go
-		 * in whole. */
-		if (zmq_send(s, parts[i].data, parts[i].len,
-			     more | ZMQ_DONTWAIT) < 0) {
+		 * in whole. A signal is not a failure: send again. */
+		do
+			n = zmq_send(s, parts[i].data, parts[i].len,
+				     more | ZMQ_DONTWAIT);
+		while (n < 0 && errno == EINTR);
+		if (n < 0) {
 			kvw_seterr(err, errlen, "send: %s",
 				   zmq_strerror(errno));
 			rc = KVW_ESYS;

@@ -86,6 +86,28 @@ void wire_close(void **sock)
 	}
 }
 
+/* zmq_send / zmq_msg_recv without waiting, again when a signal
+ * interrupted them: EINTR is not a dead socket (issue 12, item 9). */
+static int send_part(void *sock, const void *p, size_t len, int flags)
+{
+	int rc;
+
+	do
+		rc = zmq_send(sock, p, len, flags | ZMQ_DONTWAIT);
+	while (rc < 0 && errno == EINTR);
+	return rc;
+}
+
+static int recv_part(zmq_msg_t *msg, void *sock)
+{
+	int rc;
+
+	do
+		rc = zmq_msg_recv(msg, sock, ZMQ_DONTWAIT);
+	while (rc < 0 && errno == EINTR);
+	return rc;
+}
+
 int wire_send(void *sock, const struct frame_msg *m, const void *id,
 	      size_t idlen, char *err, size_t errlen)
 {
@@ -94,15 +116,15 @@ int wire_send(void *sock, const struct frame_msg *m, const void *id,
 
 	if (rc)
 		return rc;
-	if (id && zmq_send(sock, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+	if (id && send_part(sock, id, idlen, ZMQ_SNDMORE) < 0)
 		goto fail;
 	for (size_t i = 0; i < out.nparts; i++) {
 		int more = i + 1 < out.nparts ? ZMQ_SNDMORE : 0;
 
 		/* libzmq accepts a whole multipart message or none of it:
 		 * once the first part is queued the rest cannot block. */
-		if (zmq_send(sock, out.parts[i].data, out.parts[i].len,
-			     more | ZMQ_DONTWAIT) < 0)
+		if (send_part(sock, out.parts[i].data, out.parts[i].len,
+			      more) < 0)
 			goto fail;
 	}
 	return 0;
@@ -131,7 +153,7 @@ static void drain(void *sock)
 
 	while (more) {
 		zmq_msg_init(&junk);
-		if (zmq_msg_recv(&junk, sock, ZMQ_DONTWAIT) < 0) {
+		if (recv_part(&junk, sock) < 0) {
 			zmq_msg_close(&junk);
 			return;
 		}
@@ -152,7 +174,7 @@ int wire_recv(void *sock, int router, struct wire_in *in,
 		zmq_msg_t id;
 
 		zmq_msg_init(&id);
-		if (zmq_msg_recv(&id, sock, ZMQ_DONTWAIT) < 0) {
+		if (recv_part(&id, sock) < 0) {
 			zmq_msg_close(&id);
 			goto sys;
 		}
@@ -176,7 +198,7 @@ int wire_recv(void *sock, int router, struct wire_in *in,
 					"more than %u parts", KVW_MAX_FRAMES);
 		}
 		zmq_msg_init(p);
-		if (zmq_msg_recv(p, sock, ZMQ_DONTWAIT) < 0) {
+		if (recv_part(p, sock) < 0) {
 			zmq_msg_close(p);
 			/* Parts of one message arrive together: only a dead
 			 * socket or context can interrupt one. */
