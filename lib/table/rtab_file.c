@@ -166,13 +166,25 @@ fail:
 
 /* Slots an owner left RESERVED (it died mid-rewrite) become Cleared
  * tombstones: the key is either the slot's old key or the new one, both
- * unique, and the incarnation never became visible. */
+ * unique, and the incarnation never became visible. A slot it left between
+ * the two CASes of a take (the job counter already claimed for the next
+ * generation, the state word still EMPTY or a Cleared tombstone of the old
+ * one) gets its counter back: it counted nothing (a take starts only from
+ * zero), and without this no insert could take the slot again. */
 static void repair_reserved(struct rtab *t)
 {
 	for (uint32_t s = 0; s < t->cap; s++) {
 		struct rtab_entry *e = &t->ent[s];
-		uint64_t w = sw_load(e);
+		uint64_t w = sw_load(e), o = ow_load(e);
 
+		if ((sw_kind(w) == RTAB_K_EMPTY ||
+		     (sw_kind(w) == RTAB_K_LIVE && sw_state(w) == KVW_CLEARED)) &&
+		    ow_gen(o) != sw_gen(w) && o == ow_pack(ow_gen(o), 0)) {
+			atomic_store_explicit(&e->outstanding,
+					      ow_pack(sw_gen(w), 0),
+					      memory_order_relaxed);
+			continue;
+		}
 		if (sw_kind(w) != RTAB_K_RESERVED)
 			continue;
 		atomic_store_explicit(&e->outstanding, ow_pack(sw_gen(w), 0),

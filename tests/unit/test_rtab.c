@@ -787,6 +787,39 @@ static void test_restart_repairs_a_slot_left_reserved(void **state)
 	fx_free(f);
 }
 
+/* Issue 12, item 9: an owner that died between the two CASes of a take
+ * left the job counter claimed for the next generation and the state word
+ * a Cleared tombstone (or EMPTY): the restart gives the counter back, so
+ * the id and the slot can be taken again. */
+static void test_restart_repairs_a_take_cut_between_its_two_cases(void **state)
+{
+	struct fx *f = fx_new("halftake", 16, 1);
+	struct rtab_ref r = must_insert(f->t, 6), r2;
+	struct rtab_entry *e;
+	struct rtab *t2;
+	int existed;
+
+	(void)state;
+	assert_int_equal(rtab_fail(f->t, r, KVW_R_ABORTED), 0);
+	assert_int_equal(rtab_clear(f->t, r, KVW_R_CLEARED), 0);
+	/* Forge the first CAS of the next take: the counter of gen + 1. */
+	e = (struct rtab_entry *)(uintptr_t)((const char *)rtab_header(f->t) +
+					      RTAB_HDR_SIZE) + r.slot;
+	atomic_store(&e->outstanding, (uint64_t)(r.gen + 1) << 32);
+	assert_int_equal(rtab_insert(f->t, 6, 0, 0, &r2), KVW_EAGAIN);
+	rtab_close(&f->t);
+	assert_int_equal(rtab_create(f->path, 16, 1, 3, &t2, &existed, errbuf,
+				     sizeof(errbuf)),
+			 0);
+	assert_int_equal(existed, 1);
+	assert_int_equal(rtab_insert(t2, 6, 0, 0, &r2), 0);
+	assert_int_equal(r2.slot, r.slot);
+	assert_int_equal(r2.gen, r.gen + 1);
+	assert_int_equal(rtab_state(t2, r2), KVW_BOOTSTRAPPING);
+	f->t = t2;
+	fx_free(f);
+}
+
 /* ---- peers, deadlines, counters ---- */
 
 static void test_peer_upsert_is_idempotent_and_reports_new_epochs(void **state)
@@ -1310,6 +1343,7 @@ int main(void)
 		cmocka_unit_test(test_readonly_open_reads_and_cannot_write),
 		cmocka_unit_test(test_owner_restart_fails_exactly_the_active_rooms),
 		cmocka_unit_test(test_restart_repairs_a_slot_left_reserved),
+		cmocka_unit_test(test_restart_repairs_a_take_cut_between_its_two_cases),
 		cmocka_unit_test(test_peer_upsert_is_idempotent_and_reports_new_epochs),
 		cmocka_unit_test(test_fail_peer_fails_only_that_peers_active_rooms),
 		cmocka_unit_test(test_expire_fails_exactly_the_overdue_active_rooms),
