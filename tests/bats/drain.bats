@@ -8,7 +8,9 @@
 # prefill restart, the prefill heartbeat declaring a stopped decode dead),
 # and both sides must reach a terminal state and the decode's room
 # "releasable" (also after the engine's abort) within seconds, with no byte
-# of the room landed before or after, checked on canary pages.
+# of the room landed before or after, checked on canary pages. Also a worker
+# that hangs (--worker-stall) and one whose transport fails (the decode
+# pool it must map is gone).
 
 load helpers
 
@@ -166,4 +168,40 @@ canary_holds() {
 	[ $((SECONDS - start)) -le "$BOUND" ]
 	hold_worker none
 	canary_holds 41
+}
+
+@test "worker hang: replaced after KVW_WORKER_STALL, its room fails on both sides and is releasable within seconds" {
+	KVW_WORKER_STALL=1 up
+	inflight 51
+	start=$SECONDS
+	wait_for "$BOUND" state_is p0 51 Failed
+	field_is p0 51 reason "worker died"
+	grep -q "none answered for" "$RUN/logs/p0.log"
+	wait_for "$BOUND" state_is d0 51 Failed
+	released 51
+	[ $((SECONDS - start)) -le $((BOUND + 1)) ]
+	STOPPED=
+	hold_worker "$W"
+	canary_holds 51
+}
+
+@test "worker transport error: the worker fails the room, the decode hears STATUS(Failed) and aborts; releasable within seconds" {
+	up
+	inflight 61
+	# The decode pool the worker maps on its first job to d0 is gone.
+	pool=$(endpoint d0 pool)
+	mv "$pool" "$pool.away"
+	start=$SECONDS
+	kill -CONT "$W"
+	STOPPED=
+	wait_for "$BOUND" state_is p0 61 Failed
+	field_is p0 61 reason "transfer error"
+	wait_for "$BOUND" state_is d0 61 Failed
+	wait_for "$BOUND" field_is d0 61 releasable true
+	field_is d0 61 armed true
+	[ $((SECONDS - start)) -le "$BOUND" ]
+	mv "$pool.away" "$pool"
+	[ "$(count d0 ab 1,2,3,4)" -eq 0 ]
+	hold_worker none
+	canary_holds 61
 }
