@@ -148,7 +148,9 @@ void receiver_drain_inherited(struct receiver *r, uint64_t id)
 	}
 	if (v.peer == 0) {
 		/* No real target ever got its XFER_INFO (the table peer is
-		 * set once they all went out): nothing can be in flight. */
+		 * set once they all went out): nothing can be in flight.
+		 * (Not covered: a receiver that died between its last
+		 * XFER_INFO and recording the peer, microseconds.) */
 		(void)rtab_flags_or(r->tab, ref, RTAB_F_ARMED | RTAB_F_RELEASABLE);
 		LOG_ROOM(LOG_INFO, id, "inherited room without targets: "
 			 "releasable");
@@ -157,7 +159,6 @@ void receiver_drain_inherited(struct receiver *r, uint64_t id)
 	room = inherited_room(r, id, ref, v.peer);
 	if (!room)
 		return;
-	(void)rtab_flags_clear(r->tab, ref, RTAB_F_ARMED);
 	/* A REGISTER of this epoch first: the prefill then fails whatever
 	 * it still runs for our previous epoch and tracks the ABORT. */
 	if (receiver_peer_ready(r, room->targets[0].peer) != 0)

@@ -273,6 +273,27 @@ static int xfer_info_late(struct sender *s, uint64_t room)
 	       !(v.flags & RTAB_F_INFO);
 }
 
+/* A real destination whose XFER_INFO comes after its room failed (by
+ * the deadline, a worker, the heartbeat) was not there when the room's
+ * STATUS(Failed) went out: it hears it now, with its own token, instead
+ * of waiting for its deadline. */
+static void tell_failed(struct sender *s, struct sender_peer *p,
+			const struct sender_room *r, uint64_t token)
+{
+	struct rtab_view v;
+	struct frame_msg st;
+
+	if (rtab_get(s->t, r->ref, &v) != 0 || v.state != KVW_FAILED)
+		return;
+	frame_msg_init(&st, FRAME_STATUS, s->rank, r->id, s->epoch);
+	st.u.status.state = KVW_FAILED;
+	st.u.status.reason = v.reason ? v.reason : KVW_R_TRANSFER;
+	st.u.status.token = token;
+	snprintf(st.u.status.text, FRAME_STR_SIZE, "%s (before this "
+		 "destination's XFER_INFO came)", kvw_reason_str(v.reason));
+	sender_peer_send(s, p, &st);
+}
+
 static void on_xfer_info(struct sender *s, const struct wire_in *in,
 			 const struct frame_msg *m)
 {
@@ -299,6 +320,8 @@ static void on_xfer_info(struct sender *s, const struct wire_in *in,
 	if (st < 0 || rtab_terminal((unsigned)st)) {
 		LOG_ROOM(LOG_DEBUG, r->id, "XFER_INFO for a %s room ignored",
 			 kvw_state_str((unsigned)st));
+		if (st == KVW_FAILED && !x->dummy)
+			tell_failed(s, p, r, x->token);
 		return;
 	}
 	if (st == KVW_TRANSFERRING || r->cursor > 0) {

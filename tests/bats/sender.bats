@@ -159,6 +159,19 @@ nworkers_is() {
 	room_state 57 Success
 }
 
+@test "a destination whose XFER_INFO comes after its room failed hears STATUS(Failed) with its token at once" {
+	start_sender --bootstrap-timeout 0.5
+	ctl send-begin "$ENG" 58 8 0
+	wait_for 10 room_state 58 Failed
+	# Its decode shows up late: it must not wait for its own deadline.
+	start=$SECONDS
+	run fake 58 d1 --expect failed --reason 2 --timeout 5
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"ok room 58: STATUS Failed reason 2"* ]]
+	[ $((SECONDS - start)) -le 4 ]
+}
+
 @test "SIGTERM stops kv-sender with exit 0 within 2 s and its workers with it" {
 	start_sender --workers 3
 	wait_for 10 nworkers_is "$SENDER" 3
