@@ -9,8 +9,8 @@
 # and both sides must reach a terminal state and the decode's room
 # "releasable" (also after the engine's abort) within seconds, with no byte
 # of the room landed before or after, checked on canary pages. Also a worker
-# that hangs (--worker-stall) and one whose transport fails (the decode
-# pool it must map is gone).
+# that hangs (--worker-stall), one whose transport fails (the decode pool
+# it must map is gone), and a bootstrap restart (no room affected).
 
 load helpers
 
@@ -142,6 +142,9 @@ canary_holds() {
 	wait_for 20 restarted p0 "$old"
 	wait_for "$BOUND" state_is d0 31 Failed
 	released 31
+	# The bootstrap cache forgot the old incarnation (the next room
+	# resolves the rank again).
+	grep -q "forgetting prefill rank" "$RUN/logs/d0.log"
 	[ $((SECONDS - start)) -le $((BOUND + 5)) ]
 	hold_worker "$W"
 	canary_holds 31
@@ -204,4 +207,19 @@ canary_holds() {
 	[ "$(count d0 ab 1,2,3,4)" -eq 0 ]
 	hold_worker none
 	canary_holds 61
+}
+
+@test "bootstrap restart: a room in flight is not affected and ends in Success on both sides; a later room succeeds" {
+	up
+	inflight 71
+	old=$(cat "$RUN/pids/bootstrap.pid")
+	kill -KILL "$old"
+	wait_for 20 restarted bootstrap "$old"
+	kill -CONT "$W"
+	STOPPED=
+	wait_for "$BOUND" state_is d0 71 Success
+	state_is p0 71 Success
+	[ "$(count d0 ab 1,2,3,4)" -eq $((4 * 4 * ITEM)) ]
+	hold_worker none
+	canary_holds 71
 }
