@@ -223,3 +223,45 @@ canary_holds() {
 	hold_worker none
 	canary_holds 71
 }
+
+p0_logged() { grep -q -- "$1" "$RUN/logs/p0.log"; }
+
+@test "decode restart with slowed copies: nothing of the inherited room lands after it is releasable" {
+	SHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pages 1024 --aux-slots 16 --aux-bytes 16"
+	PAGES=1024
+	export KVW_TEST_COPY_DELAY_US=1500000
+	up
+	unset KVW_TEST_COPY_DELAY_US
+	fill p0 ab
+	fill d0 cd
+	# 150 scattered pages: 600 copies of 128 bytes and the aux, batches of 256.
+	src=$(seq -s, 0 2 298)
+	dst=$(seq -s, 1 2 299)
+	ctl recv-begin "$(endpoint d0 engine)" 81 "$(endpoint bootstrap listen)" 0 "$dst"
+	wait_for 10 state_is d0 81 WaitingForInput
+	ctl send-begin "$(endpoint p0 engine)" 81 150 0
+	ctl send-chunk "$(endpoint p0 engine)" 81 --last "$src"
+	wait_for 10 p0_logged "room 81: test delay before a batch, 601 copies left"
+	old=$(cat "$RUN/pids/d0.pid")
+	kill -KILL "$old"
+	wait_for 20 restarted d0 "$old"
+	start=$SECONDS
+	ctl abort "$(endpoint d0 engine)" 81
+	wait_for "$BOUND" field_is d0 81 releasable true
+	[ $((SECONDS - start)) -le "$BOUND" ]
+	field_is p0 81 outstanding 0
+	p0_logged "room 81: job stopped: room ended"
+	# What landed before the release is whole batches (0 or the first).
+	landed=$(count d0 ab "$dst")
+	[ "$landed" -eq 0 ] || [ "$landed" -eq $((256 * ITEM)) ]
+	# Canary over the released pages, then a later room through the same
+	# worker (jobs run in order) to Success: the canary is untouched.
+	paint d0 5a "$dst"
+	ctl recv-begin "$(endpoint d0 engine)" 82 "$(endpoint bootstrap listen)" 1 600,601
+	wait_for 20 state_is d0 82 WaitingForInput
+	ctl send-begin "$(endpoint p0 engine)" 82 2 1
+	ctl send-chunk "$(endpoint p0 engine)" 82 --last 700,701
+	wait_for 20 state_is d0 82 Success
+	[ "$(count d0 5a "$dst")" -eq $((150 * 4 * ITEM)) ]
+	[ "$(count d0 ab 600,601)" -eq $((2 * 4 * ITEM)) ]
+}
