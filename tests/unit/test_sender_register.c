@@ -8,8 +8,9 @@
  * counted: the registration (epoch, plan, descriptor), the peer table's
  * epoch and the room stay exactly as they were; and a good REGISTER of a
  * new epoch does replace it and fails the old incarnation's room, so the
- * test can tell the two apart. And on room id reuse, an MLA dummy rank's
- * XFER_INFO that beats SEND_BEGIN opens the new incarnation (issue 12).
+ * test can tell the two apart. And (issue 12) on room id reuse, an MLA
+ * dummy rank's XFER_INFO that beats SEND_BEGIN opens the new incarnation;
+ * a cleared room with a job in flight outlives its ack deadline.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/proc.h"
 #include "plan/shape.h"
 #include "roles/sender_impl.h"
 #include "table/rtab.h"
@@ -299,12 +301,55 @@ static void test_a_dummy_xfer_info_that_beats_send_begin_on_id_reuse_opens_the_r
 	assert_null(sender_rooms_get(&f->s->rooms, ROOM + 1));
 }
 
+static void abort_from(struct fix *f, uint64_t room, uint64_t token)
+{
+	struct wire_in in = { 0 };
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_ABORT, 0, room, E1);
+	m.u.abort.reason = KVW_R_ABORTED;
+	m.u.abort.token = token;
+	sender_on_peer(f->s, &in, &m);
+}
+
+/* Issue 12, item 4: a cleared room whose ack deadline passed while a job
+ * of it is still in flight stays, so a later ABORT of its id (another
+ * decode rank) waits for that job instead of being acked at once. */
+static void test_a_cleared_room_with_a_job_in_flight_outlives_its_ack_deadline(void **state)
+{
+	struct fix *f = *state;
+	struct sender_room *r;
+
+	reg(f, E1, "shm", f->nbufs, f->desc);
+	open_room(f, E1);
+	r = sender_rooms_get(&f->s->rooms, ROOM);
+	assert_non_null(r);
+	/* A job of the room at a worker (that never answers). */
+	r->inflight = 1;
+	assert_int_equal(rtab_outstanding_add(f->s->t, r->ref, 1), 1);
+	abort_from(f, ROOM, 0x91);
+	assert_int_equal(r->nacks, 1); /* owed: the job is outstanding */
+	engine(f, FRAME_CLEAR, ROOM);
+	r = sender_rooms_get(&f->s->rooms, ROOM);
+	assert_non_null(r);
+	assert_true(r->cleared);
+	/* Past every deadline: the ack targets are dropped, the room stays. */
+	sender_sweep(f->s, proc_now_ns() + 3600000000000ull);
+	r = sender_rooms_get(&f->s->rooms, ROOM);
+	assert_non_null(r);
+	assert_int_equal(r->nacks, 0);
+	/* A later ABORT of the id waits for the job too. */
+	abort_from(f, ROOM, 0x92);
+	assert_int_equal(r->nacks, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_a_bad_register_leaves_the_registration_and_its_rooms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_good_register_of_a_new_epoch_replaces_it, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_dummy_xfer_info_that_beats_send_begin_on_id_reuse_opens_the_room, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_cleared_room_with_a_job_in_flight_outlives_its_ack_deadline, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
