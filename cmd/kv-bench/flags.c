@@ -65,7 +65,8 @@ void kvb_flags_usage(FILE *f)
 		"(and verified), 1 some did not,\n100 usage (a shape flag "
 		"other than the group's included), 102 the group\nwent away "
 		"(a member's table removed, or no process owning it for 10 s), "
-		"111 system\nerror.\n",
+		"77 (--spawn)\na transport this machine lacks, 111 system "
+		"error.\n",
 		shape_usage());
 	kvb_usage(f);
 }

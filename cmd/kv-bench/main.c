@@ -75,7 +75,9 @@ int main(int argc, char **argv)
 			spawn_default_kv_up(fl.kv_up, sizeof fl.kv_up);
 		if (spawn_start(&sp, fl.kv_up, kvb_flags_up_args(&fl), 120, err,
 				sizeof err))
-			return cli_fatal(PROG, KVW_EXIT_SYS,
+			return cli_fatal(PROG, sp.up_rc == KVW_EXIT_SKIP
+						       ? KVW_EXIT_SKIP
+						       : KVW_EXIT_SYS,
 					 "unable to start the group: %s", err);
 		run_dir = sp.dir;
 	}

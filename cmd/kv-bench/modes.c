@@ -123,7 +123,7 @@ void kvb_usage(FILE *f)
 		"         round trips to a forked echo child, right before and "
 		"after;\n"
 		"         --warmup N untimed rooms first (default 3000)\n"
-		"  copy   shm transport vs memcpy, no group needed: kv-bench "
+		"  copy   a transport (shm, tcp, rdma) vs its limit, no group: kv-bench "
 		"copy --help\n"
 		"  --json  one JSON document instead of the table (any mode)\n"
 		"Every run prints the machine: cores, page sizes, CPU model.\n");

@@ -23,16 +23,20 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " --listen EP --engine ipc://PATH --table PATH --pool PATH\n"
-		"       [--topo tp,pp[,cp,dp]] [--rank tp,pp[,cp,dp]] [--transport shm]\n"
+		"       [--topo tp,pp[,cp,dp]] [--rank tp,pp[,cp,dp]] [--transport shm|tcp|rdma]\n"
 		"       [--waiting-timeout SECONDS] [--ready-fd N] [--log-level LEVEL]\n"
 		"       [--name NAME] [--all-cp-ranks] [--check] [shape options]\n"
 		"       [--data-addr HOST[:PORT]] [--sinks N]   (tcp transport)\n"
+		"       [--data-addr HOST[:PORT]] [--rdma-device NAME]\n"
+		"       [--rdma-gid-index N]                     (rdma transport)\n"
 		"Decode-side kvwire control process. --waiting-timeout defaults to\n"
 		"$KVW_WAITING_TIMEOUT or 300 s. --all-cp-ranks: with prefill CP > 1,\n"
 		"pull each CP rank's page share from every CP rank (default: CP\n"
 		"rank 0 only). With --transport tcp, N sink processes (default 1)\n"
 		"serve the data port on --data-addr (default 127.0.0.1, a free\n"
-		"port) and write what prefill workers send into the pool.\n"
+		"port) and write what prefill workers send into the pool. With\n"
+		"--transport rdma, --data-addr is where prefill workers get their\n"
+		"queue pairs; their RDMA WRITEs land in the pool directly.\n"
 		"--check validates every flag and the config, makes\n"
 		"nothing and prints pool_bytes=N. Shape options: %s\n"
 		"Exit: 0 stopped, 77 transport not available, 100 usage, 111 system.\n",

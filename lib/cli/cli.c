@@ -19,7 +19,8 @@
 
 /* The common options' vals, above every value cli_next returns. */
 enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE, O_LISTEN, O_ENGINE,
-       O_TABLE, O_POOL, O_TRANSPORT, O_TOPO, O_RANK, O_CHECK };
+       O_TABLE, O_POOL, O_TRANSPORT, O_TOPO, O_RANK, O_CHECK, O_RDMA_DEV,
+       O_RDMA_GID };
 
 void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
 	      struct shape *shape)
@@ -55,6 +56,10 @@ static int build(struct cli *c, const struct option *own)
 		{ "topo", required_argument, NULL, O_TOPO },
 		{ "rank", required_argument, NULL, O_RANK },
 	};
+	static const struct option rdma[] = {
+		{ "rdma-device", required_argument, NULL, O_RDMA_DEV },
+		{ "rdma-gid-index", required_argument, NULL, O_RDMA_GID },
+	};
 	const unsigned want[] = { 0, CLI_READY_FD, CLI_LOG_LEVEL, CLI_NAME,
 				  CLI_CHECK };
 	const char *sname;
@@ -77,6 +82,12 @@ static int build(struct cli *c, const struct option *own)
 		if (n == CLI_MAX_OPTS - 1)
 			return -1;
 		c->table[n++] = member[i];
+	}
+	for (size_t i = 0; (c->flags & (CLI_MEMBER | CLI_RDMA)) &&
+			   i < sizeof rdma / sizeof rdma[0]; i++) {
+		if (n == CLI_MAX_OPTS - 1)
+			return -1;
+		c->table[n++] = rdma[i];
 	}
 	for (unsigned i = 0; (c->flags & CLI_SHAPE) &&
 			     (sname = shape_option_name(i, &has)); i++) {
@@ -141,6 +152,21 @@ static int common(struct cli *c, int v)
 	case O_TOPO:
 	case O_RANK:
 		return member_quad(c, v);
+	/* The rdma transport reads its choice from the environment, so
+	 * kv-sender's workers (exec'd later) inherit it. */
+	case O_RDMA_DEV:
+		if (!*c->arg || strlen(c->arg) > 63)
+			return cli_fatal(c->prog, CLI_BAD,
+					 "bad --rdma-device: %s", c->arg);
+		setenv("KVW_RDMA_DEVICE", c->arg, 1);
+		return 0;
+	case O_RDMA_GID:
+		if (cli_u32(c->arg, 0, 65535, &fd))
+			return cli_fatal(c->prog, CLI_BAD,
+					 "bad --rdma-gid-index: %s", c->arg);
+		snprintf(err, sizeof err, "%u", fd);
+		setenv("KVW_RDMA_GID_INDEX", err, 1);
+		return 0;
 	default: { /* O_SHAPE */
 		struct shape scratch;
 

@@ -38,6 +38,11 @@ enum cli_flag {
 	CLI_OPERANDS = 1u << 4,  /* operands allowed (argv[optind..]) */
 	CLI_MEMBER = 1u << 5,    /* a control process's flags, into member */
 	CLI_CHECK = 1u << 6,     /* --check into check (see cli.h's top) */
+	/* --rdma-device NAME and --rdma-gid-index N (with CLI_MEMBER too):
+	 * exported as KVW_RDMA_DEVICE and KVW_RDMA_GID_INDEX, which the rdma
+	 * transport reads (lib/xport/rdma_qp.h), for this process and every
+	 * process it starts (kv-sender's workers). */
+	CLI_RDMA = 1u << 7,
 };
 
 /* The flags both control processes (kv-sender, kv-receiver) take, parsed

@@ -94,6 +94,12 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 				      e2, sizeof e2);
 		r->nsinks = cfg->sinks ? cfg->sinks : 1;
 	}
+	/* rdma: a thread of the transport hands each prefill worker a queue
+	 * pair (the descriptor names it); the writes need nobody here. */
+	if (rc == 0 && strcmp(ops->name, "rdma") == 0)
+		rc = xport_rdma_listen(r->xp, cfg->data_addr ? cfg->data_addr
+							     : "127.0.0.1:0",
+				       e2, sizeof e2);
 	if (rc == 0)
 		rc = xport_register(r->xp, r->pool, &id, r->desc, sizeof r->desc,
 				    &r->desclen, e2, sizeof e2);
@@ -102,6 +108,8 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 				r->transport, e2);
 	if (xport_tcp_address(r->xp, e2, sizeof e2) == 0)
 		LOG(LOG_INFO, "data port %s (tcp)", e2);
+	if (xport_rdma_address(r->xp, e2, sizeof e2) == 0)
+		LOG(LOG_INFO, "queue pair exchange %s (rdma)", e2);
 	LOG(LOG_INFO, "pool %s: %llu bytes, %u buffers", path,
 	    (unsigned long long)pool_bytes, r->nbufs);
 	return 0;
@@ -267,6 +275,18 @@ void receiver_close(struct receiver **rp)
 	if (r->ctx)
 		zmq_ctx_term(r->ctx);
 	receiver_rooms_free(&r->rooms);
+	if (r->xp) {
+		struct xport_rdma_stats rs;
+
+		if (xport_rdma_stats(r->xp, &rs) == 0)
+			LOG(LOG_INFO, "rdma: stopping: %llu queue pairs, %llu "
+			    "batches landed; %llu exchanges refused, %llu "
+			    "queue pairs failed",
+			    (unsigned long long)rs.conns,
+			    (unsigned long long)rs.batches,
+			    (unsigned long long)rs.refused,
+			    (unsigned long long)rs.errors);
+	}
 	xport_close(&r->xp);
 	pool_close(&r->pool);
 	rtab_close(&r->tab);

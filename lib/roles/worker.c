@@ -197,8 +197,14 @@ static int job_copy(struct worker *w, const struct frame_msg *m,
 							     : WORKER_BATCH;
 		uint64_t b = 0;
 
-		if (i > 0 && !room_live(w, ref))
+		if (i > 0 && !room_live(w, ref)) {
+			/* What was posted lands (or fails) before the room's
+			 * outstanding count drops: rdma and tcp post ahead. */
+			if (xport_wait(w->x, -1, why, sizeof why) < 0 &&
+			    (conn = conn_find(w, j->desc)) != NULL)
+				conn_drop(w, conn);
 			return KVW_ESTALE;
+		}
 		test_delay(w, m->hdr.room, j->copies.n - i);
 		for (uint32_t c = 0; c < k; c++) {
 			struct frame_copy fc = frame_copies_get(j->copies, i + c);

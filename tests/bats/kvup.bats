@@ -282,12 +282,15 @@ refused() {
 }
 
 @test "refused in under 2 s, the reason, nothing made: a transport that is not available (77) or unknown (100)" {
-	# tcp has a copy path now; rdma has none yet: 77 where the machine has
-	# no RDMA device (this one), 100 "no copy path" where it has one.
-	if "$KVW_BIN/kv-probe" rdma >/dev/null 2>&1; then
-		refused 100 "transport 'rdma' has no copy path" --transport rdma $SHAPE
+	# rdma has a copy path: 77 with the probe's reason where the machine
+	# has no RDMA device (this one); cuda has none: 77 or 100.
+	if ! "$KVW_BIN/kv-probe" rdma >/dev/null 2>&1; then
+		refused 77 "transport 'rdma' is not available here (kv-probe rdma: rdma: not available: " --transport rdma $SHAPE
+	fi
+	if "$KVW_BIN/kv-probe" cuda >/dev/null 2>&1; then
+		refused 100 "transport 'cuda' has no copy path" --transport cuda $SHAPE
 	else
-		refused 77 "transport 'rdma' is not available here" --transport rdma $SHAPE
+		refused 77 "transport 'cuda' is not available here" --transport cuda $SHAPE
 	fi
 	refused 100 "transport 'bogus': unknown" --transport bogus $SHAPE
 }
