@@ -52,6 +52,8 @@
 #define XRDMA_MAX_SGE 16u
 #define XRDMA_INLINE 64u      /* bytes a WR may carry inline (asked) */
 #define XRDMA_CHAIN 64u       /* WRs per post_send */
+#define XRDMA_WR_BYTES (16ull << 20) /* bytes per WR at most: each completes
+				      * well inside the stall limit */
 #define XRDMA_EXCHANGE_MS 5000
 #define XRDMA_STALL_NS 30000000000ull /* no completion this long: failed */
 #define XRDMA_DRAIN_NS 2000000000ull  /* flushed completions awaited */
@@ -135,6 +137,7 @@ static void fail_remote(struct xrdma_xport *x, struct xrdma_remote *r,
 		snprintf(r->why, sizeof r->why, "%s", why);
 	}
 	(void)rdma_qp_error(&x->dev, r->qp);
+	r->progress_ns = now_ns(); /* the drain's clock starts here */
 }
 
 /* Polls r until fewer than `left` WRs are outstanding (0: none). Returns
@@ -156,7 +159,7 @@ static int settle(struct xrdma_xport *x, struct xrdma_remote *r,
 			idle = 0;
 			continue;
 		}
-		if (k < 0)
+		if (k < 0 && !r->broken)
 			fail_remote(x, r, "polling the completion queue failed");
 		if (r->broken && now - r->progress_ns > XRDMA_DRAIN_NS) {
 			LOG_RL(LOG_WARN, "rdma: %llu WRs never completed after "
@@ -168,7 +171,6 @@ static int settle(struct xrdma_xport *x, struct xrdma_remote *r,
 		if (!r->broken && now - r->progress_ns > XRDMA_STALL_NS) {
 			fail_remote(x, r, "no completion for 30 s (the decode "
 					  "is gone or not taking immediates)");
-			r->progress_ns = now; /* the drain's clock */
 			continue;
 		}
 		if (deadline && now >= deadline && !r->broken)
@@ -409,8 +411,8 @@ static int remote_up(struct xrdma_xport *x, struct xrdma_remote *r,
 		.signal_every = r->depth / 2 < XRDMA_SIGNAL_EVERY
 					? (r->depth / 2 ? r->depth / 2 : 1)
 					: XRDMA_SIGNAL_EVERY,
-		.max_msg = x->dev.max_msg < (1ull << 31) ? x->dev.max_msg
-							 : 1ull << 31,
+		.max_msg = x->dev.max_msg < XRDMA_WR_BYTES ? x->dev.max_msg
+							   : XRDMA_WR_BYTES,
 	};
 	r->reg = (struct rdma_region){ d->addr, d->size, d->rkey };
 	return 0;
