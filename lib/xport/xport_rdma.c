@@ -344,8 +344,11 @@ static int xrdma_reg(struct xport *xp, const struct pool *p, uint32_t *id,
 				access);
 	if (!mr)
 		return kvw_errf(err, errlen, KVW_ESYS,
-				"rdma: unable to register %s on %s: %s",
-				pool_path(p), x->dev.name, strerror(errno));
+				"rdma: unable to register %s on %s: %s%s",
+				pool_path(p), x->dev.name, strerror(errno),
+				errno == ENOMEM ? " (pinned memory is bounded "
+						  "by RLIMIT_MEMLOCK: ulimit -l)"
+						: "");
 	d.rkey = mr->rkey;
 	rc = rdma_desc_encode(&d, desc, desccap < KVW_MAX_DESC ? desccap
 							       : KVW_MAX_DESC,
