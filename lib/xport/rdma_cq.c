@@ -107,24 +107,26 @@ static uint64_t left_of(const struct rdma_track *t, uint32_t k)
 	return at(t, k)->end - from;
 }
 
-uint64_t rdma_track_room_left(const struct rdma_track *t, uint64_t room)
+/* Outstanding WRs of the pending segments whose room (by_room) or batch
+ * is v. */
+static uint64_t left_if(const struct rdma_track *t, int by_room, uint64_t v)
 {
 	uint64_t n = 0;
 
 	for (uint32_t k = 0; k < t->count; k++)
-		if (at(t, k)->room == room)
+		if ((by_room ? at(t, k)->room : at(t, k)->batch) == v)
 			n += left_of(t, k);
 	return n;
 }
 
+uint64_t rdma_track_room_left(const struct rdma_track *t, uint64_t room)
+{
+	return left_if(t, 1, room);
+}
+
 uint64_t rdma_track_batch_left(const struct rdma_track *t, uint64_t batch)
 {
-	uint64_t n = 0;
-
-	for (uint32_t k = 0; k < t->count; k++)
-		if (at(t, k)->batch == batch)
-			n += left_of(t, k);
-	return n;
+	return left_if(t, 0, batch);
 }
 
 void rdma_track_clear_error(struct rdma_track *t)

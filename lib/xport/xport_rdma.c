@@ -538,7 +538,8 @@ static int xrdma_write_batch(struct xport *xp, const struct xport_copy *c,
 		if (out == 0)
 			r->progress_ns = now_ns();
 		if (out >= r->depth) {
-			(void)settle(x, r, r->depth - 1, 0);
+			/* Full: reap down to half, so chains stay long. */
+			(void)settle(x, r, r->depth / 2, 0);
 			if (r->broken)
 				break;
 			out = rdma_track_outstanding(&r->tr);
