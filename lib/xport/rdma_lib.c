@@ -71,8 +71,19 @@ static void load(void)
 	memcpy(&f->query_gid_ex, &gx, sizeof gx);
 }
 
+static const struct rdma_lib *_Atomic override;
+
+void rdma_lib_override(const struct rdma_lib *l)
+{
+	override = l;
+}
+
 const struct rdma_lib *rdma_lib_get(char *why, size_t whylen)
 {
+	const struct rdma_lib *o = override;
+
+	if (o)
+		return o;
 	pthread_once(&lib.once, load);
 	if (!lib.dl) {
 		if (why && whylen)

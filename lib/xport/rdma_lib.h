@@ -58,6 +58,11 @@ struct rdma_lib {
  * not found (...)", "libibverbs.so.1 lacks ibv_create_qp"). Thread-safe. */
 const struct rdma_lib *rdma_lib_get(char *why, size_t whylen);
 
+/* TEST ONLY: from now on rdma_lib_get returns l in this process (NULL: the
+ * real library again), so a unit test can drive the transport over a fake
+ * device (tests/unit/test_rdma_fake.c). Never called by kvwire itself. */
+void rdma_lib_override(const struct rdma_lib *l);
+
 /* ibv_query_port through the context's extended op when the provider has
  * one, else the exported compat call; *a is zeroed first. 0 or an errno. */
 int rdma_query_port(const struct rdma_lib *l, struct ibv_context *ctx,
