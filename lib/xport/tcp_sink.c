@@ -44,6 +44,8 @@ struct conn {
 	uint32_t ci;          /* payload: current copy ... */
 	uint64_t coff;        /* ... and offset in it */
 	int discard;          /* payload read and dropped (room not live) */
+	int held;             /* room_begin said yes: room_end owed */
+	uint32_t slot;        /* fixed for the connection's life */
 	uint8_t ack[TCP_ACK_LEN];
 	size_t ack_left;      /* ACK bytes not yet sent (POLLOUT) */
 };
@@ -54,6 +56,8 @@ struct sink {
 	struct conn *c;
 	uint32_t n, cap;
 	struct pollfd *pfd;
+	uint32_t *free_slot;  /* stack of unused connection slots */
+	uint32_t nfree;
 	uint8_t scratch[SINK_DISCARD];
 };
 
@@ -71,8 +75,18 @@ static void event(struct sink *s, const char *what)
 		s->cfg->event(s->cfg->arg, what);
 }
 
+/* The connection's write is over: its room is no longer held. */
+static void release(struct sink *s, struct conn *c)
+{
+	if (c->held && s->cfg->room_end)
+		s->cfg->room_end(s->cfg->arg, c->slot);
+	c->held = 0;
+}
+
 static void drop(struct sink *s, uint32_t i)
 {
+	release(s, &s->c[i]);
+	s->free_slot[s->nfree++] = s->c[i].slot;
 	close(s->c[i].fd);
 	free(s->c[i].copies);
 	s->c[i] = s->c[--s->n];
@@ -212,8 +226,9 @@ static int copy_list(struct sink *s, struct conn *c)
 	}
 	if (sum != c->total)
 		return refuse(s, c, "batch whose copies do not add up refused");
-	c->discard = s->cfg->room_live &&
-		     !s->cfg->room_live(s->cfg->arg, c->room);
+	c->held = s->cfg->room_begin &&
+		  s->cfg->room_begin(s->cfg->arg, c->slot, c->room);
+	c->discard = s->cfg->room_begin && !c->held;
 	c->left = c->total;
 	c->ci = 0;
 	c->coff = 0;
@@ -298,6 +313,7 @@ static int payload(struct sink *s, struct conn *c)
 	}
 	uint32_t status = TCP_OK;
 
+	release(s, c); /* every byte is written: the room may be released */
 	if (c->discard) {
 		s->st->not_live++;
 		event(s, "batch for a room that is not live discarded");
@@ -341,7 +357,7 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 
 		if (fd < 0)
 			return; /* EAGAIN, or an aborted connection */
-		if (s->n == max) {
+		if (s->n == max || s->nfree == 0) {
 			close(fd);
 			s->st->refused++;
 			event(s, "connection over the cap refused");
@@ -366,6 +382,7 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 		}
 		s->c[s->n++] = (struct conn){
 			.fd = fd, .state = C_HELLO,
+			.slot = s->free_slot[--s->nfree],
 			.deadline_ns = now + (uint64_t)(s->cfg->handshake_ms
 							    ? s->cfg->handshake_ms
 							    : 5000) * 1000000ull,
@@ -386,7 +403,10 @@ int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
 	s->cfg = cfg;
 	s->st = st ? st : &local;
 	s->pfd = malloc(sizeof *s->pfd);
-	if (!s->pfd || fcntl(cfg->listen_fd, F_SETFL, O_NONBLOCK) < 0) {
+	s->free_slot = malloc(max * sizeof *s->free_slot);
+	for (uint32_t i = 0; s->free_slot && i < max; i++)
+		s->free_slot[s->nfree++] = max - 1 - i;
+	if (!s->pfd || !s->free_slot || fcntl(cfg->listen_fd, F_SETFL, O_NONBLOCK) < 0) {
 		rc = kvw_errf(err, errlen, KVW_ESYS, "sink: setup failed");
 		goto out;
 	}
@@ -442,6 +462,7 @@ out:
 		drop(s, s->n - 1);
 	free(s->c);
 	free(s->pfd);
+	free(s->free_slot);
 	free(s);
 	return rc;
 }

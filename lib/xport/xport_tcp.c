@@ -418,7 +418,7 @@ static int ack_error(int st, char *err, size_t errlen)
 {
 	switch (st) {
 	case TCP_CHECKSUM:
-		return kvw_errf(err, errlen, KVW_ERANGE,
+		return kvw_errf(err, errlen, KVW_ECORRUPT,
 				"tcp: checksum mismatch at the decode "
 				"(integrity)");
 	case TCP_NOT_LIVE:

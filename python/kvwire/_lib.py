@@ -23,6 +23,7 @@ EAGAIN = -10
 ENODEV = -11
 ERANGE = -12
 EPEER = -13
+ECORRUPT = -14
 
 # enum kvw_state (the first five are SGLang's KVPoll) and room flags.
 FAILED, BOOTSTRAPPING, WAITING, TRANSFERRING, SUCCESS, CLEARED = range(6)

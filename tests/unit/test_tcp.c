@@ -3,7 +3,10 @@
  * sockets and real pool files: a worker-shaped client (xport_tcp: connect
  * by descriptor, pipelined batches, one wait) lands every byte where the
  * copy list says and nowhere else; a batch for a room the sink says is not
- * live is discarded (no byte written) and reported; and hostile peers at
+ * live is discarded (no byte written) and reported, and every batch the
+ * sink held for a room is released again; a batch whose bytes miss their
+ * checksum is acked as such, and that refusal reaches the writer as
+ * KVW_ECORRUPT (the room's reason `integrity`); and hostile peers at
  * the data port - a wrong secret, garbage, a valid header whose copy lies
  * outside the pool, a copy count over the cap, a peer that stops half way
  * through its hello - are each refused and counted while the sink keeps
@@ -52,10 +55,23 @@ struct fx {
 static atomic_int stop_flag;
 static int stop_now(void) { return atomic_load(&stop_flag); }
 
-static int live(void *arg, uint64_t room)
+static atomic_int held; /* rooms held by the sink, not yet ended */
+
+static int begin(void *arg, uint32_t slot, uint64_t room)
 {
 	(void)arg;
-	return room != NOT_LIVE_ROOM;
+	assert_true(slot < 1024);
+	if (room == NOT_LIVE_ROOM)
+		return 0;
+	atomic_fetch_add(&held, 1);
+	return 1;
+}
+
+static void end(void *arg, uint32_t slot)
+{
+	(void)arg;
+	(void)slot;
+	atomic_fetch_sub(&held, 1);
 }
 
 static void *sink_main(void *arg)
@@ -93,9 +109,10 @@ static int setup(void **state)
 	f->port = (uint16_t)tcp_get(f->desc + 6, 2);
 	f->cfg = (struct tcp_sink_cfg){ .listen_fd = lfd,
 		.base = pool_base(f->dst), .size = POOL_BYTES,
-		.secret = f->secret, .room_live = live, .stop = stop_now,
+		.secret = f->secret, .room_begin = begin, .room_end = end, .stop = stop_now,
 		.handshake_ms = 300 };
 	atomic_store(&stop_flag, 0);
+	atomic_store(&held, 0);
 	if (pthread_create(&f->th, NULL, sink_main, f))
 		return -1;
 	if (xport_open(xport_find("tcp"), &f->px, f->err, sizeof f->err) ||
@@ -112,6 +129,8 @@ static int teardown(void **state)
 
 	atomic_store(&stop_flag, 1);
 	pthread_join(f->th, NULL);
+	/* Every batch the sink held it ended: acked or dropped. */
+	assert_int_equal(atomic_load(&held), 0);
 	xport_close(&f->px);
 	xport_close(&f->dx);
 	pool_close(&f->src);
@@ -275,6 +294,105 @@ static int raw_batch(int fd, uint32_t ncopies, uint64_t total,
 	return (int)tcp_get(a + 4, 4);
 }
 
+static void test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[TCP_BATCH_LEN] = { 0 }, cp[TCP_COPY_LEN], pay[16], a[TCP_ACK_LEN];
+	int fd = dial(f);
+
+	assert_true(hello_ok(f, fd, NULL));
+	memset(pay, 0x77, sizeof pay);
+	tcp_put(h, TCP_MAGIC_BATCH, 4);
+	tcp_put(h + 4, 1, 4);
+	tcp_put(h + 8, 42, 8);
+	tcp_put(h + 16, 8, 8);  /* a live room */
+	tcp_put(h + 24, sizeof pay, 8);
+	tcp_put(h + 32, 12345, 8); /* not the xxh3 of the payload */
+	tcp_put(cp, 4096, 8);
+	tcp_put(cp + 8, sizeof pay, 8);
+	assert_int_equal(send(fd, h, sizeof h, 0), (ssize_t)sizeof h);
+	assert_int_equal(send(fd, cp, sizeof cp, 0), (ssize_t)sizeof cp);
+	assert_int_equal(send(fd, pay, sizeof pay, 0), (ssize_t)sizeof pay);
+	assert_int_equal(read_some(fd, a, sizeof a), sizeof a);
+	assert_int_equal(tcp_get(a + 4, 4), TCP_CHECKSUM);
+	assert_int_equal(tcp_get(a + 8, 8), 42);
+	assert_true(f->st.checksum == 1);
+	assert_true(f->st.batches == 0);
+	close(fd);
+}
+
+/* A sink that welcomes one connection, reads one batch of `len` payload
+ * bytes and answers it with the status in *arg. */
+struct liar {
+	int lfd;
+	uint32_t status;
+	uint8_t secret[16];
+};
+
+static void *liar_main(void *arg)
+{
+	struct liar *l = arg;
+	uint8_t buf[TCP_BATCH_LEN + TCP_COPY_LEN + 65536], w[TCP_WELCOME_LEN],
+		a[TCP_ACK_LEN];
+	int fd = accept(l->lfd, NULL, NULL);
+	size_t need;
+
+	if (fd < 0 || read_some(fd, buf, TCP_HELLO_LEN) != TCP_HELLO_LEN)
+		return NULL;
+	tcp_put(w, TCP_MAGIC_WELCOME, 4);
+	tcp_put(w + 4, TCP_OK, 4);
+	(void)send(fd, w, sizeof w, MSG_NOSIGNAL);
+	if (read_some(fd, buf, TCP_BATCH_LEN) == TCP_BATCH_LEN) {
+		need = (size_t)tcp_get(buf + 4, 4) * TCP_COPY_LEN +
+		       (size_t)tcp_get(buf + 24, 8);
+		if (need <= sizeof buf && read_some(fd, buf + TCP_BATCH_LEN, need) == need) {
+			tcp_put(a, TCP_MAGIC_ACK, 4);
+			tcp_put(a + 4, l->status, 4);
+			memcpy(a + 8, buf + 8, 8);
+			(void)send(fd, a, sizeof a, MSG_NOSIGNAL);
+		}
+	}
+	(void)read_some(fd, buf, 1); /* until the client closes */
+	close(fd);
+	return NULL;
+}
+
+static void test_a_checksum_refusal_reaches_the_writer_as_corrupt(void **state)
+{
+	struct fx *f = *state;
+	struct liar l = { .status = TCP_CHECKSUM };
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof sa;
+	uint8_t d[TCP_DESC_FIXED + 9];
+	struct xport_copy c = { .len = 4096, .src = f->src_id };
+	pthread_t th;
+	uint32_t rid;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	l.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(l.lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+	assert_int_equal(listen(l.lfd, 1), 0);
+	assert_int_equal(getsockname(l.lfd, (struct sockaddr *)&sa, &sl), 0);
+	tcp_put(d, TCP_MAGIC_DESC, 4);
+	tcp_put(d + 4, TCP_VERSION, 2);
+	tcp_put(d + 6, ntohs(sa.sin_port), 2);
+	tcp_put(d + 8, POOL_BYTES, 8);
+	memset(d + 16, 0, 16);
+	tcp_put(d + 32, 9, 2);
+	memcpy(d + TCP_DESC_FIXED, "127.0.0.1", 9);
+	assert_int_equal(pthread_create(&th, NULL, liar_main, &l), 0);
+	assert_int_equal(xport_connect(f->px, d, sizeof d, &rid, f->err,
+				       sizeof f->err), 0);
+	c.dst = rid;
+	xport_set_room(f->px, 8);
+	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err, sizeof f->err), 0);
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), KVW_ECORRUPT);
+	assert_non_null(strstr(f->err, "integrity"));
+	xport_disconnect(f->px, rid);
+	pthread_join(th, NULL);
+	close(l.lfd);
+}
+
 static void test_hostile_peers_are_refused_and_the_sink_keeps_serving(void **state)
 {
 	struct fx *f = *state;
@@ -322,6 +440,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pipelined_batches_land_exactly_where_the_copies_say, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_batch_for_a_room_not_live_is_discarded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_checksum_refusal_reaches_the_writer_as_corrupt, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copies_outside_either_side_are_refused_before_sending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peers_are_refused_and_the_sink_keeps_serving, setup, teardown),
 	};
