@@ -36,6 +36,7 @@ struct conn {
 	int fd;
 	int state;
 	uint64_t deadline_ns; /* C_HELLO: give up then */
+	uint64_t last_ns;     /* the last byte read */
 	uint8_t head[TCP_BATCH_LEN];
 	size_t have;          /* bytes of the current unit read so far */
 	uint32_t ncopies;
@@ -135,6 +136,7 @@ static int fill(struct conn *c, uint8_t *dst, size_t want)
 		if (k <= 0)
 			return -1;
 		c->have += (size_t)k;
+		c->last_ns = now_ns();
 	}
 	return 1;
 }
@@ -292,6 +294,7 @@ static int payload(struct sink *s, struct conn *c)
 		if (k <= 0)
 			return -1;
 		c->left -= (uint64_t)k;
+		c->last_ns = now_ns();
 		if (!c->discard) {
 			uint64_t adv = (uint64_t)k;
 
@@ -382,7 +385,7 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 		}
 		s->c[s->n++] = (struct conn){
 			.fd = fd, .state = C_HELLO,
-			.slot = s->free_slot[--s->nfree],
+			.slot = s->free_slot[--s->nfree], .last_ns = now,
 			.deadline_ns = now + (uint64_t)(s->cfg->handshake_ms
 							    ? s->cfg->handshake_ms
 							    : 5000) * 1000000ull,
@@ -396,6 +399,8 @@ int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
 	struct tcp_sink_stats local = { 0 };
 	struct sink *s = calloc(1, sizeof *s);
 	uint32_t max = cfg->max_conns ? cfg->max_conns : 1024;
+	uint64_t stall = (uint64_t)(cfg->stall_ms ? cfg->stall_ms : 10000) *
+			 1000000ull;
 	int rc = 0;
 
 	if (!s)
@@ -446,14 +451,26 @@ int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
 			if (keep < 0)
 				drop(s, i);
 		}
-		/* A peer that never finishes its hello is a slow loris. */
-		for (uint32_t i = s->n; i-- > 0;)
-			if (s->c[i].state == C_HELLO && now > s->c[i].deadline_ns) {
+		/* A peer that never finishes its hello is a slow loris; one
+		 * that stops inside a batch is one too, or a link that went
+		 * down under it. */
+		for (uint32_t i = s->n; i-- > 0;) {
+			const struct conn *c = &s->c[i];
+			int mid = c->state != C_HDR || c->have > 0;
+
+			if (c->state == C_HELLO && now > c->deadline_ns) {
 				s->st->refused++;
 				event(s, "connection without a hello in time "
 					 "closed");
 				drop(s, i);
+			} else if (c->state != C_HELLO && mid && !c->ack_left &&
+				   now > c->last_ns + stall) {
+				s->st->refused++;
+				event(s, "connection stalled inside a batch "
+					 "closed");
+				drop(s, i);
 			}
+		}
 		if (n > 0 && (s->pfd[0].revents & POLLIN))
 			take(s, now, max);
 	}

@@ -35,6 +35,10 @@ struct tcp_sink_cfg {
 	const uint8_t *secret;     /* 16 bytes */
 	uint32_t max_conns;        /* open connections at most (0: 1024) */
 	uint32_t handshake_ms;     /* a hello must arrive within (0: 5000) */
+	uint32_t stall_ms;         /* a batch begun must make progress within
+				    * (0: 10000), or its connection closes:
+				    * a half-open link or a slow loris never
+				    * holds a room in the fence for long */
 	/* A batch's copy list checked, before its payload is read: may the
 	 * batch for `room` be written now? `slot` (< max_conns) names the
 	 * connection; a nonzero answer holds the room for that slot until

@@ -6,7 +6,10 @@
  * live is discarded (no byte written) and reported, and every batch the
  * sink held for a room is released again; a batch whose bytes miss their
  * checksum is acked as such, and that refusal reaches the writer as
- * KVW_ECORRUPT (the room's reason `integrity`); and hostile peers at
+ * KVW_ECORRUPT (the room's reason `integrity`); a link cut mid-batch (a
+ * proxy that breaks) is re-dialled and the unacked batches resent until
+ * every byte is in, and a decode gone for good fails them after the
+ * resend window; a peer that stops inside a batch is closed; and hostile peers at
  * the data port - a wrong secret, garbage, a valid header whose copy lies
  * outside the pool, a copy count over the cap, a peer that stops half way
  * through its hello - are each refused and counted while the sink keeps
@@ -21,9 +24,11 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -110,7 +115,7 @@ static int setup(void **state)
 	f->cfg = (struct tcp_sink_cfg){ .listen_fd = lfd,
 		.base = pool_base(f->dst), .size = POOL_BYTES,
 		.secret = f->secret, .room_begin = begin, .room_end = end, .stop = stop_now,
-		.handshake_ms = 300 };
+		.handshake_ms = 300, .stall_ms = 300 };
 	atomic_store(&stop_flag, 0);
 	atomic_store(&held, 0);
 	if (pthread_create(&f->th, NULL, sink_main, f))
@@ -393,6 +398,170 @@ static void test_a_checksum_refusal_reaches_the_writer_as_corrupt(void **state)
 	close(l.lfd);
 }
 
+/* A link that can break: it forwards one connection at a time from its own
+ * port to the sink's; after cut_after bytes from the client (>= 0) it
+ * closes both ends once, as a link that went down mid-batch; with
+ * refuse set it closes its port, as a decode host that is gone. */
+struct proxy {
+	int lfd;
+	uint16_t port, to;
+	atomic_long cut_after;
+	atomic_int accepts, refuse, stop;
+	pthread_t th;
+};
+
+static int pump(int from, int to, long *count)
+{
+	uint8_t buf[16384];
+	ssize_t k = recv(from, buf, sizeof buf, 0);
+
+	if (k <= 0 || send(to, buf, (size_t)k, MSG_NOSIGNAL) != k)
+		return -1;
+	if (count)
+		*count += k;
+	return 0;
+}
+
+static void *proxy_main(void *arg)
+{
+	struct proxy *p = arg;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(p->to) };
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	while (!atomic_load(&p->stop)) {
+		struct pollfd l = { p->lfd, POLLIN, 0 };
+		long sent = 0;
+		int cfd, sfd;
+
+		if (atomic_load(&p->refuse)) {
+			if (p->lfd >= 0)
+				close(p->lfd);
+			p->lfd = -1;
+			poll(NULL, 0, 20);
+			continue;
+		}
+		if (poll(&l, 1, 20) != 1 || (cfd = accept(p->lfd, NULL, NULL)) < 0)
+			continue;
+		atomic_fetch_add(&p->accepts, 1);
+		sfd = socket(AF_INET, SOCK_STREAM, 0);
+		if (connect(sfd, (struct sockaddr *)&a, sizeof a) == 0)
+			for (;;) {
+				struct pollfd pf[2] = { { cfd, POLLIN, 0 },
+							{ sfd, POLLIN, 0 } };
+				long cut = atomic_load(&p->cut_after);
+
+				if (atomic_load(&p->stop) || poll(pf, 2, 20) < 0)
+					break;
+				if ((pf[0].revents && pump(cfd, sfd, &sent) < 0) ||
+				    (pf[1].revents && pump(sfd, cfd, NULL) < 0))
+					break;
+				if (cut >= 0 && sent >= cut) {
+					atomic_store(&p->cut_after, -1);
+					break;
+				}
+			}
+		close(sfd);
+		close(cfd);
+	}
+	if (p->lfd >= 0)
+		close(p->lfd);
+	return NULL;
+}
+
+/* Starts a proxy to the fixture's sink; *desc becomes the fixture's
+ * descriptor naming the proxy's port. */
+static void proxy_start(struct fx *f, struct proxy *p, uint8_t *desc)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof a;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	*p = (struct proxy){ .to = f->port, .cut_after = -1 };
+	p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(listen(p->lfd, 8), 0);
+	assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &al), 0);
+	p->port = ntohs(a.sin_port);
+	memcpy(desc, f->desc, f->desclen);
+	tcp_put(desc + 6, p->port, 2);
+	assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
+}
+
+static void proxy_stop(struct proxy *p)
+{
+	atomic_store(&p->stop, 1);
+	pthread_join(p->th, NULL);
+}
+
+static void test_a_link_broken_mid_batch_is_redialled_and_unacked_batches_resent(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c[32];
+	uint8_t desc[KVW_MAX_DESC];
+	struct proxy p;
+	uint32_t rid;
+
+	proxy_start(f, &p, desc);
+	assert_int_equal(xport_connect(f->px, desc, f->desclen, &rid, f->err,
+				       sizeof f->err), 0);
+	/* 8 batches of 4 copies of 16 KiB; the link breaks inside batch 3. */
+	for (uint32_t i = 0; i < 32; i++)
+		c[i] = (struct xport_copy){ .src_off = i * 16384u,
+			.dst_off = (31 - i) * 16384u, .len = 16384,
+			.src = f->src_id, .dst = rid };
+	atomic_store(&p.cut_after, 2L * (40 + 4 * 16 + 4 * 16384) + 5000);
+	xport_set_room(f->px, 8);
+	for (uint32_t b = 0; b < 8; b++)
+		assert_int_equal(xport_write_batch(f->px, c + 4 * b, 4, f->err,
+						   sizeof f->err), 0);
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), 0);
+	assert_only(f, c, 32);
+	assert_true(atomic_load(&p.accepts) >= 2); /* it was re-dialled */
+	xport_disconnect(f->px, rid);
+	proxy_stop(&p);
+}
+
+static void test_a_decode_gone_for_good_fails_the_batches_after_the_resend_window(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c = { .len = 65536, .src = f->src_id };
+	uint8_t desc[KVW_MAX_DESC];
+	struct proxy p;
+	uint32_t rid;
+
+	setenv("KVW_TCP_RESEND_MS", "300", 1);
+	proxy_start(f, &p, desc);
+	assert_int_equal(xport_connect(f->px, desc, f->desclen, &rid, f->err,
+				       sizeof f->err), 0);
+	unsetenv("KVW_TCP_RESEND_MS");
+	atomic_store(&p.refuse, 1);
+	atomic_store(&p.cut_after, 100);
+	c.dst = rid;
+	xport_set_room(f->px, 8);
+	/* The send may still fit in the socket buffers; the wait cannot. */
+	(void)xport_write_batch(f->px, &c, 1, f->err, sizeof f->err);
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), KVW_ESYS);
+	assert_non_null(strstr(f->err, "not mended within 300 ms"));
+	assert_true(f->st.batches == 0); /* nothing was acked as landed */
+	xport_disconnect(f->px, rid);
+	proxy_stop(&p);
+}
+
+static void test_a_peer_that_stops_inside_a_batch_is_closed(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[TCP_BATCH_LEN] = { 0 }, b;
+	uint64_t before = f->st.refused;
+	int fd = dial(f);
+
+	assert_true(hello_ok(f, fd, NULL));
+	tcp_put(h, TCP_MAGIC_BATCH, 4);
+	assert_int_equal(send(fd, h, 20, 0), 20); /* half a header, then nothing */
+	assert_int_equal(read_some(fd, &b, 1), 0); /* closed by the sink */
+	assert_true(f->st.refused == before + 1);
+	close(fd);
+}
+
 static void test_hostile_peers_are_refused_and_the_sink_keeps_serving(void **state)
 {
 	struct fx *f = *state;
@@ -442,6 +611,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_batch_for_a_room_not_live_is_discarded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_checksum_refusal_reaches_the_writer_as_corrupt, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_link_broken_mid_batch_is_redialled_and_unacked_batches_resent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_decode_gone_for_good_fails_the_batches_after_the_resend_window, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_peer_that_stops_inside_a_batch_is_closed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copies_outside_either_side_are_refused_before_sending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peers_are_refused_and_the_sink_keeps_serving, setup, teardown),
 	};
