@@ -5,8 +5,9 @@
 # TP 2->4 with a third of the rooms aborted and canary pages watched); a
 # sink killed mid-run is restarted, the workers re-dial and resend what it
 # had not acked, and every room succeeds; and hostile
-# bytes at the data port (a wrong secret, garbage) are refused, counted,
-# and change nothing while the group keeps serving.
+# bytes at the data port (a wrong secret, garbage, 1,000 connections that
+# never say hello) are refused, counted, and change nothing while the group
+# keeps serving.
 
 load helpers
 
@@ -118,4 +119,34 @@ PYEOF
 	bench --rooms 100 --pages-per-room 8 --verify
 	[ "$status" -eq 0 ]
 	clean 100
+}
+
+@test "tcp: 1,000 connections at once that never say hello are closed and counted while rooms keep moving" {
+	kv_up --transport tcp --workers 1 $SHAPE
+	wait_for 20 test -n "$(port_of d0)"
+	port=$(port_of d0)
+	before=$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json | jq '[.tables[] | select(.name == "d0") | .counters.malformed] | add')
+	# Held open in the background until the sink closes every one.
+	"$PY" - "$port" >"$RUN/flood.out" 2>&1 <<'PYEOF' &
+import socket, sys, select
+port = int(sys.argv[1])
+socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(1000)]
+print("open", len(socks), flush=True)
+closed = 0
+for s in socks:
+    s.settimeout(30)
+    try:
+        closed += s.recv(1) == b""
+    except ConnectionResetError:
+        closed += 1
+print("closed", closed, flush=True)
+PYEOF
+	echo "$!" >>"$RUN/bg.pids"
+	wait_for 20 grep -q "^open 1000" "$RUN/flood.out"
+	bench --rooms 100 --pages-per-room 8 --verify
+	[ "$status" -eq 0 ]
+	clean 100
+	wait_for 40 grep -q "^closed 1000" "$RUN/flood.out"
+	after=$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json | jq '[.tables[] | select(.name == "d0") | .counters.malformed] | add')
+	[ "$((after - before))" -ge 1000 ]
 }
