@@ -373,3 +373,22 @@ SH
 	# Its group is gone: only the kept logs remain in TMPDIR.
 	[ "$(ls "$RUN")" = "${logs##*/}" ]
 }
+
+@test "kv-up refuses a split group it cannot start, each with its reason, and creates nothing" {
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role decode --transport tcp
+	[ "$status" -eq 100 ]
+	[[ $output == *"--role decode needs --bootstrap tcp://HOST:PORT"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill
+	[ "$status" -eq 100 ]
+	[[ $output == *"use --transport tcp"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --transport tcp --advertise example.com
+	[ "$status" -eq 100 ]
+	[[ $output == *"--advertise: want a numeric IP address"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role sideways
+	[ "$status" -eq 100 ]
+	[[ $output == *"--role: want prefill, decode or both"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --bootstrap tcp://10.0.0.1:1
+	[ "$status" -eq 100 ]
+	[[ $output == *"--bootstrap is for --role decode"* ]]
+	[ ! -e "$RUN/g" ]
+}
