@@ -33,6 +33,7 @@
 #define XTCP_IO_TIMEOUT_S 30 /* a sink silent this long breaks the link */
 #define XTCP_CONNECT_MS 2000
 #define XTCP_IOV 512u /* iovecs per writev call (IOV_MAX is 1024) */
+#define XTCP_GROUP (1u << 20) /* payload bytes hashed, then sent */
 
 /* A batch sent and not acked yet. */
 struct kept {
@@ -52,6 +53,7 @@ struct tcp_client {
 	struct kept *q; /* ring of unacked batches, oldest at head */
 	uint32_t head, n, cap;
 	uint8_t hdr[TCP_BATCH_LEN + TCP_MAX_COPIES * TCP_COPY_LEN];
+	uint8_t trailer[TCP_TRAILER_LEN];
 	struct iovec iov[XTCP_IOV];
 };
 
@@ -166,24 +168,47 @@ static void hang_up(struct tcp_client *c)
 	c->fd = -1;
 }
 
-/* Writes one batch on the current connection: 0 or -1 (broken). */
+/* Sends iov[0..n) whole: 0 or -1 (broken). */
+static int flush(struct tcp_client *c, size_t n)
+{
+	struct iovec *v = c->iov;
+	size_t off;
+
+	while (n > 0) {
+		ssize_t k = writev(c->fd, v, (int)n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		for (off = (size_t)k; n && off >= v->iov_len; n--, v++)
+			off -= v->iov_len;
+		if (n) {
+			v->iov_base = (uint8_t *)v->iov_base + off;
+			v->iov_len -= off;
+		}
+	}
+	return 0;
+}
+
+/* Writes one batch on the current connection: 0 or -1 (broken). The
+ * payload goes in groups of about XTCP_GROUP bytes, each hashed just
+ * before it is sent, so the source pages are read from memory once; the
+ * digest follows the payload. */
 static int put_batch(struct tcp_client *c, const struct kept *b)
 {
 	XXH3_state_t hs;
-	uint64_t total = 0;
-	size_t nio = 0, off;
+	uint64_t total = 0, group = 0;
+	size_t nio = 0;
 
-	XXH3_64bits_reset(&hs);
-	for (uint32_t i = 0; i < b->n; i++) {
-		XXH3_64bits_update(&hs, b->s[i].src, b->s[i].len);
+	for (uint32_t i = 0; i < b->n; i++)
 		total += b->s[i].len;
-	}
 	tcp_put(c->hdr, TCP_MAGIC_BATCH, 4);
 	tcp_put(c->hdr + 4, b->n, 4);
 	tcp_put(c->hdr + 8, b->id, 8);
 	tcp_put(c->hdr + 16, b->room, 8);
 	tcp_put(c->hdr + 24, total, 8);
-	tcp_put(c->hdr + 32, XXH3_64bits_digest(&hs), 8);
+	tcp_put(c->hdr + 32, 0, 8); /* reserved */
 	for (uint32_t i = 0; i < b->n; i++) {
 		uint8_t *p = c->hdr + TCP_BATCH_LEN + i * TCP_COPY_LEN;
 
@@ -192,33 +217,29 @@ static int put_batch(struct tcp_client *c, const struct kept *b)
 	}
 	c->iov[nio++] = (struct iovec){ c->hdr,
 					TCP_BATCH_LEN + b->n * TCP_COPY_LEN };
-	for (uint32_t i = 0; i <= b->n; i++) {
-		if (nio == XTCP_IOV || (i == b->n && nio > 0)) {
-			struct iovec *v = c->iov;
-			size_t cnt = nio;
+	XXH3_64bits_reset(&hs);
+	for (uint32_t i = 0; i < b->n; i++)
+		for (uint64_t off = 0; off < b->s[i].len;) {
+			uint64_t piece = b->s[i].len - off < XTCP_GROUP
+					 ? b->s[i].len - off : XTCP_GROUP;
+			const uint8_t *p = b->s[i].src + off;
 
-			while (cnt > 0) {
-				ssize_t k = writev(c->fd, v, (int)cnt);
-
-				if (k < 0 && errno == EINTR)
-					continue;
-				if (k <= 0)
+			XXH3_64bits_update(&hs, p, piece);
+			c->iov[nio++] = (struct iovec){ (void *)(uintptr_t)p,
+							(size_t)piece };
+			group += piece;
+			off += piece;
+			/* One slot stays free for the digest. */
+			if (nio == XTCP_IOV - 1 || group >= XTCP_GROUP) {
+				if (flush(c, nio) < 0)
 					return -1;
-				for (off = (size_t)k; cnt && off >= v->iov_len;
-				     cnt--, v++)
-					off -= v->iov_len;
-				if (cnt) {
-					v->iov_base = (uint8_t *)v->iov_base + off;
-					v->iov_len -= off;
-				}
+				nio = 0;
+				group = 0;
 			}
-			nio = 0;
 		}
-		if (i < b->n && b->s[i].len)
-			c->iov[nio++] = (struct iovec){ (void *)(uintptr_t)b->s[i].src,
-							(size_t)b->s[i].len };
-	}
-	return 0;
+	tcp_put(c->trailer, XXH3_64bits_digest(&hs), TCP_TRAILER_LEN);
+	c->iov[nio++] = (struct iovec){ c->trailer, TCP_TRAILER_LEN };
+	return flush(c, nio);
 }
 
 /* Makes the connection whole: re-dials (pausing 10 ms, doubling to 500 ms)

@@ -92,7 +92,7 @@ import socket, struct, sys
 port = int(sys.argv[1])
 # A hello with a wrong secret: refused with a status, then closed.
 s = socket.create_connection(("127.0.0.1", port))
-s.sendall(struct.pack("<IHH", 0x4854564B, 1, 0) + b"\x00" * 16)
+s.sendall(struct.pack("<IHH", 0x4854564B, 2, 0) + b"\x00" * 16)
 w = s.recv(8)
 assert len(w) == 8 and struct.unpack("<II", w)[1] == 4, w
 assert s.recv(1) == b""

@@ -303,6 +303,7 @@ static void test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such(void *
 {
 	struct fx *f = *state;
 	uint8_t h[TCP_BATCH_LEN] = { 0 }, cp[TCP_COPY_LEN], pay[16], a[TCP_ACK_LEN];
+	uint8_t sum[TCP_TRAILER_LEN];
 	int fd = dial(f);
 
 	assert_true(hello_ok(f, fd, NULL));
@@ -312,12 +313,13 @@ static void test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such(void *
 	tcp_put(h + 8, 42, 8);
 	tcp_put(h + 16, 8, 8);  /* a live room */
 	tcp_put(h + 24, sizeof pay, 8);
-	tcp_put(h + 32, 12345, 8); /* not the xxh3 of the payload */
 	tcp_put(cp, 4096, 8);
 	tcp_put(cp + 8, sizeof pay, 8);
+	tcp_put(sum, 12345, 8); /* not the xxh3 of the payload */
 	assert_int_equal(send(fd, h, sizeof h, 0), (ssize_t)sizeof h);
 	assert_int_equal(send(fd, cp, sizeof cp, 0), (ssize_t)sizeof cp);
 	assert_int_equal(send(fd, pay, sizeof pay, 0), (ssize_t)sizeof pay);
+	assert_int_equal(send(fd, sum, sizeof sum, 0), (ssize_t)sizeof sum);
 	assert_int_equal(read_some(fd, a, sizeof a), sizeof a);
 	assert_int_equal(tcp_get(a + 4, 4), TCP_CHECKSUM);
 	assert_int_equal(tcp_get(a + 8, 8), 42);
@@ -337,7 +339,7 @@ struct liar {
 static void *liar_main(void *arg)
 {
 	struct liar *l = arg;
-	uint8_t buf[TCP_BATCH_LEN + TCP_COPY_LEN + 65536], w[TCP_WELCOME_LEN],
+	uint8_t buf[TCP_BATCH_LEN + TCP_COPY_LEN + 65536 + TCP_TRAILER_LEN], w[TCP_WELCOME_LEN],
 		a[TCP_ACK_LEN];
 	int fd = accept(l->lfd, NULL, NULL);
 	size_t need;
@@ -349,7 +351,7 @@ static void *liar_main(void *arg)
 	(void)send(fd, w, sizeof w, MSG_NOSIGNAL);
 	if (read_some(fd, buf, TCP_BATCH_LEN) == TCP_BATCH_LEN) {
 		need = (size_t)tcp_get(buf + 4, 4) * TCP_COPY_LEN +
-		       (size_t)tcp_get(buf + 24, 8);
+		       (size_t)tcp_get(buf + 24, 8) + TCP_TRAILER_LEN;
 		if (need <= sizeof buf && read_some(fd, buf + TCP_BATCH_LEN, need) == need) {
 			tcp_put(a, TCP_MAGIC_ACK, 4);
 			tcp_put(a + 4, l->status, 4);
