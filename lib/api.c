@@ -118,13 +118,11 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 		rc = KVW_ESYS;
 		goto fail;
 	}
-	if (zmq_connect(e->sock, engine_endpoint) != 0) {
-		rc = errno == EINVAL || errno == EPROTONOSUPPORT ? KVW_EINVAL
-								  : KVW_ESYS;
-		kvw_seterr(err, errlen, "connect %s: %s", engine_endpoint,
-			   zmq_strerror(errno));
+	/* An engine holds no keys: its control process is local (ipc); a
+	 * tcp:// engine endpoint is refused (fail-closed). */
+	rc = wire_connect(e->sock, engine_endpoint, err, errlen);
+	if (rc)
 		goto fail;
-	}
 	*out = e;
 	return 0;
 fail:

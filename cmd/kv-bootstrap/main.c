@@ -50,7 +50,7 @@ static int parse(int argc, char **argv, struct cli *cl, const char **ep)
 	};
 	int c;
 
-	cli_init(cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK,
+	cli_init(cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK | CLI_AUTH,
 		 LOG_INFO, NULL);
 	while ((c = cli_next(cl, argc, argv, longs)) != CLI_END) {
 		if (c == CLI_HELP) {

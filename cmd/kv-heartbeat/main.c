@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 	int c, rc;
 	char err[256];
 
-	cli_init(&cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK,
+	cli_init(&cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK | CLI_AUTH,
 		 LOG_INFO, NULL);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		const char *v = cl.arg;

@@ -94,7 +94,7 @@ int main(int argc, char **argv)
 	shape_default(&cfg.shape);
 	cli_init(&cl, PROG,
 		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER |
-			 CLI_CHECK,
+			 CLI_CHECK | CLI_AUTH,
 		 LOG_INFO, &cfg.shape);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		switch (c) {

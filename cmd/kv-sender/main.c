@@ -124,7 +124,7 @@ int main(int argc, char **argv)
 	shape_default(&cfg.shape);
 	cli_init(&cl, PROG,
 		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER |
-			 CLI_CHECK,
+			 CLI_CHECK | CLI_AUTH,
 		 LOG_INFO, &cfg.shape);
 	if (env && cli_seconds(env, 1e-9, 1e7, &cfg.bootstrap_timeout_ns))
 		return cli_bad(&cl, "bad KVW_BOOTSTRAP_TIMEOUT: %s", env);

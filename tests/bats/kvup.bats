@@ -378,10 +378,16 @@ SH
 	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role decode --transport tcp
 	[ "$status" -eq 100 ]
 	[[ $output == *"--role decode needs --bootstrap tcp://HOST:PORT"* ]]
-	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --transport tcp
+	[ "$status" -eq 100 ]
+	[[ $output == *"needs the group's keys on both sides"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --insecure
 	[ "$status" -eq 100 ]
 	[[ $output == *"use --transport tcp"* ]]
-	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --transport tcp --advertise example.com
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --insecure --keys "$RUN"
+	[ "$status" -eq 100 ]
+	[[ $output == *"exclude each other"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --transport tcp --insecure --advertise example.com
 	[ "$status" -eq 100 ]
 	[[ $output == *"--advertise: want a numeric IP address"* ]]
 	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role sideways

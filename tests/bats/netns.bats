@@ -54,12 +54,14 @@ nsB() { ip netns exec "$NSB" "$@"; }
 # split ARGS...: the prefill side in A, the decode side in B (both with
 # ARGS), and $RUN/endpoints listing both for kv-bench.
 split() {
+	[ -d "$RUN/keys" ] || "$KVW_BIN/kv-keygen" "$RUN/keys" >/dev/null
 	nsA timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/p" \
-		--role prefill --advertise 10.201.0.1 --transport tcp "$@" || {
+		--role prefill --advertise 10.201.0.1 --transport tcp \
+		--keys "$RUN/keys" "$@" || {
 		tail -n 20 "$RUN"/p/logs/*.log >&2; return 1; }
 	nsB timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/d" \
 		--role decode --advertise 10.201.0.2 --transport tcp \
-		--bootstrap tcp://10.201.0.1:17000 "$@" || {
+		--bootstrap tcp://10.201.0.1:17000 --keys "$RUN/keys" "$@" || {
 		tail -n 20 "$RUN"/d/logs/*.log >&2; return 1; }
 	{
 		grep -v '^shape=' "$RUN/p/endpoints"
