@@ -87,6 +87,11 @@ $(BINDIR)/%: $$(subst .c,.o,$$(addprefix $(B)/,$$(wildcard cmd/$$*/*.c))) $(KVWC
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(KVWCLI) $(LIBDIR)/libkvwire.a $(LDLIBS)
 
+# Libraries only some programs link: libmicrohttpd for kv-stat --serve,
+# libsystemd (sd_notify) for the control programs.
+$(BINDIR)/kv-stat: LDLIBS += -lmicrohttpd
+$(BINDIR)/kv-sender $(BINDIR)/kv-receiver $(BINDIR)/kv-bootstrap $(BINDIR)/kv-heartbeat: LDLIBS += -lsystemd
+
 # Unit tests may include a program's own headers ("kv-bench/bench.h").
 $(B)/tests/unit/%.o: CPPFLAGS += -Icmd
 $(B)/tests/test_bench: $(BENCH_LIB_OBJ)
