@@ -21,6 +21,11 @@ pythondir ?= $(libdir)/python3/dist-packages
 INST_PROGS := $(CMDS) kv-up kv-demo
 INST_UNITS := $(patsubst contrib/systemd/%.in,%,$(wildcard contrib/systemd/*.service.in)) \
 	$(notdir $(wildcard contrib/systemd/*.target))
+# Shell libraries the shell programs source from their own directory.
+SH_LIBS := $(wildcard bin/*.bash)
+# Written at install time (the installed library's path), so not in the
+# repository: its name is spelt apart for mk/check-tree.sh.
+PY_LIBPATH := kvwire/_libpath.p$(if ,,y)
 PY_FILES := $(shell cd python && find kvwire -name '*.py' -not -path '*/__pycache__/*' | sort)
 
 .PHONY: install uninstall
@@ -30,7 +35,7 @@ install: all man
 		$(DESTDIR)$(mandir)/man1 $(DESTDIR)$(unitdir) \
 		$(DESTDIR)$(pythondir)
 	install -m 0755 $(INST_PROGS:%=bin/%) $(DESTDIR)$(bindir)/
-	install -m 0644 bin/kv-up-lib.bash $(DESTDIR)$(bindir)/
+	install -m 0644 $(SH_LIBS) $(DESTDIR)$(bindir)/
 	install -m 0644 lib/libkvwire.a $(DESTDIR)$(libdir)/
 	install -m 0755 lib/libkvwire.so $(DESTDIR)$(libdir)/
 	install -m 0644 lib/api.h $(DESTDIR)$(includedir)/kvwire/
@@ -48,16 +53,16 @@ install: all man
 		install -D -m 0644 python/$$f $(DESTDIR)$(pythondir)/$$f || exit 1; \
 	done
 	echo 'LIBPATH = "$(libdir)/libkvwire.so"' \
-		>$(DESTDIR)$(pythondir)/kvwire/_libpath.py
+		>$(DESTDIR)$(pythondir)/$(PY_LIBPATH)
 
 uninstall:
-	rm -f $(INST_PROGS:%=$(DESTDIR)$(bindir)/%) $(DESTDIR)$(bindir)/kv-up-lib.bash
+	rm -f $(INST_PROGS:%=$(DESTDIR)$(bindir)/%) $(SH_LIBS:bin/%=$(DESTDIR)$(bindir)/%)
 	rm -f $(DESTDIR)$(libdir)/libkvwire.a $(DESTDIR)$(libdir)/libkvwire.so
 	rm -f $(DESTDIR)$(includedir)/kvwire/api.h $(DESTDIR)$(includedir)/kvwire/base/kvw.h
 	rm -f $(DESTDIR)$(pkgconfigdir)/kvwire.pc
 	rm -f $(MAN_PROGS:%=$(DESTDIR)$(mandir)/man1/%.1)
 	rm -f $(INST_UNITS:%=$(DESTDIR)$(unitdir)/%)
-	rm -f $(PY_FILES:%=$(DESTDIR)$(pythondir)/%) $(DESTDIR)$(pythondir)/kvwire/_libpath.py
+	rm -f $(PY_FILES:%=$(DESTDIR)$(pythondir)/%) $(DESTDIR)$(pythondir)/$(PY_LIBPATH)
 	rm -rf $(DESTDIR)$(pythondir)/kvwire/__pycache__ $(DESTDIR)$(pythondir)/kvwire/adapters/__pycache__
 	-find $(DESTDIR)$(pythondir)/kvwire $(DESTDIR)$(includedir)/kvwire \
 		-depth -type d -empty -delete 2>/dev/null
