@@ -73,6 +73,7 @@ static const struct {
 
 /* Per table, read once so every family shows the same instant. */
 struct snap {
+	char lbl[2 * 320];        /* the table's name as a label value */
 	struct rtab_info info;
 	struct rtab_metrics_view m;
 	uint64_t rooms[KVW_NSTATES];
@@ -85,7 +86,6 @@ static void take(const struct rtab *t, struct snap *s)
 	struct rtab_peer_view pv;
 	uint32_t c = 0;
 
-	memset(s, 0, sizeof *s);
 	rtab_info(t, &s->info);
 	rtab_metrics_get(t, &s->m);
 	while (rtab_next(t, &c, &v) == 0)
@@ -94,6 +94,26 @@ static void take(const struct rtab *t, struct snap *s)
 	c = 0;
 	while (rtab_peer_next(t, &c, &pv) == 0)
 		s->peers[pv.liveness < 3 ? pv.liveness : 0]++;
+}
+
+/* name escaped for a label value (backslash, quote, newline), cut short
+ * rather than overflow. */
+static void label(char *out, size_t len, const char *name)
+{
+	size_t o = 0;
+
+	for (; *name && o + 3 < len; name++) {
+		if (*name == '\\' || *name == '"') {
+			out[o++] = '\\';
+			out[o++] = *name;
+		} else if (*name == '\n') {
+			out[o++] = '\\';
+			out[o++] = 'n';
+		} else {
+			out[o++] = *name;
+		}
+	}
+	out[o] = '\0';
 }
 
 static void family(FILE *f, const char *name, const char *type,
@@ -133,32 +153,34 @@ int prom_write(FILE *f, const struct render_table *tb, unsigned n)
 
 	if (!s)
 		return -1;
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < n; i++) {
 		if (tb[i].t)
 			take(tb[i].t, &s[i]);
+		label(s[i].lbl, sizeof s[i].lbl, tb[i].name);
+	}
 	family(f, "kvwire_table_up", "gauge",
 	       "1 when the room table could be read.");
 	for (unsigned i = 0; i < n; i++)
-		fprintf(f, "kvwire_table_up{table=\"%s\"} %d\n", tb[i].name,
+		fprintf(f, "kvwire_table_up{table=\"%s\"} %d\n", s[i].lbl,
 			tb[i].t != NULL);
 	family(f, "kvwire_owner_up", "gauge",
 	       "1 while the table's control process is alive.");
 	for (unsigned i = 0; i < n; i++)
 		if (tb[i].t)
 			fprintf(f, "kvwire_owner_up{table=\"%s\"} %d\n",
-				tb[i].name, owner_alive(s[i].info.owner_pid));
+				s[i].lbl, owner_alive(s[i].info.owner_pid));
 	family(f, "kvwire_metrics_enabled", "gauge",
 	       "1 while the table records its measures.");
 	for (unsigned i = 0; i < n; i++)
 		if (tb[i].t)
 			fprintf(f, "kvwire_metrics_enabled{table=\"%s\"} %d\n",
-				tb[i].name, !s[i].m.off);
+				s[i].lbl, !s[i].m.off);
 	for (unsigned k = 0; k < sizeof counters / sizeof counters[0]; k++) {
 		family(f, counters[k].name, "counter", counters[k].help);
 		for (unsigned i = 0; i < n; i++)
 			if (tb[i].t)
 				fprintf(f, "%s{table=\"%s\"} %llu\n",
-					counters[k].name, tb[i].name,
+					counters[k].name, s[i].lbl,
 					(unsigned long long)s[i].info
 						.counters[counters[k].which]);
 	}
@@ -167,7 +189,7 @@ int prom_write(FILE *f, const struct render_table *tb, unsigned n)
 	for (unsigned i = 0; i < n; i++)
 		for (unsigned st = 0; tb[i].t && st < KVW_NSTATES; st++)
 			fprintf(f, "kvwire_rooms_entered_total{table=\"%s\","
-				"state=\"%s\"} %llu\n", tb[i].name,
+				"state=\"%s\"} %llu\n", s[i].lbl,
 				state_lbl[st],
 				(unsigned long long)s[i].m.entered[st]);
 	family(f, "kvwire_failed_rooms_total", "counter",
@@ -175,26 +197,26 @@ int prom_write(FILE *f, const struct render_table *tb, unsigned n)
 	for (unsigned i = 0; i < n; i++)
 		for (unsigned r = 1; tb[i].t && r < KVW_NREASONS; r++)
 			fprintf(f, "kvwire_failed_rooms_total{table=\"%s\","
-				"reason=\"%s\"} %llu\n", tb[i].name,
+				"reason=\"%s\"} %llu\n", s[i].lbl,
 				reason_lbl[r],
 				(unsigned long long)s[i].m.failed[r]);
 	family(f, "kvwire_rooms", "gauge", "Rooms in the table, by state.");
 	for (unsigned i = 0; i < n; i++)
 		for (unsigned st = 0; tb[i].t && st < KVW_NSTATES; st++)
 			fprintf(f, "kvwire_rooms{table=\"%s\",state=\"%s\"} "
-				"%llu\n", tb[i].name, state_lbl[st],
+				"%llu\n", s[i].lbl, state_lbl[st],
 				(unsigned long long)s[i].rooms[st]);
 	family(f, "kvwire_peers", "gauge", "Peers, by liveness.");
 	for (unsigned i = 0; i < n; i++)
 		for (unsigned l = 0; tb[i].t && l < 3; l++)
 			fprintf(f, "kvwire_peers{table=\"%s\",liveness=\"%s\"} "
-				"%llu\n", tb[i].name, live_lbl[l],
+				"%llu\n", s[i].lbl, live_lbl[l],
 				(unsigned long long)s[i].peers[l]);
 	for (unsigned h = 0; h < RTAB_NHISTS; h++) {
 		family(f, hists[h].name, "histogram", hists[h].help);
 		for (unsigned i = 0; i < n; i++)
 			if (tb[i].t)
-				hist(f, hists[h].name, tb[i].name,
+				hist(f, hists[h].name, s[i].lbl,
 				     &s[i].m.hist[h]);
 	}
 	free(s);
