@@ -41,7 +41,8 @@ static const struct {
 	const char *help;
 	unsigned which;
 } counters[] = {
-	{ "kvwire_transferred_bytes_total", "Bytes moved for rooms.",
+	{ "kvwire_transferred_bytes_total",
+	  "Bytes moved for rooms (counted where they are copied: prefill).",
 	  RTAB_C_BYTES },
 	{ "kvwire_rooms_inserted_total", "Room incarnations created.",
 	  RTAB_C_INSERTED },

@@ -2,8 +2,9 @@
 # The measures in the room tables, as operators read them: after a known
 # kv-bench run, `kv-stat --prom` counts equal the run's summary (rooms by
 # state, bytes), the histograms count every room, promtool accepts the
-# text, `kv-stat --serve` answers the same over HTTP, and the counters do
-# not go back when members restart (kill -9 of the sender, of a worker).
+# text, `kv-stat --serve` answers the same over HTTP, aborted rooms are
+# counted by reason with their drain times, and the counters do not go
+# back when members restart (kill -9 of the sender, of a worker).
 
 load helpers
 
@@ -55,6 +56,26 @@ bench() {
 	run promtool check metrics <"$RUN/metrics.txt"
 	[ "$status" -eq 0 ]
 	[ -z "$output" ]
+}
+
+@test "aborted rooms: failures counted by reason, one abort drain per aborted room, every room counted once" {
+	kv_up --workers 2 "${TINY[@]}"
+	run timeout 120 kv-bench demo --run-dir "$RUN" --rooms 60 --pages-per-room 2 \
+		--chunk-pages 1 --abort-frac 0.5 --seed 7
+	[ "$status" -eq 0 ]
+	aborted=$(echo "$output" | sed -n 's/.* aborted=\([0-9]*\) .*/\1/p')
+	[ "$aborted" -ge 1 ]
+	ok=$(metric kvwire_rooms_entered_total 'table="d0",state="success"')
+	failed=$(metric kvwire_rooms_entered_total 'table="d0",state="failed"')
+	by_abort=$(metric kvwire_failed_rooms_total 'table="d0",reason="aborted"')
+	[ $((ok + failed)) -eq 60 ]
+	[ "$by_abort" -eq "$failed" ]
+	[ "$by_abort" -ge 1 ] && [ "$by_abort" -le "$aborted" ]
+	[ "$(metric kvwire_failed_rooms_total 'table="d0",reason="timeout"')" = 0 ]
+	# Each room failed by its abort became releasable once: one drain.
+	[ "$(metric kvwire_abort_drain_seconds_count 'table="d0"')" = "$by_abort" ]
+	[ "$(metric kvwire_abort_drain_seconds_bucket 'table="d0",le="+Inf"')" = "$by_abort" ]
+	[ "$(metric kvwire_transfer_latency_seconds_count 'table="d0"')" = "$ok" ]
 }
 
 @test "kv-stat --serve: GET /metrics over HTTP equals --prom, on loopback; other paths 404" {
