@@ -123,6 +123,17 @@ static void family(FILE *f, const char *name, const char *type,
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* One table's samples of a family with one more label: key=lbl[k] for k
+ * in [from, to). */
+static void labelled(FILE *f, const char *name, const char *table,
+		     const char *key, const char *const *lbl, const uint64_t *v,
+		     unsigned from, unsigned to)
+{
+	for (unsigned k = from; k < to; k++)
+		fprintf(f, "%s{table=\"%s\",%s=\"%s\"} %llu\n", name, table,
+			key, lbl[k], (unsigned long long)v[k]);
+}
+
 static void hist(FILE *f, const char *name, const char *table,
 		 const struct rtab_hist_view *h)
 {
@@ -188,31 +199,27 @@ int prom_write(FILE *f, const struct render_table *tb, unsigned n)
 	family(f, "kvwire_rooms_entered_total", "counter",
 	       "Rooms that entered each state.");
 	for (unsigned i = 0; i < n; i++)
-		for (unsigned st = 0; tb[i].t && st < KVW_NSTATES; st++)
-			fprintf(f, "kvwire_rooms_entered_total{table=\"%s\","
-				"state=\"%s\"} %llu\n", s[i].lbl,
-				state_lbl[st],
-				(unsigned long long)s[i].m.entered[st]);
+		if (tb[i].t)
+			labelled(f, "kvwire_rooms_entered_total", s[i].lbl,
+				 "state", state_lbl, s[i].m.entered, 0,
+				 KVW_NSTATES);
 	family(f, "kvwire_failed_rooms_total", "counter",
 	       "Rooms failed, by reason.");
 	for (unsigned i = 0; i < n; i++)
-		for (unsigned r = 1; tb[i].t && r < KVW_NREASONS; r++)
-			fprintf(f, "kvwire_failed_rooms_total{table=\"%s\","
-				"reason=\"%s\"} %llu\n", s[i].lbl,
-				reason_lbl[r],
-				(unsigned long long)s[i].m.failed[r]);
+		if (tb[i].t)
+			labelled(f, "kvwire_failed_rooms_total", s[i].lbl,
+				 "reason", reason_lbl, s[i].m.failed, 1,
+				 KVW_NREASONS);
 	family(f, "kvwire_rooms", "gauge", "Rooms in the table, by state.");
 	for (unsigned i = 0; i < n; i++)
-		for (unsigned st = 0; tb[i].t && st < KVW_NSTATES; st++)
-			fprintf(f, "kvwire_rooms{table=\"%s\",state=\"%s\"} "
-				"%llu\n", s[i].lbl, state_lbl[st],
-				(unsigned long long)s[i].rooms[st]);
+		if (tb[i].t)
+			labelled(f, "kvwire_rooms", s[i].lbl, "state", state_lbl,
+				 s[i].rooms, 0, KVW_NSTATES);
 	family(f, "kvwire_peers", "gauge", "Peers, by liveness.");
 	for (unsigned i = 0; i < n; i++)
-		for (unsigned l = 0; tb[i].t && l < 3; l++)
-			fprintf(f, "kvwire_peers{table=\"%s\",liveness=\"%s\"} "
-				"%llu\n", s[i].lbl, live_lbl[l],
-				(unsigned long long)s[i].peers[l]);
+		if (tb[i].t)
+			labelled(f, "kvwire_peers", s[i].lbl, "liveness",
+				 live_lbl, s[i].peers, 0, 3);
 	for (unsigned h = 0; h < RTAB_NHISTS; h++) {
 		family(f, hists[h].name, "histogram", hists[h].help);
 		for (unsigned i = 0; i < n; i++)
