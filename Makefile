@@ -53,10 +53,10 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 DEPS_OK := build/.deps-ok
 
-.PHONY: all deps test unit bats model pytest demo fuzz bench seeds checktests clean
+.PHONY: all deps test unit bats model pytest demo fuzz bench seeds checktests clean man
 # Keep objects of tests and programs: they are not throwaway intermediates.
 .SECONDARY:
-all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS)
+all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS) $(if $(SANITIZE),,man)
 
 KVWCLI := $(B)/libkvwcli.a
 
@@ -86,6 +86,11 @@ $(LIBDIR)/libkvwire.so: $(LIB_OBJ)
 $(BINDIR)/%: $$(subst .c,.o,$$(addprefix $(B)/,$$(wildcard cmd/$$*/*.c))) $(KVWCLI) $(LIBDIR)/libkvwire.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(KVWCLI) $(LIBDIR)/libkvwire.a $(LDLIBS)
+
+# Libraries only some programs link: libmicrohttpd for kv-stat --serve,
+# libsystemd (sd_notify) for the control programs.
+$(BINDIR)/kv-stat: LDLIBS += -lmicrohttpd
+$(BINDIR)/kv-sender $(BINDIR)/kv-receiver $(BINDIR)/kv-bootstrap $(BINDIR)/kv-heartbeat: LDLIBS += -lsystemd
 
 # Unit tests may include a program's own headers ("kv-bench/bench.h").
 $(B)/tests/unit/%.o: CPPFLAGS += -Icmd
@@ -153,9 +158,23 @@ seeds: $(SEEDGEN)
 # libFuzzer targets: clang, every lib source compiled into each target.
 FUZZ_CFLAGS := -std=c17 -g -O1 -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 fuzz: $(FUZZERS)
+# (not lib/cli/notify.c: it needs libsystemd, and no fuzz target calls it)
 build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(CLI_SRC) $(wildcard lib/*.h lib/*/*.h) | $(DEPS_OK)
 	@mkdir -p $(@D)
-	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(CLI_SRC) $(LDLIBS)
+	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(filter-out lib/cli/notify.c,$(CLI_SRC)) $(LDLIBS)
+
+# Manual pages from each program's --help (mk/help2mdoc.sh: one source,
+# they cannot drift), into build/man/man1.
+MAN_PROGS := $(CMDS) kv-up kv-demo
+MANS := $(MAN_PROGS:%=build/man/man1/%.1)
+build/man/man1/%.1: bin/% mk/help2mdoc.sh
+	@mkdir -p $(@D)
+	./mk/help2mdoc.sh $< >$@.tmp && mv $@.tmp $@
+man: $(MANS)
+# The shell programs are sources, not built by the programs' pattern rule.
+bin/kv-up bin/kv-demo: ;
+
+include mk/install.mk
 
 clean:
 	rm -rf build lib/libkvwire.a lib/libkvwire.so $(CMDS:%=bin/%)

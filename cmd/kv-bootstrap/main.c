@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "cli/cli.h"
+#include "cli/notify.h"
 #include "roles/boot_serve.h"
 #include "wire/wire.h"
 
@@ -84,6 +85,7 @@ int main(int argc, char **argv)
 	if (cl.check)
 		return KVW_EXIT_OK;
 	cli_log_init(&cl, "bootstrap", -1);
+	cli_notify_init(); /* READY=1 to systemd too */
 	if (proc_signals_init())
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	rc = boot_serve_open(ep, &s, err, sizeof err);

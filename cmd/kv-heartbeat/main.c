@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "cli/cli.h"
+#include "cli/notify.h"
 #include "roles/hbeat.h"
 
 #define PROG "kv-heartbeat"
@@ -75,6 +76,7 @@ int main(int argc, char **argv)
 	if (proc_signals_init() != 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	cli_log_init(&cl, "heartbeat", -1);
+	cli_notify_init(); /* READY=1 to systemd too */
 	rc = hbeat_open(&cfg, &h, err, sizeof err);
 	if (rc)
 		return cli_fatal(PROG, cli_exit_code(rc),

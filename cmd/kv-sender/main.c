@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "cli/cli.h"
+#include "cli/notify.h"
 #include "plan/shape.h"
 #include "roles/sender.h"
 #include "roles/worker.h"
@@ -95,6 +96,7 @@ static int run_control(struct cli *cl, struct sender_cfg *cfg)
 		return KVW_EXIT_OK;
 	}
 	cli_log_init(cl, "sender", (int)sender_rank_of(&cfg->topo, &cfg->coord));
+	cli_notify_init(); /* READY=1 to systemd too */
 	rc = sender_open(cfg, &s, err, sizeof err);
 	if (rc < 0)
 		return cli_fatal(PROG, cli_exit_code(rc), "unable to start: %s", err);

@@ -440,6 +440,7 @@ static void status_msg(struct receiver *r, const struct frame_msg *m)
 	st = room ? rtab_state(r->tab, room->ref) : KVW_ENOENT;
 	if (st < 0 ||
 	    !rtab_accepts(RTAB_ROLE_DECODE, (unsigned)st, RTAB_MSG_STATUS)) {
+		rtab_counter_add(r->tab, RTAB_C_REFUSED, 1);
 		LOG_ROOM(LOG_DEBUG, m->hdr.room, "STATUS for a %s room: ignored",
 			 st < 0 ? "unknown" : kvw_state_str((unsigned)st));
 		return;

@@ -2,8 +2,8 @@
 room status struct mirrored field by field, and the codes of lib/base/kvw.h.
 
 The library is found at $KVW_LIB, else at lib/libkvwire.so of the checkout
-this package lives in. An engine handle is serialised by its manager's
-lock, as lib/api.h asks.
+this package lives in, else where `make install` put it (_libpath.py). An
+engine handle is serialised by its manager's lock, as lib/api.h asks.
 """
 import ctypes
 import os
@@ -61,7 +61,15 @@ def _path():
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(here, "..", "..", "lib", "libkvwire.so")
+    checkout = os.path.join(here, "..", "..", "lib", "libkvwire.so")
+    if os.path.exists(checkout):
+        return checkout
+    try:
+        # Written by `make install`: where the library was installed.
+        from ._libpath import LIBPATH
+        return LIBPATH
+    except ImportError:
+        return checkout
 
 
 def _load():
