@@ -197,8 +197,12 @@ static int job_copy(struct worker *w, const struct frame_msg *m,
 							     : WORKER_BATCH;
 		uint64_t b = 0;
 
-		if (i > 0 && !room_live(w, ref))
+		if (i > 0 && !room_live(w, ref)) {
+			/* cuda: nothing of the room may still be queued
+			 * when the control hears the job is over. */
+			xport_wait(w->x, -1, why, sizeof why);
 			return KVW_ESTALE;
+		}
 		test_delay(w, m->hdr.room, j->copies.n - i);
 		for (uint32_t c = 0; c < k; c++) {
 			struct frame_copy fc = frame_copies_get(j->copies, i + c);
