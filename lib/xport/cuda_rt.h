@@ -35,40 +35,54 @@ struct curt_ipc {
 	char reserved[CURT_IPC_HANDLE_SIZE];
 };
 
-typedef void *curt_stream; /* cudaStream_t */
-typedef void *curt_event;  /* cudaEvent_t */
+/* The types as the C ABI sees them. tests/cuda/decl_check.c defines these
+ * as the headers' own types before including this file, so that compiling
+ * it checks every entry point below against cuda_runtime_api.h. */
+#ifndef CURT_ERR
+#define CURT_ERR int                 /* cudaError_t */
+#define CURT_KIND int                /* enum cudaMemcpyKind */
+#define CURT_IPC struct curt_ipc     /* cudaIpcMemHandle_t */
+#define CURT_STREAM void *           /* cudaStream_t */
+#define CURT_EVENT void *            /* cudaEvent_t */
+#define CURT_RES int                 /* CUresult */
+#define CURT_DPTR uint64_t           /* CUdeviceptr */
+#endif
+
+typedef CURT_STREAM curt_stream;
+typedef CURT_EVENT curt_event;
 
 /* The entry points (same parameters as the runtime's). */
 struct curt {
-	int (*get_device_count)(int *count);
-	const char *(*get_error_string)(int error);
-	int (*set_device)(int device);
-	int (*get_device)(int *device);
-	int (*malloc_)(void **p, size_t size);
-	int (*free_)(void *p);
-	int (*host_alloc)(void **p, size_t size, unsigned int flags);
-	int (*free_host)(void *p);
-	int (*ipc_get)(struct curt_ipc *h, void *p);
-	int (*ipc_open)(void **p, struct curt_ipc h, unsigned int flags);
-	int (*ipc_close)(void *p);
-	int (*memcpy_)(void *dst, const void *src, size_t n, int kind);
-	int (*memcpy_async)(void *dst, const void *src, size_t n, int kind,
-			    curt_stream s);
-	int (*memset_)(void *p, int value, size_t n);
-	int (*stream_create)(curt_stream *s, unsigned int flags);
-	int (*stream_destroy)(curt_stream s);
-	int (*stream_sync)(curt_stream s);
-	int (*event_create)(curt_event *e, unsigned int flags);
-	int (*event_record)(curt_event e, curt_stream s);
-	int (*event_query)(curt_event e);
-	int (*event_sync)(curt_event e);
-	int (*event_destroy)(curt_event e);
-	int (*event_elapsed)(float *ms, curt_event a, curt_event b);
-	int (*can_access_peer)(int *can, int dev, int peer);
-	int (*device_sync)(void);
+	CURT_ERR (*get_device_count)(int *count);
+	const char *(*get_error_string)(CURT_ERR error);
+	CURT_ERR (*set_device)(int device);
+	CURT_ERR (*get_device)(int *device);
+	CURT_ERR (*malloc_)(void **p, size_t size);
+	CURT_ERR (*free_)(void *p);
+	CURT_ERR (*host_alloc)(void **p, size_t size, unsigned int flags);
+	CURT_ERR (*free_host)(void *p);
+	CURT_ERR (*ipc_get)(CURT_IPC *h, void *p);
+	CURT_ERR (*ipc_open)(void **p, CURT_IPC h, unsigned int flags);
+	CURT_ERR (*ipc_close)(void *p);
+	CURT_ERR (*memcpy_)(void *dst, const void *src, size_t n,
+			    CURT_KIND kind);
+	CURT_ERR (*memcpy_async)(void *dst, const void *src, size_t n,
+				 CURT_KIND kind, curt_stream s);
+	CURT_ERR (*memset_)(void *p, int value, size_t n);
+	CURT_ERR (*stream_create)(curt_stream *s, unsigned int flags);
+	CURT_ERR (*stream_destroy)(curt_stream s);
+	CURT_ERR (*stream_sync)(curt_stream s);
+	CURT_ERR (*event_create)(curt_event *e, unsigned int flags);
+	CURT_ERR (*event_record)(curt_event e, curt_stream s);
+	CURT_ERR (*event_query)(curt_event e);
+	CURT_ERR (*event_sync)(curt_event e);
+	CURT_ERR (*event_destroy)(curt_event e);
+	CURT_ERR (*event_elapsed)(float *ms, curt_event a, curt_event b);
+	CURT_ERR (*can_access_peer)(int *can, int dev, int peer);
+	CURT_ERR (*device_sync)(void);
 	/* Driver API, from libcuda.so.1: the allocation an address lies in
 	 * (cuMemGetAddressRange_v2), for IPC of a pointer inside a block. */
-	int (*mem_range)(uint64_t *base, size_t *size, uint64_t ptr);
+	CURT_RES (*mem_range)(CURT_DPTR *base, size_t *size, CURT_DPTR ptr);
 	int ndev; /* devices found by the probe */
 };
 
