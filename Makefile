@@ -109,7 +109,7 @@ FAKECUDA := $(B)/tests/libfakecudart.so
 $(FAKECUDA): tests/fakecuda/fakecudart.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) -std=c17 $(OPT) $(WARN) -fPIC -shared -o $@ $< -pthread
-$(B)/tests/test_xport_cuda: $(FAKECUDA)
+$(B)/tests/test_xport_cuda $(B)/tests/test_cuda_stage: $(FAKECUDA)
 
 unit: $(UNITS)
 	@./tests/unit/run.sh $(UNITS)
@@ -170,7 +170,8 @@ build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(CLI_SRC) $(wildcard lib/*.h lib/*/*.h)
 # declarations match them (tests/cuda/decl_check.c) and that the cuda files
 # also build with the headers in view; without them, that they build alone.
 CUDA_HOME ?= /usr/local/cuda
-CUDA_SRC := lib/xport/cuda_rt.c lib/xport/gpool.c lib/xport/xport_cuda.c
+CUDA_SRC := lib/xport/cuda_rt.c lib/xport/gpool.c lib/xport/xport_cuda.c \
+	lib/xport/cuda_stage.c
 cuda-decl: | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) -std=c17 $(WARN) -fsyntax-only tests/cuda/decl_check.c
 	@for f in $(CUDA_SRC); do $(CC) $(CPPFLAGS) $(CFLAGS) -fsyntax-only $$f || exit 1; done

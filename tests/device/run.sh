@@ -52,8 +52,10 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 echo "gpus: $ngpu"; nvidia-smi -L 2>/dev/null
 
 step "CUDA unit tests (argument checks, records, the transport over the CPU stand-in)"
-make -j"$(nproc)" build/default/tests/test_gpool build/default/tests/test_xport_cuda >/dev/null 2>&1
-out=$(./tests/unit/run.sh build/default/tests/test_gpool build/default/tests/test_xport_cuda 2>&1)
+make -j"$(nproc)" build/default/tests/test_gpool build/default/tests/test_xport_cuda \
+	build/default/tests/test_cuda_stage >/dev/null 2>&1
+out=$(./tests/unit/run.sh build/default/tests/test_gpool build/default/tests/test_xport_cuda \
+	build/default/tests/test_cuda_stage 2>&1)
 echo "$out" | tail -1
 check "unit tests" $?
 make -s cuda-decl 2>&1 | tail -1
