@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cuda_rt.h"
+#include "xport_impl.h"
 
 #define GPOOL_MAGIC "KVGP"
 #define GPOOL_VERSION 1u
@@ -26,21 +27,6 @@ struct gpool {
 	uint64_t epoch, pool_size, bytes, dev, ino;
 	struct gpool_buf buf[]; /* n */
 };
-
-static void gp_put(uint8_t *p, uint64_t v, unsigned bytes)
-{
-	for (unsigned i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t gp_get(const uint8_t *p, unsigned bytes)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < bytes; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
 int gpool_check(const uint64_t *ptrs, const uint64_t *lens,
 		const uint32_t *item_lens, uint32_t n, uint64_t pool_size,
@@ -127,10 +113,10 @@ static int gp_export_one(const struct curt *rt, uint8_t *e, uint64_t ptr,
 		     "cudaIpcGetMemHandle", err, errlen);
 	if (rc)
 		return rc;
-	gp_put(e, len, 8);
-	gp_put(e + 8, item_len, 4);
-	gp_put(e + 16, ptr - base, 8);
-	gp_put(e + 24, size, 8);
+	xport_put_le(e, len, 8);
+	xport_put_le(e + 8, item_len, 4);
+	xport_put_le(e + 16, ptr - base, 8);
+	xport_put_le(e + 24, size, 8);
 	memcpy(e + 32, h.reserved, sizeof h.reserved);
 	return 0;
 }
@@ -194,13 +180,13 @@ int gpool_export(const char *path, int device, const uint64_t *ptrs,
 	}
 	if (rc == 0) {
 		memcpy(rec, GPOOL_MAGIC, 4);
-		gp_put(rec + 4, GPOOL_VERSION, 2);
-		gp_put(rec + 8, n, 4);
-		gp_put(rec + 12, (uint32_t)device, 4);
-		gp_put(rec + 16, (uint64_t)getpid(), 4);
-		gp_put(rec + 24, epoch, 8);
-		gp_put(rec + 32, pool_size, 8);
-		gp_put(rec + 40, sum, 8);
+		xport_put_le(rec + 4, GPOOL_VERSION, 2);
+		xport_put_le(rec + 8, n, 4);
+		xport_put_le(rec + 12, (uint32_t)device, 4);
+		xport_put_le(rec + 16, (uint64_t)getpid(), 4);
+		xport_put_le(rec + 24, epoch, 8);
+		xport_put_le(rec + 32, pool_size, 8);
+		xport_put_le(rec + 40, sum, 8);
 		rc = gp_write(path, rec, len, err, errlen);
 	}
 	free(rec);
@@ -217,11 +203,11 @@ static int gp_parse(const uint8_t *rec, size_t len, struct gpool **out,
 	if (len < GPOOL_HDR || memcmp(rec, GPOOL_MAGIC, 4) != 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"gpu pool: not a record (%zu bytes)", len);
-	if (gp_get(rec + 4, 2) != GPOOL_VERSION)
+	if (xport_get_le(rec + 4, 2) != GPOOL_VERSION)
 		return kvw_errf(err, errlen, KVW_EVERSION,
 				"gpu pool: record version %u, expected %u",
-				(unsigned)gp_get(rec + 4, 2), GPOOL_VERSION);
-	n = gp_get(rec + 8, 4);
+				(unsigned)xport_get_le(rec + 4, 2), GPOOL_VERSION);
+	n = xport_get_le(rec + 8, 4);
 	if (n == 0 || n > GPOOL_MAX || len != GPOOL_HDR + n * GPOOL_ENT)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"gpu pool: record of %zu bytes for %llu buffers",
@@ -230,18 +216,18 @@ static int gp_parse(const uint8_t *rec, size_t len, struct gpool **out,
 	if (g == NULL)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	g->n = (uint32_t)n;
-	g->device = (int)(int32_t)gp_get(rec + 12, 4);
-	g->epoch = gp_get(rec + 24, 8);
-	g->pool_size = gp_get(rec + 32, 8);
-	g->bytes = gp_get(rec + 40, 8);
+	g->device = (int)(int32_t)xport_get_le(rec + 12, 4);
+	g->epoch = xport_get_le(rec + 24, 8);
+	g->pool_size = xport_get_le(rec + 32, 8);
+	g->bytes = xport_get_le(rec + 40, 8);
 	for (uint32_t i = 0; i < n; i++) {
 		const uint8_t *e = rec + GPOOL_HDR + (size_t)i * GPOOL_ENT;
 		struct gpool_buf *b = &g->buf[i];
 
-		b->len = gp_get(e, 8);
-		b->item_len = (uint32_t)gp_get(e + 8, 4);
-		b->alloc_off = gp_get(e + 16, 8);
-		b->alloc_size = gp_get(e + 24, 8);
+		b->len = xport_get_le(e, 8);
+		b->item_len = (uint32_t)xport_get_le(e + 8, 4);
+		b->alloc_off = xport_get_le(e + 16, 8);
+		b->alloc_size = xport_get_le(e + 24, 8);
 		memcpy(b->handle, e + 32, sizeof b->handle);
 		b->start = sum;
 		if (b->len == 0 || b->item_len == 0 || b->len % b->item_len ||

@@ -249,15 +249,6 @@ static int64_t xcu_slot(struct xcu_side *arr)
 	return -1;
 }
 
-static uint64_t xcu_le(const uint8_t *p, unsigned bytes)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < bytes; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 static int xcu_reg(struct xport *x, const struct pool *p, uint32_t *id,
 		   uint8_t *desc, size_t desccap, size_t *desclen, char *err,
 		   size_t errlen)
@@ -286,9 +277,7 @@ static int xcu_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	if (rc)
 		return rc;
 	memcpy(desc, CU_MAGIC, 4);
-	desc[4] = (uint8_t)CU_VERSION;
-	desc[5] = (uint8_t)(CU_VERSION >> 8);
-	desc[6] = desc[7] = 0;
+	xport_put_le(desc + 4, CU_VERSION, 4); /* version 2, reserved 2 */
 	*desclen = CU_HDR + shmlen;
 	c->loc[slot] = (struct xcu_side){ .used = 1, .shm_id = sid,
 					  .size = pool_size(p) };
@@ -313,13 +302,13 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"cuda: malformed descriptor (%zu bytes)",
 				desclen);
-	if (xcu_le(desc + 4, 2) != CU_VERSION)
+	if (xport_get_le(desc + 4, 2) != CU_VERSION)
 		return kvw_errf(err, errlen, KVW_EVERSION,
 				"cuda: descriptor version %u, expected %u",
-				(unsigned)xcu_le(desc + 4, 2), CU_VERSION);
+				(unsigned)xport_get_le(desc + 4, 2), CU_VERSION);
 	/* shm checks the rest of its descriptor in connect; the path's
 	 * bounds are needed here first, to name the record. */
-	plen = xcu_le(sd + CU_SHM_PLEN_OFF, 2);
+	plen = xport_get_le(sd + CU_SHM_PLEN_OFF, 2);
 	if (plen == 0 || plen > POOL_PATH_MAX ||
 	    CU_HDR + CU_SHM_PATH_OFF + plen != desclen)
 		return kvw_errf(err, errlen, KVW_EINVAL,
@@ -344,7 +333,7 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 				"cuda: too many connected pools");
 	}
 	c->rmt[slot] = (struct xcu_side){ .used = 1, .shm_id = sid,
-					  .size = xcu_le(sd + CU_SHM_SIZE_OFF,
+					  .size = xport_get_le(sd + CU_SHM_SIZE_OFF,
 							 8) };
 	memcpy(c->rmt[slot].rec, rec, sizeof rec);
 	*id = (uint32_t)slot;

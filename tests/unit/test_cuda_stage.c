@@ -12,13 +12,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <libgen.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "fakecuda.h"
 #include "xport/cuda_rt.h"
 #include "xport/cuda_stage.h"
 
@@ -121,13 +120,8 @@ int main(void)
 		cmocka_unit_test(slots_go_round_in_order_and_only_once),
 		cmocka_unit_test(pieces_gather_and_scatter_byte_exact),
 	};
-	char self[PATH_MAX], lib[PATH_MAX + 32];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
 
-	if (n <= 0)
+	if (fakecuda_use() != 0)
 		return 1;
-	self[n] = '\0';
-	snprintf(lib, sizeof lib, "%s/libfakecudart.so", dirname(self));
-	setenv("KVW_CUDART", lib, 1);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,13 +15,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <libgen.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "fakecuda.h"
 #include "xport/cuda_rt.h"
 #include "xport/gpool.h"
 #include "xport/pool.h"
@@ -261,14 +260,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 		    malformed_descriptors_are_refused, setup, teardown),
 	};
-	char self[PATH_MAX], lib[PATH_MAX + 32];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
 
-	if (n <= 0)
+	if (fakecuda_use() != 0)
 		return 1;
-	self[n] = '\0';
-	/* The stand-in built beside this binary (make builds it first). */
-	snprintf(lib, sizeof lib, "%s/libfakecudart.so", dirname(self));
-	setenv("KVW_CUDART", lib, 1);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
