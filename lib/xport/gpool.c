@@ -150,7 +150,7 @@ int gpool_export(const char *path, int device, const uint64_t *ptrs,
 	uint64_t sum = 0;
 	uint8_t *rec;
 	size_t len;
-	int rc;
+	int rc, prev = 0;
 
 	rc = gpool_check(ptrs, lens, item_lens, n, pool_size, err, errlen);
 	if (rc)
@@ -166,13 +166,18 @@ int gpool_export(const char *path, int device, const uint64_t *ptrs,
 	if (device >= rt->ndev)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"gpu pool: device %d of %d", device, rt->ndev);
-	rc = curt_ok(rt, rt->set_device(device), "cudaSetDevice", err, errlen);
-	if (rc)
+	/* The engine's current device is its own: put it back after. */
+	if ((rc = curt_ok(rt, rt->get_device(&prev), "cudaGetDevice", err,
+			  errlen)) ||
+	    (rc = curt_ok(rt, rt->set_device(device), "cudaSetDevice", err,
+			  errlen)))
 		return rc;
 	len = GPOOL_HDR + (size_t)n * GPOOL_ENT;
 	rec = calloc(1, len);
-	if (rec == NULL)
+	if (rec == NULL) {
+		rt->set_device(prev);
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	}
 	for (uint32_t i = 0; i < n && rc == 0; i++) {
 		rc = gp_export_one(rt, rec + GPOOL_HDR + (size_t)i * GPOOL_ENT,
 				   ptrs[i], lens[i], item_lens[i], err, errlen);
@@ -190,6 +195,7 @@ int gpool_export(const char *path, int device, const uint64_t *ptrs,
 		rc = gp_write(path, rec, len, err, errlen);
 	}
 	free(rec);
+	rt->set_device(prev);
 	return rc;
 }
 
