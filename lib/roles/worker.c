@@ -361,8 +361,10 @@ static int worker_open(struct worker *w, const struct worker_cfg *cfg,
 	rc = xport_open(ops, &w->x, err, errlen);
 	if (rc < 0)
 		return rc;
-	/* A decode pool truncated under a copy fails that job, not us. */
-	if (strcmp(ops->name, "shm") == 0 && xport_shm_catch_sigbus() < 0)
+	/* A decode pool truncated under a copy fails that job, not us (cuda
+	 * copies its pools' AUX bytes through shm). */
+	if ((strcmp(ops->name, "shm") == 0 || strcmp(ops->name, "cuda") == 0) &&
+	    xport_shm_catch_sigbus() < 0)
 		return kvw_errf(err, errlen, KVW_ESYS, "SIGBUS handler: %s",
 				strerror(errno));
 	rc = xport_register(w->x, w->pool, &w->src, desc, sizeof desc, &desclen,
