@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/device/run.sh - the GPU checks of the cuda transport, one script,
-# under 8 minutes on one GPU. It builds, runs the CUDA unit tests, then on
-# the real runtime:
+# meant to finish well under 8 minutes on one GPU (sized for that, not yet
+# timed on one: every step runs under a timeout, so a hang fails its step
+# instead of the whole budget). It builds, runs the CUDA unit tests, then
+# on the real runtime:
 #   1. kv-bench --spawn --transport cuda --verify: prefill and decode engines
 #      (KV on the GPU, registered with kvw_register_gpu_pool) and the group's
 #      worker processes opening their IPC handles; every byte checked. With
@@ -40,7 +42,7 @@ if [ -z "${KVW_CUDART:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.s
 fi
 
 step "build"
-make -j"$(nproc)" all >/tmp/kvw-device-build.log 2>&1 || { tail -30 /tmp/kvw-device-build.log; echo "FAIL build"; exit 1; }
+timeout 180 make -j"$(nproc)" all >/tmp/kvw-device-build.log 2>&1 || { tail -30 /tmp/kvw-device-build.log; echo "FAIL build"; exit 1; }
 why=$(bin/kv-probe cuda)
 if [ $? -ne 0 ]; then
 	echo "device checks skipped: $why"
@@ -73,7 +75,7 @@ bench_line() { grep '^rooms=' <<<"$1"; }
 verify_run() { # verify_run NAME ARGS...: byte-exact run, every room Success
 	local name=$1 out line
 	shift
-	out=$(timeout 150 bin/kv-bench --spawn --transport cuda --verify "${SHAPE[@]}" \
+	out=$(timeout 100 bin/kv-bench --spawn --transport cuda --verify "${SHAPE[@]}" \
 		--rooms 300 --pages-per-room 32 --concurrency 16 --seed 11 "$@" 2>&1)
 	line=$(bench_line "$out")
 	echo "$line"
@@ -93,7 +95,7 @@ step "abort storm over cuda, canaries in GPU memory"
 RUN=$(mktemp -d /tmp/kvwdev.XXXXXX)
 if KVW_TEST_COPY_DELAY_US=2000 timeout 60 bin/kv-up --daemon --run-dir "$RUN" \
 	"${SHAPE[@]}" --workers 2 --decode-tp 2 --transport cuda >/dev/null 2>&1; then
-	out=$(timeout 150 bin/kv-bench --run-dir "$RUN" --transport cuda --rooms 200 \
+	out=$(timeout 100 bin/kv-bench --run-dir "$RUN" --transport cuda --rooms 200 \
 		--pages-per-room 16 --abort-frac 0.33 --verify --concurrency 8 \
 		--seed 77 --room-timeout 60 2>&1)
 	line=$(bench_line "$out")
@@ -108,7 +110,7 @@ cleanup
 RUN=""
 
 step "kv-bench copy --transport cuda against cudaMemcpy D2D"
-out=$(timeout 120 bin/kv-bench copy --transport cuda --mib "$MIB" --reps 5 --seconds 0.2 --json 2>&1)
+out=$(timeout 90 bin/kv-bench copy --transport cuda --mib "$MIB" --reps 5 --seconds 0.2 --json 2>&1)
 echo "$out"
 ratio() { jq -r --arg p "$1" '.results[] | select(.pattern == $p) | .ratio' <<<"$out" 2>/dev/null; }
 verified=$(jq '[.results[] | select(.verified == true)] | length' <<<"$out" 2>/dev/null)
