@@ -32,6 +32,10 @@ struct bench_copy_cfg {
 	uint64_t seed;         /* order of the pages */
 	int tcp;               /* 1: the tcp transport to a forked sink, and
 				* a raw loopback TCP stream as the limit */
+	int cuda;              /* 1: the cuda transport between two GPU pools
+				* of a forked engine child, and that child's
+				* cudaMemcpy device-to-device of the same
+				* list as the limit (bench_copy_cuda.h) */
 };
 
 struct bench_copy_result {

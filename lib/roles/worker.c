@@ -197,8 +197,12 @@ static int job_copy(struct worker *w, const struct frame_msg *m,
 							     : WORKER_BATCH;
 		uint64_t b = 0;
 
-		if (i > 0 && !room_live(w, ref))
+		if (i > 0 && !room_live(w, ref)) {
+			/* cuda: nothing of the room may still be queued
+			 * when the control hears the job is over. */
+			xport_wait(w->x, -1, why, sizeof why);
 			return KVW_ESTALE;
+		}
 		test_delay(w, m->hdr.room, j->copies.n - i);
 		for (uint32_t c = 0; c < k; c++) {
 			struct frame_copy fc = frame_copies_get(j->copies, i + c);
@@ -359,8 +363,10 @@ static int worker_open(struct worker *w, const struct worker_cfg *cfg,
 	rc = xport_open(ops, &w->x, err, errlen);
 	if (rc < 0)
 		return rc;
-	/* A decode pool truncated under a copy fails that job, not us. */
-	if (strcmp(ops->name, "shm") == 0 && xport_shm_catch_sigbus() < 0)
+	/* A decode pool truncated under a copy fails that job, not us (cuda
+	 * copies its pools' AUX bytes through shm). */
+	if ((strcmp(ops->name, "shm") == 0 || strcmp(ops->name, "cuda") == 0) &&
+	    xport_shm_catch_sigbus() < 0)
 		return kvw_errf(err, errlen, KVW_ESYS, "SIGBUS handler: %s",
 				strerror(errno));
 	rc = xport_register(w->x, w->pool, &w->src, desc, sizeof desc, &desclen,
