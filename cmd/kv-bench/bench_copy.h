@@ -37,6 +37,10 @@ struct bench_copy_cfg {
 				* process (the decode's exchange thread on
 				* 127.0.0.1), through the device's loopback;
 				* memcpy stays the limit */
+	int cuda;              /* 1: the cuda transport between two GPU pools
+				* of a forked engine child, and that child's
+				* cudaMemcpy device-to-device of the same
+				* list as the limit (bench_copy_cuda.h) */
 };
 
 struct bench_copy_result {

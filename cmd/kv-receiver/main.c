@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "cli/cli.h"
+#include "cli/notify.h"
 #include "plan/shape.h"
 #include "roles/receiver.h"
 #include "roles/sink.h"
@@ -98,7 +99,7 @@ int main(int argc, char **argv)
 	shape_default(&cfg.shape);
 	cli_init(&cl, PROG,
 		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER |
-			 CLI_CHECK,
+			 CLI_CHECK | CLI_AUTH,
 		 LOG_INFO, &cfg.shape);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		switch (c) {
@@ -160,6 +161,7 @@ int main(int argc, char **argv)
 	if (proc_signals_init() != 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	cli_log_init(&cl, "receiver", (int)cfg.rank.tp);
+	cli_notify_init(); /* READY=1 to systemd too */
 	rc = receiver_open(&cfg, &r, err, sizeof err);
 	if (rc)
 		return cli_fatal(PROG, cli_exit_code(rc), "unable to start: %s", err);

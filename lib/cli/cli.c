@@ -13,14 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/keys.h"
 #include "base/kvw.h"
 #include "base/log.h"
 #include "plan/shape.h"
+#include "wire/wire_auth.h"
 
 /* The common options' vals, above every value cli_next returns. */
 enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE, O_LISTEN, O_ENGINE,
        O_TABLE, O_POOL, O_TRANSPORT, O_TOPO, O_RANK, O_CHECK, O_RDMA_DEV,
-       O_RDMA_GID };
+       O_RDMA_GID, O_KEYS, O_INSECURE };
 
 void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
 	      struct shape *shape)
@@ -46,6 +48,8 @@ static int build(struct cli *c, const struct option *own)
 		{ "log-level", required_argument, NULL, O_LOG },
 		{ "name", required_argument, NULL, O_NAME },
 		{ "check", no_argument, NULL, O_CHECK },
+		{ "keys", required_argument, NULL, O_KEYS },
+		{ "insecure", no_argument, NULL, O_INSECURE },
 	};
 	static const struct option member[] = {
 		{ "listen", required_argument, NULL, O_LISTEN },
@@ -61,7 +65,7 @@ static int build(struct cli *c, const struct option *own)
 		{ "rdma-gid-index", required_argument, NULL, O_RDMA_GID },
 	};
 	const unsigned want[] = { 0, CLI_READY_FD, CLI_LOG_LEVEL, CLI_NAME,
-				  CLI_CHECK };
+				  CLI_CHECK, CLI_AUTH, CLI_AUTH };
 	const char *sname;
 	int has, n = 0;
 
@@ -144,6 +148,12 @@ static int common(struct cli *c, int v)
 	case O_CHECK:
 		c->check = 1;
 		return 0;
+	case O_KEYS:
+		c->keys = c->arg;
+		return 0;
+	case O_INSECURE:
+		c->insecure = 1;
+		return 0;
 	case O_LISTEN: c->member.listen = c->arg; return 0;
 	case O_ENGINE: c->member.engine = c->arg; return 0;
 	case O_TABLE: c->member.table = c->arg; return 0;
@@ -180,6 +190,42 @@ static int common(struct cli *c, int v)
 	}
 }
 
+/* CLI_AUTH: the tcp:// policy, before any socket exists. CLI_END, or
+ * CLI_BAD with the fatal line written. */
+static int auth(struct cli *c)
+{
+	struct keys k;
+	char err[512];
+
+	const char *env_keys = getenv("KVW_KEYS");
+	const char *env_insecure = getenv("KVW_INSECURE");
+
+	if (!(c->flags & CLI_AUTH))
+		return CLI_END;
+	/* Defaults from the environment; what is chosen goes back into it,
+	 * so the processes this one execs (kv-sender's workers) follow. */
+	if (!c->keys && !c->insecure) {
+		c->keys = env_keys && *env_keys ? env_keys : NULL;
+		c->insecure = !c->keys && env_insecure && !strcmp(env_insecure, "1");
+	}
+	if (c->keys)
+		setenv("KVW_KEYS", c->keys, 1);
+	else if (c->insecure)
+		setenv("KVW_INSECURE", "1", 1);
+	if (c->keys && c->insecure)
+		return cli_fatal(c->prog, CLI_BAD, "--keys and --insecure "
+				 "exclude each other");
+	if (c->insecure)
+		wire_auth_insecure();
+	if (!c->keys)
+		return CLI_END;
+	if (keys_load(c->keys, &k, err, sizeof err) != 0)
+		return cli_fatal(c->prog, CLI_BAD, "--keys: %s", err);
+	wire_auth_use(&k);
+	keys_wipe(&k);
+	return CLI_END;
+}
+
 int cli_next(struct cli *c, int argc, char **argv, const struct option *own)
 {
 	int v, idx, rc;
@@ -207,7 +253,7 @@ int cli_next(struct cli *c, int argc, char **argv, const struct option *own)
 	if (!(c->flags & CLI_OPERANDS) && optind < argc)
 		return cli_fatal(c->prog, CLI_BAD, "unexpected argument: %s",
 				 argv[optind]);
-	return CLI_END;
+	return auth(c);
 }
 
 int cli_member_check(const struct cli *c)

@@ -460,6 +460,7 @@ static void status_msg(struct receiver *r, const struct frame_msg *m)
 	st = room ? rtab_state(r->tab, room->ref) : KVW_ENOENT;
 	if (st < 0 ||
 	    !rtab_accepts(RTAB_ROLE_DECODE, (unsigned)st, RTAB_MSG_STATUS)) {
+		rtab_counter_add(r->tab, RTAB_C_REFUSED, 1);
 		LOG_ROOM(LOG_DEBUG, m->hdr.room, "STATUS for a %s room: ignored",
 			 st < 0 ? "unknown" : kvw_state_str((unsigned)st));
 		return;
@@ -520,8 +521,8 @@ static void ack_msg(struct receiver *r, const struct frame_msg *m)
 	}
 	if (rc == RX_COMPLETE) {
 		room->ack_deadline_ns = 0;
-		(void)rtab_flags_or(r->tab, room->ref, RTAB_F_RELEASABLE);
 		LOG_ROOM(LOG_INFO, room->id, "every target acked the abort");
+		receiver_room_release(r, room, "every target acked");
 	}
 }
 
@@ -595,9 +596,9 @@ static void ack_timers(struct receiver *r, uint64_t now)
 			continue;
 		if (q->ack_deadline_ns <= now) {
 			q->ack_deadline_ns = 0;
-			(void)rtab_flags_or(r->tab, q->ref, RTAB_F_RELEASABLE);
 			LOG_ROOM(LOG_WARN, q->id, "releasing with %u of %u abort "
 				 "acks", q->acked.n, q->ack_needed);
+			receiver_room_release(r, q, "release deadline");
 		} else if (next == 0 || q->ack_deadline_ns < next) {
 			next = q->ack_deadline_ns;
 		}
@@ -621,6 +622,11 @@ static long timers(struct receiver *r)
 		r->next_sync_ns = now + RX_SYNC_NS;
 	}
 	next = receiver_boot_tick(r, now);
+	/* An armed room waits for a sink's batch to end: a batch is at most
+	 * a few MiB, so poll it closely. */
+	if (r->fence_waiting && receiver_fence_tick(r) &&
+	    (next == 0 || now + RX_FENCE_POLL_NS < next))
+		next = now + RX_FENCE_POLL_NS;
 	if (r->next_deadline && (next == 0 || r->next_deadline < next))
 		next = r->next_deadline;
 	if (r->next_ack_deadline && (next == 0 || r->next_ack_deadline < next))

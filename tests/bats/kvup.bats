@@ -376,3 +376,28 @@ SH
 	# Its group is gone: only the kept logs remain in TMPDIR.
 	[ "$(ls "$RUN")" = "${logs##*/}" ]
 }
+
+@test "kv-up refuses a split group it cannot start, each with its reason, and creates nothing" {
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role decode --transport tcp
+	[ "$status" -eq 100 ]
+	[[ $output == *"--role decode needs --bootstrap tcp://HOST:PORT"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --transport tcp
+	[ "$status" -eq 100 ]
+	[[ $output == *"needs the group's keys on both sides"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --insecure
+	[ "$status" -eq 100 ]
+	[[ $output == *"use --transport tcp"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --insecure --keys "$RUN"
+	[ "$status" -eq 100 ]
+	[[ $output == *"exclude each other"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --transport tcp --insecure --advertise example.com
+	[ "$status" -eq 100 ]
+	[[ $output == *"--advertise: want a numeric IP address"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role sideways
+	[ "$status" -eq 100 ]
+	[[ $output == *"--role: want prefill, decode or both"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --bootstrap tcp://10.0.0.1:1
+	[ "$status" -eq 100 ]
+	[[ $output == *"--bootstrap is for --role decode"* ]]
+	[ ! -e "$RUN/g" ]
+}
