@@ -285,7 +285,7 @@ refused() {
 	# rdma has a copy path: 77 with the probe's reason where the machine
 	# has no RDMA device (this one); cuda has none: 77 or 100.
 	if ! "$KVW_BIN/kv-probe" rdma >/dev/null 2>&1; then
-		refused 77 "transport 'rdma' is not available here (kv-probe rdma: rdma: not available: " --transport rdma $SHAPE
+		refused 77 "transport 'rdma' is not available here: rdma: not available: " --transport rdma $SHAPE
 	fi
 	if "$KVW_BIN/kv-probe" cuda >/dev/null 2>&1; then
 		refused 100 "transport 'cuda' has no copy path" --transport cuda $SHAPE

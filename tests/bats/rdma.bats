@@ -50,7 +50,7 @@ summary() {
 	run timeout 60 kv-bench --spawn --up-arg --transport --up-arg rdma --rooms 2 $SHAPE
 	echo "$output"
 	[ "$status" -eq 77 ]
-	[[ $output == *"transport 'rdma' is not available here (kv-probe rdma: rdma: not available: "* ]]
+	[[ $output == *"transport 'rdma' is not available here: rdma: not available: "* ]]
 	[ "$(ls -d /tmp/kvw-bench.* 2>/dev/null | wc -l)" -eq "$before" ]
 }
 
