@@ -53,10 +53,10 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 DEPS_OK := build/.deps-ok
 
-.PHONY: all deps test unit bats model pytest demo fuzz bench seeds checktests clean
+.PHONY: all deps test unit bats model pytest demo fuzz bench seeds checktests clean man cuda-decl
 # Keep objects of tests and programs: they are not throwaway intermediates.
 .SECONDARY:
-all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS)
+all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS) $(if $(SANITIZE),,man)
 
 KVWCLI := $(B)/libkvwcli.a
 
@@ -87,6 +87,11 @@ $(BINDIR)/%: $$(subst .c,.o,$$(addprefix $(B)/,$$(wildcard cmd/$$*/*.c))) $(KVWC
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(KVWCLI) $(LIBDIR)/libkvwire.a $(LDLIBS)
 
+# Libraries only some programs link: libmicrohttpd for kv-stat --serve,
+# libsystemd (sd_notify) for the control programs.
+$(BINDIR)/kv-stat: LDLIBS += -lmicrohttpd
+$(BINDIR)/kv-sender $(BINDIR)/kv-receiver $(BINDIR)/kv-bootstrap $(BINDIR)/kv-heartbeat: LDLIBS += -lsystemd
+
 # Unit tests may include a program's own headers ("kv-bench/bench.h").
 $(B)/tests/unit/%.o: CPPFLAGS += -Icmd
 $(B)/tests/test_bench: $(BENCH_LIB_OBJ)
@@ -103,10 +108,18 @@ export TSAN_OPTIONS ?= suppressions=$(CURDIR)/mk/tsan.supp halt_on_error=1 secon
 export ASAN_OPTIONS ?= detect_leaks=1 abort_on_error=1
 export UBSAN_OPTIONS ?= print_stacktrace=1 halt_on_error=1
 
+# A CPU stand-in for libcudart (tests/fakecuda/): tests load it with
+# KVW_CUDART to run the cuda plumbing without a GPU; it proves no GPU.
+FAKECUDA := $(B)/tests/libfakecudart.so
+$(FAKECUDA): tests/fakecuda/fakecudart.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) -std=c17 $(OPT) $(WARN) -fPIC -shared -o $@ $< -pthread
+$(B)/tests/test_xport_cuda $(B)/tests/test_cuda_stage: $(FAKECUDA)
+
 unit: $(UNITS)
 	@./tests/unit/run.sh $(UNITS)
 
-bats: all
+bats: all $(FAKECUDA)
 	@KVW_BIN=$(CURDIR)/$(BINDIR) ./tests/bats/run.sh
 
 # The Python package (python/kvwire) on live groups, with Debian's python3
@@ -153,9 +166,43 @@ seeds: $(SEEDGEN)
 # libFuzzer targets: clang, every lib source compiled into each target.
 FUZZ_CFLAGS := -std=c17 -g -O1 -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 fuzz: $(FUZZERS)
+# (not lib/cli/notify.c: it needs libsystemd, and no fuzz target calls it)
 build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(CLI_SRC) $(wildcard lib/*.h lib/*/*.h) | $(DEPS_OK)
 	@mkdir -p $(@D)
-	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(CLI_SRC) $(LDLIBS)
+	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(filter-out lib/cli/notify.c,$(CLI_SRC)) $(LDLIBS)
+
+# Manual pages from each program's --help (mk/help2mdoc.sh: one source,
+# they cannot drift), into build/man/man1.
+MAN_PROGS := $(CMDS) kv-up kv-demo
+MANS := $(MAN_PROGS:%=build/man/man1/%.1)
+build/man/man1/%.1: bin/% mk/help2mdoc.sh
+	@mkdir -p $(@D)
+	./mk/help2mdoc.sh $< >$@.tmp && mv $@.tmp $@
+man: $(MANS)
+# The shell programs are sources, not built by the programs' pattern rule.
+bin/kv-up bin/kv-demo: ;
+
+include mk/install.mk
+
+# The cuda transport never needs CUDA headers (lib/xport/cuda_rt.h declares
+# the runtime by hand). Where the headers exist, this proves the hand-made
+# declarations match them (tests/cuda/decl_check.c) and that the cuda files
+# also build with the headers in view; without them, that they build alone.
+CUDA_HOME ?= /usr/local/cuda
+CUDA_SRC := lib/xport/cuda_rt.c lib/xport/gpool.c lib/xport/xport_cuda.c \
+	lib/xport/cuda_stage.c
+cuda-decl: | $(DEPS_OK)
+	$(CC) $(CPPFLAGS) -std=c17 $(WARN) -fsyntax-only tests/cuda/decl_check.c
+	@for f in $(CUDA_SRC); do $(CC) $(CPPFLAGS) $(CFLAGS) -fsyntax-only $$f || exit 1; done
+	@if [ -f $(CUDA_HOME)/include/cuda_runtime_api.h ]; then \
+		$(CC) $(CPPFLAGS) -std=c17 $(WARN) -I$(CUDA_HOME)/include -DKVW_CUDA_HEADERS \
+			-fsyntax-only tests/cuda/decl_check.c || exit 1; \
+		for f in $(CUDA_SRC); do $(CC) $(CPPFLAGS) $(CFLAGS) -I$(CUDA_HOME)/include \
+			-include cuda_runtime_api.h -fsyntax-only $$f || exit 1; done; \
+		echo "cuda-decl: declarations match $(CUDA_HOME)/include/cuda_runtime_api.h; cuda files build with and without it"; \
+	else \
+		echo "cuda-decl: no CUDA headers under $(CUDA_HOME): cuda files build without them"; \
+	fi
 
 clean:
 	rm -rf build lib/libkvwire.a lib/libkvwire.so $(CMDS:%=bin/%)

@@ -185,7 +185,7 @@ ipc_fits() { [ "$(printf '%s' "$1" | wc -c)" -le 107 ]; }
 # (its fatal line) and returns 1; adds its pool_bytes= to need_bytes.
 check_member() {
 	local out rc
-	out=$(eval "timeout 20 ${cmd[$1]} --check" 2>&1 </dev/null)
+	out=$(eval "timeout 20 ${cmd[$1]} ${checkauth:-} --check" 2>&1 </dev/null)
 	rc=$?
 	if [ "$rc" -ne 0 ]; then
 		fail_rc=$rc

@@ -11,12 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "base/proc.h"
 #include "table/rtab.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
+#include "xport/gpool.h"
 #include "xport/pool.h"
 
 struct kvw_engine {
@@ -25,6 +27,7 @@ struct kvw_engine {
 	struct pool *pool;
 	uint64_t epoch;
 	char *table_path; /* for kvw_control_check */
+	int gpu_registered; /* this engine wrote the pool's GPU record */
 	char err[256]; /* last send error */
 };
 
@@ -118,13 +121,11 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 		rc = KVW_ESYS;
 		goto fail;
 	}
-	if (zmq_connect(e->sock, engine_endpoint) != 0) {
-		rc = errno == EINVAL || errno == EPROTONOSUPPORT ? KVW_EINVAL
-								  : KVW_ESYS;
-		kvw_seterr(err, errlen, "connect %s: %s", engine_endpoint,
-			   zmq_strerror(errno));
+	/* An engine holds no keys: its control process is local (ipc); a
+	 * tcp:// engine endpoint is refused (fail-closed). */
+	rc = wire_connect(e->sock, engine_endpoint, err, errlen);
+	if (rc)
 		goto fail;
-	}
 	*out = e;
 	return 0;
 fail:
@@ -144,6 +145,14 @@ void kvw_engine_close(struct kvw_engine **ep)
 		ctx_put(); /* this handle held the context with its socket */
 	}
 	rtab_close(&e->tab);
+	/* The engine's device memory goes with it: copiers see the record
+	 * gone and close their handles. */
+	if (e->gpu_registered) {
+		char rec[POOL_PATH_MAX + 1];
+
+		if (gpool_path_for(pool_path(e->pool), rec, sizeof rec) == 0)
+			unlink(rec);
+	}
 	pool_close(&e->pool);
 	free(e->table_path);
 	free(e);
@@ -172,6 +181,31 @@ void *kvw_pool_base(const struct kvw_engine *e)
 uint64_t kvw_pool_size(const struct kvw_engine *e)
 {
 	return pool_size(e->pool);
+}
+
+int kvw_register_gpu_pool(struct kvw_engine *e, int device,
+			  const uint64_t *ptrs, const uint64_t *lens,
+			  const uint32_t *item_lens, uint32_t n, char *err,
+			  size_t errlen)
+{
+	char rec[POOL_PATH_MAX + 1], dummy[8];
+	int rc;
+
+	if (err == NULL) {
+		err = dummy;
+		errlen = sizeof dummy;
+	}
+	if (e == NULL)
+		return kvw_errf(err, errlen, KVW_EINVAL, "no engine");
+	if (gpool_path_for(pool_path(e->pool), rec, sizeof rec) != 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"pool %s has no GPU record path",
+				pool_path(e->pool));
+	rc = gpool_export(rec, device, ptrs, lens, item_lens, n,
+			  pool_size(e->pool), e->epoch, err, errlen);
+	if (rc == 0)
+		e->gpu_registered = 1;
+	return rc;
 }
 
 const char *kvw_engine_error(const struct kvw_engine *e)

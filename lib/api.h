@@ -75,6 +75,26 @@ KVW_API void kvw_engine_close(struct kvw_engine **e);
 KVW_API void *kvw_pool_base(const struct kvw_engine *e);
 KVW_API uint64_t kvw_pool_size(const struct kvw_engine *e);
 
+/* Registers the engine's KV cache in GPU memory (SGLang's kv_data_ptrs,
+ * kv_data_lens, kv_item_lens: one buffer per layer and K/V, in the pool
+ * layout's order) on CUDA device `device`: buffer i stands for the pool's
+ * bytes from the sum of lens before it; pool bytes past the last buffer
+ * (AUX) stay in the mapped host pool. Each buffer's allocation is exported
+ * as a CUDA IPC handle into a record beside the pool
+ * (kvwire.<name>.gpu), which the cuda transport's copiers open once per
+ * registration; registering again replaces it (a new epoch), and
+ * kvw_engine_close removes it. The memory must stay allocated until then.
+ * Every argument is checked before CUDA is loaded: KVW_EINVAL for n of 0
+ * or over 1024, a NULL array or pointer, a zero length or item length, a
+ * length that is not a multiple of its item length, a buffer that
+ * overflows the address space or overlaps another, or buffers larger than
+ * the pool's layout together. Then KVW_ENODEV ("cuda: not available:
+ * ..."), or KVW_ESYS for a CUDA or file error. err may be NULL. */
+KVW_API int kvw_register_gpu_pool(struct kvw_engine *e, int device,
+				  const uint64_t *ptrs, const uint64_t *lens,
+				  const uint32_t *item_lens, uint32_t n,
+				  char *err, size_t errlen);
+
 /* The last send error's text ("" after a success); owned by e. */
 KVW_API const char *kvw_engine_error(const struct kvw_engine *e);
 

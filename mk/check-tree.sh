@@ -63,6 +63,8 @@ for f in $({ git ls-files 'lib/*' 'cmd/*' 'tests/*' 'docs/*' 'bin/*' 'mk/*' \
 		# The project's shared/ folder lies beside a checkout, not in it.
 		case $t in shared/*) continue ;; esac
 		grep -qxF "$b" "$names" && continue
+		# CUDA's headers: optional, only `make cuda-decl` reads them.
+		case $b in cuda.h | cuda_runtime_api.h) continue ;; esac
 		# System headers: <zmq.h>, <infiniband/verbs.h>, <sys/mman.h> ...
 		[ -n "$(find /usr/include -name "$b" -print -quit 2>/dev/null)" ] &&
 			continue

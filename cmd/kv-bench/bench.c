@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "bench_gpu.h"
 #include "base/proc.h"
 #include "cli/runinfo.h"
 
@@ -140,7 +141,8 @@ static int open_side(struct run *r, struct eng *x, const struct shape *s,
 			 (unsigned long long)need);
 		return KVW_EINVAL;
 	}
-	return 0;
+	return !r->c->cuda ? 0 : bgpu_attach(&x->g.gpu, x->e, x->bufs, n,
+		decode ? r->c->decode_gpu : 0, r->err, r->errlen);
 }
 
 static int setup(struct run *r, const struct runinfo *ri)
@@ -215,13 +217,12 @@ static int setup(struct run *r, const struct runinfo *ri)
 
 static void teardown(struct run *r)
 {
-	for (uint32_t k = 0; k < r->np; k++) {
-		kvw_engine_close(&r->p[k].e);
-		free(r->p[k].bufs);
-	}
-	for (uint32_t k = 0; k < r->nd; k++) {
-		kvw_engine_close(&r->d[k].e);
-		free(r->d[k].bufs);
+	for (uint32_t k = 0; k < r->np + r->nd; k++) {
+		struct eng *x = k < r->np ? &r->p[k] : &r->d[k - r->np];
+
+		kvw_engine_close(&x->e); /* withdraws the GPU registration */
+		bgpu_close(&x->g.gpu);
+		free(x->bufs);
 	}
 	for (uint32_t k = 0; r->rooms && k < r->c->concurrency; k++) {
 		free(r->rooms[k].src);
@@ -665,14 +666,13 @@ static void abandon(struct run *r)
  * waiting on slow rooms does not take a core the group needs. */
 static void nap(uint64_t idle_ns)
 {
-	struct timespec ts = { 0, 0 };
+	struct timespec ts = {
+		0, (long)(idle_ns / 8 < 1000000 ? idle_ns / 8 : 1000000) };
 
-	if (idle_ns < 200000) {
+	if (idle_ns < 200000)
 		sched_yield();
-		return;
-	}
-	ts.tv_nsec = (long)(idle_ns / 8 < 1000000 ? idle_ns / 8 : 1000000);
-	nanosleep(&ts, NULL);
+	else
+		nanosleep(&ts, NULL);
 }
 
 /* One member's control process: 0 while it is there (or restarting for

@@ -33,6 +33,9 @@ struct bench_geom {
 	uint32_t total_heads;  /* heads of the model (1 for MLA) */
 	uint32_t head_bytes;
 	uint32_t tp, tp_rank;  /* this rank's TP size and TP coordinate */
+	struct bgpu *gpu;      /* --transport cuda: the pool's device mirror
+				* (bench_gpu.h), which bench_fill pushes to
+				* and bench_verify pulls from; else NULL */
 };
 
 /* Fills *g for rank c of topology t under shape s (bufs/nbufs as given). */
@@ -98,6 +101,8 @@ struct bench_config {
 				   * of first polling for WaitingForInput: the
 				   * sender queues them until the room's
 				   * destinations are known (rooms mode) */
+	int cuda;                 /* engines keep KV on GPUs (bench_gpu.h) */
+	int decode_gpu;           /* cuda: the decode engines' device */
 	int seeded;               /* room ids from seed (else random) */
 	uint64_t seed;
 	double room_timeout_s;    /* per-room deadline from its start */

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_copy_cuda.h"
 #include "bench_limit.h"
 #include "bench_stream.h"
 #include "base/proc.h"
@@ -27,6 +28,7 @@
 
 struct bc {
 	pid_t sink; /* tcp: the forked sink writing into dst, 0: none */
+	struct bcc *eng; /* cuda: the child owning the device memory */
 	struct pool *src_rw, *src_ro, *dst;
 	struct xport *px, *dx; /* prefill side, decode side */
 	uint32_t src_id, dst_id;
@@ -124,14 +126,8 @@ static int start_sink(struct bc *b, char *err, size_t errlen)
 	return 0;
 }
 
-static int setup(struct bc *b, uint64_t copy_bytes, int tcp, char *err,
-		 size_t errlen)
+static int setup_pools(struct bc *b, uint64_t size, char *err, size_t errlen)
 {
-	uint8_t desc[KVW_MAX_DESC], own[KVW_MAX_DESC];
-	size_t desclen, ownlen;
-	uint32_t decode_id;
-	uint64_t size = 2ull * b->n * copy_bytes;
-	const struct xport_ops *shm = xport_find("shm");
 	int rc;
 
 	snprintf(b->src_path, sizeof b->src_path,
@@ -148,21 +144,47 @@ static int setup(struct bc *b, uint64_t copy_bytes, int tcp, char *err,
 	for (uint64_t i = 0; i < size / 8; i++)
 		((uint64_t *)pool_base(b->src_rw))[i] = i * 0x9e3779b97f4a7c15ULL;
 	memset(pool_base(b->dst), 0, size);
-	/* Decode side registers its pool; the prefill side registers its own
-	 * (read-only) and connects the decode one by descriptor. */
-	if ((rc = xport_open(tcp ? xport_find("tcp") : shm, &b->dx, err,
-			     errlen)) < 0 ||
+	return 0;
+}
+
+/* The transports, once the copy list exists: the decode side registers
+ * its pool; the prefill side registers its own (read-only) and connects the
+ * decode one by descriptor. cuda: the engine child registers the device
+ * memory first (before this process touches CUDA). */
+static int setup_xport(struct bc *b, const struct bench_copy_cfg *c,
+		       uint64_t size, char *err, size_t errlen)
+{
+	uint8_t desc[KVW_MAX_DESC], own[KVW_MAX_DESC];
+	size_t desclen, ownlen;
+	uint32_t decode_id;
+	const struct xport_ops *ops = xport_find(c->cuda ? "cuda"
+						 : c->rdma ? "rdma"
+						 : c->tcp ? "tcp" : "shm");
+	int tcp = c->tcp, rc;
+
+	if (c->cuda && (rc = bcc_start(&b->eng, b->src_path, b->dst_path,
+				       size, c->page_bytes, b->copies, b->n,
+				       err, errlen)) < 0)
+		return rc;
+	if ((rc = xport_open(ops, &b->dx, err, errlen)) < 0 ||
 	    (tcp && (rc = xport_tcp_listen(b->dx, "127.0.0.1:0", err,
 					   errlen)) < 0) ||
+	    (c->rdma && (rc = xport_rdma_listen(b->dx, "127.0.0.1:0", err,
+						errlen)) < 0) ||
 	    (rc = xport_register(b->dx, b->dst, &decode_id, desc, sizeof desc,
 				 &desclen, err, errlen)) < 0 ||
 	    (tcp && (rc = start_sink(b, err, errlen)) < 0) ||
-	    (rc = xport_open(tcp ? xport_find("tcp") : shm, &b->px, err,
-			     errlen)) < 0 ||
+	    (rc = xport_open(ops, &b->px, err, errlen)) < 0 ||
 	    (rc = xport_register(b->px, b->src_ro, &b->src_id, own, sizeof own,
-				 &ownlen, err, errlen)) < 0)
+				 &ownlen, err, errlen)) < 0 ||
+	    (rc = xport_connect(b->px, desc, desclen, &b->dst_id, err,
+				errlen)) < 0)
 		return rc;
-	return xport_connect(b->px, desc, desclen, &b->dst_id, err, errlen);
+	for (uint32_t i = 0; i < b->n; i++) {
+		b->copies[i].src = b->src_id;
+		b->copies[i].dst = b->dst_id;
+	}
+	return 0;
 }
 
 static void teardown(struct bc *b)
@@ -173,6 +195,7 @@ static void teardown(struct bc *b)
 	}
 	xport_close(&b->px);
 	xport_close(&b->dx);
+	bcc_stop(&b->eng); /* after the transports closed their handles */
 	pool_close(&b->src_ro);
 	pool_close(&b->src_rw);
 	pool_close(&b->dst);
@@ -224,6 +247,37 @@ static int verify(const struct bc *b)
 	return 1;
 }
 
+/* rdma: the decode's exchange thread saw every batch of `passes` passes
+ * land (one immediate each), within a second. */
+static int immediates_landed(const struct bc *b, uint64_t passes)
+{
+	uint64_t want = passes * ((b->n + WORKER_BATCH - 1) / WORKER_BATCH);
+	struct xport_rdma_stats st = { 0 };
+
+	for (int i = 0; i < 100; i++) {
+		if (xport_rdma_stats(b->dx, &st) == 0 && st.batches >= want)
+			return st.batches == want;
+		usleep(10000);
+	}
+	return 0;
+}
+
+/* The reference of this transport: raw TCP stream, cudaMemcpy D2D of the
+ * same list (in the engine child), or memcpy. */
+static double limit(struct bc *b, const struct bench_copy_cfg *c,
+		    uint64_t bytes, int *rc, char *err, size_t errlen)
+{
+	double g = 0;
+
+	if (c->tcp)
+		return bench_stream_gibs(bytes, c->min_s);
+	if (c->cuda)
+		*rc = bcc_limit(b->eng, c->min_s, &g, err, errlen);
+	else
+		g = bench_limit_memcpy(b->spans, b->n, c->min_s);
+	return g;
+}
+
 int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 		   char *err, size_t errlen)
 {
@@ -246,14 +300,18 @@ int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 	r->copies = b.n;
 	r->copy_bytes = copy_bytes;
 	r->bytes = (uint64_t)b.n * copy_bytes;
-	rc = setup(&b, copy_bytes, c->tcp, err, errlen);
+	rc = setup_pools(&b, 2 * r->bytes, err, errlen);
 	if (rc == 0)
 		rc = build_list(&b, c, copy_bytes, err, errlen);
+	if (rc == 0)
+		rc = setup_xport(&b, c, 2 * r->bytes, err, errlen);
 	/* Untimed warm-up: faults in both sides' mappings. */
 	if (rc == 0)
 		rc = xport_pass(&b, err, errlen);
-	if (rc == 0) {
-		r->verified = verify(&b);
+	if (rc == 0 && c->cuda)
+		rc = bcc_verify(b.eng, &r->verified, err, errlen);
+	else if (rc == 0) {
+		r->verified = verify(&b) && (!c->rdma || immediates_landed(&b, 1));
 		(void)bench_limit_memcpy(b.spans, b.n, 0);
 	}
 	for (uint32_t k = 0; rc == 0 && k < c->reps; k++) {
@@ -266,11 +324,10 @@ int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 				      "stopped by a signal");
 			break;
 		}
-		before = c->tcp ? bench_stream_gibs(r->bytes, c->min_s)
-				: bench_limit_memcpy(b.spans, b.n, c->min_s);
-		rc = xport_timed(&b, r->bytes, c->min_s, &x, err, errlen);
-		after = c->tcp ? bench_stream_gibs(r->bytes, c->min_s)
-			       : bench_limit_memcpy(b.spans, b.n, c->min_s);
+		before = limit(&b, c, r->bytes, &rc, err, errlen);
+		if (rc == 0)
+			rc = xport_timed(&b, r->bytes, c->min_s, &x, err, errlen);
+		after = rc ? 0 : limit(&b, c, r->bytes, &rc, err, errlen);
 		r->before_gibs = before > r->before_gibs ? before : r->before_gibs;
 		r->after_gibs = after > r->after_gibs ? after : r->after_gibs;
 		r->xport_gibs = x > r->xport_gibs ? x : r->xport_gibs;

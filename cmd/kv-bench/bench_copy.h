@@ -1,5 +1,6 @@
 /*
- * bench_copy.h - kv-bench copy: the shm transport's bandwidth against a
+ * bench_copy.h - kv-bench copy: a transport's bandwidth (shm by default;
+ * tcp or rdma on request) against a
  * single-thread memcpy of the very same copy list, in one process and run.
  * Two real pool files are made in /dev/shm; the "decode" one is registered
  * through one shm transport instance and connected by its descriptor from a
@@ -32,6 +33,14 @@ struct bench_copy_cfg {
 	uint64_t seed;         /* order of the pages */
 	int tcp;               /* 1: the tcp transport to a forked sink, and
 				* a raw loopback TCP stream as the limit */
+	int rdma;              /* 1: the rdma transport, both ends in this
+				* process (the decode's exchange thread on
+				* 127.0.0.1), through the device's loopback;
+				* memcpy stays the limit */
+	int cuda;              /* 1: the cuda transport between two GPU pools
+				* of a forked engine child, and that child's
+				* cudaMemcpy device-to-device of the same
+				* list as the limit (bench_copy_cuda.h) */
 };
 
 struct bench_copy_result {
@@ -43,7 +52,9 @@ struct bench_copy_result {
 				* stream) right before a transport pass */
 	double after_gibs;     /* best limit right after one */
 	double ratio;          /* xport / max(before, after) */
-	int verified;          /* 1: the destination held the source's bytes */
+	int verified;          /* 1: the destination held the source's bytes
+				* (rdma: and the decode saw every batch's
+				* immediate land) */
 };
 
 /* Runs the measurement. Pool files are removed before returning. Returns 0

@@ -1,6 +1,7 @@
 /*
  * bench_limit.c - the reference measurements of bench_limit.h: machine
- * facts, single-thread memcpy over a copy list and a raw ZMQ ipc ping-pong
+ * facts, single-thread memcpy over a copy list, the raw CUDA runtime's
+ * device-to-device copies of the same list, and a raw ZMQ ipc ping-pong
  * with a forked echo child. Nothing here touches kvwire's own code paths: these are the
  * limits kvwire's figures are divided by.
  */
@@ -17,6 +18,7 @@
 #include <zmq.h>
 
 #include "base/proc.h"
+#include "xport/cuda_rt.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define ECHO_WAIT_MS 2000
@@ -64,6 +66,34 @@ double bench_limit_memcpy(const struct bench_limit_span *spans, size_t n,
 			memcpy(spans[i].dst, spans[i].src, spans[i].len);
 			bytes += spans[i].len;
 		}
+		t = proc_now_ns() - t0;
+	} while (t < need && bytes);
+	return bytes && t ? (double)bytes / GIB / ((double)t / 1e9) : 0;
+}
+
+double bench_limit_cuda_d2d(const struct bench_limit_span *spans, size_t n,
+			    double min_s)
+{
+	static curt_stream st;
+	const struct curt *rt;
+	uint64_t t0, t, bytes = 0, need = (uint64_t)(min_s * 1e9);
+	char e[8];
+
+	if (curt_get(&rt, e, sizeof e) != 0 ||
+	    (st == NULL &&
+	     rt->stream_create(&st, CURT_STREAM_NONBLOCKING) != CURT_SUCCESS))
+		return -1;
+	t0 = proc_now_ns();
+	do {
+		for (size_t i = 0; i < n; i++) {
+			if (rt->memcpy_async(spans[i].dst, spans[i].src,
+					     spans[i].len, CURT_MEMCPY_DEFAULT,
+					     st) != CURT_SUCCESS)
+				return -1;
+			bytes += spans[i].len;
+		}
+		if (rt->stream_sync(st) != CURT_SUCCESS)
+			return -1;
 		t = proc_now_ns() - t0;
 	} while (t < need && bytes);
 	return bytes && t ? (double)bytes / GIB / ((double)t / 1e9) : 0;

@@ -37,6 +37,16 @@ struct bench_limit_span {
 double bench_limit_memcpy(const struct bench_limit_span *spans, size_t n,
 			double min_s);
 
+/* The same list on a GPU (spans hold device addresses): one
+ * cudaMemcpyAsync device-to-device per span on one stream, then one
+ * cudaStreamSynchronize per pass, again and again for at least min_s
+ * seconds: the best the raw runtime does with these pages, the limit of
+ * `kv-bench copy --transport cuda`. Returns GiB/s, or -1 when the runtime
+ * is missing or a call failed. Call from the process that owns the
+ * memory, on its current device. */
+double bench_limit_cuda_d2d(const struct bench_limit_span *spans, size_t n,
+			    double min_s);
+
 /* A serialized ZMQ ipc ping-pong. */
 struct bench_limit_rtt {
 	uint32_t n;        /* round trips timed */

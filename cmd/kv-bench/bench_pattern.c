@@ -8,6 +8,7 @@
  * slot is one segment keyed by the room alone.
  */
 #include "bench.h"
+#include "bench_gpu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ void bench_geom_init(struct bench_geom *g, const struct shape *s,
 	g->head_bytes = m.head_bytes;
 	g->tp = t->tp ? t->tp : 1;
 	g->tp_rank = c->tp % g->tp;
+	g->gpu = NULL;
 }
 
 uint32_t bench_global_head(const struct bench_geom *g, uint32_t h)
@@ -164,12 +166,15 @@ void bench_fill(uint8_t *base, const struct bench_geom *g, uint64_t room,
 		const uint32_t *pages, uint32_t n, uint32_t aux_slot)
 {
 	walk(base, NULL, g, room, pages, n, aux_slot);
+	bgpu_push(g->gpu, pages, n); /* a failure shows in the verify */
 }
 
 uint64_t bench_verify(const uint8_t *base, const struct bench_geom *g,
 		      uint64_t room, const uint32_t *pages, uint32_t n,
 		      uint32_t aux_slot)
 {
+	if (bgpu_pull(g->gpu, pages, n) != 0)
+		return 1; /* unreadable counts as changed */
 	return walk(NULL, base, g, room, pages, n, aux_slot);
 }
 

@@ -43,7 +43,8 @@ int bench_rooms_run(const struct runinfo *ri, const struct bench_rooms_cfg *c,
 	lat.rooms = c->lat_rooms;
 	lat.concurrency = 1;
 	lat.lat_cap = c->lat_rooms;
-	lat.lat_ns = calloc(c->lat_rooms, sizeof *lat.lat_ns);
+	lat.lat_ns = c->lat_ns_out ? c->lat_ns_out
+				   : calloc(c->lat_rooms, sizeof *lat.lat_ns);
 	us = calloc(c->lat_rooms, sizeof *us);
 	if (!lat.lat_ns || !us) {
 		kvw_seterr(err, errlen, "out of memory");
@@ -88,7 +89,8 @@ int bench_rooms_run(const struct runinfo *ri, const struct bench_rooms_cfg *c,
 	res->p50_ratio = res->rtt_us > 0 ? res->p50_us / res->rtt_us : 0;
 	res->p99_ratio = res->rtt_us > 0 ? res->p99_us / res->rtt_us : 0;
 out:
-	free(lat.lat_ns);
+	if (lat.lat_ns != c->lat_ns_out)
+		free(lat.lat_ns);
 	free(us);
 	return rc;
 }

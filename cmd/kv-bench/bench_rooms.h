@@ -27,6 +27,9 @@ struct bench_rooms_cfg {
 	uint32_t rtt_count;        /* timed ping-pong round trips, >= 1 */
 	uint32_t warmup_rooms;     /* untimed rooms first (0: none) */
 	const char *ipc_dir;       /* where the ping-pong's socket goes */
+	uint64_t *lat_ns_out;      /* optional (caller's, lat_rooms entries):
+				    * the latency run's samples are left here
+				    * (res->lat.nlat of them) */
 };
 
 struct bench_rooms_result {

@@ -12,6 +12,7 @@
 #include "base/kvw.h"
 #include "base/log.h"
 #include "plan/shape.h"
+#include "xport/xport.h"
 
 void kvb_flags_usage(FILE *f)
 {
@@ -55,6 +56,14 @@ void kvb_flags_usage(FILE *f)
 		"canary, checked\n"
 		"                       before reuse and at the end (changed: "
 		"corrupt)\n"
+		"  --transport T        shm (default), tcp or cuda (given to "
+		"kv-up); cuda:\n"
+		"                       the engines keep KV on a GPU "
+		"(registered pools);\n"
+		"                       one this machine lacks exits 77 with "
+		"kv-probe's text\n"
+		"  --decode-gpu N       cuda: the decode engines' device "
+		"(default 0)\n"
 		"  --log-level LEVEL    error|warn|info|debug\n"
 		"  --help               this text\n"
 		"  %s\n"
@@ -65,14 +74,38 @@ void kvb_flags_usage(FILE *f)
 		"(and verified), 1 some did not,\n100 usage (a shape flag "
 		"other than the group's included), 102 the group\nwent away "
 		"(a member's table removed, or no process owning it for 10 s), "
-		"111 system\nerror.\n",
+		"77 (--spawn)\na transport this machine lacks, 111 system "
+		"error.\n",
 		shape_usage());
 	kvb_usage(f);
 }
 
 enum { O_RUN = 256, O_SPAWN, O_KVUP, O_UPARG, O_ROOMS, O_PPR, O_CHUNK,
        O_ZERO, O_CONC, O_VERIFY, O_SEED, O_TIMEOUT, O_PRANKS, O_DRANKS,
-       O_PPP, O_DPP, O_ABORT };
+       O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU };
+
+/* --transport NAME: known, available here (else kv-probe's line and 77),
+ * and handed to kv-up. -1 to go on, or the exit code. */
+static int flags_transport(struct kvb_flags *f, struct bench_config *cfg,
+			   char *name)
+{
+	static char flag[] = "--transport";
+	char why[256] = "";
+
+	if (xport_find(name) == NULL)
+		return cli_bad(&f->cl, "--transport: shm, tcp or cuda, not %s",
+			       name);
+	if (xport_probe(name, why, sizeof why) != 0) {
+		fprintf(stderr, "kv-bench: %s\n", why);
+		return KVW_EXIT_SKIP;
+	}
+	if (f->nup + 2 > KVB_MAX_ARGS)
+		return cli_bad(&f->cl, "too many --up-arg");
+	f->up_args[f->nup++] = flag;
+	f->up_args[f->nup++] = name;
+	cfg->cuda = strcmp(name, "cuda") == 0;
+	return -1;
+}
 
 int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		    struct bench_config *cfg)
@@ -90,7 +123,9 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		{ "prefill-ranks", 1, NULL, O_PRANKS }, { "prefill-pp", 1, NULL, O_PPP },
 		{ "decode-ranks", 1, NULL, O_DRANKS }, { "decode-pp", 1, NULL, O_DPP },
 		{ "prefill-tp", 1, NULL, O_PRANKS }, { "decode-tp", 1, NULL, O_DRANKS },
-		{ "abort-frac", 1, NULL, O_ABORT }, { NULL, 0, NULL, 0 },
+		{ "abort-frac", 1, NULL, O_ABORT },
+		{ "transport", 1, NULL, O_XPORT },
+		{ "decode-gpu", 1, NULL, O_DGPU }, { NULL, 0, NULL, 0 },
 	};
 	struct cli *cl = &f->cl;
 	int c;
@@ -98,7 +133,7 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 	cli_init(cl, "kv-bench", CLI_LOG_LEVEL | CLI_SHAPE, LOG_WARN, NULL);
 	while ((c = cli_next(cl, argc, argv, opts)) != CLI_END) {
 		const char *v = cl->arg;
-		uint32_t *u32 = NULL;
+		uint32_t *u32 = NULL, u;
 
 		switch (c) {
 		case O_RUN: f->run_dir = v; break;
@@ -127,6 +162,15 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		case O_TIMEOUT:
 			if (cli_double(v, 1e-9, 1e6, &cfg->room_timeout_s))
 				return cli_bad(cl, "bad --room-timeout: %s", v);
+			break;
+		case O_XPORT:
+			if ((c = flags_transport(f, cfg, optarg)) >= 0)
+				return c;
+			break;
+		case O_DGPU:
+			if (cli_u32(v, 0, 1023, &u))
+				return cli_bad(cl, "bad --decode-gpu: %s", v);
+			cfg->decode_gpu = (int)u;
 			break;
 		case O_ABORT:
 			if (cli_double(v, 0, 1, &cfg->abort_frac))

@@ -15,6 +15,7 @@
 #include "bench.h"
 #include "flags.h"
 #include "modes.h"
+#include "plot.h"
 #include "spawn.h"
 #include "base/kvw.h"
 #include "base/proc.h"
@@ -23,25 +24,6 @@
 #include "plan/shape.h"
 
 #define PROG "kv-bench"
-
-/* Draws the bar when stderr is a terminal; stops the run on SIGINT or
- * SIGTERM (so a spawned group is still stopped). */
-static int progress(void *arg, const struct bench_result *r, uint32_t total)
-{
-	unsigned width = 30, fill = total ? (unsigned)((uint64_t)r->rooms *
-							width / total) : 0;
-	char bar[64];
-
-	if (!*(const int *)arg)
-		return proc_stopping();
-	memset(bar, '#', fill);
-	memset(bar + fill, '.', width - fill);
-	bar[width] = '\0';
-	fprintf(stderr, "\r[%s] %u/%u ok=%u failed=%u stuck=%u corrupt=%u "
-		"%.1fs ", bar, r->rooms, total, r->success, r->failed,
-		r->stuck, r->corrupt, r->seconds);
-	return proc_stopping();
-}
 
 int main(int argc, char **argv)
 {
@@ -54,7 +36,8 @@ int main(int argc, char **argv)
 	struct kvb_opts mo;
 	const char *run_dir;
 	char err[512];
-	int rc, tty;
+	struct kvb_progress prog = { 0 };
+	int rc;
 
 	/* The mode word and the modes' own flags first (modes.c). */
 	if ((rc = kvb_opts_parse(&argc, &argv, &mo)) != 0)
@@ -67,7 +50,8 @@ int main(int argc, char **argv)
 	cli_log_init(&fl.cl, "bench", -1);
 	if (proc_signals_init() < 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to set signals");
-	tty = isatty(2);
+	/* The bar only on a terminal (plot.c). */
+	prog.tty = isatty(2);
 	shape_default(&cfg.shape);
 	run_dir = fl.run_dir;
 	if (fl.spawn) {
@@ -75,7 +59,9 @@ int main(int argc, char **argv)
 			spawn_default_kv_up(fl.kv_up, sizeof fl.kv_up);
 		if (spawn_start(&sp, fl.kv_up, kvb_flags_up_args(&fl), 120, err,
 				sizeof err))
-			return cli_fatal(PROG, KVW_EXIT_SYS,
+			return cli_fatal(PROG, sp.up_rc == KVW_EXIT_SKIP
+						       ? KVW_EXIT_SKIP
+						       : KVW_EXIT_SYS,
 					 "unable to start the group: %s", err);
 		run_dir = sp.dir;
 	}
@@ -99,7 +85,8 @@ int main(int argc, char **argv)
 				 "unable to read the group: %s", err);
 	}
 	/* Measures and prints (modes.c); the exit code comes back. */
-	rc = kvb_run(&mo, ri, &cfg, progress, &tty);
+	rc = kvb_run(&mo, ri, &cfg, kvb_progress_cb, &prog);
+	plot_free(&prog);
 	spawn_stop(&sp);
 	runinfo_free(&ri);
 	return rc;

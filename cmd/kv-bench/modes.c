@@ -11,8 +11,10 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "bench_cost.h"
 #include "bench_limit.h"
 #include "bench_rooms.h"
+#include "plot.h"
 #include "base/kvw.h"
 #include "cli/cli.h"
 #include "cli/runinfo.h"
@@ -61,12 +63,21 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 			o->json = 1;
 			continue;
 		}
+		if (strcmp(a, "--plot") == 0 && o->mode != KVB_COPY) {
+			if (i + 1 >= n || argv[i + 1][0] == '\0')
+				return cli_fatal(PROG, KVW_EXIT_USAGE,
+						 "want a file name after: %s", a);
+			o->plot = argv[++i];
+			continue;
+		}
 		if (strcmp(a, "--latency-rooms") == 0)
 			dst = &o->lat_rooms;
 		else if (strcmp(a, "--rtt") == 0)
 			dst = &o->rtt;
 		else if (strcmp(a, "--warmup") == 0)
 			dst = &o->warmup;
+		else if (strcmp(a, "--metrics-cost") == 0)
+			dst = &o->cost;
 		if (dst) {
 			if (o->mode != KVB_ROOMS)
 				return cli_fatal(PROG, KVW_EXIT_USAGE,
@@ -81,6 +92,9 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 		spawn |= strcmp(a, "--spawn") == 0;
 		out[(*argc)++] = argv[i];
 	}
+	if (o->cost && o->json)
+		return cli_fatal(PROG, KVW_EXIT_USAGE,
+				 "--metrics-cost prints a line: not with --json");
 	if (o->mode == KVB_ROOMS && spawn) {
 		/* The tiny shape goes first so the caller's flags win. */
 		memmove(out + 1 + NTINY, out + 1, (size_t)(*argc - 1) * sizeof *out);
@@ -123,8 +137,14 @@ void kvb_usage(FILE *f)
 		"         round trips to a forked echo child, right before and "
 		"after;\n"
 		"         --warmup N untimed rooms first (default 3000)\n"
-		"  copy   shm transport vs memcpy, no group needed: kv-bench "
+		"  copy   a transport (shm, tcp, rdma) vs its limit, no group: kv-bench "
 		"copy --help\n"
+		"         --metrics-cost N: N rate passes with the tables' "
+		"measures and N\n"
+		"         without (alternating), rooms/s of each\n"
+		"  --plot FILE.png  (demo, rooms) draw the room latency "
+		"histogram and\n"
+		"         rooms/s and GiB/s over time with gnuplot\n"
 		"  --json  one JSON document instead of the table (any mode)\n"
 		"Every run prints the machine: cores, page sizes, CPU model.\n");
 }
@@ -184,21 +204,54 @@ static void print_summary(const struct bench_result *r)
 	       r->rooms / secs, (double)r->bytes / GIB / secs);
 }
 
+/* --plot: ends the recorded pass with its result r and draws it with the
+ * latencies. Returns 0, or an exit code after a fatal line. */
+static int draw(const struct kvb_opts *o, struct kvb_progress *p,
+		const struct bench_result *r, const uint64_t *lat,
+		uint32_t nlat, const char *title)
+{
+	char err[512];
+	int rc;
+
+	if (!o->plot)
+		return KVW_EXIT_OK;
+	kvb_progress_end(p, r);
+	rc = plot_draw(o->plot, p, lat, nlat, title, err, sizeof err);
+	if (rc < 0)
+		return cli_fatal(PROG, cli_exit_code(rc), "unable to draw %s: %s",
+				 o->plot, err);
+	return KVW_EXIT_OK;
+}
+
 static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 		    const struct bench_config *cfg, bench_progress_fn *progress,
 		    void *arg)
 {
+	struct kvb_progress *p = arg;
+	struct bench_config c = *cfg;
 	struct bench_result res;
 	char err[512];
 	double before = demo_memcpy(), after, lim, secs, gibs;
-	int rc = bench_run(ri, cfg, progress, arg, &res, err, sizeof err);
+	int rc, drc;
 
+	if (o->plot) {
+		c.lat_cap = cfg->rooms;
+		c.lat_ns = calloc(cfg->rooms, sizeof *c.lat_ns);
+		p->record = c.lat_ns != NULL;
+		p->record_total = cfg->rooms;
+	}
+	rc = bench_run(ri, &c, progress, arg, &res, err, sizeof err);
 	after = demo_memcpy();
 	lim = before > after ? before : after;
 	secs = res.seconds > 0 ? res.seconds : 1e-9;
 	gibs = (double)res.bytes / GIB / secs;
-	if (progress && isatty(2))
+	if (p->tty)
 		fputc('\n', stderr);
+	drc = rc < 0 ? KVW_EXIT_OK
+		     : draw(o, p, &res, c.lat_ns, res.nlat, "kv-bench demo");
+	free(c.lat_ns);
+	if (drc != KVW_EXIT_OK)
+		return drc;
 	if (o->json) {
 		printf("{\"mode\":\"demo\",");
 		kvb_machine_print(stdout, 1, kv_page_bytes(&cfg->shape));
@@ -273,6 +326,28 @@ static void rooms_json(const struct bench_rooms_result *r, uint32_t conc)
 	       r->rate.success, r->lat.rooms, r->lat.success);
 }
 
+/* --metrics-cost N: rooms/s with and without the tables' measures. */
+static int cost(const struct kvb_opts *o, const struct runinfo *ri,
+		const struct bench_config *rate)
+{
+	struct bench_cost_result c;
+	char err[512];
+	int rc = bench_cost_run(ri, rate, o->cost, &c, err, sizeof err);
+
+	if (rc < 0)
+		return cli_fatal(PROG, cli_exit_code(rc), "metrics cost: %s",
+				 err);
+	printf("metrics cost: %u passes of %u rooms each way, alternating: "
+	       "with measures %.1f rooms/s (%u/%u ok), without %.1f rooms/s "
+	       "(%u/%u ok), cost %.1f%%\n", c.passes, rate->rooms, c.per_s[0],
+	       c.ok[0], c.rooms[0], c.per_s[1], c.ok[1], c.rooms[1],
+	       c.per_s[1] > 0 ? 100.0 * (c.per_s[1] - c.per_s[0]) / c.per_s[1]
+			      : 0.0);
+	fflush(stdout);
+	return c.ok[0] == c.rooms[0] && c.ok[1] == c.rooms[1] ? KVW_EXIT_OK
+							      : 1;
+}
+
 static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
 		     const struct bench_config *cfg, bench_progress_fn *progress,
 		     void *arg)
@@ -283,16 +358,29 @@ static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
 		.rtt_count = o->rtt, .ipc_dir = "/tmp",
 		.warmup_rooms = o->warmup,
 	};
+	struct kvb_progress *p = arg;
 	struct bench_rooms_result res;
 	char err[512];
-	int rc = bench_rooms_run(ri, &rc_cfg, progress, arg, &res, err,
-				 sizeof err);
+	int rc;
 
-	if (progress && isatty(2))
+	if (o->plot) {
+		rc_cfg.lat_ns_out = calloc(o->lat_rooms, sizeof (uint64_t));
+		p->record = rc_cfg.lat_ns_out != NULL;
+		p->record_total = cfg->rooms;
+	}
+	rc = bench_rooms_run(ri, &rc_cfg, progress, arg, &res, err,
+			     sizeof err);
+	if (p->tty)
 		fputc('\n', stderr);
+	if (rc == 0)
+		rc = draw(o, p, &res.rate, rc_cfg.lat_ns_out, res.lat.nlat,
+			  "kv-bench rooms");
+	free(rc_cfg.lat_ns_out);
 	if (rc < 0) {
 		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
 	}
+	if (rc > 0)
+		return rc;
 	if (o->json) {
 		printf("{\"mode\":\"rooms\",");
 		kvb_machine_print(stdout, 1, kv_page_bytes(&cfg->shape));
@@ -306,6 +394,8 @@ static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
 		rooms_human(&res, cfg->concurrency);
 	}
 	fflush(stdout);
+	if (o->cost && (rc = cost(o, ri, &rc_cfg.base)) != KVW_EXIT_OK)
+		return rc;
 	return res.rate.success == res.rate.rooms &&
 	       res.lat.success == res.lat.rooms ? KVW_EXIT_OK : 1;
 }

@@ -26,6 +26,9 @@ struct kvb_opts {
 	uint32_t lat_rooms; /* rooms: --latency-rooms N (one at a time) */
 	uint32_t rtt;       /* rooms: --rtt N timed ping-pong round trips */
 	uint32_t warmup;    /* rooms: --warmup N untimed rooms first */
+	const char *plot;   /* demo, rooms: --plot FILE.png (plot.c) */
+	uint32_t cost;      /* rooms: --metrics-cost N passes with and N
+			     * without the tables' measures (bench_cost.c) */
 };
 
 /* Takes the mode word (argv[1]) and the mode flags out of argv, in place
@@ -42,8 +45,9 @@ void kvb_defaults(const struct kvb_opts *o, struct bench_config *cfg);
 void kvb_usage(FILE *f);
 
 /* Measures mode o->mode over the loaded group and prints the result (human
- * table, or JSON with --json; demo also keeps its summary line). Returns
- * the process exit code. */
+ * table, or JSON with --json; demo also keeps its summary line). arg is
+ * the struct kvb_progress (plot.h) progress is called with. Returns the
+ * process exit code. */
 int kvb_run(const struct kvb_opts *o, const struct runinfo *ri,
 	    const struct bench_config *cfg, bench_progress_fn *progress,
 	    void *arg);

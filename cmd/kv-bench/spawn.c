@@ -107,8 +107,17 @@ int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
 	/* From here on --stop cleans up whatever part of the group started. */
 	s->up = 1;
 	rc = run_wait(argv, timeout_s);
+	s->up_rc = rc;
 	if (rc == 0)
 		return 0;
+	/* Refused before it made anything (the reason is on stderr): the
+	 * directory is as empty as mkdtemp left it. */
+	if ((rc == 77 || rc == 100) && rmdir(s->dir) == 0) {
+		kvw_seterr(err, errlen, "%s --daemon exited %d", kv_up, rc);
+		s->up = 0;
+		s->dir[0] = '\0';
+		return -1;
+	}
 	kvw_seterr(err, errlen, "%s --daemon exited %d (logs kept in %s)",
 		   kv_up, rc, s->dir);
 	/* Stop the group, keep the directory with its logs. */

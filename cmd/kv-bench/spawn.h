@@ -13,11 +13,14 @@ struct spawn {
 	char kv_up[4096]; /* the kv-up that started it */
 	char dir[256];    /* the run directory, "" when none */
 	int up;           /* kv-up --daemon succeeded */
+	int up_rc;        /* kv-up --daemon's exit status (77: a transport
+			   * this machine lacks) */
 };
 
 /* Runs `kv_up --daemon --run-dir DIR ARGS...` (args NULL-terminated) and
- * waits up to timeout_s for it to return. Returns 0, or -1 with err (the
- * group is then stopped and the directory removed). */
+ * waits up to timeout_s for it to return. Returns 0, or -1 with err and
+ * up_rc (the group is then stopped; its directory is kept for the logs,
+ * unless kv-up refused with 77 or 100 before it made anything). */
 int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
 		double timeout_s, char *err, size_t errlen);
 

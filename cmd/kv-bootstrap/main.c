@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "cli/cli.h"
+#include "cli/notify.h"
 #include "roles/boot_serve.h"
 #include "wire/wire.h"
 
@@ -50,7 +51,7 @@ static int parse(int argc, char **argv, struct cli *cl, const char **ep)
 	};
 	int c;
 
-	cli_init(cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK,
+	cli_init(cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK | CLI_AUTH,
 		 LOG_INFO, NULL);
 	while ((c = cli_next(cl, argc, argv, longs)) != CLI_END) {
 		if (c == CLI_HELP) {
@@ -84,6 +85,7 @@ int main(int argc, char **argv)
 	if (cl.check)
 		return KVW_EXIT_OK;
 	cli_log_init(&cl, "bootstrap", -1);
+	cli_notify_init(); /* READY=1 to systemd too */
 	if (proc_signals_init())
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	rc = boot_serve_open(ep, &s, err, sizeof err);

@@ -32,7 +32,9 @@ static void usage(FILE *f)
 		"  clear EP ROOM                    engine CLEAR\n"
 		"  raw EP HEXFRAME...               one message, one part per argument\n"
 		"                                   (hex bytes; \"\" is an empty part)\n"
-		"Options: --timeout SECONDS (default 2), --log-level LVL, --help.\n"
+		"Options: --timeout SECONDS (default 2), --log-level LVL, --help,\n"
+		"  --keys DIR (the group's keys, for a tcp:// EP; default $KVW_KEYS),\n"
+		"  --insecure (a tcp:// EP without authentication).\n"
 		"Engine commands and raw wait for a connected peer, send and exit.\n"
 		"Exit: 0 done (lookup: status OK), 1 lookup answered non-OK,\n"
 		"99 no answer / no peer in time, 100 usage, 111 system error.\n");
@@ -126,7 +128,8 @@ int main(int argc, char **argv)
 	void *ctx;
 	int c, n, rc;
 
-	cli_init(&cl, PROG, CLI_LOG_LEVEL | CLI_OPERANDS, LOG_WARN, NULL);
+	cli_init(&cl, PROG, CLI_LOG_LEVEL | CLI_OPERANDS | CLI_AUTH, LOG_WARN,
+		 NULL);
 	while ((c = cli_next(&cl, argc, argv, longs)) != CLI_END) {
 		switch (c) {
 		case 't':

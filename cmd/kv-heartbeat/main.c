@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "cli/cli.h"
+#include "cli/notify.h"
 #include "roles/hbeat.h"
 
 #define PROG "kv-heartbeat"
@@ -41,7 +42,7 @@ int main(int argc, char **argv)
 	int c, rc;
 	char err[256];
 
-	cli_init(&cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK,
+	cli_init(&cl, PROG, CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_CHECK | CLI_AUTH,
 		 LOG_INFO, NULL);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		const char *v = cl.arg;
@@ -75,6 +76,7 @@ int main(int argc, char **argv)
 	if (proc_signals_init() != 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	cli_log_init(&cl, "heartbeat", -1);
+	cli_notify_init(); /* READY=1 to systemd too */
 	rc = hbeat_open(&cfg, &h, err, sizeof err);
 	if (rc)
 		return cli_fatal(PROG, cli_exit_code(rc),

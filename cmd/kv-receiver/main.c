@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "cli/cli.h"
+#include "cli/notify.h"
 #include "plan/shape.h"
 #include "roles/receiver.h"
 #include "roles/sink.h"
@@ -23,16 +24,20 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " --listen EP --engine ipc://PATH --table PATH --pool PATH\n"
-		"       [--topo tp,pp[,cp,dp]] [--rank tp,pp[,cp,dp]] [--transport shm]\n"
+		"       [--topo tp,pp[,cp,dp]] [--rank tp,pp[,cp,dp]] [--transport shm|tcp|rdma]\n"
 		"       [--waiting-timeout SECONDS] [--ready-fd N] [--log-level LEVEL]\n"
 		"       [--name NAME] [--all-cp-ranks] [--check] [shape options]\n"
 		"       [--data-addr HOST[:PORT]] [--sinks N]   (tcp transport)\n"
+		"       [--data-addr HOST[:PORT]] [--rdma-device NAME]\n"
+		"       [--rdma-gid-index N]                     (rdma transport)\n"
 		"Decode-side kvwire control process. --waiting-timeout defaults to\n"
 		"$KVW_WAITING_TIMEOUT or 300 s. --all-cp-ranks: with prefill CP > 1,\n"
 		"pull each CP rank's page share from every CP rank (default: CP\n"
 		"rank 0 only). With --transport tcp, N sink processes (default 1)\n"
 		"serve the data port on --data-addr (default 127.0.0.1, a free\n"
-		"port) and write what prefill workers send into the pool.\n"
+		"port) and write what prefill workers send into the pool. With\n"
+		"--transport rdma, --data-addr is where prefill workers get their\n"
+		"queue pairs; their RDMA WRITEs land in the pool directly.\n"
 		"--check validates every flag and the config, makes\n"
 		"nothing and prints pool_bytes=N. Shape options: %s\n"
 		"Exit: 0 stopped, 77 transport not available, 100 usage, 111 system.\n",
@@ -94,7 +99,7 @@ int main(int argc, char **argv)
 	shape_default(&cfg.shape);
 	cli_init(&cl, PROG,
 		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER |
-			 CLI_CHECK,
+			 CLI_CHECK | CLI_AUTH,
 		 LOG_INFO, &cfg.shape);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		switch (c) {
@@ -156,6 +161,7 @@ int main(int argc, char **argv)
 	if (proc_signals_init() != 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	cli_log_init(&cl, "receiver", (int)cfg.rank.tp);
+	cli_notify_init(); /* READY=1 to systemd too */
 	rc = receiver_open(&cfg, &r, err, sizeof err);
 	if (rc)
 		return cli_fatal(PROG, cli_exit_code(rc), "unable to start: %s", err);

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "cli/cli.h"
+#include "cli/notify.h"
 #include "plan/shape.h"
 #include "roles/sender.h"
 #include "roles/worker.h"
@@ -28,8 +29,9 @@ static void usage(FILE *f)
 		"         [--bootstrap EP] [--workers N] [--topo tp,pp[,cp,dp]]\n"
 		"         [--rank tp,pp[,cp,dp]] [--bootstrap-timeout SECONDS]\n"
 		"         [--worker-stall SECONDS]\n"
-		"         [--transport shm] [--ready-fd N] [--log-level L]\n"
+		"         [--transport shm|tcp|rdma] [--ready-fd N] [--log-level L]\n"
 		"         [--name NAME] [--check] [shape flags]\n"
+		"         [--rdma-device NAME] [--rdma-gid-index N]   (rdma transport)\n"
 		"       " PROG " --worker-id K --job-fd FD --table PATH --pool PATH\n"
 		"         (worker mode: started by the control, FD its socketpair end)\n"
 		"  %s\n"
@@ -98,6 +100,7 @@ static int run_control(struct cli *cl, struct sender_cfg *cfg)
 		return KVW_EXIT_OK;
 	}
 	cli_log_init(cl, "sender", (int)sender_rank_of(&cfg->topo, &cfg->coord));
+	cli_notify_init(); /* READY=1 to systemd too */
 	rc = sender_open(cfg, &s, err, sizeof err);
 	if (rc < 0)
 		return cli_fatal(PROG, cli_exit_code(rc), "unable to start: %s", err);
@@ -129,7 +132,7 @@ int main(int argc, char **argv)
 	shape_default(&cfg.shape);
 	cli_init(&cl, PROG,
 		 CLI_READY_FD | CLI_LOG_LEVEL | CLI_NAME | CLI_SHAPE | CLI_MEMBER |
-			 CLI_CHECK,
+			 CLI_CHECK | CLI_AUTH,
 		 LOG_INFO, &cfg.shape);
 	if (env && cli_seconds(env, 1e-9, 1e7, &cfg.bootstrap_timeout_ns))
 		return cli_bad(&cl, "bad KVW_BOOTSTRAP_TIMEOUT: %s", env);

@@ -4,7 +4,10 @@
  * flags) and its peers (id, endpoint, epoch, liveness, misses, last seen).
  * Tables come from a run directory's endpoints file (--run-dir, every
  * distinct table listed) or from --table. Tables are mapped read-only, so it
- * is safe to run while the owners run. Exit: 0, 1 when --room was given and
+ * is safe to run while the owners run. --prom prints the measures in the
+ * Prometheus text format (prom.c), --serve answers GET /metrics over HTTP
+ * (serve.c), --watch refreshes a top-like view (watch.c).
+ * Exit: 0, 1 when --room was given and
  * no table holds that room, 100 usage, 111 a table or the endpoints file
  * could not be read (the others are still shown).
  */
@@ -12,19 +15,23 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "prom.h"
 #include "render.h"
+#include "serve.h"
+#include "tables.h"
+#include "watch.h"
 #include "base/kvw.h"
 #include "cli/cli.h"
 #include "cli/runinfo.h"
 #include "table/rtab.h"
 
-#define MAX_TABLES RUNINFO_MAX_MEMBERS
 #define PROG "kv-stat"
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kv-stat (--run-dir DIR | --table PATH...) [--json] "
+		"usage: kv-stat (--run-dir DIR | --table PATH...) [--json | --prom |\n"
+		"               --serve ADDR | --watch SECS [--count N]] "
 		"[--room ID] [--all]\n"
 		"Shows the rooms, peers and counters of kvwire room tables "
 		"(read-only).\n"
@@ -35,6 +42,14 @@ static void usage(FILE *f)
 		"                 \"counters\":{...},\"rooms\":[...],"
 		"\"peers\":[...]}]};\n"
 		"                 room ids are decimal strings (64-bit safe)\n"
+		"  --prom         the measures in the Prometheus text format\n"
+		"  --serve ADDR   answer GET /metrics over HTTP on ADDR "
+		"(PORT, :PORT or\n"
+		"                 IPV4:PORT; loopback unless a host is given) "
+		"until SIGTERM\n"
+		"  --watch SECS   refresh a top-like view every SECS seconds "
+		"until ^C\n"
+		"  --count N      with --watch: stop after N refreshes\n"
 		"  --room ID      only that room (decimal or 0x hex), "
 		"Cleared included;\n"
 		"                 exit 1 when no table has it\n"
@@ -52,26 +67,47 @@ static int usage_error(void)
 	return KVW_EXIT_USAGE;
 }
 
-static const char *base_name(const char *p)
-{
-	const char *s = strrchr(p, '/');
+enum mode { M_TEXT, M_JSON, M_PROM, M_SERVE, M_WATCH };
 
-	return s ? s + 1 : p;
+/* One look at the tables: text, JSON or Prometheus. */
+static int show_once(struct tables *ts, enum mode mode,
+		     const struct render_opts *ro)
+{
+	unsigned shown = 0;
+	int rc = KVW_EXIT_OK, r = tables_load(ts);
+
+	if (r < 0)
+		return cli_fatal(PROG, cli_exit_code(r),
+				 "unable to read endpoints: %s", ts->err);
+	for (unsigned i = 0; i < ts->n; i++) {
+		if (ts->tb[i].t)
+			continue;
+		fprintf(stderr, "kv-stat: unable to open table %s: %s\n",
+			ts->tb[i].path, ts->tb[i].error);
+		rc = KVW_EXIT_SYS;
+	}
+	if (mode == M_PROM)
+		prom_write(stdout, ts->tb, ts->n);
+	else
+		shown = mode == M_JSON ? render_json(stdout, ts->tb, ts->n, ro)
+				       : render_text(stdout, ts->tb, ts->n, ro);
+	if (fflush(stdout) != 0)
+		rc = cli_fatal(PROG, KVW_EXIT_SYS, "unable to write output: %s",
+			       strerror(errno));
+	if (rc == KVW_EXIT_OK && ro->have_room && shown == 0)
+		rc = 1;
+	tables_unload(ts);
+	return rc;
 }
 
-/* Adds a table unless its path is already listed. */
-static void add_table(struct render_table *tb, unsigned *n, const char *name,
-		      const char *path)
+static int set_mode(const struct cli *cl, enum mode *mode, enum mode m)
 {
-	for (unsigned i = 0; i < *n; i++)
-		if (strcmp(tb[i].path, path) == 0)
-			return;
-	if (*n == MAX_TABLES)
-		return;
-	memset(&tb[*n], 0, sizeof tb[*n]);
-	tb[*n].name = name;
-	tb[*n].path = path;
-	(*n)++;
+	if (*mode != M_TEXT && *mode != m) {
+		cli_bad(cl, "give one of --json, --prom, --serve, --watch");
+		return -1;
+	}
+	*mode = m;
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -80,30 +116,60 @@ int main(int argc, char **argv)
 		{ "run-dir", required_argument, NULL, 'd' },
 		{ "table", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "prom", no_argument, NULL, 'p' },
+		{ "serve", required_argument, NULL, 's' },
+		{ "watch", required_argument, NULL, 'w' },
+		{ "count", required_argument, NULL, 'n' },
 		{ "room", required_argument, NULL, 'r' },
 		{ "all", no_argument, NULL, 'a' },
 		{ NULL, 0, NULL, 0 },
 	};
-	static struct render_table tb[MAX_TABLES];
+	static struct tables ts;
 	struct render_opts ro = { 0 };
-	struct runinfo *ri = NULL;
-	const char *run_dir = NULL;
+	enum mode mode = M_TEXT;
+	const char *serve_addr = NULL;
+	uint64_t period_ns = 0;
+	uint32_t count = 0;
 	struct cli cl;
-	char err[512];
-	unsigned n = 0, shown;
-	int json = 0, c, rc = KVW_EXIT_OK;
+	char err[512], host[64];
+	unsigned port = 0;
+	int c, rc;
 
 	cli_init(&cl, PROG, 0, 0, NULL);
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		switch (c) {
 		case 'd':
-			run_dir = cl.arg;
+			ts.run_dir = cl.arg;
 			break;
 		case 't':
-			add_table(tb, &n, base_name(cl.arg), cl.arg);
+			tables_add_path(&ts, cl.arg);
 			break;
 		case 'j':
-			json = 1;
+			if (set_mode(&cl, &mode, M_JSON) < 0)
+				return usage_error();
+			break;
+		case 'p':
+			if (set_mode(&cl, &mode, M_PROM) < 0)
+				return usage_error();
+			break;
+		case 's':
+			if (set_mode(&cl, &mode, M_SERVE) < 0)
+				return usage_error();
+			serve_addr = cl.arg;
+			break;
+		case 'w':
+			if (set_mode(&cl, &mode, M_WATCH) < 0)
+				return usage_error();
+			if (cli_seconds(cl.arg, 0.05, 3600, &period_ns)) {
+				cli_bad(&cl, "bad --watch seconds: %s", cl.arg);
+				return usage_error();
+			}
+			break;
+		case 'n':
+			if (cli_u32(cl.arg, 1, UINT32_MAX, &count)) {
+				cli_bad(&cl, "bad --count: %s", cl.arg);
+				return usage_error();
+			}
 			break;
 		case 'a':
 			ro.all = 1;
@@ -122,40 +188,29 @@ int main(int argc, char **argv)
 			return usage_error();
 		}
 	}
-	if (!run_dir && n == 0) {
+	if (!ts.run_dir && ts.npaths == 0) {
 		cli_bad(&cl, "give --run-dir DIR or --table PATH");
 		return usage_error();
 	}
-	if (run_dir) {
-		int r = runinfo_load(run_dir, &ri, err, sizeof err);
-
-		if (r < 0)
-			return cli_fatal(PROG, cli_exit_code(r),
-					 "unable to read endpoints: %s", err);
-		for (uint32_t i = 0; i < runinfo_count(ri); i++) {
-			const struct runinfo_member *m = runinfo_member(ri, i);
-
-			if (m->table[0])
-				add_table(tb, &n, m->name, m->table);
-		}
+	if (count && mode != M_WATCH) {
+		cli_bad(&cl, "--count goes with --watch");
+		return usage_error();
 	}
-	for (unsigned i = 0; i < n; i++) {
-		if (rtab_open(tb[i].path, 0, &tb[i].t, tb[i].error,
-			      sizeof tb[i].error) < 0) {
-			fprintf(stderr, "kv-stat: unable to open table %s: "
-				"%s\n", tb[i].path, tb[i].error);
-			rc = KVW_EXIT_SYS;
+	if (mode == M_SERVE) {
+		if (serve_parse_addr(serve_addr, host, sizeof host, &port, err,
+				     sizeof err) < 0) {
+			cli_bad(&cl, "--serve: %s", err);
+			return usage_error();
 		}
+		rc = serve_run(&ts, host, port, err, sizeof err);
+		return rc < 0 ? cli_fatal(PROG, cli_exit_code(rc), "%s", err)
+			      : KVW_EXIT_OK;
 	}
-	shown = json ? render_json(stdout, tb, n, &ro)
-		     : render_text(stdout, tb, n, &ro);
-	if (fflush(stdout) != 0)
-		rc = cli_fatal(PROG, KVW_EXIT_SYS, "unable to write output: %s",
-			       strerror(errno));
-	if (rc == KVW_EXIT_OK && ro.have_room && shown == 0)
-		rc = 1;
-	for (unsigned i = 0; i < n; i++)
-		rtab_close(&tb[i].t);
-	runinfo_free(&ri);
-	return rc;
+	if (mode == M_WATCH) {
+		rc = watch_run(&ts, period_ns, count, stdout);
+		return rc < 0 ? cli_fatal(PROG, cli_exit_code(rc),
+					  "unable to read endpoints: %s", ts.err)
+			      : KVW_EXIT_OK;
+	}
+	return show_once(&ts, mode, &ro);
 }

@@ -17,6 +17,10 @@ static const char *const counter_names[] = {
 	[RTAB_C_INSERTED] = "inserted",
 	[RTAB_C_FAILED] = "failed",
 	[RTAB_C_STALE] = "stale",
+	[RTAB_C_REFUSED] = "refused",
+	[RTAB_C_WORKER_RESTART] = "worker_restarts",
+	[RTAB_C_OWNER_RESTART] = "owner_restarts",
+	[RTAB_C_BYTES] = "bytes",
 };
 #define NCOUNTER_NAMES (sizeof counter_names / sizeof counter_names[0])
 

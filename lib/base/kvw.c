@@ -43,7 +43,7 @@ const char *kvw_strerror(int err)
 	static const char *const names[] = {
 		"OK", "EINVAL", "ENOMEM", "ESYS", "ENOENT", "EEXIST", "ESTALE",
 		"ESTATE", "EVERSION", "ETIMEDOUT", "EAGAIN", "ENODEV", "ERANGE",
-		"EPEER",
+		"EPEER", "ECORRUPT",
 	};
 	unsigned i = err <= 0 ? (unsigned)-err : 0xffffu;
 
@@ -67,6 +67,7 @@ const char *kvw_reason_str(unsigned reason)
 		"transfer error", "page index out of range", "layout mismatch",
 		"worker died", "owner restarted", "bootstrap lookup failed",
 		"cleared while active", "page lists differ",
+		"integrity",
 	};
 
 	return reason < KVW_NREASONS ? names[reason] : "?";

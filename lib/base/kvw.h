@@ -36,6 +36,7 @@ enum kvw_err {
 	KVW_ENODEV = -11,  /* hardware or runtime for a transport is missing */
 	KVW_ERANGE = -12,  /* index or length outside the registered region */
 	KVW_EPEER = -13,   /* a peer or the whole group went away */
+	KVW_ECORRUPT = -14, /* bytes arrived but do not match their checksum */
 };
 
 /* Returns a static string naming a KVW_E* code ("EINVAL", ...). */
@@ -91,7 +92,8 @@ enum kvw_reason {
 	KVW_R_CLEARED = 11,     /* engine cleared a room that was still active */
 	KVW_R_PAGES = 12,       /* page lists disagree: a destination page given
 				 * twice, or decode and prefill page counts */
-	KVW_NREASONS = 13,
+	KVW_R_INTEGRITY = 13,   /* bytes landed but failed their checksum */
+	KVW_NREASONS = 14,
 };
 
 /* Returns a short static text for a reason ("aborted", "timeout", ...). */

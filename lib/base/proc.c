@@ -62,11 +62,20 @@ int proc_take_sigchld(void)
 	return was;
 }
 
+static void (*ready_hook)(void);
+
+void proc_set_ready_hook(void (*hook)(void))
+{
+	ready_hook = hook;
+}
+
 int proc_ready(int fd)
 {
 	static const char line[] = "READY\n";
 	ssize_t n;
 
+	if (ready_hook)
+		ready_hook();
 	if (fd < 0)
 		return 0;
 	do

@@ -21,8 +21,14 @@ int proc_stopping(void);
 int proc_take_sigchld(void);
 
 /* Writes "READY\n" to fd (the --ready-fd of s6 and kv-up) and closes it.
- * fd < 0 does nothing. Returns 0 or KVW_ESYS. */
+ * fd < 0 writes nothing. Either way the ready hook, if one is set, runs
+ * first (a program's other readiness channel: sd_notify under systemd).
+ * Returns 0 or KVW_ESYS. */
 int proc_ready(int fd);
+
+/* Sets the hook proc_ready runs (NULL: none). Programs set it; the
+ * library never does. */
+void proc_set_ready_hook(void (*hook)(void));
 
 /* A random non-zero 64-bit incarnation id (getrandom). */
 uint64_t proc_epoch(void);

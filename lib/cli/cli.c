@@ -13,13 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/keys.h"
 #include "base/kvw.h"
 #include "base/log.h"
 #include "plan/shape.h"
+#include "wire/wire_auth.h"
 
 /* The common options' vals, above every value cli_next returns. */
 enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE, O_LISTEN, O_ENGINE,
-       O_TABLE, O_POOL, O_TRANSPORT, O_TOPO, O_RANK, O_CHECK };
+       O_TABLE, O_POOL, O_TRANSPORT, O_TOPO, O_RANK, O_CHECK, O_RDMA_DEV,
+       O_RDMA_GID, O_KEYS, O_INSECURE };
 
 void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
 	      struct shape *shape)
@@ -45,6 +48,8 @@ static int build(struct cli *c, const struct option *own)
 		{ "log-level", required_argument, NULL, O_LOG },
 		{ "name", required_argument, NULL, O_NAME },
 		{ "check", no_argument, NULL, O_CHECK },
+		{ "keys", required_argument, NULL, O_KEYS },
+		{ "insecure", no_argument, NULL, O_INSECURE },
 	};
 	static const struct option member[] = {
 		{ "listen", required_argument, NULL, O_LISTEN },
@@ -55,8 +60,12 @@ static int build(struct cli *c, const struct option *own)
 		{ "topo", required_argument, NULL, O_TOPO },
 		{ "rank", required_argument, NULL, O_RANK },
 	};
+	static const struct option rdma[] = {
+		{ "rdma-device", required_argument, NULL, O_RDMA_DEV },
+		{ "rdma-gid-index", required_argument, NULL, O_RDMA_GID },
+	};
 	const unsigned want[] = { 0, CLI_READY_FD, CLI_LOG_LEVEL, CLI_NAME,
-				  CLI_CHECK };
+				  CLI_CHECK, CLI_AUTH, CLI_AUTH };
 	const char *sname;
 	int has, n = 0;
 
@@ -77,6 +86,12 @@ static int build(struct cli *c, const struct option *own)
 		if (n == CLI_MAX_OPTS - 1)
 			return -1;
 		c->table[n++] = member[i];
+	}
+	for (size_t i = 0; (c->flags & (CLI_MEMBER | CLI_RDMA)) &&
+			   i < sizeof rdma / sizeof rdma[0]; i++) {
+		if (n == CLI_MAX_OPTS - 1)
+			return -1;
+		c->table[n++] = rdma[i];
 	}
 	for (unsigned i = 0; (c->flags & CLI_SHAPE) &&
 			     (sname = shape_option_name(i, &has)); i++) {
@@ -133,6 +148,12 @@ static int common(struct cli *c, int v)
 	case O_CHECK:
 		c->check = 1;
 		return 0;
+	case O_KEYS:
+		c->keys = c->arg;
+		return 0;
+	case O_INSECURE:
+		c->insecure = 1;
+		return 0;
 	case O_LISTEN: c->member.listen = c->arg; return 0;
 	case O_ENGINE: c->member.engine = c->arg; return 0;
 	case O_TABLE: c->member.table = c->arg; return 0;
@@ -141,6 +162,21 @@ static int common(struct cli *c, int v)
 	case O_TOPO:
 	case O_RANK:
 		return member_quad(c, v);
+	/* The rdma transport reads its choice from the environment, so
+	 * kv-sender's workers (exec'd later) inherit it. */
+	case O_RDMA_DEV:
+		if (!*c->arg || strlen(c->arg) > 63)
+			return cli_fatal(c->prog, CLI_BAD,
+					 "bad --rdma-device: %s", c->arg);
+		setenv("KVW_RDMA_DEVICE", c->arg, 1);
+		return 0;
+	case O_RDMA_GID:
+		if (cli_u32(c->arg, 0, 65535, &fd))
+			return cli_fatal(c->prog, CLI_BAD,
+					 "bad --rdma-gid-index: %s", c->arg);
+		snprintf(err, sizeof err, "%u", fd);
+		setenv("KVW_RDMA_GID_INDEX", err, 1);
+		return 0;
 	default: { /* O_SHAPE */
 		struct shape scratch;
 
@@ -152,6 +188,42 @@ static int common(struct cli *c, int v)
 		return c->shape ? 0 : CLI_SHAPE_OPT;
 	}
 	}
+}
+
+/* CLI_AUTH: the tcp:// policy, before any socket exists. CLI_END, or
+ * CLI_BAD with the fatal line written. */
+static int auth(struct cli *c)
+{
+	struct keys k;
+	char err[512];
+
+	const char *env_keys = getenv("KVW_KEYS");
+	const char *env_insecure = getenv("KVW_INSECURE");
+
+	if (!(c->flags & CLI_AUTH))
+		return CLI_END;
+	/* Defaults from the environment; what is chosen goes back into it,
+	 * so the processes this one execs (kv-sender's workers) follow. */
+	if (!c->keys && !c->insecure) {
+		c->keys = env_keys && *env_keys ? env_keys : NULL;
+		c->insecure = !c->keys && env_insecure && !strcmp(env_insecure, "1");
+	}
+	if (c->keys)
+		setenv("KVW_KEYS", c->keys, 1);
+	else if (c->insecure)
+		setenv("KVW_INSECURE", "1", 1);
+	if (c->keys && c->insecure)
+		return cli_fatal(c->prog, CLI_BAD, "--keys and --insecure "
+				 "exclude each other");
+	if (c->insecure)
+		wire_auth_insecure();
+	if (!c->keys)
+		return CLI_END;
+	if (keys_load(c->keys, &k, err, sizeof err) != 0)
+		return cli_fatal(c->prog, CLI_BAD, "--keys: %s", err);
+	wire_auth_use(&k);
+	keys_wipe(&k);
+	return CLI_END;
 }
 
 int cli_next(struct cli *c, int argc, char **argv, const struct option *own)
@@ -181,7 +253,7 @@ int cli_next(struct cli *c, int argc, char **argv, const struct option *own)
 	if (!(c->flags & CLI_OPERANDS) && optind < argc)
 		return cli_fatal(c->prog, CLI_BAD, "unexpected argument: %s",
 				 argv[optind]);
-	return CLI_END;
+	return auth(c);
 }
 
 int cli_member_check(const struct cli *c)

@@ -38,6 +38,14 @@ enum cli_flag {
 	CLI_OPERANDS = 1u << 4,  /* operands allowed (argv[optind..]) */
 	CLI_MEMBER = 1u << 5,    /* a control process's flags, into member */
 	CLI_CHECK = 1u << 6,     /* --check into check (see cli.h's top) */
+	/* --rdma-device NAME and --rdma-gid-index N (with CLI_MEMBER too):
+	 * exported as KVW_RDMA_DEVICE and KVW_RDMA_GID_INDEX, which the rdma
+	 * transport reads (lib/xport/rdma_qp.h), for this process and every
+	 * process it starts (kv-sender's workers). */
+	CLI_RDMA = 1u << 7,
+	CLI_AUTH = 1u << 8,      /* --keys DIR / --insecure: the process's
+				  * tcp:// policy (wire/wire_auth.h), applied
+				  * by cli_next at CLI_END */
 };
 
 /* The flags both control processes (kv-sender, kv-receiver) take, parsed
@@ -72,6 +80,8 @@ struct cli {
 	struct shape *shape;       /* CLI_SHAPE: flags applied here, or NULL */
 	struct cli_member member;  /* CLI_MEMBER: flags applied here */
 	int check;                 /* --check: validate, make nothing, exit */
+	const char *keys;          /* --keys DIR (CLI_AUTH) */
+	int insecure;              /* --insecure (CLI_AUTH) */
 	const char *opt;           /* long name of the option just returned */
 	const char *arg;           /* its value, NULL when it takes none */
 	struct option table[CLI_MAX_OPTS]; /* own + common, built by cli_next */

@@ -51,8 +51,12 @@ int boot_serve_open(const char *listen, struct boot_serve **out, char *err,
 		goto fail;
 	}
 	s->sock = wire_socket(s->ctx, ZMQ_ROUTER, 0, err, errlen);
-	if (!s->sock || wire_bind(s->sock, listen, 0, err, errlen))
+	if (!s->sock)
 		goto fail;
+	/* KVW_EINVAL: tcp:// without the group's keys or --insecure. */
+	if ((rc = wire_bind(s->sock, listen, 0, err, errlen)) != 0)
+		goto fail;
+	rc = KVW_ESYS;
 	if (strncmp(listen, "ipc://", 6) == 0 &&
 	    !(s->ipc_path = strdup(listen + 6))) {
 		rc = kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");

@@ -39,13 +39,8 @@ static void *dealer(void *ctx, const char *endpoint, int linger_ms,
 			   zmq_strerror(errno));
 		goto fail;
 	}
-	if (zmq_connect(s, endpoint) != 0) {
-		*rc = errno == EINVAL || errno == EPROTONOSUPPORT ||
-		      errno == ENOCOMPATPROTO ? KVW_EINVAL : KVW_ESYS;
-		kvw_seterr(err, errlen, "connect %s: %s", endpoint,
-			   zmq_strerror(errno));
+	if ((*rc = wire_connect(s, endpoint, err, errlen)) != 0)
 		goto fail;
-	}
 	return s;
 fail:
 	wire_close(&s);

@@ -94,6 +94,12 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 				      e2, sizeof e2);
 		r->nsinks = cfg->sinks ? cfg->sinks : 1;
 	}
+	/* rdma: a thread of the transport hands each prefill worker a queue
+	 * pair (the descriptor names it); the writes need nobody here. */
+	if (rc == 0 && strcmp(ops->name, "rdma") == 0)
+		rc = xport_rdma_listen(r->xp, cfg->data_addr ? cfg->data_addr
+							     : "127.0.0.1:0",
+				       e2, sizeof e2);
 	if (rc == 0)
 		rc = xport_register(r->xp, r->pool, &id, r->desc, sizeof r->desc,
 				    &r->desclen, e2, sizeof e2);
@@ -102,6 +108,8 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 				r->transport, e2);
 	if (xport_tcp_address(r->xp, e2, sizeof e2) == 0)
 		LOG(LOG_INFO, "data port %s (tcp)", e2);
+	if (xport_rdma_address(r->xp, e2, sizeof e2) == 0)
+		LOG(LOG_INFO, "queue pair exchange %s (rdma)", e2);
 	LOG(LOG_INFO, "pool %s: %llu bytes, %u buffers", path,
 	    (unsigned long long)pool_bytes, r->nbufs);
 	return 0;
@@ -267,6 +275,18 @@ void receiver_close(struct receiver **rp)
 	if (r->ctx)
 		zmq_ctx_term(r->ctx);
 	receiver_rooms_free(&r->rooms);
+	if (r->xp) {
+		struct xport_rdma_stats rs;
+
+		if (xport_rdma_stats(r->xp, &rs) == 0)
+			LOG(LOG_INFO, "rdma: stopping: %llu queue pairs, %llu "
+			    "batches landed; %llu exchanges refused, %llu "
+			    "queue pairs failed",
+			    (unsigned long long)rs.conns,
+			    (unsigned long long)rs.batches,
+			    (unsigned long long)rs.refused,
+			    (unsigned long long)rs.errors);
+	}
 	xport_close(&r->xp);
 	pool_close(&r->pool);
 	rtab_close(&r->tab);
@@ -441,6 +461,7 @@ static void status_msg(struct receiver *r, const struct frame_msg *m)
 	st = room ? rtab_state(r->tab, room->ref) : KVW_ENOENT;
 	if (st < 0 ||
 	    !rtab_accepts(RTAB_ROLE_DECODE, (unsigned)st, RTAB_MSG_STATUS)) {
+		rtab_counter_add(r->tab, RTAB_C_REFUSED, 1);
 		LOG_ROOM(LOG_DEBUG, m->hdr.room, "STATUS for a %s room: ignored",
 			 st < 0 ? "unknown" : kvw_state_str((unsigned)st));
 		return;
@@ -595,9 +616,9 @@ static void ack_timers(struct receiver *r, uint64_t now)
 			continue;
 		if (q->ack_deadline_ns <= now) {
 			q->ack_deadline_ns = 0;
-			(void)rtab_flags_or(r->tab, q->ref, RTAB_F_RELEASABLE);
 			LOG_ROOM(LOG_WARN, q->id, "releasing with %u of %u abort "
 				 "acks", q->acked.n, q->ack_needed);
+			receiver_room_release(r, q, "release deadline");
 		} else if (next == 0 || q->ack_deadline_ns < next) {
 			next = q->ack_deadline_ns;
 		}
@@ -622,6 +643,11 @@ static long timers(struct receiver *r)
 		r->next_sync_ns = now + RX_SYNC_NS;
 	}
 	next = receiver_boot_tick(r, now);
+	/* An armed room waits for a sink's batch to end: a batch is at most
+	 * a few MiB, so poll it closely. */
+	if (r->fence_waiting && receiver_fence_tick(r) &&
+	    (next == 0 || now + RX_FENCE_POLL_NS < next))
+		next = now + RX_FENCE_POLL_NS;
 	if (r->next_deadline && (next == 0 || r->next_deadline < next))
 		next = r->next_deadline;
 	if (r->next_ack_deadline && (next == 0 || r->next_ack_deadline < next))

@@ -33,7 +33,8 @@ struct receiver_cfg {
 			   * from every CP rank (default: CP rank 0 only) */
 	/* tcp transport: the data port's HOST[:PORT] (NULL: 127.0.0.1 and a
 	 * free port), the sink processes serving it (0: 1) and the program
-	 * exec'd in sink mode (NULL: /proc/self/exe). */
+	 * exec'd in sink mode (NULL: /proc/self/exe). rdma transport: where
+	 * the queue pair exchange listens (same default). */
 	const char *data_addr;
 	uint32_t sinks;
 	const char *exe;

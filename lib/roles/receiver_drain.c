@@ -25,8 +25,9 @@
 static void released(struct receiver *r, struct rx_room *room, const char *how)
 {
 	room->ack_deadline_ns = 0;
-	(void)rtab_flags_or(r->tab, room->ref, RTAB_F_RELEASABLE);
-	LOG_ROOM(LOG_INFO, room->id, "releasable: %s", how);
+	LOG_ROOM(LOG_INFO, room->id, "acked: %s", how);
+	/* With sinks (tcp) still only once none writes the room. */
+	receiver_room_release(r, room, how);
 }
 
 void receiver_drain_failed(struct receiver *r, struct rx_room *room,

@@ -30,9 +30,11 @@ void receiver_rset_free(struct receiver_rset *s);
 
 struct rx_peer;
 struct rx_boot;
+struct rtab_fence;
 
 #define RX_RETIRED 4u /* earlier epochs remembered per prefill peer */
 #define RX_SYNC_NS 100000000ull /* peer table check (heartbeat's view) */
+#define RX_FENCE_POLL_NS 1000000ull /* recheck of rooms a sink still writes */
 
 /* One prefill rank a room talks to. */
 struct rx_target {
@@ -74,6 +76,7 @@ struct rx_room {
 	uint64_t abort_token; /* this arming's token (ABORT carries it; an
 			       * ABORT_ACK counts only with it); 0: unarmed */
 	uint64_t ack_deadline_ns;
+	int fence_wait;       /* tcp: armed, a sink still writes it */
 };
 
 /* Results of the counting rules. */
@@ -185,6 +188,8 @@ struct receiver {
 	struct wpoll *wp; /* the loop's sockets (receiver_run), else NULL */
 	struct rx_sink sink[RX_MAX_SINKS];
 	uint32_t nsinks;  /* 0 unless the transport needs sinks (tcp) */
+	struct rtab_fence *fence; /* which room each sink writes (tcp) */
+	uint32_t fence_waiting;   /* rooms with fence_wait set */
 	char *exe;        /* program exec'd in sink mode */
 	char **sink_env;  /* its environment: ours + the secret; owned */
 	char listen[FRAME_STR_SIZE];
@@ -260,6 +265,15 @@ void receiver_room_send(struct receiver *r, struct rx_room *room);
  * armed one is not aborted twice. */
 void receiver_room_abort(struct receiver *r, struct rx_room *room,
 			 unsigned reason);
+/* The one place a room becomes releasable. With sinks (tcp) the decode
+ * writes its own bytes, so an armed room is released as soon as no sink
+ * writes it (rtab_fence.h), whatever the prefill says or fails to say;
+ * until then it waits (receiver_fence_tick). Without sinks the caller has
+ * its reason (every ack, none needed, the release deadline). */
+void receiver_room_release(struct receiver *r, struct rx_room *room,
+			   const char *why);
+/* Rechecks the rooms waiting for a sink (tcp); 1 while any still waits. */
+int receiver_fence_tick(struct receiver *r);
 void receiver_room_fail(struct receiver *r, struct rx_room *room,
 			unsigned reason, const char *why);
 uint32_t receiver_rand(struct receiver *r);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "table/rtab_fence.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
 
@@ -477,7 +478,7 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 	/* Armed before any ABORT leaves, so an ack can never beat it. */
 	(void)rtab_flags_or(r->tab, room->ref, RTAB_F_ARMED);
 	if (!room->sent || room->ack_needed == 0) {
-		(void)rtab_flags_or(r->tab, room->ref, RTAB_F_RELEASABLE);
+		receiver_room_release(r, room, "no target got XFER_INFO");
 		return;
 	}
 	for (uint32_t i = 0; i < room->ntargets; i++) {
@@ -486,10 +487,45 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 		m.u.abort.token = room->abort_token;
 		(void)peer_send(r, room->targets[i].peer, &m);
 	}
+	LOG_ROOM(LOG_INFO, room->id, "ABORT (%s) sent to %u targets",
+		 kvw_reason_str(reason), room->ntargets);
+	/* With sinks the prefill's acks still stop its workers, but the
+	 * release waits only for our own writers. */
+	if (r->fence) {
+		receiver_room_release(r, room, "armed, no sink writes it");
+		return;
+	}
 	room->ack_deadline_ns = rtab_now_ns() + r->timeout_ns;
 	if (r->next_ack_deadline == 0 ||
 	    room->ack_deadline_ns < r->next_ack_deadline)
 		r->next_ack_deadline = room->ack_deadline_ns;
-	LOG_ROOM(LOG_INFO, room->id, "ABORT (%s) sent to %u targets",
-		 kvw_reason_str(reason), room->ntargets);
+}
+
+void receiver_room_release(struct receiver *r, struct rx_room *room,
+			   const char *why)
+{
+	if (r->fence && rtab_fence_busy(r->fence, room->ref)) {
+		if (!room->fence_wait)
+			LOG_ROOM(LOG_DEBUG, room->id, "a sink is writing it: "
+				 "releasable once it stops");
+		room->fence_wait = 1;
+		r->fence_waiting++;
+		return;
+	}
+	room->fence_wait = 0;
+	if (rtab_flags_or(r->tab, room->ref, RTAB_F_RELEASABLE) >= 0)
+		LOG_ROOM(LOG_DEBUG, room->id, "releasable: %s", why);
+}
+
+int receiver_fence_tick(struct receiver *r)
+{
+	struct idmap_iter it = { 0 };
+	struct rx_room *q;
+
+	/* A recount: rooms cleared meanwhile simply drop out. */
+	r->fence_waiting = 0;
+	while ((q = receiver_rooms_next(&r->rooms, &it)))
+		if (q->fence_wait)
+			receiver_room_release(r, q, "the last sink write ended");
+	return r->fence_waiting > 0;
 }

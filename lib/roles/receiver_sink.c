@@ -5,7 +5,9 @@
  * environment (not on its command line, which every local user can read).
  * A sink that dies is restarted, at most once a second; they all get
  * SIGKILL with the receiver (proc_spawn), so no sink of a dead receiver
- * keeps writing into the pool.
+ * keeps writing into the pool. The fence they share with the receiver
+ * (table/rtab_fence.h) is made fresh before the first sink starts; a dead
+ * sink's row is cleared only once it is reaped.
  */
 #include "receiver_impl.h"
 
@@ -19,6 +21,8 @@
 
 #include "base/log.h"
 #include "base/proc.h"
+#include "sink.h"
+#include "table/rtab_fence.h"
 #include "xport/xport.h"
 
 #define SINK_HOLDOFF_NS 1000000000ull
@@ -81,6 +85,7 @@ static int spawn(struct receiver *r, uint32_t k, int fd)
 int receiver_sinks_start(struct receiver *r, char *err, size_t errlen)
 {
 	uint8_t secret[16];
+	char path[4096];
 	int fd, rc;
 
 	rc = xport_tcp_sink_info(r->xp, &fd, secret);
@@ -88,6 +93,12 @@ int receiver_sinks_start(struct receiver *r, char *err, size_t errlen)
 		return kvw_errf(err, errlen, rc, "tcp: no data port to serve");
 	if (sink_env(r, secret) != 0)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	rc = sink_fence_path(r->table_path, path, sizeof path);
+	if (rc == 0)
+		rc = rtab_fence_create(path, r->nsinks, SINK_MAX_CONNS, &r->fence,
+				       err, errlen);
+	if (rc)
+		return rc;
 	for (uint32_t k = 0; k < r->nsinks; k++)
 		if (spawn(r, k, fd) != 0)
 			return kvw_errf(err, errlen, KVW_ESYS, "sink %u: %s", k,
@@ -110,6 +121,8 @@ void receiver_sinks_tick(struct receiver *r)
 			    WIFSIGNALED(st) ? "killed by signal" : "exited",
 			    WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 			s->pid = 0;
+			/* Reaped: it writes nothing any more. */
+			rtab_fence_reset(r->fence, k);
 		}
 		if (s->pid == 0 && now >= s->restart_ns &&
 		    xport_tcp_sink_info(r->xp, &fd, secret) == 0 &&
@@ -138,6 +151,13 @@ void receiver_sinks_stop(struct receiver *r)
 			waitpid(s->pid, NULL, 0);
 		}
 		s->pid = 0;
+	}
+	if (r->fence) {
+		char path[4096];
+
+		rtab_fence_close(&r->fence);
+		if (sink_fence_path(r->table_path, path, sizeof path) == 0)
+			unlink(path);
 	}
 	if (r->sink_env) {
 		size_t n = 0;

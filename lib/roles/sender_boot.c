@@ -115,10 +115,13 @@ int sender_boot_open(struct sender *s, char *err, size_t errlen)
 	s->boot_sock = wire_socket(s->ctx, ZMQ_DEALER, 0, err, errlen);
 	if (!s->boot_sock)
 		return KVW_ESYS;
-	if (zmq_setsockopt(s->boot_sock, ZMQ_IMMEDIATE, &one, sizeof one) ||
-	    zmq_connect(s->boot_sock, s->bootstrap)) {
+	if (zmq_setsockopt(s->boot_sock, ZMQ_IMMEDIATE, &one, sizeof one)) {
 		kvw_seterr(err, errlen, "bootstrap %s: %s", s->bootstrap,
 			   zmq_strerror(zmq_errno()));
+		wire_close(&s->boot_sock);
+		return KVW_ESYS;
+	}
+	if (wire_connect(s->boot_sock, s->bootstrap, err, errlen) != 0) {
 		wire_close(&s->boot_sock);
 		return KVW_ESYS;
 	}

@@ -320,6 +320,7 @@ uint64_t sender_workers_tick(struct sender *s, uint64_t now)
 				LOG_RL(LOG_ERROR, "%s", why);
 				w->restart_at_ns = now + RESTART_HOLDOFF_NS;
 			} else {
+				rtab_counter_add(s->t, RTAB_C_WORKER_RESTART, 1);
 				continue;
 			}
 		}

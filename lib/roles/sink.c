@@ -4,29 +4,47 @@
  */
 #include "sink.h"
 
+#include <stdio.h>
+
 #include "malformed.h"
 #include "base/kvw.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "table/rtab.h"
+#include "table/rtab_fence.h"
 #include "xport/pool.h"
 #include "xport/tcp_sink.h"
 
 struct sink_ctx {
 	struct rtab *t;
+	struct rtab_fence *f;
+	uint32_t id;
 };
 
-/* Live: in the table, not terminal, and not armed for an abort (after
- * ABORT the decode waits for quiescence; no byte of the room may land). */
-static int room_live(void *arg, uint64_t room)
+/* May write: in the table, not terminal, and not armed for an abort. The
+ * room is held in the fence *before* its state is read (rtab_fence.h says
+ * why that order makes "releasable" final); a no lets it go again. */
+static int room_begin(void *arg, uint32_t slot, uint64_t room)
 {
 	struct sink_ctx *x = arg;
 	struct rtab_ref ref;
 	struct rtab_view v;
 
-	if (rtab_lookup(x->t, room, &ref) != 0 || rtab_get(x->t, ref, &v) != 0)
+	if (rtab_lookup(x->t, room, &ref) != 0 ||
+	    !rtab_fence_enter(x->f, x->id, slot, ref))
 		return 0;
-	return !rtab_terminal(v.state) && !(v.flags & RTAB_F_ARMED);
+	if (rtab_get(x->t, ref, &v) == 0 && !rtab_terminal(v.state) &&
+	    !(v.flags & RTAB_F_ARMED))
+		return 1;
+	rtab_fence_leave(x->f, x->id, slot);
+	return 0;
+}
+
+static void room_end(void *arg, uint32_t slot)
+{
+	struct sink_ctx *x = arg;
+
+	rtab_fence_leave(x->f, x->id, slot);
 }
 
 static void on_event(void *arg, const char *what)
@@ -36,20 +54,41 @@ static void on_event(void *arg, const char *what)
 	MALFORMED(x->t, "data port: %s", what);
 }
 
+int sink_fence_path(const char *table, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s.fence", table);
+
+	return n < 0 || (size_t)n >= len ? KVW_EINVAL : 0;
+}
+
 int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 {
-	struct sink_ctx x = { 0 };
+	struct sink_ctx x = { .id = cfg->id };
 	struct pool *p = NULL;
 	struct tcp_sink_stats st = { 0 };
 	struct tcp_sink_cfg sc = { .listen_fd = cfg->listen_fd,
 				   .secret = cfg->secret,
-				   .room_live = room_live,
+				   .max_conns = SINK_MAX_CONNS,
+				   .room_begin = room_begin,
+				   .room_end = room_end,
 				   .event = on_event,
 				   .arg = &x,
 				   .stop = proc_stopping };
+	char fence[4096];
 	int rc;
 
+	if (sink_fence_path(cfg->table, fence, sizeof fence) != 0)
+		return kvw_errf(err, errlen, KVW_EINVAL, "table path too long");
 	rc = rtab_open(cfg->table, 1, &x.t, err, errlen);
+	if (rc == 0)
+		rc = rtab_fence_open(fence, &x.f, err, errlen);
+	if (rc == 0 && x.id >= rtab_fence_sinks(x.f))
+		rc = kvw_errf(err, errlen, KVW_EINVAL, "sink %u: the fence has "
+			      "%u rows", x.id, rtab_fence_sinks(x.f));
+	if (rc == 0 && rtab_fence_slots(x.f) < SINK_MAX_CONNS)
+		rc = kvw_errf(err, errlen, KVW_EINVAL, "fence has %u slots per "
+			      "sink, fewer than %u", rtab_fence_slots(x.f),
+			      SINK_MAX_CONNS);
 	if (rc == 0)
 		rc = pool_open(cfg->pool, 1, &p, err, errlen);
 	if (rc == 0) {
@@ -66,6 +105,7 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 		    (unsigned long long)st.not_live);
 	}
 	pool_close(&p);
+	rtab_fence_close(&x.f);
 	rtab_close(&x.t);
 	return rc;
 }

@@ -4,14 +4,20 @@
  * a prefill worker sends straight into this decode rank's pool
  * (xport/tcp_sink.h). A batch is written only while its room is live in
  * the receiver's room table: a room that is missing, terminal or armed
- * for an abort gets its batches read and discarded. Refusals are counted
- * as malformed in the table and logged at a bounded rate.
+ * for an abort gets its batches read and discarded. While it writes a
+ * batch, the room is held in the receiver's fence (table/rtab_fence.h),
+ * which is how the receiver knows when no byte of an armed room can land
+ * any more. Refusals are counted as malformed in the table and logged at a
+ * bounded rate.
  */
 #ifndef KVW_SINK_H
 #define KVW_SINK_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* Connections one sink serves at once: also its row of fence slots. */
+#define SINK_MAX_CONNS 1024u
 
 struct sink_cfg {
 	uint32_t id;          /* K, for the log tag */
@@ -21,7 +27,11 @@ struct sink_cfg {
 	uint8_t secret[16];   /* the registration's, from the environment */
 };
 
-/* Opens the table and the pool, then serves until SIGTERM or until its
+/* The receiver's fence file beside its table: "<table>.fence" into
+ * buf[len]. 0, or KVW_EINVAL when it does not fit. */
+int sink_fence_path(const char *table, char *buf, size_t len);
+
+/* Opens the table, its fence (row cfg->id is this sink's) and the pool, then serves until SIGTERM or until its
  * receiver is gone (the parent dies: PR_SET_PDEATHSIG kills it). 0, or a
  * KVW_E* with the reason in err. */
 int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen);

@@ -197,8 +197,14 @@ static int job_copy(struct worker *w, const struct frame_msg *m,
 							     : WORKER_BATCH;
 		uint64_t b = 0;
 
-		if (i > 0 && !room_live(w, ref))
+		if (i > 0 && !room_live(w, ref)) {
+			/* What was posted lands (or fails) before the room's
+			 * outstanding count drops: rdma and tcp post ahead. */
+			if (xport_wait(w->x, -1, why, sizeof why) < 0 &&
+			    (conn = conn_find(w, j->desc)) != NULL)
+				conn_drop(w, conn);
 			return KVW_ESTALE;
+		}
 		test_delay(w, m->hdr.room, j->copies.n - i);
 		for (uint32_t c = 0; c < k; c++) {
 			struct frame_copy fc = frame_copies_get(j->copies, i + c);
@@ -223,7 +229,8 @@ drop:
 fail:
 	LOG_RL(LOG_WARN, "room %llu: transfer failed: %s",
 	       (unsigned long long)m->hdr.room, why);
-	rtab_fail(w->t, ref, KVW_R_TRANSFER);
+	rtab_fail(w->t, ref, rc == KVW_ECORRUPT ? KVW_R_INTEGRITY
+						: KVW_R_TRANSFER);
 	/* A transport's KVW_ESTALE (pool replaced) is a failed transfer, not
 	 * a room that ended under the job. */
 	return rc == KVW_ESTALE ? KVW_ENOENT : rc;
@@ -278,7 +285,8 @@ static void answer(struct worker *w, uint64_t room, uint32_t slot,
 	done.u.job_done.generation = gen;
 	done.u.job_done.result = rc;
 	done.u.job_done.reason = rc == 0 || rc == KVW_ESTALE ? KVW_R_NONE
-							     : KVW_R_TRANSFER;
+				 : rc == KVW_ECORRUPT ? KVW_R_INTEGRITY
+						      : KVW_R_TRANSFER;
 	done.u.job_done.bytes = bytes;
 	done.u.job_done.count = count;
 	if (chan_send(&w->ch, &done, why, sizeof why) < 0)
@@ -359,8 +367,10 @@ static int worker_open(struct worker *w, const struct worker_cfg *cfg,
 	rc = xport_open(ops, &w->x, err, errlen);
 	if (rc < 0)
 		return rc;
-	/* A decode pool truncated under a copy fails that job, not us. */
-	if (strcmp(ops->name, "shm") == 0 && xport_shm_catch_sigbus() < 0)
+	/* A decode pool truncated under a copy fails that job, not us (cuda
+	 * copies its pools' AUX bytes through shm). */
+	if ((strcmp(ops->name, "shm") == 0 || strcmp(ops->name, "cuda") == 0) &&
+	    xport_shm_catch_sigbus() < 0)
 		return kvw_errf(err, errlen, KVW_ESYS, "SIGBUS handler: %s",
 				strerror(errno));
 	rc = xport_register(w->x, w->pool, &w->src, desc, sizeof desc, &desclen,

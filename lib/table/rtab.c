@@ -51,7 +51,7 @@ static int take_slot(struct rtab *t, uint32_t s, uint64_t room, uint32_t peer,
 	struct rtab_entry *e = &t->ent[s];
 	uint64_t w = sw_load(e);
 	uint32_t gen = sw_gen(w), ng = gen + 1 == 0 ? 1 : gen + 1;
-	uint64_t o = ow_pack(gen, 0);
+	uint64_t o = ow_pack(gen, 0), now = rtab_now_ns();
 
 	if (!(sw_kind(w) == RTAB_K_EMPTY ||
 	      (sw_kind(w) == RTAB_K_LIVE && sw_state(w) == KVW_CLEARED)))
@@ -72,8 +72,9 @@ static int take_slot(struct rtab *t, uint32_t s, uint64_t room, uint32_t peer,
 	FLD_STORE(&e->pages_expected, 0);
 	FLD_STORE(&e->pages_done, 0);
 	FLD_STORE(&e->bytes, 0);
-	FLD_STORE(&e->t_created_ns, rtab_now_ns());
+	FLD_STORE(&e->t_created_ns, now);
 	FLD_STORE(&e->deadline_ns, deadline_ns);
+	rtab_metric_insert(t, e, now);
 	sw_store_release(e, sw_pack(ng, KVW_R_NONE, KVW_BOOTSTRAPPING,
 				    RTAB_K_LIVE));
 	FLD_ADD(&t->hdr->counters[RTAB_C_INSERTED], 1);
@@ -255,8 +256,10 @@ int rtab_transition_if(struct rtab *t, struct rtab_ref ref,
 		nw = sw_pack(ref.gen,
 			     to == KVW_FAILED ? reason : sw_reason(w), to,
 			     RTAB_K_LIVE);
-		if (sw_cas(e, &w, nw))
+		if (sw_cas(e, &w, nw)) {
+			rtab_metric_enter(t, e, to, reason);
 			return 0;
+		}
 	}
 }
 
@@ -333,6 +336,7 @@ int rtab_bytes_add(struct rtab *t, struct rtab_ref ref, uint64_t n)
 	if ((e = ref_entry(t, ref)) == NULL)
 		return KVW_ESTALE;
 	FLD_ADD(&e->bytes, n);
+	rtab_metric_bytes(t, n);
 	return 0;
 }
 
@@ -376,14 +380,15 @@ int rtab_set_peer(struct rtab *t, struct rtab_ref ref, uint32_t peer)
 int rtab_flags_or(struct rtab *t, struct rtab_ref ref, uint32_t bits)
 {
 	struct rtab_entry *e;
+	uint32_t old;
 
 	if (!t->writable || (bits & 0x80000000u))
 		return KVW_EINVAL;
 	if ((e = ref_entry(t, ref)) == NULL)
 		return KVW_ESTALE;
-	return (int)(atomic_fetch_or_explicit(&e->flags, bits,
-					      memory_order_acq_rel) &
-		     0x7fffffffu);
+	old = atomic_fetch_or_explicit(&e->flags, bits, memory_order_acq_rel);
+	rtab_metric_flags(t, e, old, bits);
+	return (int)(old & 0x7fffffffu);
 }
 
 int rtab_flags_clear(struct rtab *t, struct rtab_ref ref, uint32_t bits)

@@ -7,8 +7,9 @@
  * only by compare-and-swap of its 64-bit state word, following the
  * legal[from][to] table (rtab_legal). A peer table sits after the rooms.
  *
- * File layout: struct rtab_hdr (128 bytes), then `capacity` struct
- * rtab_entry (64 bytes, one cache line each), then `peer_capacity` struct
+ * File layout: struct rtab_hdr (1024 bytes: 128 of geometry, owner and
+ * counters, then struct rtab_metrics), then `capacity` struct rtab_entry
+ * (128 bytes, two cache lines each), then `peer_capacity` struct
  * rtab_peer (128 bytes). These three structs are the only public structs in
  * kvwire; their fields are _Atomic and are touched only through the
  * functions below (which use named acquire/release accessors).
@@ -36,11 +37,12 @@
 #include <stdint.h>
 
 #include "base/kvw.h"
+#include "rtab_metrics.h"
 
 #define RTAB_MAGIC 0x3142415457564b00ULL /* "\0KVWTAB1" little-endian */
-#define RTAB_VERSION 1u
-#define RTAB_HDR_SIZE 128u
-#define RTAB_ENTRY_SIZE 64u
+#define RTAB_VERSION 2u
+#define RTAB_HDR_SIZE 1024u  /* 128 bytes of header, then the metrics */
+#define RTAB_ENTRY_SIZE 128u
 #define RTAB_PEER_SIZE 128u
 #define RTAB_ENDPOINT_MAX 96u         /* bytes incl. the NUL */
 #define RTAB_MAX_CAPACITY (1u << 22)  /* room slots */
@@ -73,6 +75,10 @@ enum rtab_counter {
 	RTAB_C_INSERTED = 1,  /* incarnations created */
 	RTAB_C_FAILED = 2,    /* rooms failed by rtab_expire/_fail_peer/_fail_stale_owner */
 	RTAB_C_STALE = 3,     /* messages dropped as stale (callers count) */
+	RTAB_C_REFUSED = 4,   /* messages refused in their room's state */
+	RTAB_C_WORKER_RESTART = 5, /* workers started again after dying */
+	RTAB_C_OWNER_RESTART = 6,  /* owners that reopened this table */
+	RTAB_C_BYTES = 7,     /* bytes moved (rtab_bytes_add), unless metrics off */
 	RTAB_NCOUNTERS = 8,
 };
 
@@ -92,6 +98,7 @@ struct rtab_hdr {
 	uint64_t created_ns;       /* CLOCK_REALTIME when the file was made */
 	uint64_t reserved0;
 	_Atomic uint64_t counters[RTAB_NCOUNTERS]; /* enum rtab_counter */
+	struct rtab_metrics metrics; /* rtab_metrics.h */
 };
 
 /* State word: generation (bits 63..32) | reason (31..16) | state (15..8) |
@@ -107,6 +114,12 @@ struct rtab_entry {
 	_Atomic uint64_t bytes;
 	_Atomic uint64_t t_created_ns; /* CLOCK_MONOTONIC */
 	_Atomic uint64_t deadline_ns;  /* CLOCK_MONOTONIC; 0 = none */
+	/* Metrics (second cache line): CLOCK_MONOTONIC when the incarnation
+	 * entered each state (0 = not yet), when it was armed for abort and
+	 * when it became releasable. Written by rtab_metric_*. */
+	_Atomic uint64_t t_enter_ns[KVW_NSTATES];
+	_Atomic uint64_t t_armed_ns;
+	_Atomic uint64_t t_releasable_ns;
 };
 
 /* Peer slot; id = index + 1, 0 while unused. The endpoint is written once
@@ -125,10 +138,12 @@ _Static_assert(sizeof(struct rtab_hdr) == RTAB_HDR_SIZE, "rtab_hdr size");
 _Static_assert(offsetof(struct rtab_hdr, owner_epoch) == 32, "owner_epoch");
 _Static_assert(offsetof(struct rtab_hdr, created_ns) == 48, "created_ns");
 _Static_assert(offsetof(struct rtab_hdr, counters) == 64, "counters");
+_Static_assert(offsetof(struct rtab_hdr, metrics) == 128, "metrics");
 _Static_assert(sizeof(struct rtab_entry) == RTAB_ENTRY_SIZE, "rtab_entry size");
 _Static_assert(offsetof(struct rtab_entry, state) == 8, "state");
 _Static_assert(offsetof(struct rtab_entry, outstanding) == 32, "outstanding");
 _Static_assert(offsetof(struct rtab_entry, deadline_ns) == 56, "deadline");
+_Static_assert(offsetof(struct rtab_entry, t_enter_ns) == 64, "t_enter_ns");
 _Static_assert(sizeof(struct rtab_peer) == RTAB_PEER_SIZE, "rtab_peer size");
 _Static_assert(offsetof(struct rtab_peer, endpoint) == 32, "endpoint");
 /* Atomics shared between processes must be lock-free (address-free). */

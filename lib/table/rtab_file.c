@@ -336,6 +336,7 @@ int rtab_create(const char *path, uint32_t capacity, uint32_t peer_capacity,
 			if (rc < 0)
 				goto fail;
 			repair_reserved(t);
+			FLD_ADD(&t->hdr->counters[RTAB_C_OWNER_RESTART], 1);
 			atomic_store_explicit(&t->hdr->owner_pid,
 					      (uint32_t)getpid(),
 					      memory_order_release);

@@ -88,9 +88,7 @@ void *dealers_get(struct dealers *d, const char *ep, char *err, size_t errlen)
 	s = wire_socket(d->ctx, ZMQ_DEALER, 0, err, errlen);
 	if (!s)
 		return NULL;
-	if (zmq_connect(s, ep) != 0) {
-		kvw_seterr(err, errlen, "connect %.120s: %s", ep,
-			   zmq_strerror(zmq_errno()));
+	if (wire_connect(s, ep, err, errlen) != 0) {
 		wire_close(&s);
 		return NULL;
 	}

@@ -6,6 +6,8 @@
  */
 #include "wire.h"
 
+#include "wire_auth.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,9 +17,12 @@
 void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 		  size_t errlen)
 {
-	void *s = zmq_socket(ctx, type);
+	void *s;
 	int one = 1;
 
+	if (wire_auth_zap_start(ctx, err, errlen) != 0)
+		return NULL;
+	s = zmq_socket(ctx, type);
 	if (!s) {
 		kvw_seterr(err, errlen, "zmq_socket: %s", zmq_strerror(errno));
 		return NULL;
@@ -64,6 +69,10 @@ int wire_bind(void *sock, const char *endpoint, unsigned mode, char *err,
 {
 	const char *path = NULL;
 
+	int rc = wire_auth_server(sock, endpoint, err, errlen);
+
+	if (rc)
+		return rc;
 	if (strncmp(endpoint, "ipc://", 6) == 0) {
 		path = endpoint + 6;
 		/* A socket file left by a dead process refuses the bind. */
@@ -76,6 +85,20 @@ int wire_bind(void *sock, const char *endpoint, unsigned mode, char *err,
 		return kvw_errf(err, errlen, KVW_ESYS, "chmod %s: %s", path,
 				strerror(errno));
 	return 0;
+}
+
+int wire_connect(void *sock, const char *endpoint, char *err, size_t errlen)
+{
+	int rc = wire_auth_client(sock, endpoint, err, errlen);
+
+	if (rc)
+		return rc;
+	if (zmq_connect(sock, endpoint) == 0)
+		return 0;
+	rc = errno == EINVAL || errno == EPROTONOSUPPORT ||
+	     errno == ENOCOMPATPROTO ? KVW_EINVAL : KVW_ESYS;
+	return kvw_errf(err, errlen, rc, "connect %s: %s", endpoint,
+			zmq_strerror(errno));
 }
 
 void wire_close(void **sock)

@@ -31,8 +31,9 @@ struct wire_in {
 
 /* Makes a socket of `type` with ZMQ_LINGER = linger_ms (0 for peers:
  * never wait on an unreachable one), and ZMQ_ROUTER_MANDATORY on ROUTERs
- * (a reply to a vanished peer fails instead of vanishing). NULL on error
- * with the reason in err. */
+ * (a reply to a vanished peer fails instead of vanishing). With the
+ * group's keys in use, ctx gets its ZAP handler first (wire_auth.h).
+ * NULL on error with the reason in err. */
 void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 		  size_t errlen);
 
@@ -44,9 +45,17 @@ int wire_endpoint_check(const char *ep, char *err, size_t errlen);
 
 /* Binds sock to endpoint. For ipc:// endpoints a stale socket file from a
  * dead process is removed first and the new one gets `mode` (0600 for
- * engine sockets). Returns 0 or KVW_ESYS. */
+ * engine sockets); a tcp:// one follows the process's wire_auth policy
+ * (CURVE server, --insecure, or refused). Returns 0, KVW_EINVAL (tcp://
+ * without a policy) or KVW_ESYS. */
 int wire_bind(void *sock, const char *endpoint, unsigned mode, char *err,
 	      size_t errlen);
+
+/* Connects sock to endpoint; a tcp:// one follows the wire_auth policy
+ * (CURVE client, --insecure, or refused). Never waits for the peer.
+ * Returns 0, KVW_EINVAL (a bad endpoint, or tcp:// without a policy) or
+ * KVW_ESYS. */
+int wire_connect(void *sock, const char *endpoint, char *err, size_t errlen);
 
 /* Closes the socket (LINGER was set at creation) and NULLs *sock. */
 void wire_close(void **sock);

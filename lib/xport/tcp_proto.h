@@ -8,15 +8,18 @@
  *             sink -> client  WELCOME magic "KVTW" u32 | status u32    (8)
  *   a batch:  client -> sink  BATCH  magic "KVTB" u32 | ncopies u32
  *                                    | batch id u64 | room u64
- *                                    | total u64 | xxh3-64 u64         (40)
+ *                                    | total u64 | reserved 0 u64     (40)
  *                             then ncopies x (dst_off u64 | len u64)
  *                             then `total` payload bytes, copy by copy
+ *                             then the payload's xxh3-64 u64         (8)
  *             sink -> client  ACK    magic "KVTA" u32 | status u32
  *                                    | batch id u64                    (16)
  *
  * The sink checks the whole copy list against its pool before it reads a
  * payload byte; an ACK with status OK means every byte of the batch is in
- * decode memory and matched the checksum. The descriptor a decode sends in
+ * decode memory and matched the checksum. The checksum follows the
+ * payload so that the sender can hash each part just before it sends it
+ * (one read of the source pages) and the sink each part as it lands. The descriptor a decode sends in
  * REGISTER: magic "KVTD" u32 | version u16 | port u16 | pool size u64
  * | secret 16 | host length u16 | host bytes.
  */
@@ -26,12 +29,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#define TCP_VERSION 1u
+#define TCP_VERSION 2u
 #define TCP_HELLO_LEN 24u
 #define TCP_WELCOME_LEN 8u
 #define TCP_BATCH_LEN 40u
 #define TCP_COPY_LEN 16u
 #define TCP_ACK_LEN 16u
+#define TCP_TRAILER_LEN 8u
 #define TCP_SECRET_LEN 16u
 #define TCP_DESC_FIXED 34u /* descriptor bytes before the host */
 #define TCP_HOST_MAX 255u

@@ -1,13 +1,14 @@
 /*
  * tcp_sink.c - the sink loop of tcp_sink.h. Every connection is
- * non-blocking and walks HELLO -> (HEADER -> COPIES -> PAYLOAD -> ACK)*,
+ * non-blocking and walks HELLO -> (HEADER -> COPIES -> PAYLOAD -> DIGEST -> ACK)*,
  * keeping what it has read so far, so one slow or hostile peer never
  * holds up the others. A header is checked on its own (magic, copy count
  * cap, total within the pool) before the copy list is allocated, the whole
  * copy list (each range inside the pool, no overflow, lengths adding up to
  * the total) before a payload byte is read, and the payload is read with
- * readv straight into the destination pages. The checksum is computed over
- * the written ranges before the ACK goes out.
+ * readv straight into the destination pages. The checksum is fed with
+ * each range as it lands (still hot in the cache) and checked before the
+ * ACK goes out.
  */
 #include "tcp_sink.h"
 
@@ -27,23 +28,27 @@
 #include "base/kvw.h"
 #include "tcp_proto.h"
 
-#define SINK_IOV 64u
+#define SINK_IOV 512u
 #define SINK_DISCARD 65536u
 
-enum { C_HELLO, C_HDR, C_COPIES, C_PAYLOAD };
+enum { C_HELLO, C_HDR, C_COPIES, C_PAYLOAD, C_TRAILER };
 
 struct conn {
 	int fd;
 	int state;
 	uint64_t deadline_ns; /* C_HELLO: give up then */
+	uint64_t last_ns;     /* the last byte read */
 	uint8_t head[TCP_BATCH_LEN];
 	size_t have;          /* bytes of the current unit read so far */
 	uint32_t ncopies;
-	uint64_t batch, room, total, sum, left;
+	uint64_t batch, room, total, left;
 	uint8_t *copies;      /* ncopies x (dst_off, len), owned */
 	uint32_t ci;          /* payload: current copy ... */
 	uint64_t coff;        /* ... and offset in it */
 	int discard;          /* payload read and dropped (room not live) */
+	XXH3_state_t *hs;     /* the payload's hash, fed as bytes land */
+	int held;             /* room_begin said yes: room_end owed */
+	uint32_t slot;        /* fixed for the connection's life */
 	uint8_t ack[TCP_ACK_LEN];
 	size_t ack_left;      /* ACK bytes not yet sent (POLLOUT) */
 };
@@ -54,6 +59,8 @@ struct sink {
 	struct conn *c;
 	uint32_t n, cap;
 	struct pollfd *pfd;
+	uint32_t *free_slot;  /* stack of unused connection slots */
+	uint32_t nfree;
 	uint8_t scratch[SINK_DISCARD];
 };
 
@@ -71,8 +78,19 @@ static void event(struct sink *s, const char *what)
 		s->cfg->event(s->cfg->arg, what);
 }
 
+/* The connection's write is over: its room is no longer held. */
+static void release(struct sink *s, struct conn *c)
+{
+	if (c->held && s->cfg->room_end)
+		s->cfg->room_end(s->cfg->arg, c->slot);
+	c->held = 0;
+}
+
 static void drop(struct sink *s, uint32_t i)
 {
+	release(s, &s->c[i]);
+	XXH3_freeState(s->c[i].hs);
+	s->free_slot[s->nfree++] = s->c[i].slot;
 	close(s->c[i].fd);
 	free(s->c[i].copies);
 	s->c[i] = s->c[--s->n];
@@ -121,6 +139,7 @@ static int fill(struct conn *c, uint8_t *dst, size_t want)
 		if (k <= 0)
 			return -1;
 		c->have += (size_t)k;
+		c->last_ns = now_ns();
 	}
 	return 1;
 }
@@ -175,7 +194,6 @@ static int header(struct sink *s, struct conn *c)
 	c->batch = tcp_get(c->head + 8, 8);
 	c->room = tcp_get(c->head + 16, 8);
 	c->total = tcp_get(c->head + 24, 8);
-	c->sum = tcp_get(c->head + 32, 8);
 	if (tcp_get(c->head, 4) != TCP_MAGIC_BATCH)
 		return refuse(s, c, "batch with a bad magic refused");
 	if (c->ncopies == 0 || c->ncopies > TCP_MAX_COPIES)
@@ -212,9 +230,11 @@ static int copy_list(struct sink *s, struct conn *c)
 	}
 	if (sum != c->total)
 		return refuse(s, c, "batch whose copies do not add up refused");
-	c->discard = s->cfg->room_live &&
-		     !s->cfg->room_live(s->cfg->arg, c->room);
+	c->held = s->cfg->room_begin &&
+		  s->cfg->room_begin(s->cfg->arg, c->slot, c->room);
+	c->discard = s->cfg->room_begin && !c->held;
 	c->left = c->total;
+	XXH3_64bits_reset(c->hs);
 	c->ci = 0;
 	c->coff = 0;
 	c->state = C_PAYLOAD;
@@ -228,21 +248,6 @@ static uint8_t *dst_of(const struct sink *s, const struct conn *c,
 
 	*len = tcp_get(p + 8, 8);
 	return s->cfg->base + tcp_get(p, 8);
-}
-
-/* Checks the written bytes against the sender's checksum. */
-static int landed_intact(const struct sink *s, const struct conn *c)
-{
-	XXH3_state_t hs;
-
-	XXH3_64bits_reset(&hs);
-	for (uint32_t i = 0; i < c->ncopies; i++) {
-		uint64_t len;
-		uint8_t *d = dst_of(s, c, i, &len);
-
-		XXH3_64bits_update(&hs, d, len);
-	}
-	return XXH3_64bits_digest(&hs) == c->sum;
 }
 
 static int payload(struct sink *s, struct conn *c)
@@ -277,32 +282,48 @@ static int payload(struct sink *s, struct conn *c)
 		if (k <= 0)
 			return -1;
 		c->left -= (uint64_t)k;
+		c->last_ns = now_ns();
 		if (!c->discard) {
 			uint64_t adv = (uint64_t)k;
 
 			s->st->bytes += adv;
+			/* Hash what just landed, in order, while it is hot in
+			 * the cache: the digest is of the written pages. */
 			while (adv > 0) {
 				uint64_t len;
+				uint8_t *d = dst_of(s, c, c->ci, &len);
+				uint64_t take = adv < len - c->coff ? adv
+								    : len - c->coff;
 
-				(void)dst_of(s, c, c->ci, &len);
-				if (adv < len - c->coff) {
-					c->coff += adv;
-					adv = 0;
-				} else {
-					adv -= len - c->coff;
+				XXH3_64bits_update(c->hs, d + c->coff, take);
+				adv -= take;
+				c->coff += take;
+				if (c->coff == len) {
 					c->ci++;
 					c->coff = 0;
 				}
 			}
 		}
 	}
-	uint32_t status = TCP_OK;
+	release(s, c); /* every byte is written: the room may be released */
+	c->state = C_TRAILER;
+	c->have = 0;
+	return 1;
+}
 
+/* The digest after the payload, then the ACK. */
+static int trailer(struct sink *s, struct conn *c)
+{
+	uint32_t status = TCP_OK;
+	int rc = fill(c, c->head, TCP_TRAILER_LEN);
+
+	if (rc <= 0)
+		return rc;
 	if (c->discard) {
 		s->st->not_live++;
 		event(s, "batch for a room that is not live discarded");
 		status = TCP_NOT_LIVE;
-	} else if (!landed_intact(s, c)) {
+	} else if (XXH3_64bits_digest(c->hs) != tcp_get(c->head, 8)) {
 		s->st->checksum++;
 		event(s, "batch whose bytes do not match its checksum");
 		status = TCP_CHECKSUM;
@@ -327,7 +348,8 @@ static int serve(struct sink *s, struct conn *c)
 		case C_HELLO: rc = hello(s, c); break;
 		case C_HDR: rc = header(s, c); break;
 		case C_COPIES: rc = copy_list(s, c); break;
-		default: rc = payload(s, c); break;
+		case C_PAYLOAD: rc = payload(s, c); break;
+		default: rc = trailer(s, c); break;
 		}
 	}
 	return rc < 0 ? -1 : 0;
@@ -339,9 +361,11 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 		int fd = accept4(s->cfg->listen_fd, NULL, NULL,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
+		XXH3_state_t *hs;
+
 		if (fd < 0)
 			return; /* EAGAIN, or an aborted connection */
-		if (s->n == max) {
+		if (s->n == max || s->nfree == 0) {
 			close(fd);
 			s->st->refused++;
 			event(s, "connection over the cap refused");
@@ -364,8 +388,16 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 			}
 			s->cap = cap;
 		}
+		hs = XXH3_createState();
+		if (!hs) {
+			close(fd);
+			s->st->refused++;
+			event(s, "out of memory for a connection");
+			continue;
+		}
 		s->c[s->n++] = (struct conn){
-			.fd = fd, .state = C_HELLO,
+			.fd = fd, .state = C_HELLO, .hs = hs,
+			.slot = s->free_slot[--s->nfree], .last_ns = now,
 			.deadline_ns = now + (uint64_t)(s->cfg->handshake_ms
 							    ? s->cfg->handshake_ms
 							    : 5000) * 1000000ull,
@@ -379,6 +411,8 @@ int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
 	struct tcp_sink_stats local = { 0 };
 	struct sink *s = calloc(1, sizeof *s);
 	uint32_t max = cfg->max_conns ? cfg->max_conns : 1024;
+	uint64_t stall = (uint64_t)(cfg->stall_ms ? cfg->stall_ms : 10000) *
+			 1000000ull;
 	int rc = 0;
 
 	if (!s)
@@ -386,7 +420,10 @@ int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
 	s->cfg = cfg;
 	s->st = st ? st : &local;
 	s->pfd = malloc(sizeof *s->pfd);
-	if (!s->pfd || fcntl(cfg->listen_fd, F_SETFL, O_NONBLOCK) < 0) {
+	s->free_slot = malloc(max * sizeof *s->free_slot);
+	for (uint32_t i = 0; s->free_slot && i < max; i++)
+		s->free_slot[s->nfree++] = max - 1 - i;
+	if (!s->pfd || !s->free_slot || fcntl(cfg->listen_fd, F_SETFL, O_NONBLOCK) < 0) {
 		rc = kvw_errf(err, errlen, KVW_ESYS, "sink: setup failed");
 		goto out;
 	}
@@ -426,14 +463,26 @@ int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
 			if (keep < 0)
 				drop(s, i);
 		}
-		/* A peer that never finishes its hello is a slow loris. */
-		for (uint32_t i = s->n; i-- > 0;)
-			if (s->c[i].state == C_HELLO && now > s->c[i].deadline_ns) {
+		/* A peer that never finishes its hello is a slow loris; one
+		 * that stops inside a batch is one too, or a link that went
+		 * down under it. */
+		for (uint32_t i = s->n; i-- > 0;) {
+			const struct conn *c = &s->c[i];
+			int mid = c->state != C_HDR || c->have > 0;
+
+			if (c->state == C_HELLO && now > c->deadline_ns) {
 				s->st->refused++;
 				event(s, "connection without a hello in time "
 					 "closed");
 				drop(s, i);
+			} else if (c->state != C_HELLO && mid && !c->ack_left &&
+				   now > c->last_ns + stall) {
+				s->st->refused++;
+				event(s, "connection stalled inside a batch "
+					 "closed");
+				drop(s, i);
 			}
+		}
 		if (n > 0 && (s->pfd[0].revents & POLLIN))
 			take(s, now, max);
 	}
@@ -442,6 +491,7 @@ out:
 		drop(s, s->n - 1);
 	free(s->c);
 	free(s->pfd);
+	free(s->free_slot);
 	free(s);
 	return rc;
 }

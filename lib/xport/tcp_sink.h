@@ -35,9 +35,17 @@ struct tcp_sink_cfg {
 	const uint8_t *secret;     /* 16 bytes */
 	uint32_t max_conns;        /* open connections at most (0: 1024) */
 	uint32_t handshake_ms;     /* a hello must arrive within (0: 5000) */
-	/* Whether room is live at the decode now (called before a batch's
-	 * payload is read); NULL: every room is. */
-	int (*room_live)(void *arg, uint64_t room);
+	uint32_t stall_ms;         /* a batch begun must make progress within
+				    * (0: 10000), or its connection closes:
+				    * a half-open link or a slow loris never
+				    * holds a room in the fence for long */
+	/* A batch's copy list checked, before its payload is read: may the
+	 * batch for `room` be written now? `slot` (< max_conns) names the
+	 * connection; a nonzero answer holds the room for that slot until
+	 * room_end(slot) once its last byte is written (or the connection
+	 * dropped). NULL: every room may, and room_end is not called. */
+	int (*room_begin)(void *arg, uint32_t slot, uint64_t room);
+	void (*room_end)(void *arg, uint32_t slot);
 	/* Told of every refusal (what happened, for a rate-limited log);
 	 * may be NULL. */
 	void (*event)(void *arg, const char *what);

@@ -162,6 +162,33 @@ int xport_tcp_sink_info(const struct xport *x, int *listen_fd,
  * KVW_ENOENT (not listening). */
 int xport_tcp_address(const struct xport *x, char *buf, size_t len);
 
+/* rdma only, decode side, before xport_register: starts the queue pair
+ * exchange (lib/xport/rdma_serve.h) on HOST[:PORT] (numeric host; port 0
+ * or none: a free one) with a fresh random secret; the registration then
+ * allows remote writes and its descriptor names the listener. 0,
+ * KVW_EINVAL (bad address or not an rdma instance), KVW_EEXIST or
+ * KVW_ESYS. */
+int xport_rdma_listen(struct xport *x, const char *hostport, char *err,
+		      size_t errlen);
+/* rdma only: "HOST:PORT (device D port P, GID index G)" of the exchange,
+ * into buf[len]; 0 or KVW_ENOENT (not listening, or not rdma). */
+int xport_rdma_address(const struct xport *x, char *buf, size_t len);
+/* rdma only, decode side: what the exchange saw (each only grows, but
+ * live). */
+struct xport_rdma_stats {
+	uint64_t conns;   /* queue pairs handed out */
+	uint64_t refused; /* exchanges refused (secret, malformed, late, cap) */
+	uint64_t batches; /* batch immediates received: batches landed */
+	uint64_t errors;  /* queue pairs ended by a failed completion */
+	uint64_t live;    /* queue pairs now */
+};
+/* 0, KVW_EINVAL (not rdma) or KVW_ENOENT (not listening). */
+int xport_rdma_stats(const struct xport *x, struct xport_rdma_stats *st);
+/* rdma only, prefill side: WRs of room still in flight on any queue pair
+ * (0 for another transport: its copies land within write_batch or are
+ * answered by wait). A room is quiescent on this instance at 0. */
+uint64_t xport_rdma_room_busy(const struct xport *x, uint64_t room);
+
 /* For a process that writes into peer pools over shm and must outlive a
  * peer truncating its pool mid-copy (the kv-sender worker): installs a
  * process-wide SIGBUS handler that turns a fault on a connected remote's

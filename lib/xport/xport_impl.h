@@ -1,12 +1,14 @@
 /*
- * xport_impl.h - private to the transport files (xport*.c): the base every
+ * xport_impl.h - private to the xport layer's files: the base every
  * transport's instance struct starts with, the ops tables the registry
- * lists, and the error-text helper. Callers of xport.h never include it.
+ * lists, and the little-endian field helpers of descriptors and records.
+ * Callers of xport.h never include it.
  */
 #ifndef KVW_XPORT_IMPL_H
 #define KVW_XPORT_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "xport.h"
 
@@ -22,5 +24,21 @@ extern const struct xport_ops xport_shm_ops;
 extern const struct xport_ops xport_tcp_ops;
 extern const struct xport_ops xport_rdma_ops;
 extern const struct xport_ops xport_cuda_ops;
+
+/* v's low `bytes` bytes into p, least significant first; and back. */
+static inline void xport_put_le(uint8_t *p, uint64_t v, unsigned bytes)
+{
+	for (unsigned i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t xport_get_le(const uint8_t *p, unsigned bytes)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < bytes; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
 
 #endif

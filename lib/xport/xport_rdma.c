@@ -1,286 +1,606 @@
 /*
  * xport_rdma.c - the RDMA transport: one-sided RDMA WRITE into the decode
- * pool over RC queue pairs. libibverbs is loaded at run time with dlopen, so
- * kvwire binaries start on machines without RDMA; verbs.h is included only
- * for its types, and the data-path verbs (post_send, poll_cq) are inline
- * calls through the device context, so they need no symbol lookup either.
+ * pool over reliable-connected queue pairs. libibverbs is loaded at run
+ * time (rdma_lib.h), so kvwire binaries start on machines without it.
  *
- * Done: probe (library + device list), open (first device, protection
- * domain), register (memory region; the descriptor carries addr, size,
- * rkey). Not done yet: queue-pair setup, connect, RDMA WRITE and completion
- * polling. Those entries answer KVW_ENODEV "not implemented yet", and probe
- * says "not available" even where devices exist, so nothing pretends to
- * move bytes.
+ * Decode side: open (device, port, GID: rdma_qp.h) -> xport_rdma_listen
+ * (the queue pair exchange thread, rdma_serve.h) -> register the pool for
+ * remote writes; the descriptor (rdma_desc.h) names the region (addr, size,
+ * rkey), the device's address and the exchange listener with its secret.
+ * Prefill side: register the own pool (local reads only), then connect:
+ * a queue pair and CQ of its own per decode pool, numbers swapped over the
+ * exchange (rdma_cm.h), RTR, RTS. A batch is checked whole
+ * (rdma_chain_check), then posted as chains of WRs (rdma_chain.h: one
+ * scatter entry per copy, WRs joined where the remote bytes follow on,
+ * small ones inline, signalled every few, the batch's last one WRITE WITH
+ * IMMEDIATE carrying its id), never more outstanding on a queue pair than
+ * its send queue holds: a full queue is reaped first. wait polls the CQs
+ * until every posted WR has completed (rdma_cq.h counts them by room and
+ * batch).
+ *
+ * Failure: a failed completion (or post) leaves the queue pair in the
+ * error state; the rest of its WRs complete flushed and are drained (up to
+ * 2 s) before the call returns the first failure, so when write_batch or
+ * wait returns no WR of the batch is still in flight. A queue pair that
+ * completes nothing for 30 s (the decode stopped, or stopped reposting
+ * receives) is moved to the error state and drained the same way. The
+ * remote is then broken: its batches are refused until disconnect, which
+ * destroys the queue pair and closes the exchange connection (so the
+ * decode destroys its end too).
  */
 #include "xport_impl.h"
 
-#include <dlfcn.h>
 #include <errno.h>
-#include <infiniband/verbs.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "base/log.h"
 #include "pool.h"
+#include "rdma_chain.h"
+#include "rdma_cm.h"
+#include "rdma_cq.h"
+#include "rdma_desc.h"
+#include "rdma_qp.h"
+#include "rdma_serve.h"
 
 #define XRDMA_MAX_MR 64u
-#define XRDMA_DESC_LEN 28u /* "KVRD", version 2, pad 2, addr 8, size 8, rkey 4 */
+#define XRDMA_SQ_DEPTH 256u   /* send WRs in flight per queue pair */
+#define XRDMA_SIGNAL_EVERY 32u
+#define XRDMA_MAX_SGE 16u
+#define XRDMA_INLINE 64u      /* bytes a WR may carry inline (asked) */
+#define XRDMA_CHAIN 64u       /* WRs per post_send */
+#define XRDMA_WR_BYTES (16ull << 20) /* bytes per WR at most: each completes
+				      * well inside the stall limit */
+#define XRDMA_EXCHANGE_MS 5000
+#define XRDMA_STALL_NS 30000000000ull /* no completion this long: failed */
+#define XRDMA_DRAIN_NS 2000000000ull  /* flushed completions awaited */
 
-typedef struct ibv_device **(*ibv_get_device_list_fn)(int *n);
-typedef void (*ibv_free_device_list_fn)(struct ibv_device **list);
-typedef const char *(*ibv_get_device_name_fn)(struct ibv_device *dev);
-typedef struct ibv_context *(*ibv_open_device_fn)(struct ibv_device *dev);
-typedef int (*ibv_close_device_fn)(struct ibv_context *ctx);
-typedef struct ibv_pd *(*ibv_alloc_pd_fn)(struct ibv_context *ctx);
-typedef int (*ibv_dealloc_pd_fn)(struct ibv_pd *pd);
-typedef struct ibv_mr *(*ibv_reg_mr_fn)(struct ibv_pd *pd, void *addr,
-					size_t len, int access);
-typedef int (*ibv_dereg_mr_fn)(struct ibv_mr *mr);
-
-/* The library, loaded once and kept for the life of the process. */
-static struct {
-	pthread_once_t once;
-	void *dl;       /* NULL: unusable, why[] says so */
-	char why[160];
-	ibv_get_device_list_fn get_device_list;
-	ibv_free_device_list_fn free_device_list;
-	ibv_get_device_name_fn get_device_name;
-	ibv_open_device_fn open_device;
-	ibv_close_device_fn close_device;
-	ibv_alloc_pd_fn alloc_pd;
-	ibv_dealloc_pd_fn dealloc_pd;
-	ibv_reg_mr_fn reg_mr;
-	ibv_dereg_mr_fn dereg_mr;
-} xrdma = { .once = PTHREAD_ONCE_INIT };
+struct xrdma_remote {
+	int used;          /* 0: free slot */
+	int broken;        /* failed: batches refused until disconnect */
+	int told;          /* the failure was returned once */
+	char why[240];     /* the failure */
+	uint8_t *desc;     /* owned copy, to give the same id back */
+	size_t desclen;
+	struct rdma_region reg; /* the decode pool: addr, size, rkey */
+	int fd;            /* the exchange connection, kept open */
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct rdma_chain_cfg cfg;
+	uint32_t depth;    /* send queue depth granted */
+	uint32_t since_signal;
+	struct rdma_track tr;
+	uint64_t progress_ns; /* last completion, or first post after idle */
+};
 
 struct xrdma_xport {
 	struct xport base;
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
+	struct rdma_dev dev;
 	struct ibv_mr *mr[XRDMA_MAX_MR];
+	struct rdma_region loc[XRDMA_MAX_MR]; /* by src id */
 	uint32_t nmr;
+	struct xrdma_remote *rmt;
+	uint32_t nrmt, caprmt;
+	struct rdma_serve *srv; /* decode side: the exchange, or NULL */
+	uint64_t room, next_batch;
+	struct ibv_send_wr wr[XRDMA_CHAIN];
+	struct ibv_sge sge[XRDMA_CHAIN * XRDMA_MAX_SGE];
 };
 
-/* Resolves one symbol; on failure records why and returns NULL. */
-static void *xrdma_sym(const char *name)
+static uint64_t now_ns(void)
 {
-	void *p = dlsym(xrdma.dl, name);
+	struct timespec ts;
 
-	if (p == NULL)
-		snprintf(xrdma.why, sizeof xrdma.why,
-			 "libibverbs.so.1 lacks %s", name);
-	return p;
-}
-
-static void xrdma_load(void)
-{
-	xrdma.dl = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (xrdma.dl == NULL) {
-		snprintf(xrdma.why, sizeof xrdma.why,
-			 "libibverbs.so.1 not found (%s)", dlerror());
-		return;
-	}
-	/* POSIX guarantees dlsym's void * converts to a function pointer. */
-	if (!(xrdma.get_device_list =
-		      (ibv_get_device_list_fn)xrdma_sym("ibv_get_device_list")) ||
-	    !(xrdma.free_device_list =
-		      (ibv_free_device_list_fn)xrdma_sym("ibv_free_device_list")) ||
-	    !(xrdma.get_device_name =
-		      (ibv_get_device_name_fn)xrdma_sym("ibv_get_device_name")) ||
-	    !(xrdma.open_device =
-		      (ibv_open_device_fn)xrdma_sym("ibv_open_device")) ||
-	    !(xrdma.close_device =
-		      (ibv_close_device_fn)xrdma_sym("ibv_close_device")) ||
-	    !(xrdma.alloc_pd = (ibv_alloc_pd_fn)xrdma_sym("ibv_alloc_pd")) ||
-	    !(xrdma.dealloc_pd =
-		      (ibv_dealloc_pd_fn)xrdma_sym("ibv_dealloc_pd")) ||
-	    !(xrdma.reg_mr = (ibv_reg_mr_fn)xrdma_sym("ibv_reg_mr")) ||
-	    !(xrdma.dereg_mr = (ibv_dereg_mr_fn)xrdma_sym("ibv_dereg_mr"))) {
-		dlclose(xrdma.dl);
-		xrdma.dl = NULL;
-	}
-}
-
-/* Loads the library and lists devices. On success *list is the caller's
- * (free with xrdma.free_device_list) and holds *n > 0 devices. */
-static int xrdma_devices(struct ibv_device ***list, int *n, char *err,
-			 size_t errlen)
-{
-	*list = NULL;
-	*n = 0;
-	pthread_once(&xrdma.once, xrdma_load);
-	if (xrdma.dl == NULL)
-		return kvw_errf(err, errlen, KVW_ENODEV,
-				"rdma: not available: %s", xrdma.why);
-	*list = xrdma.get_device_list(n);
-	if (*list == NULL)
-		return kvw_errf(err, errlen, KVW_ENODEV,
-				"rdma: not available: no RDMA devices "
-				"(ibv_get_device_list failed: %s)",
-				strerror(errno));
-	if (*n <= 0) {
-		xrdma.free_device_list(*list);
-		*list = NULL;
-		return kvw_errf(err, errlen, KVW_ENODEV,
-				"rdma: not available: no RDMA devices "
-				"(ibv_get_device_list found 0)");
-	}
-	return 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static int xrdma_probe(char *err, size_t errlen)
 {
-	struct ibv_device **list;
-	int n, rc;
+	struct rdma_dev d;
+	int rc = rdma_dev_open(&d, err, errlen);
 
-	rc = xrdma_devices(&list, &n, err, errlen);
-	if (rc != 0)
-		return rc;
-	rc = kvw_errf(err, errlen, KVW_ENODEV,
-		      "rdma: not available: found %d device(s) (first %s), "
-		      "but queue pairs and RDMA WRITE are not implemented "
-		      "yet",
-		      n, xrdma.get_device_name(list[0]));
-	xrdma.free_device_list(list);
+	if (rc == 0)
+		rdma_dev_close(&d);
 	return rc;
+}
+
+/* ---- completions ---------------------------------------------------- */
+
+/* Takes what r's CQ holds: the number of completions, or -1 when polling
+ * failed. A failed completion breaks r (the queue pair is in error). */
+static int reap(struct xrdma_remote *r)
+{
+	struct ibv_wc wc[32];
+	int k = ibv_poll_cq(r->cq, 32, wc);
+
+	for (int i = 0; i < k; i++)
+		if (rdma_track_complete(&r->tr, wc[i].wr_id, (int)wc[i].status,
+					wc[i].vendor_err) == KVW_ESYS &&
+		    !r->broken) {
+			r->broken = 1;
+			snprintf(r->why, sizeof r->why, "%s", r->tr.why);
+		}
+	return k;
+}
+
+/* Breaks r for `why` (unless broken already) and moves its queue pair to
+ * the error state, so every WR still queued completes flushed. */
+static void fail_remote(struct xrdma_xport *x, struct xrdma_remote *r,
+			const char *why)
+{
+	if (!r->broken) {
+		r->broken = 1;
+		snprintf(r->why, sizeof r->why, "%s", why);
+	}
+	(void)rdma_qp_error(&x->dev, r->qp);
+	r->progress_ns = now_ns(); /* the drain's clock starts here */
+}
+
+/* Polls r until fewer than `left` WRs are outstanding (0: none). Returns
+ * 0, or KVW_ETIMEDOUT once deadline (0: none) passes while r is healthy.
+ * A stall fails r; a broken r is drained for at most XRDMA_DRAIN_NS, then
+ * what is left is given up (logged). */
+static int settle(struct xrdma_xport *x, struct xrdma_remote *r,
+		  uint64_t left, uint64_t deadline)
+{
+	uint32_t idle = 0;
+	uint64_t now;
+
+	while (rdma_track_outstanding(&r->tr) > left) {
+		int k = reap(r);
+
+		now = now_ns();
+		if (k > 0) {
+			r->progress_ns = now;
+			idle = 0;
+			continue;
+		}
+		if (k < 0 && !r->broken)
+			fail_remote(x, r, "polling the completion queue failed");
+		if (r->broken && now - r->progress_ns > XRDMA_DRAIN_NS) {
+			LOG_RL(LOG_WARN, "rdma: %llu WRs never completed after "
+			       "a failure; queue pair given up",
+			       (unsigned long long)rdma_track_outstanding(&r->tr));
+			rdma_track_abandon(&r->tr);
+			break;
+		}
+		if (!r->broken && now - r->progress_ns > XRDMA_STALL_NS) {
+			fail_remote(x, r, "no completion for 30 s (the decode "
+					  "is gone or not taking immediates)");
+			continue;
+		}
+		if (deadline && now >= deadline && !r->broken)
+			return KVW_ETIMEDOUT;
+		if (++idle > 2000) {
+			struct timespec ts = { 0, 20000 };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	return 0;
+}
+
+/* r's failure, once: KVW_ESYS with its text, then 0. */
+static int told(struct xrdma_remote *r, char *err, size_t errlen)
+{
+	if (!r->broken || r->told)
+		return 0;
+	r->told = 1;
+	return kvw_errf(err, errlen, KVW_ESYS, "rdma: %s", r->why);
+}
+
+/* ---- instance, registration ------------------------------------------ */
+
+static void remote_drop(struct xrdma_xport *x, struct xrdma_remote *r)
+{
+	if (!r->used)
+		return;
+	if (rdma_track_outstanding(&r->tr) > 0) {
+		fail_remote(x, r, "disconnected with WRs in flight");
+		(void)settle(x, r, 0, 0);
+	}
+	x->dev.lib->destroy_qp(r->qp);
+	x->dev.lib->destroy_cq(r->cq);
+	if (r->fd >= 0)
+		close(r->fd);
+	rdma_track_free(&r->tr);
+	free(r->desc);
+	memset(r, 0, sizeof *r);
+	r->fd = -1;
 }
 
 static void xrdma_close(struct xport **xp)
 {
-	struct xrdma_xport *r;
-	uint32_t i;
+	struct xrdma_xport *x;
 
 	if (xp == NULL || *xp == NULL)
 		return;
-	r = XPORT_SELF(struct xrdma_xport, *xp);
-	for (i = 0; i < r->nmr; i++)
-		xrdma.dereg_mr(r->mr[i]);
-	if (r->pd != NULL)
-		xrdma.dealloc_pd(r->pd);
-	if (r->ctx != NULL)
-		xrdma.close_device(r->ctx);
-	free(r);
+	x = XPORT_SELF(struct xrdma_xport, *xp);
+	for (uint32_t i = 0; i < x->nrmt; i++)
+		remote_drop(x, &x->rmt[i]);
+	free(x->rmt);
+	/* The exchange's queue pairs go before the regions they write. */
+	rdma_serve_stop(&x->srv);
+	for (uint32_t i = 0; i < x->nmr; i++)
+		if (x->mr[i])
+			x->dev.lib->dereg_mr(x->mr[i]);
+	if (x->dev.ctx)
+		rdma_dev_close(&x->dev);
+	free(x);
 	*xp = NULL;
 }
 
-/* Opens the first device and a protection domain. */
 static int xrdma_open(struct xport **out, char *err, size_t errlen)
 {
-	struct xrdma_xport *r = NULL;
-	struct ibv_device **list;
-	struct xport *x;
-	int n, rc;
+	struct xrdma_xport *x = calloc(1, sizeof *x);
+	int rc;
 
 	*out = NULL;
-	rc = xrdma_devices(&list, &n, err, errlen);
-	if (rc != 0)
+	if (!x)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
+	x->base.ops = &xport_rdma_ops;
+	rc = rdma_dev_open(&x->dev, err, errlen);
+	if (rc) {
+		free(x);
 		return rc;
-	r = calloc(1, sizeof *r);
-	if (r == NULL) {
-		rc = kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
-		goto fail;
 	}
-	r->base.ops = &xport_rdma_ops;
-	r->ctx = xrdma.open_device(list[0]);
-	if (r->ctx == NULL) {
-		rc = kvw_errf(err, errlen, KVW_ENODEV,
-			      "rdma: not available: unable to open %s: %s",
-			      xrdma.get_device_name(list[0]), strerror(errno));
-		goto fail;
-	}
-	r->pd = xrdma.alloc_pd(r->ctx);
-	if (r->pd == NULL) {
-		rc = kvw_errf(err, errlen, KVW_ESYS,
-			      "rdma: unable to allocate a protection domain "
-			      "on %s: %s",
-			      xrdma.get_device_name(list[0]), strerror(errno));
-		goto fail;
-	}
-	xrdma.free_device_list(list); /* allowed once the device is open */
-	*out = &r->base;
+	*out = &x->base;
 	return 0;
-
-fail:
-	xrdma.free_device_list(list);
-	if (r != NULL) {
-		x = &r->base;
-		xrdma_close(&x);
-	}
-	return rc;
 }
 
-static void put_le(uint8_t *p, uint64_t v, unsigned bytes)
+/* The rdma instance behind x, or NULL for another transport. */
+static struct xrdma_xport *rdma_of(const struct xport *x)
 {
-	for (unsigned i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
+	if (!x || x->ops != &xport_rdma_ops)
+		return NULL;
+	return (struct xrdma_xport *)(void *)((char *)(uintptr_t)x -
+					       offsetof(struct xrdma_xport, base));
 }
 
-/* Registers the pool for local reads and remote writes. The descriptor
- * holds addr, size and rkey; the queue-pair address joins it (version 2)
- * when connect is implemented. */
-static int xrdma_reg(struct xport *x, const struct pool *p, uint32_t *id,
+int xport_rdma_listen(struct xport *xp, const char *hostport, char *err,
+		      size_t errlen)
+{
+	struct xrdma_xport *x = rdma_of(xp);
+
+	if (!x)
+		return kvw_errf(err, errlen, KVW_EINVAL, "not an rdma transport");
+	if (x->srv)
+		return kvw_errf(err, errlen, KVW_EEXIST, "rdma: listening already");
+	return rdma_serve_start(&x->dev, hostport, &x->srv, err, errlen);
+}
+
+int xport_rdma_address(const struct xport *xp, char *buf, size_t len)
+{
+	const struct xrdma_xport *x = rdma_of(xp);
+
+	if (!x || !x->srv)
+		return KVW_ENOENT;
+	snprintf(buf, len, "%s:%u (device %s port %u, GID index %d)",
+		 rdma_serve_host(x->srv), rdma_serve_port(x->srv), x->dev.name,
+		 x->dev.port, x->dev.gid_index);
+	return 0;
+}
+
+int xport_rdma_stats(const struct xport *xp, struct xport_rdma_stats *st)
+{
+	const struct xrdma_xport *x = rdma_of(xp);
+	struct rdma_serve_counts c;
+
+	if (!x)
+		return KVW_EINVAL;
+	if (!x->srv)
+		return KVW_ENOENT;
+	rdma_serve_counts(x->srv, &c);
+	*st = (struct xport_rdma_stats){ c.conns, c.refused, c.batches,
+					 c.errors, c.live };
+	return 0;
+}
+
+uint64_t xport_rdma_room_busy(const struct xport *xp, uint64_t room)
+{
+	const struct xrdma_xport *x = rdma_of(xp);
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; x && i < x->nrmt; i++)
+		if (x->rmt[i].used)
+			n += rdma_track_room_left(&x->rmt[i].tr, room);
+	return n;
+}
+
+/* Registers the pool: for remote writes when this instance listens (the
+ * decode side), else for local reads only (a source: the prefill pool is
+ * mapped read-only). */
+static int xrdma_reg(struct xport *xp, const struct pool *p, uint32_t *id,
 		     uint8_t *desc, size_t desccap, size_t *desclen, char *err,
 		     size_t errlen)
 {
-	struct xrdma_xport *r = XPORT_SELF(struct xrdma_xport, x);
+	struct xrdma_xport *x = XPORT_SELF(struct xrdma_xport, xp);
+	struct rdma_desc d = { .ib_port = x->dev.port, .mtu = x->dev.mtu,
+			       .link = x->dev.link, .lid = x->dev.lid,
+			       .addr = (uint64_t)(uintptr_t)pool_base(p),
+			       .size = pool_size(p) };
+	int access = x->srv ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+			    : 0;
 	struct ibv_mr *mr;
+	int rc;
 
-	if (desccap < XRDMA_DESC_LEN)
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"rdma: descriptor buffer too small");
-	if (r->nmr == XRDMA_MAX_MR)
+	if (x->nmr == XRDMA_MAX_MR)
 		return kvw_errf(err, errlen, KVW_ENOMEM,
-				"rdma: too many registered pools");
-	mr = xrdma.reg_mr(r->pd, pool_base(p), (size_t)pool_size(p),
-			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (mr == NULL)
+				"rdma: more than %u registered pools",
+				XRDMA_MAX_MR);
+	memcpy(d.gid, x->dev.gid, 16);
+	if (x->srv) {
+		memcpy(d.secret, rdma_serve_secret(x->srv), RDMA_SECRET_LEN);
+		d.port = rdma_serve_port(x->srv);
+		snprintf(d.host, sizeof d.host, "%s", rdma_serve_host(x->srv));
+	} else {
+		snprintf(d.host, sizeof d.host, "-"); /* port 0: not dialled */
+	}
+	mr = x->dev.lib->reg_mr(x->dev.pd, pool_base(p), (size_t)pool_size(p),
+				access);
+	if (!mr)
 		return kvw_errf(err, errlen, KVW_ESYS,
-				"rdma: unable to register %s: %s", pool_path(p),
-				strerror(errno));
-	memcpy(desc, "KVRD", 4);
-	put_le(desc + 4, 1, 2);
-	put_le(desc + 6, 0, 2);
-	put_le(desc + 8, (uint64_t)(uintptr_t)pool_base(p), 8);
-	put_le(desc + 16, pool_size(p), 8);
-	put_le(desc + 24, mr->rkey, 4);
-	*desclen = XRDMA_DESC_LEN;
-	*id = r->nmr;
-	r->mr[r->nmr++] = mr;
+				"rdma: unable to register %s on %s: %s%s",
+				pool_path(p), x->dev.name, strerror(errno),
+				errno == ENOMEM ? " (pinned memory is bounded "
+						  "by RLIMIT_MEMLOCK: ulimit -l)"
+						: "");
+	d.rkey = mr->rkey;
+	rc = rdma_desc_encode(&d, desc, desccap < KVW_MAX_DESC ? desccap
+							       : KVW_MAX_DESC,
+			      desclen, err, errlen);
+	if (rc) {
+		x->dev.lib->dereg_mr(mr);
+		return rc;
+	}
+	*id = x->nmr;
+	x->loc[x->nmr] = (struct rdma_region){ d.addr, d.size, mr->lkey };
+	x->mr[x->nmr++] = mr;
 	return 0;
 }
 
-static int xrdma_connect(struct xport *x, const uint8_t *desc, size_t desclen,
+/* ---- connect --------------------------------------------------------- */
+
+/* Brings r up toward the pool of d: CQ, queue pair, exchange, RTR, RTS.
+ * 0 or KVW_E*; on error r holds nothing. */
+static int remote_up(struct xrdma_xport *x, struct xrdma_remote *r,
+		     const struct rdma_desc *d, char *err, size_t errlen)
+{
+	const struct rdma_lib *l = x->dev.lib;
+	struct rdma_qp_cfg cfg = { .send_wr = XRDMA_SQ_DEPTH, .recv_wr = 1,
+				   .max_sge = XRDMA_MAX_SGE,
+				   .max_inline = XRDMA_INLINE };
+	struct rdma_peer me, peer = { .lid = d->lid, .mtu = d->mtu,
+				      .link = d->link };
+	struct ibv_qp_cap got;
+	uint32_t psn = rdma_psn();
+	int rc;
+
+	r->fd = -1;
+	memcpy(peer.gid, d->gid, 16);
+	r->cq = l->create_cq(x->dev.ctx, XRDMA_SQ_DEPTH + 1, NULL, NULL, 0);
+	if (!r->cq)
+		return kvw_errf(err, errlen, KVW_ESYS,
+				"rdma: unable to create a CQ on %s: %s",
+				x->dev.name, strerror(errno));
+	cfg.send_cq = cfg.recv_cq = r->cq;
+	rc = rdma_qp_create(&x->dev, &cfg, &r->qp, &got, err, errlen);
+	if (rc)
+		goto fail_cq;
+	r->depth = got.max_send_wr < XRDMA_SQ_DEPTH ? got.max_send_wr
+						    : XRDMA_SQ_DEPTH;
+	if (r->depth == 0 || rdma_track_init(&r->tr, r->depth, l) != 0) {
+		rc = kvw_errf(err, errlen, KVW_ENOMEM,
+			      "rdma: out of memory (or a send queue of 0)");
+		goto fail_qp;
+	}
+	rdma_qp_self(&x->dev, r->qp, psn, &me);
+	rc = rcm_exchange(d->host, d->port, d->secret, &me, XRDMA_EXCHANGE_MS,
+			  &r->fd, &peer, err, errlen);
+	if (rc)
+		goto fail_track;
+	rc = rdma_qp_connect(&x->dev, r->qp, psn, &peer, err, errlen);
+	if (rc)
+		goto fail_fd;
+	r->cfg = (struct rdma_chain_cfg){
+		.max_sge = got.max_send_sge < XRDMA_MAX_SGE
+				   ? (got.max_send_sge ? got.max_send_sge : 1)
+				   : XRDMA_MAX_SGE,
+		.max_inline = got.max_inline_data,
+		.signal_every = r->depth / 2 < XRDMA_SIGNAL_EVERY
+					? (r->depth / 2 ? r->depth / 2 : 1)
+					: XRDMA_SIGNAL_EVERY,
+		.max_msg = x->dev.max_msg < XRDMA_WR_BYTES ? x->dev.max_msg
+							   : XRDMA_WR_BYTES,
+	};
+	r->reg = (struct rdma_region){ d->addr, d->size, d->rkey };
+	return 0;
+
+fail_fd:
+	close(r->fd);
+	r->fd = -1;
+fail_track:
+	rdma_track_free(&r->tr);
+fail_qp:
+	l->destroy_qp(r->qp);
+	r->qp = NULL;
+fail_cq:
+	l->destroy_cq(r->cq);
+	r->cq = NULL;
+	return rc;
+}
+
+static int xrdma_connect(struct xport *xp, const uint8_t *desc, size_t desclen,
 			 uint32_t *id, char *err, size_t errlen)
 {
-	(void)x;
-	(void)desc;
-	(void)desclen;
-	(void)id;
-	return kvw_errf(err, errlen, KVW_ENODEV,
-			"rdma: not available: connect (RC queue pair setup) "
-			"is not implemented yet");
+	struct xrdma_xport *x = XPORT_SELF(struct xrdma_xport, xp);
+	struct xrdma_remote *r;
+	struct rdma_desc d;
+	uint32_t i;
+	int rc;
+
+	for (i = 0; i < x->nrmt; i++)
+		if (x->rmt[i].used && !x->rmt[i].broken &&
+		    x->rmt[i].desclen == desclen &&
+		    memcmp(x->rmt[i].desc, desc, desclen) == 0) {
+			*id = i;
+			return 0;
+		}
+	rc = rdma_desc_decode(desc, desclen, &d, err, errlen);
+	if (rc)
+		return rc == KVW_EVERSION ? KVW_EINVAL : rc;
+	if (d.port == 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"rdma: nobody listens for this pool (a source "
+				"pool's descriptor)");
+	for (i = 0; i < x->nrmt && x->rmt[i].used; i++)
+		;
+	if (i == x->caprmt) {
+		uint32_t cap = x->caprmt ? 2 * x->caprmt : 4;
+		struct xrdma_remote *v = realloc(x->rmt, cap * sizeof *v);
+
+		if (!v)
+			return kvw_errf(err, errlen, KVW_ENOMEM,
+					"rdma: out of memory");
+		x->rmt = v;
+		x->caprmt = cap;
+	}
+	r = &x->rmt[i];
+	memset(r, 0, sizeof *r);
+	r->desc = malloc(desclen);
+	if (!r->desc)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
+	rc = remote_up(x, r, &d, err, errlen);
+	if (rc) {
+		free(r->desc);
+		memset(r, 0, sizeof *r);
+		return rc;
+	}
+	memcpy(r->desc, desc, desclen);
+	r->desclen = desclen;
+	r->used = 1;
+	if (i == x->nrmt)
+		x->nrmt++;
+	*id = i;
+	return 0;
 }
 
-static int xrdma_write_batch(struct xport *x, const struct xport_copy *c,
+static void xrdma_disconnect(struct xport *xp, uint32_t id)
+{
+	struct xrdma_xport *x = XPORT_SELF(struct xrdma_xport, xp);
+
+	if (id < x->nrmt)
+		remote_drop(x, &x->rmt[id]);
+}
+
+static void xrdma_set_room(struct xport *xp, uint64_t room)
+{
+	XPORT_SELF(struct xrdma_xport, xp)->room = room;
+}
+
+/* ---- the data path ---------------------------------------------------- */
+
+static int xrdma_write_batch(struct xport *xp, const struct xport_copy *c,
 			     size_t n, char *err, size_t errlen)
 {
-	(void)x;
-	(void)c;
-	(void)n;
-	return kvw_errf(err, errlen, KVW_ENODEV,
-			"rdma: not available: RDMA WRITE is not implemented "
-			"yet");
+	struct xrdma_xport *x = XPORT_SELF(struct xrdma_xport, xp);
+	struct rdma_chain ch = { x->wr, XRDMA_CHAIN, x->sge,
+				 XRDMA_CHAIN * XRDMA_MAX_SGE, 0, 0 };
+	struct rdma_cursor cur = { 0, 0 };
+	struct xrdma_remote *r;
+	uint64_t batch;
+	int rc;
+
+	if (n == 0)
+		return 0;
+	if (c[0].dst >= x->nrmt || !x->rmt[c[0].dst].used)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"rdma: unknown remote %u", c[0].dst);
+	r = &x->rmt[c[0].dst];
+	if (r->broken)
+		return kvw_errf(err, errlen, KVW_ESYS,
+				"rdma: remote %u failed earlier (%s); "
+				"disconnect it", c[0].dst, r->why);
+	rc = rdma_chain_check(c, n, x->loc, x->nmr, c[0].dst, r->reg.size,
+			      err, errlen);
+	if (rc)
+		return rc;
+	batch = ++x->next_batch;
+	while (cur.i < n) {
+		struct ibv_send_wr *bad = NULL;
+		uint64_t out = rdma_track_outstanding(&r->tr);
+		uint32_t room, built, posted;
+
+		if (out == 0)
+			r->progress_ns = now_ns();
+		if (out >= r->depth) {
+			/* Full: reap down to half, so chains stay long. */
+			(void)settle(x, r, r->depth / 2, 0);
+			if (r->broken)
+				break;
+			out = rdma_track_outstanding(&r->tr);
+		}
+		room = (uint32_t)(r->depth - out);
+		ch.since_signal = r->since_signal;
+		built = rdma_chain_build(&r->cfg, c, n, x->loc, &r->reg, &cur,
+					 room, rdma_track_next_id(&r->tr),
+					 (uint32_t)batch, &ch);
+		if (built == 0)
+			break; /* only empty copies were left */
+		rc = ibv_post_send(r->qp, x->wr, &bad);
+		posted = rc == 0 ? built
+		       : bad ? (uint32_t)(bad - x->wr) : 0;
+		if (posted)
+			(void)rdma_track_post(&r->tr, posted, x->room, batch);
+		r->since_signal = ch.since_signal;
+		if (rc) {
+			char why[120];
+
+			snprintf(why, sizeof why, "post_send: %s", strerror(rc));
+			fail_remote(x, r, why);
+			break;
+		}
+	}
+	if (r->broken) {
+		/* Nothing of this batch may stay in flight. */
+		(void)settle(x, r, 0, 0);
+		r->told = 1;
+		return kvw_errf(err, errlen, KVW_ESYS, "rdma: %s", r->why);
+	}
+	return 0;
 }
 
-static int xrdma_wait(struct xport *x, int timeout_ms, char *err,
+static int xrdma_wait(struct xport *xp, int timeout_ms, char *err,
 		      size_t errlen)
 {
-	(void)x;
-	(void)timeout_ms;
-	return kvw_errf(err, errlen, KVW_ENODEV,
-			"rdma: not available: completion polling is not "
-			"implemented yet");
+	struct xrdma_xport *x = XPORT_SELF(struct xrdma_xport, xp);
+	uint64_t deadline = timeout_ms >= 0
+				    ? now_ns() + (uint64_t)timeout_ms * 1000000ull
+				    : 0;
+	int first = 0;
+
+	for (uint32_t i = 0; i < x->nrmt; i++) {
+		struct xrdma_remote *r = &x->rmt[i];
+		int rc;
+
+		if (!r->used)
+			continue;
+		if (settle(x, r, 0, deadline) == KVW_ETIMEDOUT)
+			return kvw_errf(err, errlen, KVW_ETIMEDOUT,
+					"rdma: %llu WRs still in flight after "
+					"%d ms",
+					(unsigned long long)
+						rdma_track_outstanding(&r->tr),
+					timeout_ms);
+		rc = first ? told(r, NULL, 0) : told(r, err, errlen);
+		if (rc && !first)
+			first = rc;
+	}
+	return first;
 }
 
 const struct xport_ops xport_rdma_ops = {
@@ -289,7 +609,9 @@ const struct xport_ops xport_rdma_ops = {
 	.open = xrdma_open,
 	.reg = xrdma_reg,
 	.connect = xrdma_connect,
+	.disconnect = xrdma_disconnect,
 	.write_batch = xrdma_write_batch,
 	.wait = xrdma_wait,
 	.close = xrdma_close,
+	.set_room = xrdma_set_room,
 };

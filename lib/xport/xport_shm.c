@@ -99,21 +99,6 @@ static int64_t xshm_slot(struct xshm_region **arr, uint32_t *n, uint32_t *cap)
 	return (*n)++;
 }
 
-static void put_le(uint8_t *p, uint64_t v, unsigned bytes)
-{
-	for (unsigned i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, unsigned bytes)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < bytes; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 static int xshm_reg(struct xport *x, const struct pool *p, uint32_t *id,
 		   uint8_t *desc, size_t desccap, size_t *desclen, char *err,
 		   size_t errlen)
@@ -145,11 +130,11 @@ static int xshm_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	s->loc[slot].size = pool_size(p);
 
 	memcpy(desc, SHM_MAGIC, 4);
-	put_le(desc + 4, SHM_VERSION, 2);
-	put_le(desc + 6, plen, 2);
-	put_le(desc + 8, pool_size(p), 8);
-	put_le(desc + 16, (uint64_t)st.st_dev, 8);
-	put_le(desc + 24, (uint64_t)st.st_ino, 8);
+	xport_put_le(desc + 4, SHM_VERSION, 2);
+	xport_put_le(desc + 6, plen, 2);
+	xport_put_le(desc + 8, pool_size(p), 8);
+	xport_put_le(desc + 16, (uint64_t)st.st_dev, 8);
+	xport_put_le(desc + 24, (uint64_t)st.st_ino, 8);
 	memcpy(desc + SHM_HDR, path, plen);
 	*desclen = SHM_HDR + plen;
 	*id = (uint32_t)slot;
@@ -171,15 +156,15 @@ static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
 	    memcmp(desc, SHM_MAGIC, 4) != 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"shm: malformed descriptor (%zu bytes)", len);
-	if (get_le(desc + 4, 2) != SHM_VERSION)
+	if (xport_get_le(desc + 4, 2) != SHM_VERSION)
 		return kvw_errf(err, errlen, KVW_EVERSION,
 				"shm: descriptor version %llu, expected %u",
-				(unsigned long long)get_le(desc + 4, 2),
+				(unsigned long long)xport_get_le(desc + 4, 2),
 				SHM_VERSION);
-	plen = get_le(desc + 6, 2);
-	size = get_le(desc + 8, 8);
-	*dev = get_le(desc + 16, 8);
-	*ino = get_le(desc + 24, 8);
+	plen = xport_get_le(desc + 6, 2);
+	size = xport_get_le(desc + 8, 8);
+	*dev = xport_get_le(desc + 16, 8);
+	*ino = xport_get_le(desc + 24, 8);
 	if (plen == 0 || plen > POOL_PATH_MAX || SHM_HDR + plen != len ||
 	    memchr(desc + SHM_HDR, '\0', plen) != NULL || size == 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,

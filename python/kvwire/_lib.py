@@ -2,8 +2,8 @@
 room status struct mirrored field by field, and the codes of lib/base/kvw.h.
 
 The library is found at $KVW_LIB, else at lib/libkvwire.so of the checkout
-this package lives in. An engine handle is serialised by its manager's
-lock, as lib/api.h asks.
+this package lives in, else where `make install` put it (_libpath.py). An
+engine handle is serialised by its manager's lock, as lib/api.h asks.
 """
 import ctypes
 import os
@@ -23,6 +23,7 @@ EAGAIN = -10
 ENODEV = -11
 ERANGE = -12
 EPEER = -13
+ECORRUPT = -14
 
 # enum kvw_state (the first five are SGLang's KVPoll) and room flags.
 FAILED, BOOTSTRAPPING, WAITING, TRANSFERRING, SUCCESS, CLEARED = range(6)
@@ -60,7 +61,15 @@ def _path():
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(here, "..", "..", "lib", "libkvwire.so")
+    checkout = os.path.join(here, "..", "..", "lib", "libkvwire.so")
+    if os.path.exists(checkout):
+        return checkout
+    try:
+        # Written by `make install`: where the library was installed.
+        from ._libpath import LIBPATH
+        return LIBPATH
+    except ImportError:
+        return checkout
 
 
 def _load():
@@ -92,6 +101,9 @@ def _load():
         "kvw_abort": (I, [P, U64]),
         "kvw_clear": (I, [P, U64]),
         "kvw_poll": (I, [P, U64, ctypes.POINTER(RoomStatus)]),
+        "kvw_register_gpu_pool": (I, [P, I, ctypes.POINTER(U64),
+                                      ctypes.POINTER(U64), U32P, U32,
+                                      ctypes.c_char_p, ctypes.c_size_t]),
         "kvw_control_epoch": (U64, [P]),
         "kvw_control_check": (I, [P]),
         "kvw_strerror": (ctypes.c_char_p, [I]),

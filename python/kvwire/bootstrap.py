@@ -18,11 +18,14 @@ def _bin_dir():
 
 class KVBootstrapServer:
     """kv-bootstrap listening on tcp://host:port (or an endpoint given as
-    host "ipc:///path" with port None). close() stops it."""
+    host "ipc:///path" with port None). close() stops it. A tcp:// endpoint
+    needs the group's keys (keys=DIR, made by kv-keygen; default
+    $KVW_KEYS) or insecure=True: kv-bootstrap refuses it otherwise."""
 
     READY_TIMEOUT = 20.0
 
-    def __init__(self, host, port, bin_dir=None, log_path=os.devnull):
+    def __init__(self, host, port, bin_dir=None, log_path=os.devnull,
+                 keys=None, insecure=False):
         self.endpoint = host if port is None else "tcp://%s:%d" % (host, port)
         self.bootstrap_addr = self.endpoint if port is None else \
             "%s:%d" % (host, port)
@@ -31,6 +34,8 @@ class KVBootstrapServer:
             exe = shutil.which("kv-bootstrap") or exe
         self._exe = exe
         self._log = log_path
+        self._auth = ["--keys", keys] if keys else \
+            ["--insecure"] if insecure else []
         self._stop = threading.Event()
         self.restarts = 0
         self.proc = self._start()
@@ -45,7 +50,8 @@ class KVBootstrapServer:
             with open(self._log, "ab") as log:
                 proc = subprocess.Popen(
                     [self._exe, "--listen", self.endpoint, "--ready-fd",
-                     str(w)], pass_fds=(w,), stdin=subprocess.DEVNULL,
+                     str(w)] + self._auth, pass_fds=(w,),
+                    stdin=subprocess.DEVNULL,
                     stdout=log, stderr=log)
             os.close(w)
             w = -1

@@ -208,6 +208,48 @@ class KVManager:
                               detail)
         return rc
 
+    def register_gpu_pool(self, kv_data_ptrs, kv_data_lens, kv_item_lens,
+                          device=0):
+        """Registers this engine's KV cache in GPU memory: SGLang's
+        kv_data_ptrs / kv_data_lens / kv_item_lens (device addresses, e.g.
+        tensor.data_ptr(), one buffer per layer and K/V in the pool
+        layout's order; the AUX slots stay in the mapped host pool). Each
+        buffer's allocation is exported as a CUDA IPC handle that the cuda
+        transport's workers open; the memory must stay allocated until
+        close(). Raises ValueError for lists of different lengths or
+        values that are not unsigned integers of their width, KVWireError
+        for everything the C call refuses (EINVAL: count, NULL, zero or
+        overflowing lengths, overlap, more than the pool holds; ENODEV:
+        no usable GPU, with the reason). On success kv_args' kv_data_*
+        lists name the GPU buffers."""
+        n = len(kv_data_ptrs)
+        if len(kv_data_lens) != n or len(kv_item_lens) != n:
+            raise ValueError("register_gpu_pool: %d pointers, %d lengths, "
+                             "%d item lengths" % (n, len(kv_data_lens),
+                                                  len(kv_item_lens)))
+        for name, vals, bits in (("pointer", kv_data_ptrs, 64),
+                                 ("length", kv_data_lens, 64),
+                                 ("item length", kv_item_lens, 32)):
+            for v in vals:
+                if not isinstance(v, int) or not 0 <= v < 2 ** bits:
+                    raise ValueError("register_gpu_pool: %s %r is not an "
+                                     "unsigned %d-bit integer"
+                                     % (name, v, bits))
+        c = _lib.ctypes
+        ptrs = (c.c_uint64 * max(n, 1))(*kv_data_ptrs)
+        lens = (c.c_uint64 * max(n, 1))(*kv_data_lens)
+        items = (c.c_uint32 * max(n, 1))(*kv_item_lens)
+        err = c.create_string_buffer(256)
+        with self.lock:
+            rc = lib.kvw_register_gpu_pool(self._handle(), int(device), ptrs,
+                                           lens, items, n, err, len(err))
+        if rc < 0:
+            raise KVWireError("register_gpu_pool(%s)" % self.kv_args.member,
+                              rc, err.value.decode(errors="replace"))
+        self.kv_args.kv_data_ptrs = list(kv_data_ptrs)
+        self.kv_args.kv_data_lens = list(kv_data_lens)
+        self.kv_args.kv_item_lens = list(kv_item_lens)
+
     def status(self, room) -> Optional[_lib.RoomStatus]:
         """The room's row in the table, or None when it is not there."""
         st = _lib.RoomStatus()

@@ -7,7 +7,10 @@
 # while a job copies (the batch in flight lands BEFORE the room becomes
 # releasable, the rest is dropped, nothing lands after); an ABORT after
 # Success (state unchanged, still acked); two decode ranks aborting one room
-# both get their ack; a late ABORT_ACK of an older incarnation of a room id
+# both get their ack; on tcp an aborted room is releasable while its whole
+# prefill rank is stopped (the decode's own sinks are the only writers, and
+# the fence says none writes it), and the batch that rank sends after it
+# resumes is discarded; a late ABORT_ACK of an older incarnation of a room id
 # (another abort token) never releases the later room. Copies are slowed with the test-only
 # KVW_TEST_COPY_DELAY_US (read by each kv-sender worker at start); workers
 # are paused with SIGSTOP to hold a job queued.
@@ -26,7 +29,8 @@ setup() {
 }
 
 teardown() {
-	[ -n "$STOPPED" ] && kill -CONT "$STOPPED" 2>/dev/null
+	# shellcheck disable=SC2086 # one pid or several
+	[ -n "$STOPPED" ] && kill -CONT $STOPPED 2>/dev/null
 	kvw_teardown
 }
 
@@ -235,4 +239,36 @@ seqc() { seq -s, "$@"; }
 	room_is 51 "state=Failed reason=1 flags=1"
 	fk ctl "$CTL" ack 0 51 "$t2"
 	wait_for 10 room_is 51 "state=Failed reason=1 flags=3"
+}
+
+@test "tcp: ABORT with the whole prefill rank stopped is releasable at once; its batch sent after it resumes never lands" {
+	export KVW_TEST_COPY_DELAY_US=1500000
+	up --transport tcp
+	unset KVW_TEST_COPY_DELAY_US
+	fill p0 ab
+	src=$(seqc 0 2 298)
+	dst=$(seqc 1 2 299)
+	ctl recv-begin "$(ep d0 engine)" 31 "$(ep bootstrap listen)" 0 "$dst"
+	wait_for 10 is d0 31 state WaitingForInput
+	ctl send-begin "$(ep p0 engine)" 31 150 0
+	ctl send-chunk "$(ep p0 engine)" 31 --last "$src"
+	wait_for 10 logged p0 "room 31: test delay before a batch, 601 copies left"
+	# The control and its worker stop: no ABORT_ACK can come back.
+	STOPPED="$(cat "$RUN/pids/p0.pid") $(worker_of p0)"
+	# shellcheck disable=SC2086
+	kill -STOP $STOPPED
+	ctl abort "$(ep d0 engine)" 31
+	wait_for 10 is d0 31 releasable true
+	is d0 31 state Failed
+	# The engine reuses the pages at once: a canary over them.
+	paint d0 5a "$dst"
+	# shellcheck disable=SC2086
+	kill -CONT $STOPPED
+	STOPPED=
+	# The worker wakes and sends its first batch: the sink reads it and
+	# drops it (the room is armed), and the prefill hears of the abort.
+	wait_for 20 logged d0 "batch for a room that is not live discarded"
+	wait_for 20 is p0 31 outstanding 0
+	[ "$(count d0 5a "$dst")" -eq $((150 * 4 * ITEM)) ]
+	[ "$(count d0 ab "$dst")" -eq 0 ]
 }

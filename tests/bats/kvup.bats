@@ -282,12 +282,15 @@ refused() {
 }
 
 @test "refused in under 2 s, the reason, nothing made: a transport that is not available (77) or unknown (100)" {
-	# tcp has a copy path now; rdma has none yet: 77 where the machine has
-	# no RDMA device (this one), 100 "no copy path" where it has one.
-	if "$KVW_BIN/kv-probe" rdma >/dev/null 2>&1; then
-		refused 100 "transport 'rdma' has no copy path" --transport rdma $SHAPE
+	# rdma has a copy path: 77 with the probe's reason where the machine
+	# has no RDMA device (this one); cuda has none: 77 or 100.
+	if ! "$KVW_BIN/kv-probe" rdma >/dev/null 2>&1; then
+		refused 77 "transport 'rdma' is not available here: rdma: not available: " --transport rdma $SHAPE
+	fi
+	if "$KVW_BIN/kv-probe" cuda >/dev/null 2>&1; then
+		refused 100 "transport 'cuda' has no copy path" --transport cuda $SHAPE
 	else
-		refused 77 "transport 'rdma' is not available here" --transport rdma $SHAPE
+		refused 77 "transport 'cuda' is not available here" --transport cuda $SHAPE
 	fi
 	refused 100 "transport 'bogus': unknown" --transport bogus $SHAPE
 }
@@ -372,4 +375,29 @@ SH
 	[ -s "$logs/kv-up.log" ]
 	# Its group is gone: only the kept logs remain in TMPDIR.
 	[ "$(ls "$RUN")" = "${logs##*/}" ]
+}
+
+@test "kv-up refuses a split group it cannot start, each with its reason, and creates nothing" {
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role decode --transport tcp
+	[ "$status" -eq 100 ]
+	[[ $output == *"--role decode needs --bootstrap tcp://HOST:PORT"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --transport tcp
+	[ "$status" -eq 100 ]
+	[[ $output == *"needs the group's keys on both sides"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --insecure
+	[ "$status" -eq 100 ]
+	[[ $output == *"use --transport tcp"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --insecure --keys "$RUN"
+	[ "$status" -eq 100 ]
+	[[ $output == *"exclude each other"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --transport tcp --insecure --advertise example.com
+	[ "$status" -eq 100 ]
+	[[ $output == *"--advertise: want a numeric IP address"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role sideways
+	[ "$status" -eq 100 ]
+	[[ $output == *"--role: want prefill, decode or both"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --bootstrap tcp://10.0.0.1:1
+	[ "$status" -eq 100 ]
+	[[ $output == *"--bootstrap is for --role decode"* ]]
+	[ ! -e "$RUN/g" ]
 }

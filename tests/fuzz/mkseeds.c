@@ -10,7 +10,9 @@
  *    from the other end of a real chan_pair, one with a bad magic;
  *  - fuzz_runinfo: endpoints files as bin/kv-up writes them;
  *  - fuzz_rtab: an operation program touching every operation, and table
- *    files made by rtab_create (raw, and as entries behind a header).
+ *    files made by rtab_create (raw, and as entries behind a header);
+ *  - fuzz_rdma: rdma descriptors (RoCE, InfiniBand), an exchange hello and
+ *    replies, each behind the byte that picks its decoder.
  * Usage: mkseeds DIR. Exit 0, or 111 with a message when a write fails.
  */
 #include <errno.h>
@@ -25,6 +27,8 @@
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/frame.h"
+#include "xport/rdma_cm.h"
+#include "xport/rdma_desc.h"
 #include "../unit/frame_fixture.h"
 
 static const char *dir;
@@ -321,6 +325,50 @@ static void rtab_seeds(void)
 	seed_close(f);
 }
 
+/* ---- fuzz_rdma: byte 0 % 3 picks descriptor, hello or reply ---- */
+
+static void rdma_seed(const char *name, uint8_t kind, const uint8_t *p,
+		      size_t n)
+{
+	FILE *f = seed_open("fuzz_rdma", name);
+
+	fputc(kind, f);
+	fwrite(p, 1, n, f);
+	seed_close(f);
+}
+
+static void rdma_seeds(void)
+{
+	struct rdma_desc d = { .ib_port = 1, .mtu = 3, .link = 2,
+			       .rkey = 0x1234, .addr = 0x7f0000000000ull,
+			       .size = 1u << 24, .port = 41000 };
+	struct rdma_peer me = { .qpn = 0x11, .psn = 0x222, .mtu = 3,
+				.link = 2 };
+	uint8_t b[RDMA_DESC_FIXED + RDMA_HOST_MAX], h[RCM_HELLO_LEN];
+	size_t len;
+
+	for (int i = 0; i < 16; i++)
+		d.gid[i] = me.gid[i] = (uint8_t)(i < 10 ? 0 : i < 12 ? 0xff : i);
+	memcpy(d.secret, "0123456789abcdef", 16);
+	strcpy(d.host, "192.168.1.20");
+	if (rdma_desc_encode(&d, b, sizeof b, &len, NULL, 0) != 0)
+		fatal("encode an rdma descriptor", "refused");
+	rdma_seed("desc_roce", 0, b, len);
+	d.link = 1;
+	d.lid = 7;
+	d.mtu = 5;
+	strcpy(d.host, "10.0.0.2");
+	if (rdma_desc_encode(&d, b, sizeof b, &len, NULL, 0) != 0)
+		fatal("encode an rdma descriptor", "refused");
+	rdma_seed("desc_ib", 3, b, len);
+	rcm_hello_encode(h, d.secret, &me);
+	rdma_seed("hello", 1, h, sizeof h);
+	rcm_reply_encode(h, RCM_OK, 0x33, 0x444);
+	rdma_seed("reply_ok", 2, h, RCM_REPLY_LEN);
+	rcm_reply_encode(h, RCM_SECRET, 0, 0);
+	rdma_seed("reply_secret", 2, h, RCM_REPLY_LEN);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -333,5 +381,6 @@ int main(int argc, char **argv)
 	chan_seeds();
 	runinfo_seeds();
 	rtab_seeds();
+	rdma_seeds();
 	return 0;
 }

@@ -261,21 +261,25 @@ def free_port():
         return sk.getsockname()[1]
 
 
-def ping(ep):
-    return subprocess.run([os.path.join(BIN, "kv-ctl"), "--timeout", "2",
-                           "ping", ep], stdout=subprocess.DEVNULL,
+def ping(ep, keys):
+    return subprocess.run([os.path.join(BIN, "kv-ctl"), "--keys", keys,
+                           "--timeout", "2", "ping", ep],
+                          stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL).returncode == 0
 
 
-def test_bootstrap_server_starts_and_supervises():
+def test_bootstrap_server_starts_and_supervises(tmp_path):
     port = free_port()
-    with KVBootstrapServer("127.0.0.1", port) as b:
+    keys = str(tmp_path / "keys")
+    subprocess.run([os.path.join(BIN, "kv-keygen"), keys], check=True,
+                   stdout=subprocess.DEVNULL)
+    with KVBootstrapServer("127.0.0.1", port, keys=keys) as b:
         assert b.bootstrap_addr == "127.0.0.1:%d" % port
-        assert ping(b.endpoint)
+        assert ping(b.endpoint, keys)
         first = b.proc.pid
         b.proc.kill()
         wait_for("bootstrap restarted",
                  lambda: b.restarts == 1 and b.proc.pid != first)
-        wait_for("bootstrap answers", lambda: ping(b.endpoint))
+        wait_for("bootstrap answers", lambda: ping(b.endpoint, keys))
         last = b.proc
     assert last.poll() is not None

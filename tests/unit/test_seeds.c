@@ -6,7 +6,8 @@
  * and the bootstrap answers it; every record of every fuzz_chan stream
  * decodes (but the spoiled first one of a bad_* seed); every fuzz_runinfo
  * seed parses with members; the raw fuzz_rtab table file opens with its
- * rooms and peer, and the ops program starts with an even byte. A seed the
+ * rooms and peer, and the ops program starts with an even byte; every
+ * fuzz_rdma seed decodes as what its first byte picks. A seed the
  * codec refuses is a stale seed: run `make seeds`. Run from the repository
  * root (KVW_CORPUS overrides the corpus folder).
  */
@@ -28,6 +29,8 @@
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/frame.h"
+#include "xport/rdma_cm.h"
+#include "xport/rdma_desc.h"
 
 struct seed {
 	char name[256];
@@ -212,6 +215,35 @@ static void every_runinfo_seed_parses_with_members(void **state)
 	unload(s, n);
 }
 
+static void every_rdma_seed_decodes_as_its_first_byte_says(void **state)
+{
+	static struct seed s[16];
+	size_t n = load("fuzz_rdma", s, 16);
+	unsigned kinds = 0;
+
+	(void)state;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *p = s[i].data + 1;
+		size_t len = s[i].len - 1;
+		struct rdma_desc d;
+		struct rdma_peer peer;
+		uint8_t sec[16];
+		uint32_t st, qpn, psn;
+		int rc;
+
+		switch (s[i].data[0] % 3) {
+		case 0: rc = rdma_desc_decode(p, len, &d, NULL, 0); break;
+		case 1: rc = rcm_hello_decode(p, len, sec, &peer); break;
+		default: rc = rcm_reply_decode(p, len, &st, &qpn, &psn); break;
+		}
+		if (rc != 0)
+			fail_msg("fuzz_rdma/%s is refused (%d)", s[i].name, rc);
+		kinds |= 1u << (s[i].data[0] % 3);
+	}
+	assert_int_equal(kinds, 7);
+	unload(s, n);
+}
+
 static void rtab_seeds_are_a_program_and_tables_that_open(void **state)
 {
 	static struct seed s[16];
@@ -267,6 +299,7 @@ int main(void)
 		cmocka_unit_test(every_chan_seed_record_decodes),
 		cmocka_unit_test(every_runinfo_seed_parses_with_members),
 		cmocka_unit_test(rtab_seeds_are_a_program_and_tables_that_open),
+		cmocka_unit_test(every_rdma_seed_decodes_as_its_first_byte_says),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

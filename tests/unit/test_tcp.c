@@ -3,7 +3,13 @@
  * sockets and real pool files: a worker-shaped client (xport_tcp: connect
  * by descriptor, pipelined batches, one wait) lands every byte where the
  * copy list says and nowhere else; a batch for a room the sink says is not
- * live is discarded (no byte written) and reported; and hostile peers at
+ * live is discarded (no byte written) and reported, and every batch the
+ * sink held for a room is released again; a batch whose bytes miss their
+ * checksum is acked as such, and that refusal reaches the writer as
+ * KVW_ECORRUPT (the room's reason `integrity`); a link cut mid-batch (a
+ * proxy that breaks) is re-dialled and the unacked batches resent until
+ * every byte is in, and a decode gone for good fails them after the
+ * resend window; a peer that stops inside a batch is closed; and hostile peers at
  * the data port - a wrong secret, garbage, a valid header whose copy lies
  * outside the pool, a copy count over the cap, a peer that stops half way
  * through its hello - are each refused and counted while the sink keeps
@@ -18,9 +24,11 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -52,10 +60,23 @@ struct fx {
 static atomic_int stop_flag;
 static int stop_now(void) { return atomic_load(&stop_flag); }
 
-static int live(void *arg, uint64_t room)
+static atomic_int held; /* rooms held by the sink, not yet ended */
+
+static int begin(void *arg, uint32_t slot, uint64_t room)
 {
 	(void)arg;
-	return room != NOT_LIVE_ROOM;
+	assert_true(slot < 1024);
+	if (room == NOT_LIVE_ROOM)
+		return 0;
+	atomic_fetch_add(&held, 1);
+	return 1;
+}
+
+static void end(void *arg, uint32_t slot)
+{
+	(void)arg;
+	(void)slot;
+	atomic_fetch_sub(&held, 1);
 }
 
 static void *sink_main(void *arg)
@@ -93,9 +114,10 @@ static int setup(void **state)
 	f->port = (uint16_t)tcp_get(f->desc + 6, 2);
 	f->cfg = (struct tcp_sink_cfg){ .listen_fd = lfd,
 		.base = pool_base(f->dst), .size = POOL_BYTES,
-		.secret = f->secret, .room_live = live, .stop = stop_now,
-		.handshake_ms = 300 };
+		.secret = f->secret, .room_begin = begin, .room_end = end, .stop = stop_now,
+		.handshake_ms = 300, .stall_ms = 300 };
 	atomic_store(&stop_flag, 0);
+	atomic_store(&held, 0);
 	if (pthread_create(&f->th, NULL, sink_main, f))
 		return -1;
 	if (xport_open(xport_find("tcp"), &f->px, f->err, sizeof f->err) ||
@@ -112,6 +134,8 @@ static int teardown(void **state)
 
 	atomic_store(&stop_flag, 1);
 	pthread_join(f->th, NULL);
+	/* Every batch the sink held it ended: acked or dropped. */
+	assert_int_equal(atomic_load(&held), 0);
 	xport_close(&f->px);
 	xport_close(&f->dx);
 	pool_close(&f->src);
@@ -275,6 +299,271 @@ static int raw_batch(int fd, uint32_t ncopies, uint64_t total,
 	return (int)tcp_get(a + 4, 4);
 }
 
+static void test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[TCP_BATCH_LEN] = { 0 }, cp[TCP_COPY_LEN], pay[16], a[TCP_ACK_LEN];
+	uint8_t sum[TCP_TRAILER_LEN];
+	int fd = dial(f);
+
+	assert_true(hello_ok(f, fd, NULL));
+	memset(pay, 0x77, sizeof pay);
+	tcp_put(h, TCP_MAGIC_BATCH, 4);
+	tcp_put(h + 4, 1, 4);
+	tcp_put(h + 8, 42, 8);
+	tcp_put(h + 16, 8, 8);  /* a live room */
+	tcp_put(h + 24, sizeof pay, 8);
+	tcp_put(cp, 4096, 8);
+	tcp_put(cp + 8, sizeof pay, 8);
+	tcp_put(sum, 12345, 8); /* not the xxh3 of the payload */
+	assert_int_equal(send(fd, h, sizeof h, 0), (ssize_t)sizeof h);
+	assert_int_equal(send(fd, cp, sizeof cp, 0), (ssize_t)sizeof cp);
+	assert_int_equal(send(fd, pay, sizeof pay, 0), (ssize_t)sizeof pay);
+	assert_int_equal(send(fd, sum, sizeof sum, 0), (ssize_t)sizeof sum);
+	assert_int_equal(read_some(fd, a, sizeof a), sizeof a);
+	assert_int_equal(tcp_get(a + 4, 4), TCP_CHECKSUM);
+	assert_int_equal(tcp_get(a + 8, 8), 42);
+	assert_true(f->st.checksum == 1);
+	assert_true(f->st.batches == 0);
+	close(fd);
+}
+
+/* A sink that welcomes one connection, reads one batch of `len` payload
+ * bytes and answers it with the status in *arg. */
+struct liar {
+	int lfd;
+	uint32_t status;
+	uint8_t secret[16];
+};
+
+static void *liar_main(void *arg)
+{
+	struct liar *l = arg;
+	uint8_t buf[TCP_BATCH_LEN + TCP_COPY_LEN + 65536 + TCP_TRAILER_LEN], w[TCP_WELCOME_LEN],
+		a[TCP_ACK_LEN];
+	int fd = accept(l->lfd, NULL, NULL);
+	size_t need;
+
+	if (fd < 0 || read_some(fd, buf, TCP_HELLO_LEN) != TCP_HELLO_LEN)
+		return NULL;
+	tcp_put(w, TCP_MAGIC_WELCOME, 4);
+	tcp_put(w + 4, TCP_OK, 4);
+	(void)send(fd, w, sizeof w, MSG_NOSIGNAL);
+	if (read_some(fd, buf, TCP_BATCH_LEN) == TCP_BATCH_LEN) {
+		need = (size_t)tcp_get(buf + 4, 4) * TCP_COPY_LEN +
+		       (size_t)tcp_get(buf + 24, 8) + TCP_TRAILER_LEN;
+		if (need <= sizeof buf && read_some(fd, buf + TCP_BATCH_LEN, need) == need) {
+			tcp_put(a, TCP_MAGIC_ACK, 4);
+			tcp_put(a + 4, l->status, 4);
+			memcpy(a + 8, buf + 8, 8);
+			(void)send(fd, a, sizeof a, MSG_NOSIGNAL);
+		}
+	}
+	(void)read_some(fd, buf, 1); /* until the client closes */
+	close(fd);
+	return NULL;
+}
+
+static void test_a_checksum_refusal_reaches_the_writer_as_corrupt(void **state)
+{
+	struct fx *f = *state;
+	struct liar l = { .status = TCP_CHECKSUM };
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof sa;
+	uint8_t d[TCP_DESC_FIXED + 9];
+	struct xport_copy c = { .len = 4096, .src = f->src_id };
+	pthread_t th;
+	uint32_t rid;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	l.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(l.lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+	assert_int_equal(listen(l.lfd, 1), 0);
+	assert_int_equal(getsockname(l.lfd, (struct sockaddr *)&sa, &sl), 0);
+	tcp_put(d, TCP_MAGIC_DESC, 4);
+	tcp_put(d + 4, TCP_VERSION, 2);
+	tcp_put(d + 6, ntohs(sa.sin_port), 2);
+	tcp_put(d + 8, POOL_BYTES, 8);
+	memset(d + 16, 0, 16);
+	tcp_put(d + 32, 9, 2);
+	memcpy(d + TCP_DESC_FIXED, "127.0.0.1", 9);
+	assert_int_equal(pthread_create(&th, NULL, liar_main, &l), 0);
+	assert_int_equal(xport_connect(f->px, d, sizeof d, &rid, f->err,
+				       sizeof f->err), 0);
+	c.dst = rid;
+	xport_set_room(f->px, 8);
+	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err, sizeof f->err), 0);
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), KVW_ECORRUPT);
+	assert_non_null(strstr(f->err, "integrity"));
+	xport_disconnect(f->px, rid);
+	pthread_join(th, NULL);
+	close(l.lfd);
+}
+
+/* A link that can break: it forwards one connection at a time from its own
+ * port to the sink's; after cut_after bytes from the client (>= 0) it
+ * closes both ends once, as a link that went down mid-batch; with
+ * refuse set it closes its port, as a decode host that is gone. */
+struct proxy {
+	int lfd;
+	uint16_t port, to;
+	atomic_long cut_after;
+	atomic_int accepts, refuse, stop;
+	pthread_t th;
+};
+
+static int pump(int from, int to, long *count)
+{
+	uint8_t buf[16384];
+	ssize_t k = recv(from, buf, sizeof buf, 0);
+
+	if (k <= 0 || send(to, buf, (size_t)k, MSG_NOSIGNAL) != k)
+		return -1;
+	if (count)
+		*count += k;
+	return 0;
+}
+
+static void *proxy_main(void *arg)
+{
+	struct proxy *p = arg;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(p->to) };
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	while (!atomic_load(&p->stop)) {
+		struct pollfd l = { p->lfd, POLLIN, 0 };
+		long sent = 0;
+		int cfd, sfd;
+
+		if (atomic_load(&p->refuse)) {
+			if (p->lfd >= 0)
+				close(p->lfd);
+			p->lfd = -1;
+			poll(NULL, 0, 20);
+			continue;
+		}
+		if (poll(&l, 1, 20) != 1 || (cfd = accept(p->lfd, NULL, NULL)) < 0)
+			continue;
+		atomic_fetch_add(&p->accepts, 1);
+		sfd = socket(AF_INET, SOCK_STREAM, 0);
+		if (connect(sfd, (struct sockaddr *)&a, sizeof a) == 0)
+			for (;;) {
+				struct pollfd pf[2] = { { cfd, POLLIN, 0 },
+							{ sfd, POLLIN, 0 } };
+				long cut = atomic_load(&p->cut_after);
+
+				if (atomic_load(&p->stop) || poll(pf, 2, 20) < 0)
+					break;
+				if ((pf[0].revents && pump(cfd, sfd, &sent) < 0) ||
+				    (pf[1].revents && pump(sfd, cfd, NULL) < 0))
+					break;
+				if (cut >= 0 && sent >= cut) {
+					atomic_store(&p->cut_after, -1);
+					break;
+				}
+			}
+		close(sfd);
+		close(cfd);
+	}
+	if (p->lfd >= 0)
+		close(p->lfd);
+	return NULL;
+}
+
+/* Starts a proxy to the fixture's sink; *desc becomes the fixture's
+ * descriptor naming the proxy's port. */
+static void proxy_start(struct fx *f, struct proxy *p, uint8_t *desc)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof a;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	*p = (struct proxy){ .to = f->port, .cut_after = -1 };
+	p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(listen(p->lfd, 8), 0);
+	assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &al), 0);
+	p->port = ntohs(a.sin_port);
+	memcpy(desc, f->desc, f->desclen);
+	tcp_put(desc + 6, p->port, 2);
+	assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
+}
+
+static void proxy_stop(struct proxy *p)
+{
+	atomic_store(&p->stop, 1);
+	pthread_join(p->th, NULL);
+}
+
+static void test_a_link_broken_mid_batch_is_redialled_and_unacked_batches_resent(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c[32];
+	uint8_t desc[KVW_MAX_DESC];
+	struct proxy p;
+	uint32_t rid;
+
+	proxy_start(f, &p, desc);
+	assert_int_equal(xport_connect(f->px, desc, f->desclen, &rid, f->err,
+				       sizeof f->err), 0);
+	/* 8 batches of 4 copies of 16 KiB; the link breaks inside batch 3. */
+	for (uint32_t i = 0; i < 32; i++)
+		c[i] = (struct xport_copy){ .src_off = i * 16384u,
+			.dst_off = (31 - i) * 16384u, .len = 16384,
+			.src = f->src_id, .dst = rid };
+	atomic_store(&p.cut_after, 2L * (40 + 4 * 16 + 4 * 16384) + 5000);
+	xport_set_room(f->px, 8);
+	for (uint32_t b = 0; b < 8; b++)
+		assert_int_equal(xport_write_batch(f->px, c + 4 * b, 4, f->err,
+						   sizeof f->err), 0);
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), 0);
+	assert_only(f, c, 32);
+	assert_true(atomic_load(&p.accepts) >= 2); /* it was re-dialled */
+	xport_disconnect(f->px, rid);
+	proxy_stop(&p);
+}
+
+static void test_a_decode_gone_for_good_fails_the_batches_after_the_resend_window(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c = { .len = 65536, .src = f->src_id };
+	uint8_t desc[KVW_MAX_DESC];
+	struct proxy p;
+	uint32_t rid;
+
+	setenv("KVW_TCP_RESEND_MS", "300", 1);
+	proxy_start(f, &p, desc);
+	assert_int_equal(xport_connect(f->px, desc, f->desclen, &rid, f->err,
+				       sizeof f->err), 0);
+	unsetenv("KVW_TCP_RESEND_MS");
+	atomic_store(&p.refuse, 1);
+	atomic_store(&p.cut_after, 100);
+	c.dst = rid;
+	xport_set_room(f->px, 8);
+	/* The send may still fit in the socket buffers; the wait cannot. */
+	(void)xport_write_batch(f->px, &c, 1, f->err, sizeof f->err);
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), KVW_ESYS);
+	assert_non_null(strstr(f->err, "not mended within 300 ms"));
+	assert_true(f->st.batches == 0); /* nothing was acked as landed */
+	xport_disconnect(f->px, rid);
+	proxy_stop(&p);
+}
+
+static void test_a_peer_that_stops_inside_a_batch_is_closed(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[TCP_BATCH_LEN] = { 0 }, b;
+	uint64_t before = f->st.refused;
+	int fd = dial(f);
+
+	assert_true(hello_ok(f, fd, NULL));
+	tcp_put(h, TCP_MAGIC_BATCH, 4);
+	assert_int_equal(send(fd, h, 20, 0), 20); /* half a header, then nothing */
+	assert_int_equal(read_some(fd, &b, 1), 0); /* closed by the sink */
+	assert_true(f->st.refused == before + 1);
+	close(fd);
+}
+
 static void test_hostile_peers_are_refused_and_the_sink_keeps_serving(void **state)
 {
 	struct fx *f = *state;
@@ -322,6 +611,11 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pipelined_batches_land_exactly_where_the_copies_say, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_batch_for_a_room_not_live_is_discarded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_checksum_refusal_reaches_the_writer_as_corrupt, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_link_broken_mid_batch_is_redialled_and_unacked_batches_resent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_decode_gone_for_good_fails_the_batches_after_the_resend_window, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_peer_that_stops_inside_a_batch_is_closed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copies_outside_either_side_are_refused_before_sending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peers_are_refused_and_the_sink_keeps_serving, setup, teardown),
 	};

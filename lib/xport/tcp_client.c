@@ -1,0 +1,411 @@
+/*
+ * tcp_client.c - one prefill-side connection to a decode sink (see
+ * tcp_client.h). Batches go out as header, copy list and payload in as few
+ * writev calls as XTCP_IOV allows, straight from the source pool; each is
+ * kept in a FIFO until its ACK (which the sink sends in order) comes back.
+ * When the connection breaks - a send or a read fails, or an ACK names the
+ * wrong batch - the client re-dials with a growing pause and sends every
+ * kept batch again, for up to the resend window; only then does it give up
+ * and forget them. A batch resent after its bytes had landed writes the
+ * same bytes again, so the repeat is harmless.
+ */
+#include "tcp_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+/* XXH3_state_t on the stack: its size must be known here. */
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "base/kvw.h"
+
+#define XTCP_IO_TIMEOUT_S 30 /* a sink silent this long breaks the link */
+#define XTCP_CONNECT_MS 2000
+#define XTCP_IOV 512u /* iovecs per writev call (IOV_MAX is 1024) */
+#define XTCP_GROUP (1u << 20) /* payload bytes hashed, then sent */
+
+/* A batch sent and not acked yet. */
+struct kept {
+	uint64_t id, room;
+	uint32_t n;
+	struct tcp_span *s; /* owned */
+};
+
+struct tcp_client {
+	int fd; /* -1 while broken */
+	char host[TCP_HOST_MAX + 1];
+	uint16_t port;
+	uint8_t secret[TCP_SECRET_LEN];
+	uint64_t next_id;
+	uint64_t redials;
+	uint32_t resend_ms;
+	struct kept *q; /* ring of unacked batches, oldest at head */
+	uint32_t head, n, cap;
+	uint8_t hdr[TCP_BATCH_LEN + TCP_MAX_COPIES * TCP_COPY_LEN];
+	uint8_t trailer[TCP_TRAILER_LEN];
+	struct iovec iov[XTCP_IOV];
+};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Sends (out != 0) or receives exactly len bytes: 0, or -1 on a timeout,
+ * a closed or a broken connection. */
+static int io_all(int fd, uint8_t *buf, size_t len, int out)
+{
+	while (len > 0) {
+		ssize_t k = out ? send(fd, buf, len, MSG_NOSIGNAL)
+				: recv(fd, buf, len, 0);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		buf += k;
+		len -= (size_t)k;
+	}
+	return 0;
+}
+
+/* Connects within XTCP_CONNECT_MS and says hello: the fd, or -1 with why. */
+static int dial(const struct tcp_client *c, char *why, size_t whylen)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+				  .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICHOST };
+	struct timeval tv = { XTCP_IO_TIMEOUT_S, 0 };
+	uint8_t hello[TCP_HELLO_LEN], wel[TCP_WELCOME_LEN];
+	struct addrinfo *ai = NULL;
+	struct pollfd pfd;
+	char ps[8];
+	int fd, one = 1, soerr = 0, rc;
+	socklen_t sl = sizeof soerr;
+
+	snprintf(ps, sizeof ps, "%u", c->port);
+	rc = getaddrinfo(c->host, ps, &hints, &ai);
+	if (rc != 0) {
+		snprintf(why, whylen, "%.64s: %s", c->host, gai_strerror(rc));
+		return -1;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	rc = fd < 0 ? -1 : connect(fd, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	if (rc < 0 && fd >= 0 && errno == EINPROGRESS) {
+		pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
+		rc = poll(&pfd, 1, XTCP_CONNECT_MS);
+		if (rc == 1 &&
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
+		    soerr == 0)
+			rc = 0;
+		else
+			errno = rc == 0 ? ETIMEDOUT : soerr ? soerr : errno;
+	}
+	if (rc != 0 || fcntl(fd, F_SETFL, 0) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0) {
+		snprintf(why, whylen, "connect %.64s:%u: %s", c->host, c->port,
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	tcp_put(hello, TCP_MAGIC_HELLO, 4);
+	tcp_put(hello + 4, TCP_VERSION, 2);
+	tcp_put(hello + 6, 0, 2);
+	memcpy(hello + 8, c->secret, TCP_SECRET_LEN);
+	if (io_all(fd, hello, sizeof hello, 1) < 0 ||
+	    io_all(fd, wel, sizeof wel, 0) < 0 ||
+	    tcp_get(wel, 4) != TCP_MAGIC_WELCOME || tcp_get(wel + 4, 4)) {
+		snprintf(why, whylen, "%.64s:%u did not accept the connection%s",
+			 c->host, c->port,
+			 tcp_get(wel + 4, 4) == TCP_SECRET ? " (wrong secret)"
+							   : "");
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static struct kept *at(struct tcp_client *c, uint32_t i)
+{
+	return &c->q[(c->head + i) % c->cap];
+}
+
+static void forget_head(struct tcp_client *c)
+{
+	free(at(c, 0)->s);
+	c->head = (c->head + 1) % c->cap;
+	c->n--;
+}
+
+static void forget_all(struct tcp_client *c)
+{
+	while (c->n)
+		forget_head(c);
+}
+
+static void hang_up(struct tcp_client *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+}
+
+/* Sends iov[0..n) whole: 0 or -1 (broken). */
+static int flush(struct tcp_client *c, size_t n)
+{
+	struct iovec *v = c->iov;
+	size_t off;
+
+	while (n > 0) {
+		ssize_t k = writev(c->fd, v, (int)n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		for (off = (size_t)k; n && off >= v->iov_len; n--, v++)
+			off -= v->iov_len;
+		if (n) {
+			v->iov_base = (uint8_t *)v->iov_base + off;
+			v->iov_len -= off;
+		}
+	}
+	return 0;
+}
+
+/* Writes one batch on the current connection: 0 or -1 (broken). The
+ * payload goes in groups of about XTCP_GROUP bytes, each hashed just
+ * before it is sent, so the source pages are read from memory once; the
+ * digest follows the payload. */
+static int put_batch(struct tcp_client *c, const struct kept *b)
+{
+	XXH3_state_t hs;
+	uint64_t total = 0, group = 0;
+	size_t nio = 0;
+
+	for (uint32_t i = 0; i < b->n; i++)
+		total += b->s[i].len;
+	tcp_put(c->hdr, TCP_MAGIC_BATCH, 4);
+	tcp_put(c->hdr + 4, b->n, 4);
+	tcp_put(c->hdr + 8, b->id, 8);
+	tcp_put(c->hdr + 16, b->room, 8);
+	tcp_put(c->hdr + 24, total, 8);
+	tcp_put(c->hdr + 32, 0, 8); /* reserved */
+	for (uint32_t i = 0; i < b->n; i++) {
+		uint8_t *p = c->hdr + TCP_BATCH_LEN + i * TCP_COPY_LEN;
+
+		tcp_put(p, b->s[i].dst_off, 8);
+		tcp_put(p + 8, b->s[i].len, 8);
+	}
+	c->iov[nio++] = (struct iovec){ c->hdr,
+					TCP_BATCH_LEN + b->n * TCP_COPY_LEN };
+	XXH3_64bits_reset(&hs);
+	for (uint32_t i = 0; i < b->n; i++)
+		for (uint64_t off = 0; off < b->s[i].len;) {
+			uint64_t piece = b->s[i].len - off < XTCP_GROUP
+					 ? b->s[i].len - off : XTCP_GROUP;
+			const uint8_t *p = b->s[i].src + off;
+
+			XXH3_64bits_update(&hs, p, piece);
+			c->iov[nio++] = (struct iovec){ (void *)(uintptr_t)p,
+							(size_t)piece };
+			group += piece;
+			off += piece;
+			/* One slot stays free for the digest. */
+			if (nio == XTCP_IOV - 1 || group >= XTCP_GROUP) {
+				if (flush(c, nio) < 0)
+					return -1;
+				nio = 0;
+				group = 0;
+			}
+		}
+	tcp_put(c->trailer, XXH3_64bits_digest(&hs), TCP_TRAILER_LEN);
+	c->iov[nio++] = (struct iovec){ c->trailer, TCP_TRAILER_LEN };
+	return flush(c, nio);
+}
+
+/* Makes the connection whole: re-dials (pausing 10 ms, doubling to 500 ms)
+ * and sends every kept batch again, until it works or the resend window
+ * is spent. 0, or KVW_ESYS (every kept batch forgotten). */
+static int mend(struct tcp_client *c, char *err, size_t errlen)
+{
+	uint64_t end = mono_ms() + c->resend_ms;
+	unsigned pause = 10;
+	char why[200] = "connection lost";
+
+	hang_up(c);
+	for (;;) {
+		uint32_t i;
+
+		c->fd = dial(c, why, sizeof why);
+		if (c->fd >= 0) {
+			c->redials++;
+			for (i = 0; i < c->n && put_batch(c, at(c, i)) == 0; i++)
+				;
+			if (i == c->n)
+				return 0;
+			hang_up(c);
+		}
+		if (mono_ms() + pause >= end)
+			break;
+		poll(NULL, 0, (int)pause);
+		pause = pause < 250 ? 2 * pause : 500;
+	}
+	forget_all(c);
+	return kvw_errf(err, errlen, KVW_ESYS,
+			"tcp: connection to the decode lost and not mended "
+			"within %u ms: %s", c->resend_ms, why);
+}
+
+int tcp_client_open(struct tcp_client **out, const char *host, uint16_t port,
+		    const uint8_t secret[TCP_SECRET_LEN], char *err,
+		    size_t errlen)
+{
+	struct tcp_client *c = calloc(1, sizeof *c);
+	const char *env = getenv("KVW_TCP_RESEND_MS");
+	char why[200];
+
+	*out = NULL;
+	if (!c)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "tcp: out of memory");
+	snprintf(c->host, sizeof c->host, "%s", host);
+	c->port = port;
+	memcpy(c->secret, secret, TCP_SECRET_LEN);
+	c->resend_ms = env && *env ? (uint32_t)strtoul(env, NULL, 10)
+				   : TCP_RESEND_MS_DEFAULT;
+	c->fd = dial(c, why, sizeof why);
+	if (c->fd < 0) {
+		free(c);
+		return kvw_errf(err, errlen, KVW_ESYS, "tcp: %s", why);
+	}
+	*out = c;
+	return 0;
+}
+
+void tcp_client_close(struct tcp_client **cp)
+{
+	struct tcp_client *c = cp ? *cp : NULL;
+
+	if (!c)
+		return;
+	hang_up(c);
+	forget_all(c);
+	free(c->q);
+	free(c);
+	*cp = NULL;
+}
+
+int tcp_client_send(struct tcp_client *c, uint64_t room,
+		    const struct tcp_span *s, size_t n, char *err,
+		    size_t errlen)
+{
+	struct kept *b;
+
+	if (n == 0 || n > TCP_MAX_COPIES)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"tcp: %zu copies in one batch", n);
+	if (c->n == c->cap) {
+		uint32_t cap = c->cap ? 2 * c->cap : 16;
+		struct kept *q = malloc(cap * sizeof *q);
+
+		if (!q)
+			return kvw_errf(err, errlen, KVW_ENOMEM,
+					"tcp: out of memory");
+		for (uint32_t i = 0; i < c->n; i++)
+			q[i] = *at(c, i);
+		free(c->q);
+		c->q = q;
+		c->cap = cap;
+		c->head = 0;
+	}
+	b = at(c, c->n);
+	b->s = malloc(n * sizeof *s);
+	if (!b->s)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "tcp: out of memory");
+	memcpy(b->s, s, n * sizeof *s);
+	b->n = (uint32_t)n;
+	b->id = c->next_id++;
+	b->room = room;
+	c->n++;
+	/* Kept before it is sent: a break now resends it with the rest. */
+	if (c->fd >= 0 && put_batch(c, b) == 0)
+		return 0;
+	return mend(c, err, errlen);
+}
+
+/* Maps a sink's refusal to an error. */
+static int refusal(uint32_t st, char *err, size_t errlen)
+{
+	switch (st) {
+	case TCP_CHECKSUM:
+		return kvw_errf(err, errlen, KVW_ECORRUPT,
+				"tcp: checksum mismatch at the decode "
+				"(integrity)");
+	case TCP_NOT_LIVE:
+		return kvw_errf(err, errlen, KVW_ENOENT,
+				"tcp: the room is not live at the decode");
+	default:
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"tcp: the decode refused a batch (status %u)",
+				st);
+	}
+}
+
+int tcp_client_wait(struct tcp_client *c, char *err, size_t errlen)
+{
+	int first = 0, rc;
+
+	while (c->n > 0) {
+		uint8_t a[TCP_ACK_LEN];
+		uint32_t st;
+
+		if (c->fd < 0 || io_all(c->fd, a, sizeof a, 0) < 0 ||
+		    tcp_get(a, 4) != TCP_MAGIC_ACK ||
+		    tcp_get(a + 8, 8) != at(c, 0)->id) {
+			rc = mend(c, err, errlen);
+			if (rc)
+				return first ? first : rc;
+			continue;
+		}
+		st = (uint32_t)tcp_get(a + 4, 4);
+		forget_head(c);
+		if (st != TCP_OK && first == 0)
+			first = refusal(st, err, errlen);
+		/* A refused batch closes the sink's side: start afresh (the
+		 * rest of the kept batches go again on the new connection). */
+		if (st == TCP_BAD) {
+			hang_up(c);
+			if (c->n > 0 && mend(c, err, errlen) != 0)
+				return first;
+		}
+	}
+	return first;
+}
+
+uint32_t tcp_client_unacked(const struct tcp_client *c)
+{
+	return c->n;
+}
+
+uint64_t tcp_client_redials(const struct tcp_client *c)
+{
+	return c->redials;
+}

@@ -1,0 +1,61 @@
+/*
+ * tcp_client.h - the prefill side of one tcp connection to a decode sink
+ * (protocol: tcp_proto.h): dial and hello, batches sent straight from the
+ * source pool, their ACKs read in order, and the batches not acked yet
+ * kept, so a broken connection is re-dialled and those batches sent again
+ * (writes are idempotent) before anything fails. Private to xport_tcp.c,
+ * which checks every copy against both regions before it calls in here.
+ */
+#ifndef KVW_TCP_CLIENT_H
+#define KVW_TCP_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tcp_proto.h"
+
+struct tcp_client;
+
+/* One copy, already checked: `len` bytes at `src` (inside the local pool,
+ * which outlives the client) to dst_off of the decode pool. */
+struct tcp_span {
+	const uint8_t *src;
+	uint64_t dst_off;
+	uint64_t len;
+};
+
+/* How long a broken connection is re-dialled before its unacked batches
+ * fail: KVW_TCP_RESEND_MS from the environment, else this. */
+#define TCP_RESEND_MS_DEFAULT 10000u
+
+/* Dials host:port (numeric) and says hello with secret. 0, or KVW_ESYS /
+ * KVW_ENOMEM with the reason in err; *out is the caller's to close. */
+int tcp_client_open(struct tcp_client **out, const char *host, uint16_t port,
+		    const uint8_t secret[TCP_SECRET_LEN], char *err,
+		    size_t errlen);
+
+/* Closes the connection and forgets every unacked batch. Accepts NULL and
+ * *c == NULL; sets *c = NULL. */
+void tcp_client_close(struct tcp_client **c);
+
+/* Sends one batch of n (1..TCP_MAX_COPIES) spans for room, and keeps it
+ * until acked. A broken connection is re-dialled and every unacked batch
+ * sent again first. 0, or KVW_ESYS (the connection could not be made
+ * whole within the resend window: every unacked batch is forgotten) or
+ * KVW_ENOMEM, with the reason in err. */
+int tcp_client_send(struct tcp_client *c, uint64_t room,
+		    const struct tcp_span *s, size_t n, char *err,
+		    size_t errlen);
+
+/* Reads ACKs until no batch is unacked, re-dialling and resending as
+ * send does. Returns 0 when every batch landed intact; else the first
+ * refusal: KVW_ECORRUPT (checksum: integrity), KVW_ENOENT (the room is not
+ * live at the decode), KVW_EINVAL (the sink refused the batch) or
+ * KVW_ESYS (connection lost for good), with the reason in err. */
+int tcp_client_wait(struct tcp_client *c, char *err, size_t errlen);
+
+/* Batches sent and not acked yet; times the connection was re-dialled. */
+uint32_t tcp_client_unacked(const struct tcp_client *c);
+uint64_t tcp_client_redials(const struct tcp_client *c);
+
+#endif

@@ -1,0 +1,60 @@
+#!/usr/bin/env bats
+# auth.bats - a group whose control sockets are on tcp:// (kv-up
+# --advertise) runs fail-closed: kv-up makes the group's keys in DIR/keys
+# (0700 / 0600) and every member's tcp:// socket is CURVE with them. A
+# client with the keys (kv-ctl --keys) is answered; one without keys,
+# with another group's keys, or with no policy at all gets nothing (the
+# last is refused before it dials). A member without keys or --insecure
+# refuses to bind tcp://; --insecure runs, and says so in every log.
+
+load helpers
+
+SHAPE="--layers 2 --pages 256 --heads 8 --head-dim 16"
+
+setup() { kvw_setup; }
+teardown() { kvw_teardown; }
+
+boot_ep() { endpoint bootstrap listen; }
+
+@test "a tcp:// group makes its keys and answers only clients that hold them" {
+	kv_up --transport tcp --advertise 127.0.0.1 --port-base 26100 --workers 1 $SHAPE
+	[ "$(stat -c %a "$RUN/keys")" = 700 ]
+	[ "$(stat -c %a "$RUN/keys/group.keys")" = 600 ]
+	[ "$(boot_ep)" = tcp://127.0.0.1:26100 ]
+	# The group's own keys: answered.
+	run timeout 10 "$KVW_BIN/kv-ctl" --keys "$RUN/keys" ping "$(boot_ep)"
+	[ "$status" -eq 0 ]
+	# Another group's keys: CURVE refuses the handshake, nothing answers.
+	"$KVW_BIN/kv-keygen" "$RUN/other" >/dev/null
+	run timeout 10 "$KVW_BIN/kv-ctl" --keys "$RUN/other" --timeout 1 ping "$(boot_ep)"
+	[ "$status" -eq 99 ]
+	# No authentication at all: nothing answers either.
+	run timeout 10 "$KVW_BIN/kv-ctl" --insecure --timeout 1 ping "$(boot_ep)"
+	[ "$status" -eq 99 ]
+	# No policy: refused before anything is dialled.
+	run env -u KVW_KEYS timeout 10 "$KVW_BIN/kv-ctl" --timeout 1 ping "$(boot_ep)"
+	[ "$status" -eq 100 ]
+	[[ $output == *"needs the group's keys (--keys DIR) or --insecure"* ]]
+	# The group itself works through CURVE end to end.
+	run timeout 120 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 100 --verify
+	[ "$status" -eq 0 ]
+}
+
+@test "a member asked to bind tcp:// without keys or --insecure refuses to start" {
+	run timeout 10 "$KVW_BIN/kv-bootstrap" --listen tcp://127.0.0.1:26200
+	[ "$status" -eq 100 ]
+	[[ $output == *"needs the group's keys (--keys DIR) or --insecure"* ]]
+	run timeout 10 "$KVW_BIN/kv-bootstrap" --listen tcp://127.0.0.1:26200 --keys /nonexistent
+	[ "$status" -eq 100 ]
+	[[ $output == *"--keys"* ]]
+}
+
+@test "--insecure runs and says so in every member's log" {
+	kv_up --transport tcp --advertise 127.0.0.1 --port-base 26300 --workers 1 --insecure $SHAPE
+	[ ! -e "$RUN/keys" ]
+	run timeout 10 "$KVW_BIN/kv-ctl" --insecure ping "$(boot_ep)"
+	[ "$status" -eq 0 ]
+	for m in bootstrap p0 d0; do
+		grep -q "INSECURE: binding tcp://127.0.0.1:" "$RUN/logs/$m.log"
+	done
+}

@@ -1,0 +1,218 @@
+#!/usr/bin/env bats
+# netns.bats - a group split across two hosts, played by two network
+# namespaces this file creates and removes (a veth pair, addresses used
+# only inside them). The prefill side (kv-up --role prefill) runs in one,
+# the decode side (kv-up --role decode --bootstrap tcp://...) in the
+# other, and kv-bench in the decode one: every network connection has
+# both ends inside the namespaces (kv-bench reaches the engines through
+# ipc sockets in the run directories, which are files, not network).
+# Byte-exact transfers for TP 1->1, 2->4 and PP 2->1 with draft layers;
+# then faults, each ending with every room terminal, corrupt=0, stuck=0
+# and later rooms succeeding: 5 % packet loss on the decode host (nft
+# numgen), a rate limit (tc tbf), the link down for less than the
+# deadline (rooms succeed) and for longer (rooms fail), kill -9 of a sink
+# and of a prefill worker mid-run, and an abort storm with canaries.
+
+load helpers
+
+SHAPE="--layers 2 --pages 512 --heads 8 --head-dim 16 --aux-slots 64"
+
+setup() {
+	kvw_setup
+	[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
+	NSA=kvwa$$ NSB=kvwb$$ VA=kva$$ VB=kvb$$
+	ip netns add "$NSA" 2>/dev/null || skip "ip netns does not work here"
+	ip netns add "$NSB"
+	ip link add "$VA" netns "$NSA" type veth peer name "$VB" netns "$NSB"
+	nsA ip link set lo up
+	nsB ip link set lo up
+	nsA ip addr add 10.201.0.1/30 dev "$VA"
+	nsB ip addr add 10.201.0.2/30 dev "$VB"
+	nsA ip link set "$VA" up
+	nsB ip link set "$VB" up
+	wait_for 10 link_up
+	mkdir -p "$RUN/p" "$RUN/d"
+}
+
+teardown() {
+	if [ -n "${NSA:-}" ]; then
+		[ -d "$RUN/p/pids" ] && nsA timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/p" >/dev/null 2>&1
+		[ -d "$RUN/d/pids" ] && nsB timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/d" >/dev/null 2>&1
+		ip netns del "$NSA" 2>/dev/null
+		ip netns del "$NSB" 2>/dev/null
+	fi
+	kvw_teardown
+}
+
+nsA() { ip netns exec "$NSA" "$@"; }
+link_up() {
+	nsA ip -br link show "$VA" | grep -q ' UP ' &&
+		nsB ip -br link show "$VB" | grep -q ' UP '
+}
+nsB() { ip netns exec "$NSB" "$@"; }
+
+# split ARGS...: the prefill side in A, the decode side in B (both with
+# ARGS), and $RUN/endpoints listing both for kv-bench.
+split() {
+	[ -d "$RUN/keys" ] || "$KVW_BIN/kv-keygen" "$RUN/keys" >/dev/null
+	nsA timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/p" \
+		--role prefill --advertise 10.201.0.1 --transport tcp \
+		--keys "$RUN/keys" "$@" || {
+		tail -n 20 "$RUN"/p/logs/*.log >&2; return 1; }
+	nsB timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/d" \
+		--role decode --advertise 10.201.0.2 --transport tcp \
+		--bootstrap tcp://10.201.0.1:17000 --keys "$RUN/keys" "$@" || {
+		tail -n 20 "$RUN"/d/logs/*.log >&2; return 1; }
+	{
+		grep -v '^shape=' "$RUN/p/endpoints"
+		grep -v -e '^member=bootstrap' -e '^shape=' "$RUN/d/endpoints"
+		grep '^shape=' "$RUN/p/endpoints"
+	} >"$RUN/endpoints"
+}
+
+bench() {
+	run nsB timeout 300 "$KVW_BIN/kv-bench" --run-dir "$RUN" "$@"
+	echo "$output"
+}
+
+summary() {
+	echo "$output" | grep '^rooms=' | tr ' ' '\n' | sed -n "s/^$1=//p"
+}
+
+# clean N: N rooms, every one terminal, nothing stuck, nothing corrupt.
+clean() {
+	[ "$(summary rooms)" = "$1" ]
+	[ "$(summary stuck)" = 0 ]
+	[ "$(summary corrupt)" = 0 ]
+}
+
+# bench_bg ARGS...: kv-bench in B in the background, output in bench.out.
+bench_bg() {
+	nsB timeout 300 "$KVW_BIN/kv-bench" --run-dir "$RUN" "$@" >"$RUN/bench.out" 2>&1 &
+	BENCH=$!
+	echo "$BENCH" >>"$RUN/bg.pids"
+}
+
+# bench_end: waits for bench_bg's kv-bench and loads its output.
+bench_end() {
+	wait "$BENCH" || true
+	output=$(cat "$RUN/bench.out")
+	echo "$output"
+}
+
+# retrans: TCP segments the prefill host has retransmitted so far.
+retrans() { nsA nstat -az TcpRetransSegs | awk '/TcpRetransSegs/ { print $2 }'; }
+more_retrans() { [ "$(retrans)" -ge "$1" ]; }
+
+# decode_has STATE N: the decode table holds at least N rooms in STATE.
+decode_has() {
+	[ "$("$KVW_BIN/kv-stat" --run-dir "$RUN/d" --json --all |
+		jq --arg s "$1" '[.tables[].rooms[] | select(.state == $s)] | length')" -ge "$2" ]
+}
+
+@test "two hosts, TP 1 -> 1: 2000 rooms byte-exact from the prefill host to the decode host" {
+	split --workers 2 $SHAPE
+	grep -q "listen=tcp://10.201.0.1:17001" "$RUN/endpoints"
+	grep -q "data port 10.201.0.2:" "$RUN/d/logs/d0.log"
+	bench --rooms 2000 --pages-per-room 8 --chunk-pages 3 --verify
+	[ "$status" -eq 0 ]
+	clean 2000
+	[ "$(summary success)" = 2000 ]
+}
+
+@test "two hosts, TP 2 -> 4: 1000 rooms byte-exact" {
+	split --workers 2 --prefill-tp 2 --decode-tp 4 $SHAPE
+	bench --prefill-tp 2 --decode-tp 4 --rooms 1000 --pages-per-room 8 --verify
+	[ "$status" -eq 0 ]
+	clean 1000
+	[ "$(summary success)" = 1000 ]
+}
+
+@test "two hosts, PP 2 -> 1 with draft layers: 1000 rooms byte-exact" {
+	split --workers 1 --prefill-pp 2 --layers 4 --draft-layers 1 \
+		--pages 512 --heads 8 --head-dim 16 --aux-slots 64
+	bench --prefill-pp 2 --rooms 1000 --pages-per-room 8 --verify
+	[ "$status" -eq 0 ]
+	clean 1000
+	[ "$(summary success)" = 1000 ]
+}
+
+@test "two hosts, 5 % packet loss on the decode host: every room terminal and intact, later rooms succeed" {
+	split --workers 2 $SHAPE
+	nsB nft add table inet kvwloss
+	nsB nft add chain inet kvwloss in '{ type filter hook input priority 0 ; }'
+	nsB nft add rule inet kvwloss in numgen random mod 100 '<' 5 drop
+	bench --rooms 500 --pages-per-room 8 --verify
+	clean 500
+	[ "$(nsB nft list chain inet kvwloss in | grep -c drop)" -eq 1 ]
+	nsB nft delete table inet kvwloss
+	bench --rooms 100 --pages-per-room 8 --verify
+	[ "$status" -eq 0 ]
+	clean 100
+}
+
+@test "two hosts, a rate limit (tc tbf) on the link: every room intact" {
+	split --workers 2 $SHAPE
+	nsB tc qdisc add dev "$VB" root tbf rate 200mbit burst 64kb latency 100ms
+	nsA tc qdisc add dev "$VA" root tbf rate 200mbit burst 64kb latency 100ms
+	bench --rooms 500 --pages-per-room 8 --verify
+	[ "$status" -eq 0 ]
+	clean 500
+	[ "$(summary success)" = 500 ]
+}
+
+@test "two hosts, the link down for less than the deadline: rooms wait it out and succeed" {
+	split --workers 2 $SHAPE --waiting-timeout 60 --bootstrap-timeout 60
+	bench_bg --rooms 1500 --pages-per-room 8 --verify
+	wait_for 30 decode_has Success 1
+	r0=$(retrans)
+	nsB ip link set "$VB" down
+	# Down until the prefill host has retransmitted into it a few times.
+	wait_for 20 more_retrans $((r0 + 3))
+	nsB ip link set "$VB" up
+	bench_end
+	clean 1500
+	[ "$(summary success)" = 1500 ]
+}
+
+@test "two hosts, the link down for longer than the deadline: rooms fail, every one terminal, later rooms succeed" {
+	split --workers 2 $SHAPE --waiting-timeout 3 --bootstrap-timeout 3
+	bench_bg --rooms 3000 --pages-per-room 8 --verify --room-timeout 30
+	wait_for 30 decode_has Success 1
+	nsB ip link set "$VB" down
+	# Down until rooms have failed at their deadline.
+	wait_for 30 grep -q "timed out" "$RUN/d/logs/d0.log"
+	nsB ip link set "$VB" up
+	bench_end
+	clean 3000
+	[ "$(summary failed)" -gt 0 ]
+	bench --rooms 100 --pages-per-room 8 --verify
+	[ "$status" -eq 0 ]
+	clean 100
+}
+
+@test "two hosts, kill -9 of a sink and of a prefill worker mid-run: every room terminal and intact, later rooms succeed" {
+	split --workers 2 $SHAPE --waiting-timeout 60 --bootstrap-timeout 60
+	wait_for 20 grep -q "sink\[0\] info: serving" "$RUN/d/logs/d0.log"
+	sink=$(pgrep -f -- "--sink-id 0 .*$(awk '/^member=d0/ { for (i = 1; i <= NF; i++) if ($i ~ /^table=/) print substr($i, 7) }' "$RUN/endpoints")")
+	worker=$(pgrep -P "$(cat "$RUN/p/pids/p0.pid")" | head -n 1)
+	[ -n "$sink" ] && [ -n "$worker" ]
+	bench_bg --rooms 1500 --pages-per-room 8 --chunk-pages 2 --verify
+	wait_for 30 grep -q "started (pid" "$RUN/d/logs/d0.log"
+	kill -9 "$sink"
+	wait_for 20 grep -q "sink 0 (pid $sink) killed by signal 9" "$RUN/d/logs/d0.log"
+	kill -9 "$worker"
+	bench_end
+	clean 1500
+	bench --rooms 100 --pages-per-room 8 --verify
+	[ "$status" -eq 0 ]
+	clean 100
+}
+
+@test "two hosts, an abort storm with canaries over tcp: every aborted room releasable, no canary touched" {
+	split --workers 2 $SHAPE
+	bench --rooms 600 --pages-per-room 8 --chunk-pages 2 --verify --abort-frac 0.33
+	clean 600
+	[ "$(summary failed)" = 0 ]
+	[ "$(summary aborted)" -gt 0 ]
+}
