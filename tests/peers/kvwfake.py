@@ -376,20 +376,22 @@ def engine(argv):
 
 
 def table_map(path):
+    """The table's mapping and geometry, sizes read from its header (they
+    change with its version)."""
     f = open(path, "rb")
     mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    cap, pcap = struct.unpack_from("<II", mm, 20)
-    return mm, cap, pcap
+    hsz, esz, cap, pcap, psz = struct.unpack_from("<IIIII", mm, 12)
+    return mm, cap, pcap, hsz, esz, psz
 
 
 def room(argv):
-    mm, cap, _ = table_map(argv[0])
+    mm, cap, _, hsz, esz, _ = table_map(argv[0])
     want = int(argv[1])
     key = struct.pack("<Q", want)
     best = None
-    o = mm.find(key, 128)
+    o = mm.find(key, hsz)
     while o != -1:
-        if (o - 128) % 64 == 0 and o < 128 + cap * 64:
+        if (o - hsz) % esz == 0 and o < hsz + cap * esz:
             w, peer, flags = struct.unpack_from("<QII", mm, o + 8)
             if w & 0xFF == 2 and (best is None or (w >> 8) & 0xFF != 5):
                 best = (w, peer, flags)
@@ -403,10 +405,10 @@ def room(argv):
 
 
 def peers(argv):
-    mm, cap, pcap = table_map(argv[0])
-    base = 128 + cap * 64
+    mm, cap, pcap, hsz, esz, psz = table_map(argv[0])
+    base = hsz + cap * esz
     for i in range(pcap):
-        o = base + i * 128
+        o = base + i * psz
         pid, live, epoch, misses = struct.unpack_from("<IIQI", mm, o)
         if pid == 0:
             break
@@ -415,7 +417,7 @@ def peers(argv):
 
 
 def counter(argv):
-    mm, _, _ = table_map(argv[0])
+    mm = table_map(argv[0])[0]
     print(struct.unpack_from("<Q", mm, 64 + 8 * int(argv[1]))[0])
 
 
