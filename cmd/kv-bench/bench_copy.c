@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bench_copy_cuda.h"
+#include "bench_cpu.h"
 #include "bench_limit.h"
 #include "bench_stream.h"
 #include "base/proc.h"
@@ -223,8 +224,9 @@ static int xport_pass(struct bc *b, char *err, size_t errlen)
 
 /* Transport passes for at least min_s; GiB/s into *gibs. */
 static int xport_timed(struct bc *b, uint64_t pass_bytes, double min_s,
-		       double *gibs, char *err, size_t errlen)
+		       double *gibs, double *cpu_gb, char *err, size_t errlen)
 {
+	double cpu0 = bench_cpu_s(b->sink);
 	uint64_t t0 = proc_now_ns(), t, passes = 0;
 	int rc;
 
@@ -236,6 +238,8 @@ static int xport_timed(struct bc *b, uint64_t pass_bytes, double min_s,
 	} while (t < (uint64_t)(min_s * 1e9) && !proc_stopping());
 	*gibs = (double)(pass_bytes * passes) / (1024.0 * 1024 * 1024) /
 		((double)t / 1e9);
+	*cpu_gb = (bench_cpu_s(b->sink) - cpu0) /
+		  ((double)(pass_bytes * passes) / 1e9);
 	return 0;
 }
 
@@ -265,12 +269,13 @@ static int immediates_landed(const struct bc *b, uint64_t passes)
 /* The reference of this transport: raw TCP stream, cudaMemcpy D2D of the
  * same list (in the engine child), or memcpy. */
 static double limit(struct bc *b, const struct bench_copy_cfg *c,
-		    uint64_t bytes, int *rc, char *err, size_t errlen)
+		    uint64_t bytes, double *cpu_gb, int *rc, char *err,
+		    size_t errlen)
 {
 	double g = 0;
 
 	if (c->tcp)
-		return bench_stream_gibs(bytes, c->min_s);
+		return bench_stream_gibs(bytes, c->min_s, cpu_gb);
 	if (c->cuda)
 		*rc = bcc_limit(b->eng, c->min_s, &g, err, errlen);
 	else
@@ -315,7 +320,7 @@ int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 		(void)bench_limit_memcpy(b.spans, b.n, 0);
 	}
 	for (uint32_t k = 0; rc == 0 && k < c->reps; k++) {
-		double before, x = 0, after;
+		double before, x = 0, after, xcpu = 0;
 
 		/* SIGTERM: stop between measurements; teardown below still
 		 * removes both pool files. */
@@ -324,13 +329,19 @@ int bench_copy_run(const struct bench_copy_cfg *c, struct bench_copy_result *r,
 				      "stopped by a signal");
 			break;
 		}
-		before = limit(&b, c, r->bytes, &rc, err, errlen);
+		before = limit(&b, c, r->bytes, &r->limit_cpu_gb, &rc, err,
+			       errlen);
 		if (rc == 0)
-			rc = xport_timed(&b, r->bytes, c->min_s, &x, err, errlen);
-		after = rc ? 0 : limit(&b, c, r->bytes, &rc, err, errlen);
+			rc = xport_timed(&b, r->bytes, c->min_s, &x, &xcpu, err,
+					 errlen);
+		after = rc ? 0 : limit(&b, c, r->bytes, &r->limit_cpu_gb, &rc,
+				       err, errlen);
 		r->before_gibs = before > r->before_gibs ? before : r->before_gibs;
 		r->after_gibs = after > r->after_gibs ? after : r->after_gibs;
-		r->xport_gibs = x > r->xport_gibs ? x : r->xport_gibs;
+		if (x > r->xport_gibs) {
+			r->xport_gibs = x;
+			r->xport_cpu_gb = xcpu;
+		}
 	}
 	if (rc == 0 && proc_stopping())
 		rc = kvw_errf(err, errlen, KVW_EAGAIN, "stopped by a signal");

@@ -52,6 +52,9 @@ struct bench_copy_result {
 				* stream) right before a transport pass */
 	double after_gibs;     /* best limit right after one */
 	double ratio;          /* xport / max(before, after) */
+	double xport_cpu_gb;   /* tcp: CPU seconds per GB moved by the best
+				* transport pass (this process and the sink) */
+	double limit_cpu_gb;   /* tcp: the same for the raw stream (last) */
 	int verified;          /* 1: the destination held the source's bytes
 				* (rdma: and the decode saw every batch's
 				* immediate land) */

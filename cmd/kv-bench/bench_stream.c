@@ -7,6 +7,8 @@
  */
 #include "bench_stream.h"
 
+#include "bench_cpu.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -70,14 +72,14 @@ static int pass(int fd, const uint8_t *buf, uint64_t bytes)
 	return recv(fd, &b, 1, 0) == 1 ? 0 : -1;
 }
 
-double bench_stream_gibs(uint64_t bytes, double min_s)
+double bench_stream_gibs(uint64_t bytes, double min_s, double *cpu_gb)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	socklen_t al = sizeof a;
 	uint8_t *buf = malloc(2 * CHUNK);
 	uint64_t t0, t = 0, moved = 0;
 	int lfd = socket(AF_INET, SOCK_STREAM, 0), fd = -1, one = 1;
-	double gibs = 0;
+	double gibs = 0, cpu0;
 	pid_t kid = -1;
 
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -97,6 +99,7 @@ double bench_stream_gibs(uint64_t bytes, double min_s)
 	 * as a worker's do after its first batches. */
 	if (pass(fd, buf, bytes) < 0)
 		goto out;
+	cpu0 = bench_cpu_s(kid);
 	t0 = proc_now_ns();
 	do {
 		if (pass(fd, buf, bytes) < 0)
@@ -105,6 +108,8 @@ double bench_stream_gibs(uint64_t bytes, double min_s)
 		t = proc_now_ns() - t0;
 	} while (t < (uint64_t)(min_s * 1e9) && !proc_stopping());
 	gibs = (double)moved / (1024.0 * 1024 * 1024) / ((double)t / 1e9);
+	if (cpu_gb)
+		*cpu_gb = (bench_cpu_s(kid) - cpu0) / ((double)moved / 1e9);
 out:
 	if (fd >= 0)
 		close(fd);

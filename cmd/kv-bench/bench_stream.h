@@ -8,7 +8,9 @@
 #include <stdint.h>
 
 /* GiB/s of passes of `bytes` each, sent on a fresh loopback connection to a
- * forked reader, for at least min_s seconds; 0 when it could not run. */
-double bench_stream_gibs(uint64_t bytes, double min_s);
+ * forked reader, for at least min_s seconds; 0 when it could not run.
+ * cpu_gb (may be NULL): CPU seconds per GB (1e9 bytes) moved, of both
+ * processes. */
+double bench_stream_gibs(uint64_t bytes, double min_s, double *cpu_gb);
 
 #endif

@@ -20,6 +20,8 @@ void kvb_flags_usage(FILE *f)
 		"usage: kv-bench [demo|rooms] (--run-dir DIR | --spawn) "
 		"[options] [shape flags]\n"
 		"       kv-bench copy [options]\n"
+		"       kv-bench tcp [options]   (the tcp transport against a raw "
+		"stream)\n"
 		"Simulated prefill and decode engines moving patterned KV "
 		"through a kvwire group.\n"
 		"  --run-dir DIR        use the group of DIR/endpoints (its "

@@ -44,6 +44,8 @@ int main(int argc, char **argv)
 		return rc;
 	if (mo.mode == KVB_COPY)
 		return kvb_copy_main(argc, argv, &mo);
+	if (mo.mode == KVB_TCP)
+		return kvb_tcp_main(argc, argv, &mo);
 	kvb_defaults(&mo, &cfg);
 	if ((rc = kvb_flags_parse(argc, argv, &fl, &cfg)) >= 0)
 		return rc;

@@ -42,6 +42,8 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 		o->mode = KVB_COPY;
 	else if (n > 1 && strcmp(argv[1], "rooms") == 0)
 		o->mode = KVB_ROOMS;
+	else if (n > 1 && strcmp(argv[1], "tcp") == 0)
+		o->mode = KVB_TCP;
 	if (n > 1 && (o->mode != KVB_DEMO || strcmp(argv[1], "demo") == 0))
 		k = 2;
 	extra = o->mode == KVB_ROOMS ? (int)NTINY : 0;
@@ -63,7 +65,7 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 			o->json = 1;
 			continue;
 		}
-		if (strcmp(a, "--plot") == 0 && o->mode != KVB_COPY) {
+		if (strcmp(a, "--plot") == 0 && o->mode != KVB_COPY && o->mode != KVB_TCP) {
 			if (i + 1 >= n || argv[i + 1][0] == '\0')
 				return cli_fatal(PROG, KVW_EXIT_USAGE,
 						 "want a file name after: %s", a);

@@ -18,7 +18,7 @@
 
 struct runinfo;
 
-enum kvb_mode { KVB_DEMO, KVB_COPY, KVB_ROOMS };
+enum kvb_mode { KVB_DEMO, KVB_COPY, KVB_ROOMS, KVB_TCP };
 
 struct kvb_opts {
 	enum kvb_mode mode;
@@ -54,6 +54,9 @@ int kvb_run(const struct kvb_opts *o, const struct runinfo *ri,
 
 /* The machine line (or JSON object, no newline), with the KV page bytes of
  * this run. */
+/* kv-bench tcp (tcp.c): the tcp transport against a raw stream. */
+int kvb_tcp_main(int argc, char **argv, const struct kvb_opts *o);
+
 void kvb_machine_print(FILE *f, int json, uint64_t kv_page_bytes);
 
 /* kv-bench copy (copy.c): argv without the mode word. Returns the exit

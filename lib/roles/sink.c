@@ -12,6 +12,7 @@
 #include "base/proc.h"
 #include "table/rtab.h"
 #include "table/rtab_fence.h"
+#include "wire/wire_auth.h"
 #include "xport/pool.h"
 #include "xport/tcp_sink.h"
 
@@ -64,10 +65,13 @@ int sink_fence_path(const char *table, char *buf, size_t len)
 int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 {
 	struct sink_ctx x = { .id = cfg->id };
+	uint8_t group[KEYS_DATA];
 	struct pool *p = NULL;
 	struct tcp_sink_stats st = { 0 };
 	struct tcp_sink_cfg sc = { .listen_fd = cfg->listen_fd,
 				   .secret = cfg->secret,
+				   .group_key = wire_auth_data_key(group) ? group
+									 : NULL,
 				   .max_conns = SINK_MAX_CONNS,
 				   .room_begin = room_begin,
 				   .room_end = room_end,

@@ -27,6 +27,7 @@
 #include "wire/chan.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
+#include "wire/wire_auth.h"
 #include "xport/pool.h"
 #include "xport/xport.h"
 
@@ -367,6 +368,14 @@ static int worker_open(struct worker *w, const struct worker_cfg *cfg,
 	rc = xport_open(ops, &w->x, err, errlen);
 	if (rc < 0)
 		return rc;
+	/* tcp: every data connection proves the group's data key. */
+	if (strcmp(ops->name, "tcp") == 0) {
+		uint8_t key[KEYS_DATA];
+
+		if (wire_auth_data_key(key))
+			(void)xport_tcp_set_group_key(w->x, key);
+		memset(key, 0, sizeof key);
+	}
 	/* A decode pool truncated under a copy fails that job, not us (cuda
 	 * copies its pools' AUX bytes through shm). */
 	if ((strcmp(ops->name, "shm") == 0 || strcmp(ops->name, "cuda") == 0) &&

@@ -58,6 +58,18 @@ enum wire_auth_mode wire_auth_mode(void)
 	return m;
 }
 
+int wire_auth_data_key(uint8_t out[KEYS_DATA])
+{
+	int have;
+
+	pthread_mutex_lock(&wa.lock);
+	have = wa.mode == WIRE_AUTH_KEYS;
+	if (have)
+		memcpy(out, wa.keys.data, KEYS_DATA);
+	pthread_mutex_unlock(&wa.lock);
+	return have;
+}
+
 uint64_t wire_auth_refused(void)
 {
 	return atomic_load(&wa.refused);

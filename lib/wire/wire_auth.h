@@ -47,6 +47,10 @@ int wire_auth_client(void *sock, const char *ep, char *err, size_t errlen);
  * terminated. A no-op otherwise. 0, KVW_ENOMEM or KVW_ESYS with err. */
 int wire_auth_zap_start(void *ctx, char *err, size_t errlen);
 
+/* The group's data key into out (the tcp data port proves it: the
+ * transport's tcp_auth.h): 1 with keys in use, else 0 (out untouched). */
+int wire_auth_data_key(uint8_t out[KEYS_DATA]);
+
 /* Handshakes this process's ZAP handlers refused. */
 uint64_t wire_auth_refused(void);
 

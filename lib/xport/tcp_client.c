@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "base/kvw.h"
+#include "tcp_auth.h"
 
 #define XTCP_IO_TIMEOUT_S 30 /* a sink silent this long breaks the link */
 #define XTCP_CONNECT_MS 2000
@@ -47,6 +48,8 @@ struct tcp_client {
 	char host[TCP_HOST_MAX + 1];
 	uint16_t port;
 	uint8_t secret[TCP_SECRET_LEN];
+	uint8_t group[TCP_GROUP_KEY_LEN];
+	int has_group;
 	uint64_t next_id;
 	uint64_t redials;
 	uint32_t resend_ms;
@@ -90,7 +93,8 @@ static int dial(const struct tcp_client *c, char *why, size_t whylen)
 				  .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_NUMERICHOST };
 	struct timeval tv = { XTCP_IO_TIMEOUT_S, 0 };
-	uint8_t hello[TCP_HELLO_LEN], wel[TCP_WELCOME_LEN];
+	uint8_t hello[TCP_HELLO_LEN], wel[TCP_WELCOME_LEN] = { 0 };
+	uint8_t ch[TCP_CHALLENGE_LEN];
 	struct addrinfo *ai = NULL;
 	struct pollfd pfd;
 	char ps[8];
@@ -126,17 +130,27 @@ static int dial(const struct tcp_client *c, char *why, size_t whylen)
 			close(fd);
 		return -1;
 	}
+	/* The sink's challenge first; the answer proves the keys. */
+	if (io_all(fd, ch, sizeof ch, 0) < 0 ||
+	    tcp_get(ch, 4) != TCP_MAGIC_CHALLENGE ||
+	    tcp_get(ch + 4, 2) != TCP_VERSION) {
+		snprintf(why, whylen, "%.64s:%u is not a kvwire data port of "
+			 "this version", c->host, c->port);
+		close(fd);
+		return -1;
+	}
 	tcp_put(hello, TCP_MAGIC_HELLO, 4);
 	tcp_put(hello + 4, TCP_VERSION, 2);
 	tcp_put(hello + 6, 0, 2);
-	memcpy(hello + 8, c->secret, TCP_SECRET_LEN);
+	tcp_auth_mac(c->has_group ? c->group : NULL, c->secret, ch + 8,
+		     hello + 8);
 	if (io_all(fd, hello, sizeof hello, 1) < 0 ||
 	    io_all(fd, wel, sizeof wel, 0) < 0 ||
 	    tcp_get(wel, 4) != TCP_MAGIC_WELCOME || tcp_get(wel + 4, 4)) {
 		snprintf(why, whylen, "%.64s:%u did not accept the connection%s",
 			 c->host, c->port,
-			 tcp_get(wel + 4, 4) == TCP_SECRET ? " (wrong secret)"
-							   : "");
+			 tcp_get(wel + 4, 4) == TCP_SECRET
+				 ? " (wrong secret or group key)" : "");
 		close(fd);
 		return -1;
 	}
@@ -276,8 +290,8 @@ static int mend(struct tcp_client *c, char *err, size_t errlen)
 }
 
 int tcp_client_open(struct tcp_client **out, const char *host, uint16_t port,
-		    const uint8_t secret[TCP_SECRET_LEN], char *err,
-		    size_t errlen)
+		    const uint8_t secret[TCP_SECRET_LEN], const uint8_t *group,
+		    char *err, size_t errlen)
 {
 	struct tcp_client *c = calloc(1, sizeof *c);
 	const char *env = getenv("KVW_TCP_RESEND_MS");
@@ -289,6 +303,10 @@ int tcp_client_open(struct tcp_client **out, const char *host, uint16_t port,
 	snprintf(c->host, sizeof c->host, "%s", host);
 	c->port = port;
 	memcpy(c->secret, secret, TCP_SECRET_LEN);
+	if (group) {
+		memcpy(c->group, group, TCP_GROUP_KEY_LEN);
+		c->has_group = 1;
+	}
 	c->resend_ms = env && *env ? (uint32_t)strtoul(env, NULL, 10)
 				   : TCP_RESEND_MS_DEFAULT;
 	c->fd = dial(c, why, sizeof why);

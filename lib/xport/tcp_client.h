@@ -28,11 +28,13 @@ struct tcp_span {
  * fail: KVW_TCP_RESEND_MS from the environment, else this. */
 #define TCP_RESEND_MS_DEFAULT 10000u
 
-/* Dials host:port (numeric) and says hello with secret. 0, or KVW_ESYS /
- * KVW_ENOMEM with the reason in err; *out is the caller's to close. */
+/* Dials host:port (numeric) and answers the sink's challenge with the
+ * registration's secret and the group's data key (group: 32 bytes, or NULL
+ * without group keys; tcp_auth.h). 0, or KVW_ESYS / KVW_ENOMEM with the
+ * reason in err; *out is the caller's to close. */
 int tcp_client_open(struct tcp_client **out, const char *host, uint16_t port,
-		    const uint8_t secret[TCP_SECRET_LEN], char *err,
-		    size_t errlen);
+		    const uint8_t secret[TCP_SECRET_LEN], const uint8_t *group,
+		    char *err, size_t errlen);
 
 /* Closes the connection and forgets every unacked batch. Accepts NULL and
  * *c == NULL; sets *c = NULL. */

@@ -3,8 +3,10 @@
  * side (xport_tcp.c) and the decode's sink (tcp_sink.c). Everything is
  * little-endian and packed field by field; nothing is sent as a struct.
  *
- *   connect:  client -> sink  HELLO  magic "KVTH" u32 | version u16 | 0 u16
- *                                    | secret 16 bytes                 (24)
+ *   connect:  sink -> client  CHALLENGE magic "KVTC" u32 | version u16
+ *                                    | 0 u16 | nonce 16 bytes          (24)
+ *             client -> sink  HELLO  magic "KVTH" u32 | version u16 | 0 u16
+ *                                    | mac 32 bytes (tcp_auth.h)       (40)
  *             sink -> client  WELCOME magic "KVTW" u32 | status u32    (8)
  *   a batch:  client -> sink  BATCH  magic "KVTB" u32 | ncopies u32
  *                                    | batch id u64 | room u64
@@ -29,8 +31,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#define TCP_VERSION 2u
-#define TCP_HELLO_LEN 24u
+#define TCP_VERSION 3u
+#define TCP_HELLO_LEN 40u
+#define TCP_CHALLENGE_LEN 24u
+#define TCP_NONCE_LEN 16u
 #define TCP_WELCOME_LEN 8u
 #define TCP_BATCH_LEN 40u
 #define TCP_COPY_LEN 16u
@@ -42,6 +46,7 @@
 #define TCP_MAX_COPIES 4096u /* copies in one batch (a worker sends 256) */
 
 #define TCP_MAGIC_HELLO 0x4854564Bu   /* "KVTH" as bytes K V T H */
+#define TCP_MAGIC_CHALLENGE 0x4354564Bu /* "KVTC" */
 #define TCP_MAGIC_WELCOME 0x5754564Bu /* "KVTW" */
 #define TCP_MAGIC_BATCH 0x4254564Bu   /* "KVTB" */
 #define TCP_MAGIC_ACK 0x4154564Bu     /* "KVTA" */

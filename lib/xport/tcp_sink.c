@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/random.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include <xxhash.h>
 
 #include "base/kvw.h"
+#include "tcp_auth.h"
 #include "tcp_proto.h"
 
 #define SINK_IOV 512u
@@ -49,8 +51,10 @@ struct conn {
 	XXH3_state_t *hs;     /* the payload's hash, fed as bytes land */
 	int held;             /* room_begin said yes: room_end owed */
 	uint32_t slot;        /* fixed for the connection's life */
-	uint8_t ack[TCP_ACK_LEN];
-	size_t ack_left;      /* ACK bytes not yet sent (POLLOUT) */
+	uint8_t ack[TCP_CHALLENGE_LEN]; /* the ACK, or first the challenge */
+	size_t ack_len;       /* bytes in ack */
+	size_t ack_left;      /* of them not yet sent (POLLOUT) */
+	uint8_t nonce[TCP_NONCE_LEN]; /* this connection's challenge */
 };
 
 struct sink {
@@ -101,7 +105,7 @@ static void drop(struct sink *s, uint32_t i)
 static int flush_ack(struct conn *c)
 {
 	while (c->ack_left) {
-		ssize_t k = send(c->fd, c->ack + TCP_ACK_LEN - c->ack_left,
+		ssize_t k = send(c->fd, c->ack + c->ack_len - c->ack_left,
 				 c->ack_left, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 		if (k < 0 && errno == EINTR)
@@ -120,7 +124,7 @@ static int ack(struct conn *c, uint32_t status)
 	tcp_put(c->ack, TCP_MAGIC_ACK, 4);
 	tcp_put(c->ack + 4, status, 4);
 	tcp_put(c->ack + 8, c->batch, 8);
-	c->ack_left = TCP_ACK_LEN;
+	c->ack_len = c->ack_left = TCP_ACK_LEN;
 	return flush_ack(c);
 }
 
@@ -147,20 +151,20 @@ static int fill(struct conn *c, uint8_t *dst, size_t want)
 static int hello(struct sink *s, struct conn *c)
 {
 	uint8_t wel[TCP_WELCOME_LEN];
-	uint8_t diff = 0;
-	int rc = fill(c, c->head, TCP_HELLO_LEN);
+	int diff, rc = fill(c, c->head, TCP_HELLO_LEN);
 
 	if (rc <= 0)
 		return rc;
-	for (unsigned i = 0; i < TCP_SECRET_LEN; i++)
-		diff |= c->head[8 + i] ^ s->cfg->secret[i];
+	diff = !tcp_auth_ok(s->cfg->group_key, s->cfg->secret, c->nonce,
+			    c->head + 8);
 	tcp_put(wel, TCP_MAGIC_WELCOME, 4);
 	if (tcp_get(c->head, 4) != TCP_MAGIC_HELLO ||
 	    tcp_get(c->head + 4, 2) != TCP_VERSION || diff) {
 		tcp_put(wel + 4, TCP_SECRET, 4);
 		(void)send(c->fd, wel, sizeof wel, MSG_NOSIGNAL | MSG_DONTWAIT);
 		s->st->refused++;
-		event(s, diff ? "connection with a wrong secret refused"
+		event(s, diff ? "connection with a wrong secret or group key "
+				"refused"
 			      : "connection with a bad hello refused");
 		return -1;
 	}
@@ -362,6 +366,7 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		XXH3_state_t *hs;
+		struct conn *c;
 
 		if (fd < 0)
 			return; /* EAGAIN, or an aborted connection */
@@ -395,13 +400,29 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 			event(s, "out of memory for a connection");
 			continue;
 		}
-		s->c[s->n++] = (struct conn){
+		c = &s->c[s->n++];
+		*c = (struct conn){
 			.fd = fd, .state = C_HELLO, .hs = hs,
 			.slot = s->free_slot[--s->nfree], .last_ns = now,
 			.deadline_ns = now + (uint64_t)(s->cfg->handshake_ms
 							    ? s->cfg->handshake_ms
 							    : 5000) * 1000000ull,
 		};
+		/* A fresh challenge: the hello must answer this one. */
+		if (getrandom(c->nonce, sizeof c->nonce, 0) !=
+		    (ssize_t)sizeof c->nonce) {
+			s->st->refused++;
+			event(s, "no randomness for a challenge");
+			drop(s, s->n - 1);
+			continue;
+		}
+		tcp_put(c->ack, TCP_MAGIC_CHALLENGE, 4);
+		tcp_put(c->ack + 4, TCP_VERSION, 2);
+		tcp_put(c->ack + 6, 0, 2);
+		memcpy(c->ack + 8, c->nonce, TCP_NONCE_LEN);
+		c->ack_len = c->ack_left = TCP_CHALLENGE_LEN;
+		if (flush_ack(c) < 0)
+			drop(s, s->n - 1);
 	}
 }
 

@@ -33,6 +33,8 @@ struct tcp_sink_cfg {
 	uint8_t *base;             /* the pool, mapped read-write */
 	uint64_t size;
 	const uint8_t *secret;     /* 16 bytes */
+	const uint8_t *group_key;  /* the group's data key (32 bytes), or
+				    * NULL without group keys (tcp_auth.h) */
 	uint32_t max_conns;        /* open connections at most (0: 1024) */
 	uint32_t handshake_ms;     /* a hello must arrive within (0: 5000) */
 	uint32_t stall_ms;         /* a batch begun must make progress within

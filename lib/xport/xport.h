@@ -158,6 +158,11 @@ int xport_tcp_listen(struct xport *x, const char *hostport, char *err,
  * listening). */
 int xport_tcp_sink_info(const struct xport *x, int *listen_fd,
 			uint8_t secret[16]);
+/* tcp only: the group's 32-byte data key (base/keys.h), which every data
+ * connection this instance dials proves it holds (tcp_auth.h). Without
+ * it the registration's secret alone does. 0, or KVW_EINVAL (not tcp). */
+int xport_tcp_set_group_key(struct xport *x, const uint8_t key[32]);
+
 /* tcp only: "HOST:PORT" the registration listens on, into buf[len]; 0 or
  * KVW_ENOENT (not listening). */
 int xport_tcp_address(const struct xport *x, char *buf, size_t len);

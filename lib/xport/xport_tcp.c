@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "pool.h"
+#include "tcp_auth.h"
 #include "tcp_client.h"
 #include "tcp_proto.h"
 
@@ -54,6 +55,8 @@ struct xtcp_xport {
 	char host[TCP_HOST_MAX + 1];
 	uint16_t port;
 	uint8_t secret[TCP_SECRET_LEN];
+	uint8_t group[TCP_GROUP_KEY_LEN]; /* the group's data key, if any */
+	int has_group;
 	struct tcp_span span[TCP_MAX_COPIES];
 };
 
@@ -160,6 +163,18 @@ static const struct xtcp_xport *tcp_of(const struct xport *x)
 		return NULL;
 	return (const struct xtcp_xport *)(const void *)((const char *)x -
 		offsetof(struct xtcp_xport, base));
+}
+
+int xport_tcp_set_group_key(struct xport *x, const uint8_t key[32])
+{
+	struct xtcp_xport *t;
+
+	if (x->ops != &xport_tcp_ops)
+		return KVW_EINVAL;
+	t = XPORT_SELF(struct xtcp_xport, x);
+	memcpy(t->group, key, TCP_GROUP_KEY_LEN);
+	t->has_group = 1;
+	return 0;
 }
 
 int xport_tcp_address(const struct xport *x, char *buf, size_t len)
@@ -276,7 +291,8 @@ static int xtcp_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 	*r = (struct xtcp_remote){ .size = size, .desc = malloc(desclen) };
 	if (!r->desc)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "tcp: out of memory");
-	rc = tcp_client_open(&r->cl, host, port, secret, err, errlen);
+	rc = tcp_client_open(&r->cl, host, port, secret,
+			     t->has_group ? t->group : NULL, err, errlen);
 	if (rc) {
 		free(r->desc);
 		r->desc = NULL;

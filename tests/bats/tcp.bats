@@ -90,10 +90,13 @@ port_of() {
 	"$PY" - "$port" <<'PYEOF'
 import socket, struct, sys
 port = int(sys.argv[1])
-# A hello with a wrong secret: refused with a status, then closed.
+# A hello that does not answer the challenge: refused with a status, then
+# closed.
 s = socket.create_connection(("127.0.0.1", port))
-s.sendall(struct.pack("<IHH", 0x4854564B, 2, 0) + b"\x00" * 16)
-w = s.recv(8)
+ch = s.recv(24, socket.MSG_WAITALL)
+assert len(ch) == 24 and struct.unpack("<I", ch[:4])[0] == 0x4354564B, ch
+s.sendall(struct.pack("<IHH", 0x4854564B, 3, 0) + b"\x00" * 32)
+w = s.recv(8, socket.MSG_WAITALL)
 assert len(w) == 8 and struct.unpack("<II", w)[1] == 4, w
 assert s.recv(1) == b""
 s.close()
@@ -110,10 +113,10 @@ while True:
     if not d:
         break
     data += d
-assert len(data) <= 8, data
+assert len(data) <= 24 + 8, data  # the challenge, maybe a refusal
 s.close()
 PYEOF
-	wait_for 10 grep -q "wrong secret refused" "$RUN/logs/d0.log"
+	wait_for 10 grep -q "wrong secret or group key refused" "$RUN/logs/d0.log"
 	after=$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json | jq '[.tables[] | select(.name == "d0") | .counters.malformed] | add')
 	[ "$((after - before))" -eq 2 ]
 	bench --rooms 100 --pages-per-room 8 --verify
@@ -136,7 +139,9 @@ closed = 0
 for s in socks:
     s.settimeout(30)
     try:
-        closed += s.recv(1) == b""
+        while s.recv(64):  # the sink's challenge, then its close
+            pass
+        closed += 1
     except ConnectionResetError:
         closed += 1
 print("closed", closed, flush=True)

@@ -9,7 +9,9 @@
  * KVW_ECORRUPT (the room's reason `integrity`); a link cut mid-batch (a
  * proxy that breaks) is re-dialled and the unacked batches resent until
  * every byte is in, and a decode gone for good fails them after the
- * resend window; a peer that stops inside a batch is closed; and hostile peers at
+ * resend window; a peer that stops inside a batch is closed; a client that
+ * answers the sink's challenge without the group's data key is refused; and
+ * hostile peers at
  * the data port - a wrong secret, garbage, a valid header whose copy lies
  * outside the pool, a copy count over the cap, a peer that stops half way
  * through its hello - are each refused and counted while the sink keeps
@@ -35,6 +37,7 @@
 
 #include "base/kvw.h"
 #include "xport/pool.h"
+#include "xport/tcp_auth.h"
 #include "xport/tcp_proto.h"
 #include "xport/tcp_sink.h"
 #include "xport/xport.h"
@@ -238,7 +241,9 @@ static void test_copies_outside_either_side_are_refused_before_sending(void **st
 	assert_true(f->st.bad == 0); /* nothing reached the sink */
 }
 
-/* A raw connection to the sink. */
+static uint8_t nonce[TCP_NONCE_LEN]; /* the last challenge dial read */
+
+/* A raw connection to the sink, its challenge read (into nonce). */
 static int dial(const struct fx *f)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
@@ -248,6 +253,14 @@ static int dial(const struct fx *f)
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	assert_true(fd >= 0);
 	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+	{
+		uint8_t ch[TCP_CHALLENGE_LEN];
+		ssize_t k = recv(fd, ch, sizeof ch, MSG_WAITALL);
+
+		assert_int_equal(k, (ssize_t)sizeof ch);
+		assert_int_equal(tcp_get(ch, 4), TCP_MAGIC_CHALLENGE);
+		memcpy(nonce, ch + 8, TCP_NONCE_LEN);
+	}
 	return fd;
 }
 
@@ -274,7 +287,7 @@ static int hello_ok(const struct fx *f, int fd, const uint8_t *secret)
 
 	tcp_put(h, TCP_MAGIC_HELLO, 4);
 	tcp_put(h + 4, TCP_VERSION, 2);
-	memcpy(h + 8, secret ? secret : f->secret, 16);
+	tcp_auth_mac(NULL, secret ? secret : f->secret, nonce, h + 8);
 	assert_int_equal(send(fd, h, sizeof h, 0), (ssize_t)sizeof h);
 	return read_some(fd, w, sizeof w) == sizeof w &&
 	       tcp_get(w + 4, 4) == TCP_OK;
@@ -344,7 +357,14 @@ static void *liar_main(void *arg)
 	int fd = accept(l->lfd, NULL, NULL);
 	size_t need;
 
-	if (fd < 0 || read_some(fd, buf, TCP_HELLO_LEN) != TCP_HELLO_LEN)
+	memset(w, 0, sizeof w);
+	if (fd < 0)
+		return NULL;
+	memset(buf, 0, TCP_CHALLENGE_LEN);
+	tcp_put(buf, TCP_MAGIC_CHALLENGE, 4);
+	tcp_put(buf + 4, TCP_VERSION, 2);
+	(void)send(fd, buf, TCP_CHALLENGE_LEN, MSG_NOSIGNAL);
+	if (read_some(fd, buf, TCP_HELLO_LEN) != TCP_HELLO_LEN)
 		return NULL;
 	tcp_put(w, TCP_MAGIC_WELCOME, 4);
 	tcp_put(w + 4, TCP_OK, 4);
@@ -564,6 +584,32 @@ static void test_a_peer_that_stops_inside_a_batch_is_closed(void **state)
 	close(fd);
 }
 
+static void test_a_client_without_the_groups_data_key_is_refused(void **state)
+{
+	struct fx *f = *state;
+	uint8_t key[32];
+	uint32_t rid;
+	uint64_t before = f->st.refused;
+
+	/* The sink here has no group key; a client proving one (or the
+	 * other way round) answers the challenge wrong. */
+	memset(key, 0x11, sizeof key);
+	assert_int_equal(xport_tcp_set_group_key(f->px, key), 0);
+	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &rid, f->err,
+				       sizeof f->err), KVW_ESYS);
+	assert_non_null(strstr(f->err, "wrong secret or group key"));
+	assert_true(f->st.refused == before + 1);
+	/* Only a tcp instance has a data key. */
+	{
+		struct xport *shm = NULL;
+
+		assert_int_equal(xport_open(xport_find("shm"), &shm, f->err,
+					    sizeof f->err), 0);
+		assert_int_equal(xport_tcp_set_group_key(shm, key), KVW_EINVAL);
+		xport_close(&shm);
+	}
+}
+
 static void test_hostile_peers_are_refused_and_the_sink_keeps_serving(void **state)
 {
 	struct fx *f = *state;
@@ -616,6 +662,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_link_broken_mid_batch_is_redialled_and_unacked_batches_resent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_decode_gone_for_good_fails_the_batches_after_the_resend_window, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_peer_that_stops_inside_a_batch_is_closed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_client_without_the_groups_data_key_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copies_outside_either_side_are_refused_before_sending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peers_are_refused_and_the_sink_keeps_serving, setup, teardown),
 	};
