@@ -120,21 +120,21 @@ decode_has() {
 	[ "$(summary success)" = 2000 ]
 }
 
-@test "two hosts, TP 2 -> 4: 1000 rooms byte-exact" {
+@test "two hosts, TP 2 -> 4: 400 rooms byte-exact" {
 	split --workers 2 --prefill-tp 2 --decode-tp 4 $SHAPE
-	bench --prefill-tp 2 --decode-tp 4 --rooms 1000 --pages-per-room 8 --verify
+	bench --prefill-tp 2 --decode-tp 4 --rooms 400 --pages-per-room 8 --verify
 	[ "$status" -eq 0 ]
-	clean 1000
-	[ "$(summary success)" = 1000 ]
+	clean 400
+	[ "$(summary success)" = 400 ]
 }
 
-@test "two hosts, PP 2 -> 1 with draft layers: 1000 rooms byte-exact" {
+@test "two hosts, PP 2 -> 1 with draft layers: 600 rooms byte-exact" {
 	split --workers 1 --prefill-pp 2 --layers 4 --draft-layers 1 \
 		--pages 512 --heads 8 --head-dim 16 --aux-slots 64
-	bench --prefill-pp 2 --rooms 1000 --pages-per-room 8 --verify
+	bench --prefill-pp 2 --rooms 600 --pages-per-room 8 --verify
 	[ "$status" -eq 0 ]
-	clean 1000
-	[ "$(summary success)" = 1000 ]
+	clean 600
+	[ "$(summary success)" = 600 ]
 }
 
 @test "two hosts, 5 % packet loss on the decode host: every room terminal and intact, later rooms succeed" {
@@ -142,8 +142,8 @@ decode_has() {
 	nsB nft add table inet kvwloss
 	nsB nft add chain inet kvwloss in '{ type filter hook input priority 0 ; }'
 	nsB nft add rule inet kvwloss in numgen random mod 100 '<' 5 drop
-	bench --rooms 500 --pages-per-room 8 --verify
-	clean 500
+	bench --rooms 200 --pages-per-room 8 --verify
+	clean 200
 	[ "$(nsB nft list chain inet kvwloss in | grep -c drop)" -eq 1 ]
 	nsB nft delete table inet kvwloss
 	bench --rooms 100 --pages-per-room 8 --verify
