@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/random.h>
 #include <sys/uio.h>
@@ -51,6 +52,8 @@ struct conn {
 	XXH3_state_t *hs;     /* the payload's hash, fed as bytes land */
 	int held;             /* room_begin said yes: room_end owed */
 	uint32_t slot;        /* fixed for the connection's life */
+	uint8_t src[16];      /* the peer's address (IPv4 mapped), for the
+			       * per-source cap */
 	uint8_t ack[TCP_CHALLENGE_LEN]; /* the ACK, or first the challenge */
 	size_t ack_len;       /* bytes in ack */
 	size_t ack_left;      /* of them not yet sent (POLLOUT) */
@@ -160,19 +163,20 @@ static int hello(struct sink *s, struct conn *c)
 	tcp_put(wel, TCP_MAGIC_WELCOME, 4);
 	if (tcp_get(c->head, 4) != TCP_MAGIC_HELLO ||
 	    tcp_get(c->head + 4, 2) != TCP_VERSION || diff) {
-		tcp_put(wel + 4, TCP_SECRET, 4);
-		(void)send(c->fd, wel, sizeof wel, MSG_NOSIGNAL | MSG_DONTWAIT);
+		/* Counted before the peer can hear of it. */
 		s->st->refused++;
 		event(s, diff ? "connection with a wrong secret or group key "
 				"refused"
 			      : "connection with a bad hello refused");
+		tcp_put(wel + 4, TCP_SECRET, 4);
+		(void)send(c->fd, wel, sizeof wel, MSG_NOSIGNAL | MSG_DONTWAIT);
 		return -1;
 	}
 	tcp_put(wel + 4, TCP_OK, 4);
+	s->st->conns++;
 	if (send(c->fd, wel, sizeof wel, MSG_NOSIGNAL | MSG_DONTWAIT) !=
 	    (ssize_t)sizeof wel)
 		return -1;
-	s->st->conns++;
 	c->state = C_HDR;
 	c->have = 0;
 	return 1;
@@ -359,11 +363,42 @@ static int serve(struct sink *s, struct conn *c)
 	return rc < 0 ? -1 : 0;
 }
 
+/* The peer's address as 16 bytes (IPv4 as ::ffff:a.b.c.d), port aside. */
+static void source(const struct sockaddr_storage *sa, uint8_t out[16])
+{
+	memset(out, 0, 16);
+	if (sa->ss_family == AF_INET) {
+		out[10] = out[11] = 0xff;
+		memcpy(out + 12,
+		       &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+	} else if (sa->ss_family == AF_INET6) {
+		memcpy(out,
+		       &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
+		       16);
+	}
+}
+
+/* Open connections from src. */
+static uint32_t from_source(const struct sink *s, const uint8_t src[16])
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->n; i++)
+		n += memcmp(s->c[i].src, src, 16) == 0;
+	return n;
+}
+
 static void take(struct sink *s, uint64_t now, uint32_t max)
 {
+	uint32_t per_source = s->cfg->max_per_source ? s->cfg->max_per_source
+						     : 64;
+
 	for (;;) {
-		int fd = accept4(s->cfg->listen_fd, NULL, NULL,
+		struct sockaddr_storage sa;
+		socklen_t sl = sizeof sa;
+		int fd = accept4(s->cfg->listen_fd, (struct sockaddr *)&sa, &sl,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		uint8_t src[16];
 
 		XXH3_state_t *hs;
 		struct conn *c;
@@ -374,6 +409,13 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 			close(fd);
 			s->st->refused++;
 			event(s, "connection over the cap refused");
+			continue;
+		}
+		source(&sa, src);
+		if (from_source(s, src) >= per_source) {
+			close(fd);
+			s->st->refused++;
+			event(s, "connection over the per-source cap refused");
 			continue;
 		}
 		if (s->n == s->cap) {
@@ -408,6 +450,7 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 							    ? s->cfg->handshake_ms
 							    : 5000) * 1000000ull,
 		};
+		memcpy(c->src, src, sizeof src);
 		/* A fresh challenge: the hello must answer this one. */
 		if (getrandom(c->nonce, sizeof c->nonce, 0) !=
 		    (ssize_t)sizeof c->nonce) {

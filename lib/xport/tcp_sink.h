@@ -36,6 +36,7 @@ struct tcp_sink_cfg {
 	const uint8_t *group_key;  /* the group's data key (32 bytes), or
 				    * NULL without group keys (tcp_auth.h) */
 	uint32_t max_conns;        /* open connections at most (0: 1024) */
+	uint32_t max_per_source;   /* of them from one address (0: 64) */
 	uint32_t handshake_ms;     /* a hello must arrive within (0: 5000) */
 	uint32_t stall_ms;         /* a batch begun must make progress within
 				    * (0: 10000), or its connection closes:
