@@ -154,7 +154,7 @@ if [ "$MODE" = rxe ]; then
 fi
 for _ in $(seq 1 50); do
 	ibv_devinfo -d "$DEV" 2>/dev/null | grep -q PORT_ACTIVE && break
-	sleep 0.2
+	sleep 0.2 # poll interval of a bounded wait_for (50 tries), not a synchronisation
 done
 ibv_devinfo -d "$DEV" >"$WORK/devinfo.txt" 2>&1
 grep -q PORT_ACTIVE "$WORK/devinfo.txt" || fatal "$DEV has no active port (see devinfo.txt)"
@@ -280,7 +280,7 @@ if command -v ib_write_bw >/dev/null; then
 	# The server is ready once it listens on perftest's port.
 	for _ in $(seq 1 100); do
 		ss -ltn 2>/dev/null | grep -q ':18515 ' && break
-		sleep 0.1
+		sleep 0.1 # poll interval of a bounded wait_for (100 tries)
 	done
 	timeout 60 ib_write_bw -d "$DEV" "${gx[@]}" -s 65536 -D 3 -F 127.0.0.1 \
 		>"$WORK/bw_client.out" 2>&1
