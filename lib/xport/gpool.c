@@ -113,10 +113,10 @@ static int gp_export_one(const struct curt *rt, uint8_t *e, uint64_t ptr,
 		     "cudaIpcGetMemHandle", err, errlen);
 	if (rc)
 		return rc;
-	xport_put_le(e, len, 8);
-	xport_put_le(e + 8, item_len, 4);
-	xport_put_le(e + 16, ptr - base, 8);
-	xport_put_le(e + 24, size, 8);
+	le_put(e, len, 8);
+	le_put(e + 8, item_len, 4);
+	le_put(e + 16, ptr - base, 8);
+	le_put(e + 24, size, 8);
 	memcpy(e + 32, h.reserved, sizeof h.reserved);
 	return 0;
 }
@@ -185,13 +185,13 @@ int gpool_export(const char *path, int device, const uint64_t *ptrs,
 	}
 	if (rc == 0) {
 		memcpy(rec, GPOOL_MAGIC, 4);
-		xport_put_le(rec + 4, GPOOL_VERSION, 2);
-		xport_put_le(rec + 8, n, 4);
-		xport_put_le(rec + 12, (uint32_t)device, 4);
-		xport_put_le(rec + 16, (uint64_t)getpid(), 4);
-		xport_put_le(rec + 24, epoch, 8);
-		xport_put_le(rec + 32, pool_size, 8);
-		xport_put_le(rec + 40, sum, 8);
+		le_put(rec + 4, GPOOL_VERSION, 2);
+		le_put(rec + 8, n, 4);
+		le_put(rec + 12, (uint32_t)device, 4);
+		le_put(rec + 16, (uint64_t)getpid(), 4);
+		le_put(rec + 24, epoch, 8);
+		le_put(rec + 32, pool_size, 8);
+		le_put(rec + 40, sum, 8);
 		rc = gp_write(path, rec, len, err, errlen);
 	}
 	free(rec);
@@ -209,11 +209,11 @@ static int gp_parse(const uint8_t *rec, size_t len, struct gpool **out,
 	if (len < GPOOL_HDR || memcmp(rec, GPOOL_MAGIC, 4) != 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"gpu pool: not a record (%zu bytes)", len);
-	if (xport_get_le(rec + 4, 2) != GPOOL_VERSION)
+	if (le_get(rec + 4, 2) != GPOOL_VERSION)
 		return kvw_errf(err, errlen, KVW_EVERSION,
 				"gpu pool: record version %u, expected %u",
-				(unsigned)xport_get_le(rec + 4, 2), GPOOL_VERSION);
-	n = xport_get_le(rec + 8, 4);
+				(unsigned)le_get(rec + 4, 2), GPOOL_VERSION);
+	n = le_get(rec + 8, 4);
 	if (n == 0 || n > GPOOL_MAX || len != GPOOL_HDR + n * GPOOL_ENT)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"gpu pool: record of %zu bytes for %llu buffers",
@@ -222,18 +222,18 @@ static int gp_parse(const uint8_t *rec, size_t len, struct gpool **out,
 	if (g == NULL)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	g->n = (uint32_t)n;
-	g->device = (int)(int32_t)xport_get_le(rec + 12, 4);
-	g->epoch = xport_get_le(rec + 24, 8);
-	g->pool_size = xport_get_le(rec + 32, 8);
-	g->bytes = xport_get_le(rec + 40, 8);
+	g->device = (int)(int32_t)le_get(rec + 12, 4);
+	g->epoch = le_get(rec + 24, 8);
+	g->pool_size = le_get(rec + 32, 8);
+	g->bytes = le_get(rec + 40, 8);
 	for (uint32_t i = 0; i < n; i++) {
 		const uint8_t *e = rec + GPOOL_HDR + (size_t)i * GPOOL_ENT;
 		struct gpool_buf *b = &g->buf[i];
 
-		b->len = xport_get_le(e, 8);
-		b->item_len = (uint32_t)xport_get_le(e + 8, 4);
-		b->alloc_off = xport_get_le(e + 16, 8);
-		b->alloc_size = xport_get_le(e + 24, 8);
+		b->len = le_get(e, 8);
+		b->item_len = (uint32_t)le_get(e + 8, 4);
+		b->alloc_off = le_get(e + 16, 8);
+		b->alloc_size = le_get(e + 24, 8);
 		memcpy(b->handle, e + 32, sizeof b->handle);
 		b->start = sum;
 		if (b->len == 0 || b->item_len == 0 || b->len % b->item_len ||

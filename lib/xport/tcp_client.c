@@ -12,15 +12,10 @@
 #include "tcp_client.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +25,7 @@
 
 #include "base/kvw.h"
 #include "tcp_auth.h"
+#include "xnet.h"
 
 #define XTCP_IO_TIMEOUT_S 30 /* a sink silent this long breaks the link */
 #define XTCP_CONNECT_MS 2000
@@ -68,88 +64,36 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* Sends (out != 0) or receives exactly len bytes: 0, or -1 on a timeout,
- * a closed or a broken connection. */
-static int io_all(int fd, uint8_t *buf, size_t len, int out)
-{
-	while (len > 0) {
-		ssize_t k = out ? send(fd, buf, len, MSG_NOSIGNAL)
-				: recv(fd, buf, len, 0);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		buf += k;
-		len -= (size_t)k;
-	}
-	return 0;
-}
-
 /* Connects within XTCP_CONNECT_MS and says hello: the fd, or -1 with why. */
 static int dial(const struct tcp_client *c, char *why, size_t whylen)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC,
-				  .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_NUMERICHOST };
-	struct timeval tv = { XTCP_IO_TIMEOUT_S, 0 };
 	uint8_t hello[TCP_HELLO_LEN], wel[TCP_WELCOME_LEN] = { 0 };
 	uint8_t ch[TCP_CHALLENGE_LEN];
-	struct addrinfo *ai = NULL;
-	struct pollfd pfd;
-	char ps[8];
-	int fd, one = 1, soerr = 0, rc;
-	socklen_t sl = sizeof soerr;
+	int fd = xnet_dial(c->host, c->port, XTCP_CONNECT_MS,
+			   XTCP_IO_TIMEOUT_S * 1000, why, whylen);
 
-	snprintf(ps, sizeof ps, "%u", c->port);
-	rc = getaddrinfo(c->host, ps, &hints, &ai);
-	if (rc != 0) {
-		snprintf(why, whylen, "%.64s: %s", c->host, gai_strerror(rc));
+	if (fd < 0)
 		return -1;
-	}
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	rc = fd < 0 ? -1 : connect(fd, ai->ai_addr, ai->ai_addrlen);
-	freeaddrinfo(ai);
-	if (rc < 0 && fd >= 0 && errno == EINPROGRESS) {
-		pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
-		rc = poll(&pfd, 1, XTCP_CONNECT_MS);
-		if (rc == 1 &&
-		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
-		    soerr == 0)
-			rc = 0;
-		else
-			errno = rc == 0 ? ETIMEDOUT : soerr ? soerr : errno;
-	}
-	if (rc != 0 || fcntl(fd, F_SETFL, 0) < 0 ||
-	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0) {
-		snprintf(why, whylen, "connect %.64s:%u: %s", c->host, c->port,
-			 strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
 	/* The sink's challenge first; the answer proves the keys. */
-	if (io_all(fd, ch, sizeof ch, 0) < 0 ||
-	    tcp_get(ch, 4) != TCP_MAGIC_CHALLENGE ||
-	    tcp_get(ch + 4, 2) != TCP_VERSION) {
+	if (xnet_io_all(fd, ch, sizeof ch, 0) < 0 ||
+	    le_get(ch, 4) != TCP_MAGIC_CHALLENGE ||
+	    le_get(ch + 4, 2) != TCP_VERSION) {
 		snprintf(why, whylen, "%.64s:%u is not a kvwire data port of "
 			 "this version", c->host, c->port);
 		close(fd);
 		return -1;
 	}
-	tcp_put(hello, TCP_MAGIC_HELLO, 4);
-	tcp_put(hello + 4, TCP_VERSION, 2);
-	tcp_put(hello + 6, 0, 2);
+	le_put(hello, TCP_MAGIC_HELLO, 4);
+	le_put(hello + 4, TCP_VERSION, 2);
+	le_put(hello + 6, 0, 2);
 	tcp_auth_mac(c->has_group ? c->group : NULL, c->secret, ch + 8,
 		     hello + 8);
-	if (io_all(fd, hello, sizeof hello, 1) < 0 ||
-	    io_all(fd, wel, sizeof wel, 0) < 0 ||
-	    tcp_get(wel, 4) != TCP_MAGIC_WELCOME || tcp_get(wel + 4, 4)) {
+	if (xnet_io_all(fd, hello, sizeof hello, 1) < 0 ||
+	    xnet_io_all(fd, wel, sizeof wel, 0) < 0 ||
+	    le_get(wel, 4) != TCP_MAGIC_WELCOME || le_get(wel + 4, 4)) {
 		snprintf(why, whylen, "%.64s:%u did not accept the connection%s",
 			 c->host, c->port,
-			 tcp_get(wel + 4, 4) == TCP_SECRET
+			 le_get(wel + 4, 4) == TCP_SECRET
 				 ? " (wrong secret or group key)" : "");
 		close(fd);
 		return -1;
@@ -217,17 +161,17 @@ static int put_batch(struct tcp_client *c, const struct kept *b)
 
 	for (uint32_t i = 0; i < b->n; i++)
 		total += b->s[i].len;
-	tcp_put(c->hdr, TCP_MAGIC_BATCH, 4);
-	tcp_put(c->hdr + 4, b->n, 4);
-	tcp_put(c->hdr + 8, b->id, 8);
-	tcp_put(c->hdr + 16, b->room, 8);
-	tcp_put(c->hdr + 24, total, 8);
-	tcp_put(c->hdr + 32, 0, 8); /* reserved */
+	le_put(c->hdr, TCP_MAGIC_BATCH, 4);
+	le_put(c->hdr + 4, b->n, 4);
+	le_put(c->hdr + 8, b->id, 8);
+	le_put(c->hdr + 16, b->room, 8);
+	le_put(c->hdr + 24, total, 8);
+	le_put(c->hdr + 32, 0, 8); /* reserved */
 	for (uint32_t i = 0; i < b->n; i++) {
 		uint8_t *p = c->hdr + TCP_BATCH_LEN + i * TCP_COPY_LEN;
 
-		tcp_put(p, b->s[i].dst_off, 8);
-		tcp_put(p + 8, b->s[i].len, 8);
+		le_put(p, b->s[i].dst_off, 8);
+		le_put(p + 8, b->s[i].len, 8);
 	}
 	c->iov[nio++] = (struct iovec){ c->hdr,
 					TCP_BATCH_LEN + b->n * TCP_COPY_LEN };
@@ -251,7 +195,7 @@ static int put_batch(struct tcp_client *c, const struct kept *b)
 				group = 0;
 			}
 		}
-	tcp_put(c->trailer, XXH3_64bits_digest(&hs), TCP_TRAILER_LEN);
+	le_put(c->trailer, XXH3_64bits_digest(&hs), TCP_TRAILER_LEN);
 	c->iov[nio++] = (struct iovec){ c->trailer, TCP_TRAILER_LEN };
 	return flush(c, nio);
 }
@@ -395,15 +339,15 @@ int tcp_client_wait(struct tcp_client *c, char *err, size_t errlen)
 		uint8_t a[TCP_ACK_LEN];
 		uint32_t st;
 
-		if (c->fd < 0 || io_all(c->fd, a, sizeof a, 0) < 0 ||
-		    tcp_get(a, 4) != TCP_MAGIC_ACK ||
-		    tcp_get(a + 8, 8) != at(c, 0)->id) {
+		if (c->fd < 0 || xnet_io_all(c->fd, a, sizeof a, 0) < 0 ||
+		    le_get(a, 4) != TCP_MAGIC_ACK ||
+		    le_get(a + 8, 8) != at(c, 0)->id) {
 			rc = mend(c, err, errlen);
 			if (rc)
 				return first ? first : rc;
 			continue;
 		}
-		st = (uint32_t)tcp_get(a + 4, 4);
+		st = (uint32_t)le_get(a + 4, 4);
 		forget_head(c);
 		if (st != TCP_OK && first == 0)
 			first = refusal(st, err, errlen);

@@ -29,7 +29,8 @@
 #define KVW_TCP_PROTO_H
 
 #include <stdint.h>
-#include <string.h>
+
+#include "le.h"
 
 #define TCP_VERSION 3u
 #define TCP_HELLO_LEN 40u
@@ -60,20 +61,5 @@ enum tcp_status {
 	TCP_NOT_LIVE = 3,  /* the room is not live at the decode: discarded */
 	TCP_SECRET = 4,    /* WELCOME: wrong secret, connection closed */
 };
-
-static inline void tcp_put(uint8_t *p, uint64_t v, unsigned bytes)
-{
-	for (unsigned i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline uint64_t tcp_get(const uint8_t *p, unsigned bytes)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < bytes; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
 #endif

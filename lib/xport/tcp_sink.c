@@ -124,9 +124,9 @@ static int flush_ack(struct conn *c)
 
 static int ack(struct conn *c, uint32_t status)
 {
-	tcp_put(c->ack, TCP_MAGIC_ACK, 4);
-	tcp_put(c->ack + 4, status, 4);
-	tcp_put(c->ack + 8, c->batch, 8);
+	le_put(c->ack, TCP_MAGIC_ACK, 4);
+	le_put(c->ack + 4, status, 4);
+	le_put(c->ack + 8, c->batch, 8);
 	c->ack_len = c->ack_left = TCP_ACK_LEN;
 	return flush_ack(c);
 }
@@ -160,19 +160,19 @@ static int hello(struct sink *s, struct conn *c)
 		return rc;
 	diff = !tcp_auth_ok(s->cfg->group_key, s->cfg->secret, c->nonce,
 			    c->head + 8);
-	tcp_put(wel, TCP_MAGIC_WELCOME, 4);
-	if (tcp_get(c->head, 4) != TCP_MAGIC_HELLO ||
-	    tcp_get(c->head + 4, 2) != TCP_VERSION || diff) {
+	le_put(wel, TCP_MAGIC_WELCOME, 4);
+	if (le_get(c->head, 4) != TCP_MAGIC_HELLO ||
+	    le_get(c->head + 4, 2) != TCP_VERSION || diff) {
 		/* Counted before the peer can hear of it. */
 		s->st->refused++;
 		event(s, diff ? "connection with a wrong secret or group key "
 				"refused"
 			      : "connection with a bad hello refused");
-		tcp_put(wel + 4, TCP_SECRET, 4);
+		le_put(wel + 4, TCP_SECRET, 4);
 		(void)send(c->fd, wel, sizeof wel, MSG_NOSIGNAL | MSG_DONTWAIT);
 		return -1;
 	}
-	tcp_put(wel + 4, TCP_OK, 4);
+	le_put(wel + 4, TCP_OK, 4);
 	s->st->conns++;
 	if (send(c->fd, wel, sizeof wel, MSG_NOSIGNAL | MSG_DONTWAIT) !=
 	    (ssize_t)sizeof wel)
@@ -198,11 +198,11 @@ static int header(struct sink *s, struct conn *c)
 
 	if (rc <= 0)
 		return rc;
-	c->ncopies = (uint32_t)tcp_get(c->head + 4, 4);
-	c->batch = tcp_get(c->head + 8, 8);
-	c->room = tcp_get(c->head + 16, 8);
-	c->total = tcp_get(c->head + 24, 8);
-	if (tcp_get(c->head, 4) != TCP_MAGIC_BATCH)
+	c->ncopies = (uint32_t)le_get(c->head + 4, 4);
+	c->batch = le_get(c->head + 8, 8);
+	c->room = le_get(c->head + 16, 8);
+	c->total = le_get(c->head + 24, 8);
+	if (le_get(c->head, 4) != TCP_MAGIC_BATCH)
 		return refuse(s, c, "batch with a bad magic refused");
 	if (c->ncopies == 0 || c->ncopies > TCP_MAX_COPIES)
 		return refuse(s, c, "batch with a copy count over the cap "
@@ -227,8 +227,8 @@ static int copy_list(struct sink *s, struct conn *c)
 	/* The whole list before one payload byte: a single copy outside
 	 * the pool refuses the batch and nothing is written. */
 	for (uint32_t i = 0; i < c->ncopies; i++) {
-		uint64_t off = tcp_get(c->copies + i * TCP_COPY_LEN, 8);
-		uint64_t len = tcp_get(c->copies + i * TCP_COPY_LEN + 8, 8);
+		uint64_t off = le_get(c->copies + i * TCP_COPY_LEN, 8);
+		uint64_t len = le_get(c->copies + i * TCP_COPY_LEN + 8, 8);
 		uint64_t end;
 
 		if (__builtin_add_overflow(off, len, &end) || end > s->cfg->size ||
@@ -254,8 +254,8 @@ static uint8_t *dst_of(const struct sink *s, const struct conn *c,
 {
 	const uint8_t *p = c->copies + i * TCP_COPY_LEN;
 
-	*len = tcp_get(p + 8, 8);
-	return s->cfg->base + tcp_get(p, 8);
+	*len = le_get(p + 8, 8);
+	return s->cfg->base + le_get(p, 8);
 }
 
 static int payload(struct sink *s, struct conn *c)
@@ -331,7 +331,7 @@ static int trailer(struct sink *s, struct conn *c)
 		s->st->not_live++;
 		event(s, "batch for a room that is not live discarded");
 		status = TCP_NOT_LIVE;
-	} else if (XXH3_64bits_digest(c->hs) != tcp_get(c->head, 8)) {
+	} else if (XXH3_64bits_digest(c->hs) != le_get(c->head, 8)) {
 		s->st->checksum++;
 		event(s, "batch whose bytes do not match its checksum");
 		status = TCP_CHECKSUM;
@@ -363,7 +363,8 @@ static int serve(struct sink *s, struct conn *c)
 	return rc < 0 ? -1 : 0;
 }
 
-/* The peer's address as 16 bytes (IPv4 as ::ffff:a.b.c.d), port aside. */
+/* The peer's address as 16 bytes (IPv4 in its IPv6-mapped form), port
+ * aside. */
 static void source(const struct sockaddr_storage *sa, uint8_t out[16])
 {
 	memset(out, 0, 16);
@@ -459,9 +460,9 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 			drop(s, s->n - 1);
 			continue;
 		}
-		tcp_put(c->ack, TCP_MAGIC_CHALLENGE, 4);
-		tcp_put(c->ack + 4, TCP_VERSION, 2);
-		tcp_put(c->ack + 6, 0, 2);
+		le_put(c->ack, TCP_MAGIC_CHALLENGE, 4);
+		le_put(c->ack + 4, TCP_VERSION, 2);
+		le_put(c->ack + 6, 0, 2);
 		memcpy(c->ack + 8, c->nonce, TCP_NONCE_LEN);
 		c->ack_len = c->ack_left = TCP_CHALLENGE_LEN;
 		if (flush_ack(c) < 0)

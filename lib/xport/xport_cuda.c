@@ -277,7 +277,7 @@ static int xcu_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	if (rc)
 		return rc;
 	memcpy(desc, CU_MAGIC, 4);
-	xport_put_le(desc + 4, CU_VERSION, 4); /* version 2, reserved 2 */
+	le_put(desc + 4, CU_VERSION, 4); /* version 2, reserved 2 */
 	*desclen = CU_HDR + shmlen;
 	c->loc[slot] = (struct xcu_side){ .used = 1, .shm_id = sid,
 					  .size = pool_size(p) };
@@ -302,13 +302,13 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"cuda: malformed descriptor (%zu bytes)",
 				desclen);
-	if (xport_get_le(desc + 4, 2) != CU_VERSION)
+	if (le_get(desc + 4, 2) != CU_VERSION)
 		return kvw_errf(err, errlen, KVW_EVERSION,
 				"cuda: descriptor version %u, expected %u",
-				(unsigned)xport_get_le(desc + 4, 2), CU_VERSION);
+				(unsigned)le_get(desc + 4, 2), CU_VERSION);
 	/* shm checks the rest of its descriptor in connect; the path's
 	 * bounds are needed here first, to name the record. */
-	plen = xport_get_le(sd + CU_SHM_PLEN_OFF, 2);
+	plen = le_get(sd + CU_SHM_PLEN_OFF, 2);
 	if (plen == 0 || plen > POOL_PATH_MAX ||
 	    CU_HDR + CU_SHM_PATH_OFF + plen != desclen)
 		return kvw_errf(err, errlen, KVW_EINVAL,
@@ -333,7 +333,7 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 				"cuda: too many connected pools");
 	}
 	c->rmt[slot] = (struct xcu_side){ .used = 1, .shm_id = sid,
-					  .size = xport_get_le(sd + CU_SHM_SIZE_OFF,
+					  .size = le_get(sd + CU_SHM_SIZE_OFF,
 							 8) };
 	memcpy(c->rmt[slot].rec, rec, sizeof rec);
 	*id = (uint32_t)slot;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "le.h"
 #include "xport.h"
 
 /* First member of every transport's instance struct; the transport sets ops
@@ -24,21 +25,5 @@ extern const struct xport_ops xport_shm_ops;
 extern const struct xport_ops xport_tcp_ops;
 extern const struct xport_ops xport_rdma_ops;
 extern const struct xport_ops xport_cuda_ops;
-
-/* v's low `bytes` bytes into p, least significant first; and back. */
-static inline void xport_put_le(uint8_t *p, uint64_t v, unsigned bytes)
-{
-	for (unsigned i = 0; i < bytes; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline uint64_t xport_get_le(const uint8_t *p, unsigned bytes)
-{
-	uint64_t v = 0;
-
-	for (unsigned i = 0; i < bytes; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
 
 #endif

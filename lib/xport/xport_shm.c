@@ -130,11 +130,11 @@ static int xshm_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	s->loc[slot].size = pool_size(p);
 
 	memcpy(desc, SHM_MAGIC, 4);
-	xport_put_le(desc + 4, SHM_VERSION, 2);
-	xport_put_le(desc + 6, plen, 2);
-	xport_put_le(desc + 8, pool_size(p), 8);
-	xport_put_le(desc + 16, (uint64_t)st.st_dev, 8);
-	xport_put_le(desc + 24, (uint64_t)st.st_ino, 8);
+	le_put(desc + 4, SHM_VERSION, 2);
+	le_put(desc + 6, plen, 2);
+	le_put(desc + 8, pool_size(p), 8);
+	le_put(desc + 16, (uint64_t)st.st_dev, 8);
+	le_put(desc + 24, (uint64_t)st.st_ino, 8);
 	memcpy(desc + SHM_HDR, path, plen);
 	*desclen = SHM_HDR + plen;
 	*id = (uint32_t)slot;
@@ -156,15 +156,15 @@ static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
 	    memcmp(desc, SHM_MAGIC, 4) != 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"shm: malformed descriptor (%zu bytes)", len);
-	if (xport_get_le(desc + 4, 2) != SHM_VERSION)
+	if (le_get(desc + 4, 2) != SHM_VERSION)
 		return kvw_errf(err, errlen, KVW_EVERSION,
 				"shm: descriptor version %llu, expected %u",
-				(unsigned long long)xport_get_le(desc + 4, 2),
+				(unsigned long long)le_get(desc + 4, 2),
 				SHM_VERSION);
-	plen = xport_get_le(desc + 6, 2);
-	size = xport_get_le(desc + 8, 8);
-	*dev = xport_get_le(desc + 16, 8);
-	*ino = xport_get_le(desc + 24, 8);
+	plen = le_get(desc + 6, 2);
+	size = le_get(desc + 8, 8);
+	*dev = le_get(desc + 16, 8);
+	*ino = le_get(desc + 24, 8);
 	if (plen == 0 || plen > POOL_PATH_MAX || SHM_HDR + plen != len ||
 	    memchr(desc + SHM_HDR, '\0', plen) != NULL || size == 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,

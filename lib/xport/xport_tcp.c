@@ -17,19 +17,17 @@
 #include "xport_impl.h"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "pool.h"
 #include "tcp_auth.h"
 #include "tcp_client.h"
 #include "tcp_proto.h"
+#include "xnet.h"
 
 #define XTCP_MAX_LOCAL 8u
 
@@ -81,72 +79,26 @@ static int xtcp_open(struct xport **out, char *err, size_t errlen)
 }
 
 /* Splits "HOST:PORT" (or "HOST", port 0). 0 or KVW_EINVAL. */
-static int split_hostport(const char *s, char *host, size_t hostcap,
-			  uint16_t *port)
-{
-	const char *c = strrchr(s, ':');
-	size_t n = c ? (size_t)(c - s) : strlen(s);
-	char *end;
-	unsigned long p = 0;
-
-	if (n == 0 || n >= hostcap)
-		return KVW_EINVAL;
-	if (c) {
-		errno = 0;
-		p = strtoul(c + 1, &end, 10);
-		if (errno || *end || end == c + 1 || p > 65535)
-			return KVW_EINVAL;
-	}
-	memcpy(host, s, n);
-	host[n] = '\0';
-	*port = (uint16_t)p;
-	return 0;
-}
-
 int xport_tcp_listen(struct xport *x, const char *hostport, char *err,
 		     size_t errlen)
 {
 	struct xtcp_xport *t = XPORT_SELF(struct xtcp_xport, x);
-	struct addrinfo hints = { .ai_family = AF_UNSPEC,
-				  .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_NUMERICHOST | AI_PASSIVE };
-	struct addrinfo *ai = NULL;
-	struct sockaddr_storage sa;
-	socklen_t salen = sizeof sa;
-	char port[8];
-	int fd = -1, one = 1, rc;
+	char why[200];
+	int fd;
 
 	if (x->ops != &xport_tcp_ops)
 		return kvw_errf(err, errlen, KVW_EINVAL, "not a tcp transport");
 	if (t->lfd >= 0)
 		return kvw_errf(err, errlen, KVW_EEXIST, "tcp: listening already");
-	if (split_hostport(hostport, t->host, sizeof t->host, &t->port) < 0)
+	if (xnet_split(hostport, t->host, sizeof t->host, &t->port) < 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"tcp: want HOST[:PORT] with a numeric host, "
 				"got %.100s",
 				hostport);
-	snprintf(port, sizeof port, "%u", t->port);
-	rc = getaddrinfo(t->host, port, &hints, &ai);
-	if (rc != 0)
-		return kvw_errf(err, errlen, KVW_EINVAL, "tcp: %s: %s", t->host,
-				gai_strerror(rc));
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 ||
-	    listen(fd, SOMAXCONN) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &salen) < 0) {
-		kvw_seterr(err, errlen, "tcp: listen on %.100s: %s", hostport,
-			   strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		freeaddrinfo(ai);
-		return KVW_ESYS;
-	}
-	freeaddrinfo(ai);
-	t->port = ntohs(sa.ss_family == AF_INET6
-				? ((struct sockaddr_in6 *)&sa)->sin6_port
-				: ((struct sockaddr_in *)&sa)->sin_port);
+	fd = xnet_listen(t->host, &t->port, 0, why, sizeof why);
+	if (fd < 0)
+		return kvw_errf(err, errlen, fd, "tcp: listen on %.100s: %s",
+				hostport, why);
 	if (getrandom(t->secret, sizeof t->secret, 0) != sizeof t->secret) {
 		close(fd);
 		return kvw_errf(err, errlen, KVW_ESYS, "tcp: getrandom: %s",
@@ -219,12 +171,12 @@ static int xtcp_reg(struct xport *x, const struct pool *p, uint32_t *id,
 				"tcp: descriptor does not fit");
 	/* Without a listening socket (the prefill side's source pool) the
 	 * descriptor says port 0: nobody can connect to it. */
-	tcp_put(desc, TCP_MAGIC_DESC, 4);
-	tcp_put(desc + 4, TCP_VERSION, 2);
-	tcp_put(desc + 6, t->lfd >= 0 ? t->port : 0, 2);
-	tcp_put(desc + 8, pool_size(p), 8);
+	le_put(desc, TCP_MAGIC_DESC, 4);
+	le_put(desc + 4, TCP_VERSION, 2);
+	le_put(desc + 6, t->lfd >= 0 ? t->port : 0, 2);
+	le_put(desc + 8, pool_size(p), 8);
 	memcpy(desc + 16, t->secret, TCP_SECRET_LEN);
-	tcp_put(desc + 32, hl, 2);
+	le_put(desc + 32, hl, 2);
 	memcpy(desc + TCP_DESC_FIXED, t->host, hl);
 	*desclen = need;
 	t->loc[i] = (struct xtcp_local){ pool_base(p), pool_size(p) };
@@ -238,15 +190,15 @@ static int parse_desc(const uint8_t *d, size_t len, uint16_t *port,
 {
 	size_t hl;
 
-	if (len < TCP_DESC_FIXED || tcp_get(d, 4) != TCP_MAGIC_DESC ||
-	    tcp_get(d + 4, 2) != TCP_VERSION)
+	if (len < TCP_DESC_FIXED || le_get(d, 4) != TCP_MAGIC_DESC ||
+	    le_get(d + 4, 2) != TCP_VERSION)
 		return KVW_EINVAL;
-	hl = tcp_get(d + 32, 2);
+	hl = le_get(d + 32, 2);
 	if (hl == 0 || hl > TCP_HOST_MAX || len != TCP_DESC_FIXED + hl ||
 	    memchr(d + TCP_DESC_FIXED, '\0', hl))
 		return KVW_EINVAL;
-	*port = (uint16_t)tcp_get(d + 6, 2);
-	*size = tcp_get(d + 8, 8);
+	*port = (uint16_t)le_get(d + 6, 2);
+	*size = le_get(d + 8, 8);
 	*secret = d + 16;
 	memcpy(host, d + TCP_DESC_FIXED, hl);
 	host[hl] = '\0';

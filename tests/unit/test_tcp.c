@@ -114,7 +114,7 @@ static int setup(void **state)
 			   &f->desclen, f->err, sizeof f->err) ||
 	    xport_tcp_sink_info(f->dx, &lfd, f->secret))
 		return -1;
-	f->port = (uint16_t)tcp_get(f->desc + 6, 2);
+	f->port = (uint16_t)le_get(f->desc + 6, 2);
 	f->cfg = (struct tcp_sink_cfg){ .listen_fd = lfd,
 		.base = pool_base(f->dst), .size = POOL_BYTES,
 		.secret = f->secret, .room_begin = begin, .room_end = end, .stop = stop_now,
@@ -258,7 +258,7 @@ static int dial(const struct fx *f)
 		ssize_t k = recv(fd, ch, sizeof ch, MSG_WAITALL);
 
 		assert_int_equal(k, (ssize_t)sizeof ch);
-		assert_int_equal(tcp_get(ch, 4), TCP_MAGIC_CHALLENGE);
+		assert_int_equal(le_get(ch, 4), TCP_MAGIC_CHALLENGE);
 		memcpy(nonce, ch + 8, TCP_NONCE_LEN);
 	}
 	return fd;
@@ -285,12 +285,12 @@ static int hello_ok(const struct fx *f, int fd, const uint8_t *secret)
 {
 	uint8_t h[TCP_HELLO_LEN] = { 0 }, w[TCP_WELCOME_LEN];
 
-	tcp_put(h, TCP_MAGIC_HELLO, 4);
-	tcp_put(h + 4, TCP_VERSION, 2);
+	le_put(h, TCP_MAGIC_HELLO, 4);
+	le_put(h + 4, TCP_VERSION, 2);
 	tcp_auth_mac(NULL, secret ? secret : f->secret, nonce, h + 8);
 	assert_int_equal(send(fd, h, sizeof h, 0), (ssize_t)sizeof h);
 	return read_some(fd, w, sizeof w) == sizeof w &&
-	       tcp_get(w + 4, 4) == TCP_OK;
+	       le_get(w + 4, 4) == TCP_OK;
 }
 
 /* Sends a batch header (and copy list) and returns the ACK's status, or -1
@@ -300,16 +300,16 @@ static int raw_batch(int fd, uint32_t ncopies, uint64_t total,
 {
 	uint8_t h[TCP_BATCH_LEN] = { 0 }, a[TCP_ACK_LEN];
 
-	tcp_put(h, TCP_MAGIC_BATCH, 4);
-	tcp_put(h + 4, ncopies, 4);
-	tcp_put(h + 16, 1, 8);
-	tcp_put(h + 24, total, 8);
+	le_put(h, TCP_MAGIC_BATCH, 4);
+	le_put(h + 4, ncopies, 4);
+	le_put(h + 16, 1, 8);
+	le_put(h + 24, total, 8);
 	assert_int_equal(send(fd, h, sizeof h, MSG_NOSIGNAL), (ssize_t)sizeof h);
 	if (copylen)
 		(void)send(fd, copies, copylen, MSG_NOSIGNAL);
 	if (read_some(fd, a, sizeof a) != sizeof a)
 		return -1;
-	return (int)tcp_get(a + 4, 4);
+	return (int)le_get(a + 4, 4);
 }
 
 static void test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such(void **state)
@@ -321,21 +321,21 @@ static void test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such(void *
 
 	assert_true(hello_ok(f, fd, NULL));
 	memset(pay, 0x77, sizeof pay);
-	tcp_put(h, TCP_MAGIC_BATCH, 4);
-	tcp_put(h + 4, 1, 4);
-	tcp_put(h + 8, 42, 8);
-	tcp_put(h + 16, 8, 8);  /* a live room */
-	tcp_put(h + 24, sizeof pay, 8);
-	tcp_put(cp, 4096, 8);
-	tcp_put(cp + 8, sizeof pay, 8);
-	tcp_put(sum, 12345, 8); /* not the xxh3 of the payload */
+	le_put(h, TCP_MAGIC_BATCH, 4);
+	le_put(h + 4, 1, 4);
+	le_put(h + 8, 42, 8);
+	le_put(h + 16, 8, 8);  /* a live room */
+	le_put(h + 24, sizeof pay, 8);
+	le_put(cp, 4096, 8);
+	le_put(cp + 8, sizeof pay, 8);
+	le_put(sum, 12345, 8); /* not the xxh3 of the payload */
 	assert_int_equal(send(fd, h, sizeof h, 0), (ssize_t)sizeof h);
 	assert_int_equal(send(fd, cp, sizeof cp, 0), (ssize_t)sizeof cp);
 	assert_int_equal(send(fd, pay, sizeof pay, 0), (ssize_t)sizeof pay);
 	assert_int_equal(send(fd, sum, sizeof sum, 0), (ssize_t)sizeof sum);
 	assert_int_equal(read_some(fd, a, sizeof a), sizeof a);
-	assert_int_equal(tcp_get(a + 4, 4), TCP_CHECKSUM);
-	assert_int_equal(tcp_get(a + 8, 8), 42);
+	assert_int_equal(le_get(a + 4, 4), TCP_CHECKSUM);
+	assert_int_equal(le_get(a + 8, 8), 42);
 	assert_true(f->st.checksum == 1);
 	assert_true(f->st.batches == 0);
 	close(fd);
@@ -361,20 +361,20 @@ static void *liar_main(void *arg)
 	if (fd < 0)
 		return NULL;
 	memset(buf, 0, TCP_CHALLENGE_LEN);
-	tcp_put(buf, TCP_MAGIC_CHALLENGE, 4);
-	tcp_put(buf + 4, TCP_VERSION, 2);
+	le_put(buf, TCP_MAGIC_CHALLENGE, 4);
+	le_put(buf + 4, TCP_VERSION, 2);
 	(void)send(fd, buf, TCP_CHALLENGE_LEN, MSG_NOSIGNAL);
 	if (read_some(fd, buf, TCP_HELLO_LEN) != TCP_HELLO_LEN)
 		return NULL;
-	tcp_put(w, TCP_MAGIC_WELCOME, 4);
-	tcp_put(w + 4, TCP_OK, 4);
+	le_put(w, TCP_MAGIC_WELCOME, 4);
+	le_put(w + 4, TCP_OK, 4);
 	(void)send(fd, w, sizeof w, MSG_NOSIGNAL);
 	if (read_some(fd, buf, TCP_BATCH_LEN) == TCP_BATCH_LEN) {
-		need = (size_t)tcp_get(buf + 4, 4) * TCP_COPY_LEN +
-		       (size_t)tcp_get(buf + 24, 8) + TCP_TRAILER_LEN;
+		need = (size_t)le_get(buf + 4, 4) * TCP_COPY_LEN +
+		       (size_t)le_get(buf + 24, 8) + TCP_TRAILER_LEN;
 		if (need <= sizeof buf && read_some(fd, buf + TCP_BATCH_LEN, need) == need) {
-			tcp_put(a, TCP_MAGIC_ACK, 4);
-			tcp_put(a + 4, l->status, 4);
+			le_put(a, TCP_MAGIC_ACK, 4);
+			le_put(a + 4, l->status, 4);
 			memcpy(a + 8, buf + 8, 8);
 			(void)send(fd, a, sizeof a, MSG_NOSIGNAL);
 		}
@@ -400,12 +400,12 @@ static void test_a_checksum_refusal_reaches_the_writer_as_corrupt(void **state)
 	assert_int_equal(bind(l.lfd, (struct sockaddr *)&sa, sizeof sa), 0);
 	assert_int_equal(listen(l.lfd, 1), 0);
 	assert_int_equal(getsockname(l.lfd, (struct sockaddr *)&sa, &sl), 0);
-	tcp_put(d, TCP_MAGIC_DESC, 4);
-	tcp_put(d + 4, TCP_VERSION, 2);
-	tcp_put(d + 6, ntohs(sa.sin_port), 2);
-	tcp_put(d + 8, POOL_BYTES, 8);
+	le_put(d, TCP_MAGIC_DESC, 4);
+	le_put(d + 4, TCP_VERSION, 2);
+	le_put(d + 6, ntohs(sa.sin_port), 2);
+	le_put(d + 8, POOL_BYTES, 8);
 	memset(d + 16, 0, 16);
-	tcp_put(d + 32, 9, 2);
+	le_put(d + 32, 9, 2);
 	memcpy(d + TCP_DESC_FIXED, "127.0.0.1", 9);
 	assert_int_equal(pthread_create(&th, NULL, liar_main, &l), 0);
 	assert_int_equal(xport_connect(f->px, d, sizeof d, &rid, f->err,
@@ -505,7 +505,7 @@ static void proxy_start(struct fx *f, struct proxy *p, uint8_t *desc)
 	assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &al), 0);
 	p->port = ntohs(a.sin_port);
 	memcpy(desc, f->desc, f->desclen);
-	tcp_put(desc + 6, p->port, 2);
+	le_put(desc + 6, p->port, 2);
 	assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
 }
 
@@ -577,7 +577,7 @@ static void test_a_peer_that_stops_inside_a_batch_is_closed(void **state)
 	int fd = dial(f);
 
 	assert_true(hello_ok(f, fd, NULL));
-	tcp_put(h, TCP_MAGIC_BATCH, 4);
+	le_put(h, TCP_MAGIC_BATCH, 4);
 	assert_int_equal(send(fd, h, 20, 0), 20); /* half a header, then nothing */
 	assert_int_equal(read_some(fd, &b, 1), 0); /* closed by the sink */
 	assert_true(f->st.refused == before + 1);
@@ -631,8 +631,8 @@ static void test_hostile_peers_are_refused_and_the_sink_keeps_serving(void **sta
 	/* A valid header whose one copy lies outside the pool. */
 	fd = dial(f);
 	assert_true(hello_ok(f, fd, NULL));
-	tcp_put(cp, POOL_BYTES - 8, 8);
-	tcp_put(cp + 8, 16, 8);
+	le_put(cp, POOL_BYTES - 8, 8);
+	le_put(cp + 8, 16, 8);
 	assert_int_equal(raw_batch(fd, 1, 16, cp, sizeof cp), TCP_BAD);
 	close(fd);
 	/* A copy count over the cap. */
