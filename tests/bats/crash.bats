@@ -56,8 +56,8 @@ serves_as() {
 	[ "$e" = "$(tbl "$1" .owner_epoch)" ]
 }
 
-# summary FILE KEY: a value of kv-bench's summary line.
-summary() { grep '^rooms=' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+# summary_in FILE KEY: a value of kv-bench's summary line in FILE.
+summary_in() { grep '^rooms=' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
 # up ARGS...: the group of the crash runs.
 up() {
@@ -99,11 +99,11 @@ crash_run() {
 	RAN=$(grep '^rooms=' "$RUN/bench.out")
 	echo "run: $RAN (exit $rc)"
 	[ "$rc" -le 1 ] # 1: some rooms failed (the crash's)
-	[ "$(summary "$RUN/bench.out" rooms)" = "$ROOMS" ]
-	[ "$(summary "$RUN/bench.out" stuck)" = 0 ]
-	[ "$(summary "$RUN/bench.out" corrupt)" = 0 ]
-	FAILED=$(summary "$RUN/bench.out" failed)
-	SUCCESS=$(summary "$RUN/bench.out" success)
+	[ "$(summary_in "$RUN/bench.out" rooms)" = "$ROOMS" ]
+	[ "$(summary_in "$RUN/bench.out" stuck)" = 0 ]
+	[ "$(summary_in "$RUN/bench.out" corrupt)" = 0 ]
+	FAILED=$(summary_in "$RUN/bench.out" failed)
+	SUCCESS=$(summary_in "$RUN/bench.out" success)
 	[ "$SUCCESS" -ge 1000 ]
 }
 

@@ -40,10 +40,6 @@ bench() {
 }
 
 # summary KEY: a value from kv-bench's summary line in $output.
-summary() {
-	echo "$output" | grep '^rooms=' | tr ' ' '\n' | sed -n "s/^$1=//p"
-}
-
 # all_ok N: the summary says N rooms, all successful, nothing stuck/corrupt.
 all_ok() {
 	[ "$status" -eq 0 ]

@@ -157,3 +157,16 @@ for k in range(4):
         m[o:o + I] = bytes([int(sys.argv[2], 16)]) * I' \
 		"$(endpoint "$1" pool)" "$2" "$3" "$PAGES" "$ITEM"
 }
+
+# summary KEY: a value of kv-bench's summary line (rooms= success= ...) in
+# $output (after `run kv-bench ...`).
+summary() {
+	echo "$output" | grep '^rooms=' | tr ' ' '\n' | sed -n "s/^$1=//p"
+}
+
+# clean N: that summary says N rooms, nothing stuck, nothing corrupt.
+clean() {
+	[ "$(summary rooms)" = "$1" ]
+	[ "$(summary stuck)" = 0 ]
+	[ "$(summary corrupt)" = 0 ]
+}

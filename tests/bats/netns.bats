@@ -75,17 +75,6 @@ bench() {
 	echo "$output"
 }
 
-summary() {
-	echo "$output" | grep '^rooms=' | tr ' ' '\n' | sed -n "s/^$1=//p"
-}
-
-# clean N: N rooms, every one terminal, nothing stuck, nothing corrupt.
-clean() {
-	[ "$(summary rooms)" = "$1" ]
-	[ "$(summary stuck)" = 0 ]
-	[ "$(summary corrupt)" = 0 ]
-}
-
 # bench_bg ARGS...: kv-bench in B in the background, output in bench.out.
 bench_bg() {
 	nsB timeout 300 "$KVW_BIN/kv-bench" --run-dir "$RUN" "$@" >"$RUN/bench.out" 2>&1 &

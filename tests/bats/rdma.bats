@@ -30,10 +30,6 @@ has_rdma() { "$KVW_BIN/kv-probe" rdma >/dev/null 2>&1; }
 need_no_device() { ! has_rdma || skip "this machine has a usable RDMA device"; }
 need_device() { has_rdma || skip "no usable RDMA device here (kv-probe rdma)"; }
 
-summary() {
-	echo "$output" | grep '^rooms=' | tr ' ' '\n' | sed -n "s/^$1=//p"
-}
-
 @test "rdma without a device: kv-bench copy exits 77 with the probe's reason and makes no pool" {
 	need_no_device
 	before=$(ls /dev/shm | grep -c 'kvwire.bench-copy' || true)

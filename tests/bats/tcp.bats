@@ -21,17 +21,6 @@ bench() {
 	echo "$output"
 }
 
-summary() {
-	echo "$output" | grep '^rooms=' | tr ' ' '\n' | sed -n "s/^$1=//p"
-}
-
-# clean N: N rooms, every one terminal, nothing stuck, nothing corrupt.
-clean() {
-	[ "$(summary rooms)" = "$1" ]
-	[ "$(summary stuck)" = 0 ]
-	[ "$(summary corrupt)" = 0 ]
-}
-
 # port_of MEMBER: the data port its sink serves (from its log).
 port_of() {
 	sed -n 's/.*data port 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$RUN/logs/$1.log" | tail -1
