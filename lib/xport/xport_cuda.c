@@ -29,14 +29,13 @@
  */
 #include "xport_impl.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "cuda_rt.h"
 #include "gpool.h"
+#include "gpool_map.h"
 #include "pool.h"
 
 #define CU_MAGIC "KVCU"
@@ -51,11 +50,7 @@
 struct xcu_side {
 	int used;
 	uint32_t shm_id;
-	uint64_t size; /* host pool bytes: the layout's size */
-	char rec[POOL_PATH_MAX + 1];
-	struct gpool *g;  /* NULL until a batch needs it */
-	void **map;       /* per buffer: the opened allocation (or NULL) */
-	uint8_t **at;     /* per buffer: device address of its first byte */
+	struct gmap m; /* the record, loaded when a batch needs it */
 };
 
 /* A device piece of a batch, ready to queue. */
@@ -114,58 +109,12 @@ static int xcu_open(struct xport **out, char *err, size_t errlen)
 /* Closes a side's opened handles and drops its record (kept: the slot). */
 static void xcu_unload(struct xcu_xport *c, struct xcu_side *s)
 {
-	if (s->g != NULL && c->pending) {
+	if (s->m.g != NULL && c->pending) {
 		/* No queued copy may outlive the mapping it reads or writes. */
 		c->rt->event_sync(c->ev);
 		c->pending = 0;
 	}
-	if (s->g != NULL) {
-		for (uint32_t i = 0; i < gpool_count(s->g); i++)
-			if (s->map[i] != NULL)
-				c->rt->ipc_close(s->map[i]);
-	}
-	free(s->map);
-	free(s->at);
-	s->map = NULL;
-	s->at = NULL;
-	gpool_free(&s->g);
-}
-
-/* Opens every buffer's allocation of s->g (an allocation shared by several
- * buffers once). On failure everything opened is closed again. */
-static int xcu_map(struct xcu_xport *c, struct xcu_side *s, char *err,
-		   size_t errlen)
-{
-	uint32_t n = gpool_count(s->g);
-	int rc = 0;
-
-	s->map = calloc(n, sizeof *s->map);
-	s->at = calloc(n, sizeof *s->at);
-	if (!s->map || !s->at)
-		rc = kvw_errf(err, errlen, KVW_ENOMEM, "cuda: out of memory");
-	for (uint32_t i = 0; i < n && rc == 0; i++) {
-		const struct gpool_buf *b = gpool_buf_at(s->g, i);
-		struct curt_ipc h;
-		uint8_t *base = NULL;
-
-		for (uint32_t j = 0; j < i && !base; j++)
-			if (!memcmp(gpool_buf_at(s->g, j)->handle, b->handle,
-				    sizeof b->handle))
-				base = s->at[j] - gpool_buf_at(s->g, j)->alloc_off;
-		if (base == NULL) {
-			memcpy(h.reserved, b->handle, sizeof h.reserved);
-			rc = curt_ok(c->rt,
-				     c->rt->ipc_open(&s->map[i], h,
-						     CURT_IPC_LAZY_PEER),
-				     "cudaIpcOpenMemHandle", err, errlen);
-			base = s->map[i];
-		}
-		if (rc == 0)
-			s->at[i] = base + b->alloc_off;
-	}
-	if (rc)
-		xcu_unload(c, s);
-	return rc;
+	gmap_unload(&s->m, c->rt);
 }
 
 /* The local record decides the device; the stream and event are made on it
@@ -206,38 +155,24 @@ static int xcu_stream(struct xcu_xport *c, int device, char *err,
 static int xcu_fresh(struct xcu_xport *c, struct xcu_side *s, int local,
 		     char *err, size_t errlen)
 {
-	struct gpool *g = NULL;
-	uint64_t dev = 0, ino = 0;
-	struct stat st;
-	int rc;
+	int rc = gmap_stale(&s->m);
 
-	if (stat(s->rec, &st) != 0) {
+	if (rc == KVW_ENOENT) {
 		xcu_unload(c, s);
 		return kvw_errf(err, errlen, KVW_ENOENT,
-				"cuda: no GPU pool registered for %s (%s)",
-				s->rec, strerror(errno));
+				"cuda: no GPU pool registered for %s",
+				s->m.rec);
 	}
-	if (s->g != NULL)
-		gpool_ident(s->g, &dev, &ino);
-	if (s->g != NULL && dev == (uint64_t)st.st_dev &&
-	    ino == (uint64_t)st.st_ino)
+	if (rc == 0)
 		return 0;
 	xcu_unload(c, s); /* a new engine epoch: the old handles go */
-	rc = gpool_read(s->rec, &g, err, errlen);
-	if (rc)
+	if ((rc = gmap_read(&s->m, err, errlen)))
 		return rc;
-	if (gpool_pool_size(g) != s->size) {
-		gpool_free(&g);
-		return kvw_errf(err, errlen, KVW_ESTALE,
-				"cuda: %s was registered for another pool size",
-				s->rec);
-	}
-	if (local && (rc = xcu_stream(c, gpool_device(g), err, errlen))) {
-		gpool_free(&g);
+	if (local && (rc = xcu_stream(c, gpool_device(s->m.g), err, errlen))) {
+		gmap_unload(&s->m, c->rt);
 		return rc;
 	}
-	s->g = g;
-	return xcu_map(c, s, err, errlen);
+	return gmap_open(&s->m, c->rt, err, errlen);
 }
 
 /* A free slot of arr, or -1. */
@@ -254,13 +189,13 @@ static int xcu_reg(struct xport *x, const struct pool *p, uint32_t *id,
 		   size_t errlen)
 {
 	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
-	char rec[POOL_PATH_MAX + 1];
+	struct gmap m;
 	size_t shmlen;
 	uint32_t sid;
 	int64_t slot = xcu_slot(c->loc);
 	int rc;
 
-	if (gpool_path_for(pool_path(p), rec, sizeof rec) != 0)
+	if (gmap_init(&m, pool_path(p), pool_size(p)) != 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"cuda: %s is not a pool path", pool_path(p));
 	if (slot < 0)
@@ -279,9 +214,7 @@ static int xcu_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	memcpy(desc, CU_MAGIC, 4);
 	le_put(desc + 4, CU_VERSION, 4); /* version 2, reserved 2 */
 	*desclen = CU_HDR + shmlen;
-	c->loc[slot] = (struct xcu_side){ .used = 1, .shm_id = sid,
-					  .size = pool_size(p) };
-	memcpy(c->loc[slot].rec, rec, sizeof rec);
+	c->loc[slot] = (struct xcu_side){ .used = 1, .shm_id = sid, .m = m };
 	*id = (uint32_t)slot;
 	return 0;
 }
@@ -290,8 +223,9 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 		       uint32_t *id, char *err, size_t errlen)
 {
 	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
-	char path[POOL_PATH_MAX + 1], rec[POOL_PATH_MAX + 1];
+	char path[POOL_PATH_MAX + 1];
 	const uint8_t *sd = desc + CU_HDR;
+	struct gmap m;
 	uint64_t plen;
 	uint32_t sid;
 	int64_t slot;
@@ -315,7 +249,7 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 				"cuda: malformed descriptor (path)");
 	memcpy(path, sd + CU_SHM_PATH_OFF, plen);
 	path[plen] = '\0';
-	if (gpool_path_for(path, rec, sizeof rec) != 0)
+	if (gmap_init(&m, path, le_get(sd + CU_SHM_SIZE_OFF, 8)) != 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"cuda: descriptor names no pool");
 	rc = xport_connect(c->shm, sd, desclen - CU_HDR, &sid, err, errlen);
@@ -332,10 +266,7 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 		return kvw_errf(err, errlen, KVW_ENOMEM,
 				"cuda: too many connected pools");
 	}
-	c->rmt[slot] = (struct xcu_side){ .used = 1, .shm_id = sid,
-					  .size = le_get(sd + CU_SHM_SIZE_OFF,
-							 8) };
-	memcpy(c->rmt[slot].rec, rec, sizeof rec);
+	c->rmt[slot] = (struct xcu_side){ .used = 1, .shm_id = sid, .m = m };
 	*id = (uint32_t)slot;
 	return 0;
 }
@@ -381,27 +312,20 @@ static int xcu_split(struct xcu_xport *c, const struct xport_copy *k,
 	uint64_t so = k->src_off, dof = k->dst_off, left = k->len;
 
 	while (left > 0) {
-		int64_t si = gpool_find(s->g, so), di = gpool_find(d->g, dof);
-		uint64_t n = left, ss, ds;
+		uint64_t n = left, srun, drun;
+		const uint8_t *sp = gmap_at(&s->m, so, &srun);
+		uint8_t *dp = gmap_at(&d->m, dof, &drun);
 
-		if ((si < 0) != (di < 0))
+		if ((sp == NULL) != (dp == NULL))
 			return kvw_errf(err, errlen, KVW_ERANGE,
 					"cuda: copy %zu moves GPU bytes to host "
 					"memory or back (layouts disagree)",
 					idx);
-		if (si >= 0) {
-			const struct gpool_buf *sb = gpool_buf_at(s->g, (uint32_t)si);
-			const struct gpool_buf *db = gpool_buf_at(d->g, (uint32_t)di);
+		n = n < srun ? n : srun;
+		n = n < drun ? n : drun;
+		if (sp != NULL) {
 			struct xcu_piece *last = c->ndev ? &c->dev[c->ndev - 1] : NULL;
-			const uint8_t *sp;
-			uint8_t *dp;
 
-			ss = sb->start + sb->len - so;
-			ds = db->start + db->len - dof;
-			n = n < ss ? n : ss;
-			n = n < ds ? n : ds;
-			sp = s->at[si] + (so - sb->start);
-			dp = d->at[di] + (dof - db->start);
 			if (last && last->src + last->len == sp &&
 			    last->dst + last->len == dp) {
 				last->len += n;
@@ -446,8 +370,8 @@ static int xcu_check(struct xcu_xport *c, const struct xport_copy *k,
 					"cuda: copy %zu: unknown region (src "
 					"%u, dst %u)",
 					i, k[i].src, k[i].dst);
-		if (!xcu_in(k[i].src_off, k[i].len, c->loc[k[i].src].size) ||
-		    !xcu_in(k[i].dst_off, k[i].len, c->rmt[k[i].dst].size))
+		if (!xcu_in(k[i].src_off, k[i].len, c->loc[k[i].src].m.size) ||
+		    !xcu_in(k[i].dst_off, k[i].len, c->rmt[k[i].dst].m.size))
 			return kvw_errf(err, errlen, KVW_ERANGE,
 					"cuda: copy %zu out of range", i);
 	}
