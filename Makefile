@@ -189,7 +189,7 @@ include mk/install.mk
 # declarations match them (tests/cuda/decl_check.c) and that the cuda files
 # also build with the headers in view; without them, that they build alone.
 CUDA_HOME ?= /usr/local/cuda
-CUDA_SRC := lib/xport/cuda_rt.c lib/xport/gpool.c lib/xport/xport_cuda.c \
+CUDA_SRC := lib/xport/cuda_rt.c lib/xport/gpool.c lib/xport/gpool_map.c lib/xport/xport_cuda.c \
 	lib/xport/cuda_stage.c
 cuda-decl: | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) -std=c17 $(WARN) -fsyntax-only tests/cuda/decl_check.c

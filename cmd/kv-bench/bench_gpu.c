@@ -4,6 +4,7 @@
 #include "bench_gpu.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "api.h"
 #include "xport/cuda_rt.h"
@@ -98,6 +99,11 @@ static int bgpu_move(struct bgpu *g, const uint32_t *pages, uint32_t n,
 
 			if (rc != CURT_SUCCESS)
 				return KVW_ESYS;
+			/* Pushed: the GPU alone holds the page now. A
+			 * transport that sent the host copy instead (a
+			 * missed device-to-host stage) fails the verify. */
+			if (push)
+				memset(g->host + o, 0xEE, x->item_len);
 		}
 	}
 	return 0;

@@ -1,10 +1,12 @@
 /*
  * bench_gpu.h - a simulated engine's KV cache on a GPU (kv-bench
- * --transport cuda): one device allocation mirrors the KV buffers of the
- * engine's host pool (everything before the AUX buffers), registered with
- * kvw_register_gpu_pool. The pattern code stays on the host: bench_fill
- * pushes the pages it wrote to the device, bench_verify pulls the pages it
- * reads from it first, page by page, so rooms in flight are never touched.
+ * --transport cuda, or --gpu-pools with any transport): one device
+ * allocation mirrors the KV buffers of the engine's host pool (everything
+ * before the AUX buffers), registered with kvw_register_gpu_pool. The
+ * pattern code stays on the host: bench_fill pushes the pages it wrote to
+ * the device and scrubs their host copy (so only a transport that moves
+ * the GPU's bytes passes), bench_verify pulls the pages it reads from it
+ * first, page by page, so rooms in flight are never touched.
  */
 #ifndef KVB_BENCH_GPU_H
 #define KVB_BENCH_GPU_H

@@ -64,7 +64,11 @@ void kvb_flags_usage(FILE *f)
 		"(registered pools);\n"
 		"                       one this machine lacks exits 77 with "
 		"kv-probe's text\n"
-		"  --decode-gpu N       cuda: the decode engines' device "
+		"  --gpu-pools          the engines keep KV on a GPU with any "
+		"transport (tcp:\n"
+		"                       staged through the host pools); "
+		"without CUDA: 77\n"
+		"  --decode-gpu N       GPU pools: the decode engines' device "
 		"(default 0)\n"
 		"  --log-level LEVEL    error|warn|info|debug\n"
 		"  --help               this text\n"
@@ -84,7 +88,7 @@ void kvb_flags_usage(FILE *f)
 
 enum { O_RUN = 256, O_SPAWN, O_KVUP, O_UPARG, O_ROOMS, O_PPR, O_CHUNK,
        O_ZERO, O_CONC, O_VERIFY, O_SEED, O_TIMEOUT, O_PRANKS, O_DRANKS,
-       O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU };
+       O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU, O_GPUPOOLS };
 
 /* --transport NAME: known, available here (else kv-probe's line and 77),
  * and handed to kv-up. -1 to go on, or the exit code. */
@@ -105,7 +109,8 @@ static int flags_transport(struct kvb_flags *f, struct bench_config *cfg,
 		return cli_bad(&f->cl, "too many --up-arg");
 	f->up_args[f->nup++] = flag;
 	f->up_args[f->nup++] = name;
-	cfg->cuda = strcmp(name, "cuda") == 0;
+	if (strcmp(name, "cuda") == 0)
+		cfg->cuda = 1;
 	return -1;
 }
 
@@ -127,7 +132,8 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		{ "prefill-tp", 1, NULL, O_PRANKS }, { "decode-tp", 1, NULL, O_DRANKS },
 		{ "abort-frac", 1, NULL, O_ABORT },
 		{ "transport", 1, NULL, O_XPORT },
-		{ "decode-gpu", 1, NULL, O_DGPU }, { NULL, 0, NULL, 0 },
+		{ "decode-gpu", 1, NULL, O_DGPU },
+		{ "gpu-pools", 0, NULL, O_GPUPOOLS }, { NULL, 0, NULL, 0 },
 	};
 	struct cli *cl = &f->cl;
 	int c;
@@ -136,6 +142,7 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 	while ((c = cli_next(cl, argc, argv, opts)) != CLI_END) {
 		const char *v = cl->arg;
 		uint32_t *u32 = NULL, u;
+		char why[256];
 
 		switch (c) {
 		case O_RUN: f->run_dir = v; break;
@@ -173,6 +180,13 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 			if (cli_u32(v, 0, 1023, &u))
 				return cli_bad(cl, "bad --decode-gpu: %s", v);
 			cfg->decode_gpu = (int)u;
+			break;
+		case O_GPUPOOLS:
+			if (xport_probe("cuda", why, sizeof why) != 0) {
+				fprintf(stderr, "kv-bench: %s\n", why);
+				return KVW_EXIT_SKIP;
+			}
+			cfg->cuda = 1;
 			break;
 		case O_ABORT:
 			if (cli_double(v, 0, 1, &cfg->abort_frac))

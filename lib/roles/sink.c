@@ -13,6 +13,7 @@
 #include "table/rtab.h"
 #include "table/rtab_fence.h"
 #include "wire/wire_auth.h"
+#include "xport/cuda_stage.h"
 #include "xport/pool.h"
 #include "xport/tcp_sink.h"
 
@@ -95,6 +96,11 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 			      SINK_MAX_CONNS);
 	if (rc == 0)
 		rc = pool_open(cfg->pool, 1, &p, err, errlen);
+	/* A decode engine may keep its KV on a GPU (a record beside the
+	 * pool): then batches land in the host pool and go on to the GPU. */
+	if (rc == 0)
+		rc = cstage_open(&sc.stage, cfg->pool, pool_size(p), err,
+				 errlen);
 	if (rc == 0) {
 		sc.base = pool_base(p);
 		sc.size = pool_size(p);
@@ -102,12 +108,15 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 		rc = tcp_sink_run(&sc, &st, err, errlen);
 		LOG(LOG_INFO, "stopping: %llu connections, %llu batches, %llu "
 		    "bytes; refused %llu connections, %llu batches; %llu "
-		    "checksum mismatches, %llu discarded",
+		    "checksum mismatches, %llu discarded, %llu not copied to "
+		    "the GPU",
 		    (unsigned long long)st.conns, (unsigned long long)st.batches,
 		    (unsigned long long)st.bytes, (unsigned long long)st.refused,
 		    (unsigned long long)st.bad, (unsigned long long)st.checksum,
-		    (unsigned long long)st.not_live);
+		    (unsigned long long)st.not_live,
+		    (unsigned long long)st.device);
 	}
+	cstage_close(&sc.stage);
 	pool_close(&p);
 	rtab_fence_close(&x.f);
 	rtab_close(&x.t);

@@ -79,8 +79,8 @@ static void curt_load(void)
 	CURT_SYM(dl, "cudaGetDevice", get_device);
 	CURT_SYM(dl, "cudaMalloc", malloc_);
 	CURT_SYM(dl, "cudaFree", free_);
-	CURT_SYM(dl, "cudaHostAlloc", host_alloc);
-	CURT_SYM(dl, "cudaFreeHost", free_host);
+	CURT_SYM(dl, "cudaHostRegister", host_register);
+	CURT_SYM(dl, "cudaHostUnregister", host_unregister);
 	CURT_SYM(dl, "cudaIpcGetMemHandle", ipc_get);
 	CURT_SYM(dl, "cudaIpcOpenMemHandle", ipc_open);
 	CURT_SYM(dl, "cudaIpcCloseMemHandle", ipc_close);

@@ -28,7 +28,7 @@
 #define CURT_IPC_LAZY_PEER 0x1u     /* cudaIpcMemLazyEnablePeerAccess */
 #define CURT_EVENT_NO_TIMING 0x2u   /* cudaEventDisableTiming */
 #define CURT_STREAM_NONBLOCKING 0x1u /* cudaStreamNonBlocking */
-#define CURT_HOST_PORTABLE 0x1u     /* cudaHostAllocPortable */
+#define CURT_HOST_REGISTER_PORTABLE 0x1u /* cudaHostRegisterPortable */
 
 /* cudaIpcMemHandle_t: same size and layout, passed by value. */
 struct curt_ipc {
@@ -59,8 +59,8 @@ struct curt {
 	CURT_ERR (*get_device)(int *device);
 	CURT_ERR (*malloc_)(void **p, size_t size);
 	CURT_ERR (*free_)(void *p);
-	CURT_ERR (*host_alloc)(void **p, size_t size, unsigned int flags);
-	CURT_ERR (*free_host)(void *p);
+	CURT_ERR (*host_register)(void *p, size_t size, unsigned int flags);
+	CURT_ERR (*host_unregister)(void *p);
 	CURT_ERR (*ipc_get)(CURT_IPC *h, void *p);
 	CURT_ERR (*ipc_open)(void **p, CURT_IPC h, unsigned int flags);
 	CURT_ERR (*ipc_close)(void *p);

@@ -1,201 +1,234 @@
 /*
- * cuda_stage.c - the pinned staging ring (cuda_stage.h).
+ * cuda_stage.c - GPU pools over tcp, staged through the host pool (see
+ * cuda_stage.h).
  */
 #include "cuda_stage.h"
 
 #include <stdlib.h>
-#include <time.h>
+#include <string.h>
 
+#include "base/log.h"
 #include "cuda_rt.h"
-
-struct cstage_slot {
-	uint8_t *buf;
-	curt_stream st;
-	curt_event ev;
-	int busy;    /* acquired, not yet released */
-	int pending; /* an event recorded, not yet seen done */
-};
+#include "gpool_map.h"
+#include "pool.h"
 
 struct cstage {
-	const struct curt *rt;
-	uint64_t slot_bytes;
-	uint32_t n, next;
-	struct cstage_slot s[CSTAGE_MAX_SLOTS];
+	const struct curt *rt; /* NULL until a record is first seen */
+	struct gmap m;
+	char path[POOL_PATH_MAX + 1];
+	struct pool *view; /* read-write, mapped with the first record */
+	uint8_t *base;     /* its bytes */
+	int device;     /* of the stream; -1: none yet */
+	curt_stream stream;
+	curt_event ev;
+	int pending;    /* copies queued since the last sync */
+	int pin_tried, pinned;
+	/* The piece being grown: adjacent pages become one copy. */
+	uint8_t *pdst;
+	const uint8_t *psrc;
+	uint64_t plen;
 };
 
-int cstage_open(struct cstage **out, int device, uint32_t slots,
-		uint64_t slot_bytes, char *err, size_t errlen)
+int cstage_open(struct cstage **out, const char *pool_path, uint64_t size,
+		char *err, size_t errlen)
 {
 	struct cstage *s;
-	int rc;
 
 	*out = NULL;
-	if (slots < 2 || slots > CSTAGE_MAX_SLOTS || slot_bytes == 0 ||
-	    slot_bytes > SIZE_MAX || device < 0)
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"cuda stage: %u slots of %llu bytes on device "
-				"%d",
-				slots, (unsigned long long)slot_bytes, device);
 	s = calloc(1, sizeof *s);
 	if (s == NULL)
-		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
-	s->n = slots;
-	s->slot_bytes = slot_bytes;
-	if ((rc = curt_get(&s->rt, err, errlen)) ||
-	    (rc = curt_ok(s->rt, s->rt->set_device(device), "cudaSetDevice",
-			  err, errlen)))
-		goto fail;
-	for (uint32_t i = 0; i < slots; i++) {
-		struct cstage_slot *x = &s->s[i];
-
-		if ((rc = curt_ok(s->rt,
-				  s->rt->host_alloc((void **)&x->buf,
-						    (size_t)slot_bytes,
-						    CURT_HOST_PORTABLE),
-				  "cudaHostAlloc", err, errlen)) ||
-		    (rc = curt_ok(s->rt,
-				  s->rt->stream_create(&x->st,
-						       CURT_STREAM_NONBLOCKING),
-				  "cudaStreamCreateWithFlags", err, errlen)) ||
-		    (rc = curt_ok(s->rt,
-				  s->rt->event_create(&x->ev,
-						      CURT_EVENT_NO_TIMING),
-				  "cudaEventCreateWithFlags", err, errlen)))
-			goto fail;
+		return kvw_errf(err, errlen, KVW_ENOMEM, "cuda: out of memory");
+	if (gmap_init(&s->m, pool_path, size) != 0 ||
+	    strlen(pool_path) >= sizeof s->path) {
+		free(s);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"cuda: %s is not a pool path", pool_path);
 	}
+	strcpy(s->path, pool_path);
+	s->device = -1;
 	*out = s;
 	return 0;
-fail:
-	cstage_close(&s);
-	return rc;
 }
 
-int cstage_acquire(struct cstage *s, uint32_t *slot)
+/* Queues the grown piece. */
+static int flush_piece(struct cstage *s, char *err, size_t errlen)
 {
-	if (s->s[s->next].busy)
-		return KVW_EAGAIN;
-	s->s[s->next].busy = 1;
-	*slot = s->next;
-	s->next = (s->next + 1) % s->n;
-	return 0;
-}
-
-uint8_t *cstage_buf(const struct cstage *s, uint32_t slot)
-{
-	return slot < s->n ? s->s[slot].buf : NULL;
-}
-
-uint64_t cstage_slot_bytes(const struct cstage *s)
-{
-	return s->slot_bytes;
-}
-
-/* Checks pieces against a slot: 0 or KVW_EINVAL / KVW_ERANGE. */
-static int cstage_check(const struct cstage *s, uint32_t slot,
-			const struct cstage_piece *p, size_t n,
-			uint64_t *total, char *err, size_t errlen)
-{
-	uint64_t sum = 0;
-
-	if (slot >= s->n || !s->s[slot].busy || (n && p == NULL))
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"cuda stage: slot %u not acquired", slot);
-	for (size_t i = 0; i < n; i++) {
-		if (p[i].dev == NULL)
-			return kvw_errf(err, errlen, KVW_EINVAL,
-					"cuda stage: piece %zu has no address",
-					i);
-		if (p[i].len > s->slot_bytes - sum)
-			return kvw_errf(err, errlen, KVW_ERANGE,
-					"cuda stage: pieces up to %zu do not "
-					"fit a slot of %llu bytes",
-					i, (unsigned long long)s->slot_bytes);
-		sum += p[i].len;
-	}
-	*total = sum;
-	return 0;
-}
-
-static int cstage_move(struct cstage *s, uint32_t slot,
-		       const struct cstage_piece *p, size_t n, int d2h,
-		       uint64_t *bytes, char *err, size_t errlen)
-{
-	struct cstage_slot *x;
-	uint64_t total = 0, off = 0;
 	int rc;
 
-	rc = cstage_check(s, slot, p, n, &total, err, errlen);
-	if (rc)
-		return rc;
-	x = &s->s[slot];
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		rc = curt_ok(s->rt,
-			     d2h ? s->rt->memcpy_async(x->buf + off, p[i].dev,
-						       p[i].len,
-						       CURT_MEMCPY_DEFAULT, x->st)
-				 : s->rt->memcpy_async(p[i].dev, x->buf + off,
-						       p[i].len,
-						       CURT_MEMCPY_DEFAULT, x->st),
-			     "cudaMemcpyAsync", err, errlen);
-		off += p[i].len;
-	}
-	/* The event covers whatever was queued, even after a failure. */
-	if (s->rt->event_record(x->ev, x->st) == CURT_SUCCESS)
-		x->pending = 1;
-	else
-		s->rt->stream_sync(x->st);
-	if (bytes)
-		*bytes = total;
-	return rc;
-}
-
-int cstage_d2h(struct cstage *s, uint32_t slot, const struct cstage_piece *p,
-	       size_t n, uint64_t *bytes, char *err, size_t errlen)
-{
-	return cstage_move(s, slot, p, n, 1, bytes, err, errlen);
-}
-
-int cstage_h2d(struct cstage *s, uint32_t slot, const struct cstage_piece *p,
-	       size_t n, char *err, size_t errlen)
-{
-	return cstage_move(s, slot, p, n, 0, NULL, err, errlen);
-}
-
-int cstage_wait(struct cstage *s, uint32_t slot, int timeout_ms, char *err,
-		size_t errlen)
-{
-	const struct timespec nap = { 0, 20000 };
-	struct cstage_slot *x;
-	long waited_us = 0;
-	int rc;
-
-	if (slot >= s->n)
-		return kvw_errf(err, errlen, KVW_EINVAL, "cuda stage: slot %u",
-				slot);
-	x = &s->s[slot];
-	if (!x->pending)
+	if (s->plen == 0)
 		return 0;
-	if (timeout_ms < 0) {
-		rc = s->rt->event_sync(x->ev);
-	} else {
-		while ((rc = s->rt->event_query(x->ev)) == CURT_NOT_READY) {
-			if (waited_us / 1000 >= timeout_ms)
-				return kvw_errf(err, errlen, KVW_ETIMEDOUT,
-						"cuda stage: slot %u busy after "
-						"%d ms",
-						slot, timeout_ms);
-			nanosleep(&nap, NULL);
-			waited_us += 20;
-		}
-	}
-	x->pending = 0;
-	return curt_ok(s->rt, rc, "cudaEventSynchronize", err, errlen);
+	rc = curt_ok(s->rt,
+		     s->rt->memcpy_async(s->pdst, s->psrc, s->plen,
+					 CURT_MEMCPY_DEFAULT, s->stream),
+		     "cudaMemcpyAsync", err, errlen);
+	s->plen = 0;
+	s->pending = 1;
+	return rc;
 }
 
-void cstage_release(struct cstage *s, uint32_t slot)
+int cstage_sync(struct cstage *s, char *err, size_t errlen)
 {
-	if (slot < s->n)
-		s->s[slot].busy = 0;
+	int rc, r2;
+
+	if (s->rt == NULL)
+		return 0;
+	rc = flush_piece(s, err, errlen);
+	if (!s->pending)
+		return rc;
+	/* Even after a failed enqueue: what was queued must be done before
+	 * the caller moves on. */
+	r2 = s->rt->event_record(s->ev, s->stream);
+	r2 = r2 == CURT_SUCCESS ? s->rt->event_sync(s->ev)
+				: s->rt->stream_sync(s->stream);
+	s->pending = 0;
+	if (rc == 0)
+		rc = curt_ok(s->rt, r2, "cudaEventSynchronize", err, errlen);
+	return rc;
+}
+
+/* Drops the stream and event (after they drained). */
+static void stream_drop(struct cstage *s)
+{
+	if (s->ev)
+		s->rt->event_destroy(s->ev);
+	if (s->stream)
+		s->rt->stream_destroy(s->stream);
+	s->ev = NULL;
+	s->stream = NULL;
+	s->device = -1;
+}
+
+/* A stream and event on the record's device (made again if the engine
+ * came back on another one). */
+static int stream_on(struct cstage *s, int device, char *err, size_t errlen)
+{
+	int rc;
+
+	if (s->device == device)
+		return 0;
+	stream_drop(s);
+	if ((rc = curt_ok(s->rt, s->rt->set_device(device), "cudaSetDevice",
+			  err, errlen)) ||
+	    (rc = curt_ok(s->rt,
+			  s->rt->stream_create(&s->stream,
+					       CURT_STREAM_NONBLOCKING),
+			  "cudaStreamCreateWithFlags", err, errlen)) ||
+	    (rc = curt_ok(s->rt,
+			  s->rt->event_create(&s->ev, CURT_EVENT_NO_TIMING),
+			  "cudaEventCreateWithFlags", err, errlen))) {
+		stream_drop(s);
+		return rc;
+	}
+	s->device = device;
+	return 0;
+}
+
+/* Maps the read-write view of the pool once; a pool of another size than
+ * the one registered is refused. */
+static int view(struct cstage *s, char *err, size_t errlen)
+{
+	int rc;
+
+	if (s->view != NULL)
+		return 0;
+	rc = pool_open(s->path, 1, &s->view, err, errlen);
+	if (rc == 0 && pool_size(s->view) != s->m.size) {
+		pool_close(&s->view);
+		return kvw_errf(err, errlen, KVW_ESTALE,
+				"cuda: %s changed size", s->path);
+	}
+	if (rc == 0)
+		s->base = pool_base(s->view);
+	return rc;
+}
+
+/* Pins the view once; a refusal only costs speed. */
+static void pin(struct cstage *s)
+{
+	int rc;
+
+	if (s->pin_tried)
+		return;
+	s->pin_tried = 1;
+	rc = s->rt->host_register(s->base, s->m.size,
+				  CURT_HOST_REGISTER_PORTABLE);
+	s->pinned = rc == CURT_SUCCESS;
+	if (!s->pinned)
+		log_msg(LOG_WARN,
+			"cuda: %s not pinned (cudaHostRegister: %s); GPU "
+			"pages are staged from pageable memory",
+			s->m.rec, s->rt->get_error_string(rc));
+}
+
+int cstage_fresh(struct cstage *s, int *gpu, char *err, size_t errlen)
+{
+	int rc = gmap_stale(&s->m);
+
+	*gpu = 0;
+	if (rc == 0) {
+		*gpu = 1;
+		return 0;
+	}
+	if (s->m.g != NULL) { /* the engine is gone or came back: a new
+			       * epoch; nothing queued may outlive the
+			       * handles */
+		cstage_sync(s, NULL, 0);
+		gmap_unload(&s->m, s->rt);
+	}
+	if (rc == KVW_ENOENT)
+		return 0;
+	if ((s->rt == NULL && (rc = curt_get(&s->rt, err, errlen))) ||
+	    (rc = view(s, err, errlen)))
+		return rc;
+	if ((rc = gmap_read(&s->m, err, errlen)))
+		return rc;
+	if ((rc = stream_on(s, gpool_device(s->m.g), err, errlen)) ||
+	    (rc = gmap_open(&s->m, s->rt, err, errlen))) {
+		gmap_unload(&s->m, s->rt);
+		return rc;
+	}
+	pin(s);
+	*gpu = 1;
+	return 0;
+}
+
+int cstage_queue(struct cstage *s, uint64_t off, uint64_t len, int to_host,
+		 char *err, size_t errlen)
+{
+	while (len > 0) {
+		uint64_t run, n;
+		uint8_t *dev = gmap_at(&s->m, off, &run);
+		uint8_t *host = s->base + off, *dst;
+		const uint8_t *src;
+		int rc;
+
+		n = len < run ? len : run;
+		if (n == 0)
+			return kvw_errf(err, errlen, KVW_ERANGE,
+					"cuda: range outside the pool");
+		if (dev != NULL) {
+			dst = to_host ? host : dev;
+			src = to_host ? dev : host;
+			if (s->plen && s->pdst + s->plen == dst &&
+			    s->psrc + s->plen == src) {
+				s->plen += n;
+			} else {
+				if ((rc = flush_piece(s, err, errlen)))
+					return rc;
+				s->pdst = dst;
+				s->psrc = src;
+				s->plen = n;
+			}
+		}
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+int cstage_pinned(const struct cstage *s)
+{
+	return s->pinned;
 }
 
 void cstage_close(struct cstage **sp)
@@ -205,18 +238,14 @@ void cstage_close(struct cstage **sp)
 	if (sp == NULL || *sp == NULL)
 		return;
 	s = *sp;
-	for (uint32_t i = 0; s->rt && i < s->n; i++) {
-		struct cstage_slot *x = &s->s[i];
-
-		if (x->pending)
-			s->rt->event_sync(x->ev);
-		if (x->ev)
-			s->rt->event_destroy(x->ev);
-		if (x->st)
-			s->rt->stream_destroy(x->st);
-		if (x->buf)
-			s->rt->free_host(x->buf);
+	if (s->rt != NULL) {
+		cstage_sync(s, NULL, 0);
+		gmap_unload(&s->m, s->rt);
+		if (s->pinned)
+			s->rt->host_unregister(s->base);
+		stream_drop(s);
 	}
+	pool_close(&s->view);
 	free(s);
 	*sp = NULL;
 }

@@ -324,6 +324,10 @@ static int refusal(uint32_t st, char *err, size_t errlen)
 	case TCP_NOT_LIVE:
 		return kvw_errf(err, errlen, KVW_ENOENT,
 				"tcp: the room is not live at the decode");
+	case TCP_DEVICE:
+		return kvw_errf(err, errlen, KVW_ESYS,
+				"tcp: the decode could not copy the batch "
+				"to its GPU");
 	default:
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"tcp: the decode refused a batch (status %u)",

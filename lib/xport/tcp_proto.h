@@ -60,6 +60,8 @@ enum tcp_status {
 	TCP_CHECKSUM = 2,  /* bytes landed but did not match: room fails */
 	TCP_NOT_LIVE = 3,  /* the room is not live at the decode: discarded */
 	TCP_SECRET = 4,    /* WELCOME: wrong secret, connection closed */
+	TCP_DEVICE = 5,    /* landed, but the copy on to the decode's GPU
+			    * failed (cuda_stage.h): room fails */
 };
 
 #endif

@@ -28,6 +28,7 @@
 #include <xxhash.h>
 
 #include "base/kvw.h"
+#include "cuda_stage.h"
 #include "tcp_auth.h"
 #include "tcp_proto.h"
 
@@ -49,6 +50,7 @@ struct conn {
 	uint32_t ci;          /* payload: current copy ... */
 	uint64_t coff;        /* ... and offset in it */
 	int discard;          /* payload read and dropped (room not live) */
+	int dev_fail;         /* landed, but not copied on to the GPU */
 	XXH3_state_t *hs;     /* the payload's hash, fed as bytes land */
 	int held;             /* room_begin said yes: room_end owed */
 	uint32_t slot;        /* fixed for the connection's life */
@@ -258,6 +260,35 @@ static uint8_t *dst_of(const struct sink *s, const struct conn *c,
 	return s->cfg->base + le_get(p, 8);
 }
 
+/* Where the decode keeps its KV on a GPU: the batch's device pages, landed
+ * in the host pool, copied on to the GPU, done before the room is let go
+ * and before the ACK says the bytes are in decode memory. 0 or the error
+ * (told to the log). A host pool costs one stat. */
+static int to_device(struct sink *s, struct conn *c)
+{
+	char why[256] = "";
+	int gpu = 0, rc;
+
+	if (s->cfg->stage == NULL)
+		return 0;
+	rc = cstage_fresh(s->cfg->stage, &gpu, why, sizeof why);
+	for (uint32_t i = 0; rc == 0 && gpu && i < c->ncopies; i++) {
+		const uint8_t *p = c->copies + i * TCP_COPY_LEN;
+
+		rc = cstage_queue(s->cfg->stage, le_get(p, 8), le_get(p + 8, 8),
+				  0, why, sizeof why);
+	}
+	if (gpu) { /* also after a failed enqueue: nothing stays queued */
+		int r2 = cstage_sync(s->cfg->stage, rc ? NULL : why, sizeof why);
+
+		if (rc == 0)
+			rc = r2;
+	}
+	if (rc)
+		event(s, why);
+	return rc;
+}
+
 static int payload(struct sink *s, struct conn *c)
 {
 	while (c->left > 0) {
@@ -313,6 +344,7 @@ static int payload(struct sink *s, struct conn *c)
 			}
 		}
 	}
+	c->dev_fail = !c->discard && to_device(s, c) != 0;
 	release(s, c); /* every byte is written: the room may be released */
 	c->state = C_TRAILER;
 	c->have = 0;
@@ -331,6 +363,9 @@ static int trailer(struct sink *s, struct conn *c)
 		s->st->not_live++;
 		event(s, "batch for a room that is not live discarded");
 		status = TCP_NOT_LIVE;
+	} else if (c->dev_fail) {
+		s->st->device++;
+		status = TCP_DEVICE;
 	} else if (XXH3_64bits_digest(c->hs) != le_get(c->head, 8)) {
 		s->st->checksum++;
 		event(s, "batch whose bytes do not match its checksum");

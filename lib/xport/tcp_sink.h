@@ -26,12 +26,17 @@ struct tcp_sink_stats {
 	_Atomic uint64_t bad;        /* batches refused: malformed or out of the pool */
 	_Atomic uint64_t checksum;   /* batches whose bytes did not match */
 	_Atomic uint64_t not_live;   /* batches discarded: room not live */
+	_Atomic uint64_t device;     /* batches whose copy to the GPU failed */
 };
 
 struct tcp_sink_cfg {
 	int listen_fd;             /* borrowed; made non-blocking here */
 	uint8_t *base;             /* the pool, mapped read-write */
 	uint64_t size;
+	/* The pool's GPU staging (cuda_stage.h), or NULL: where the decode
+	 * engine registered a GPU pool, a batch's device pages land in the
+	 * host pool and are copied on to the GPU before the ACK. */
+	struct cstage *stage;
 	const uint8_t *secret;     /* 16 bytes */
 	const uint8_t *group_key;  /* the group's data key (32 bytes), or
 				    * NULL without group keys (tcp_auth.h) */

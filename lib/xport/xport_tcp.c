@@ -23,6 +23,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "cuda_stage.h"
 #include "pool.h"
 #include "tcp_auth.h"
 #include "tcp_client.h"
@@ -34,6 +35,7 @@
 struct xtcp_local {
 	uint8_t *base; /* NULL: free */
 	uint64_t size;
+	struct cstage *stage; /* GPU pages staged through the pool */
 };
 
 struct xtcp_remote {
@@ -160,6 +162,7 @@ static int xtcp_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	struct xtcp_xport *t = XPORT_SELF(struct xtcp_xport, x);
 	size_t hl = strlen(t->host), need = TCP_DESC_FIXED + hl;
 	uint32_t i;
+	int rc;
 
 	for (i = 0; i < XTCP_MAX_LOCAL && t->loc[i].base; i++)
 		;
@@ -179,7 +182,15 @@ static int xtcp_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	le_put(desc + 32, hl, 2);
 	memcpy(desc + TCP_DESC_FIXED, t->host, hl);
 	*desclen = need;
-	t->loc[i] = (struct xtcp_local){ pool_base(p), pool_size(p) };
+	t->loc[i] = (struct xtcp_local){ pool_base(p), pool_size(p), NULL };
+	/* A source engine may keep its KV on a GPU: then each batch's
+	 * device pages are copied into the pool before they are sent. */
+	rc = cstage_open(&t->loc[i].stage, pool_path(p), pool_size(p), err,
+			 errlen);
+	if (rc) {
+		t->loc[i].base = NULL;
+		return rc;
+	}
 	*id = i;
 	return 0;
 }
@@ -274,11 +285,41 @@ static void xtcp_set_room(struct xport *x, uint64_t room)
 	XPORT_SELF(struct xtcp_xport, x)->room = room;
 }
 
+/* Where the source engine keeps its KV on a GPU (cuda_stage.h): the
+ * batch's device pages copied into the pool, done, before a byte is sent
+ * or hashed. A batch has one source pool in practice; one stat each. */
+static int stage_gpu_pages(struct xtcp_xport *t, const struct xport_copy *c,
+			   size_t n, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct cstage *st = t->loc[c[i].src].stage;
+		int gpu = 0, rc;
+
+		if (i > 0 && c[i].src == c[i - 1].src)
+			continue;
+		if ((rc = cstage_fresh(st, &gpu, err, errlen)))
+			return rc;
+		for (size_t j = i; gpu && rc == 0 && j < n; j++)
+			if (c[j].src == c[i].src)
+				rc = cstage_queue(st, c[j].src_off, c[j].len, 1,
+						  err, errlen);
+		if (gpu) {
+			int r2 = cstage_sync(st, rc ? NULL : err, errlen);
+
+			rc = rc ? rc : r2;
+		}
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 static int xtcp_write_batch(struct xport *x, const struct xport_copy *c,
 			    size_t n, char *err, size_t errlen)
 {
 	struct xtcp_xport *t = XPORT_SELF(struct xtcp_xport, x);
 	struct xtcp_remote *r;
+	int rc;
 
 	if (n == 0)
 		return 0;
@@ -309,6 +350,9 @@ static int xtcp_write_batch(struct xport *x, const struct xport_copy *c,
 		t->span[i] = (struct tcp_span){ l->base + c[i].src_off,
 						c[i].dst_off, c[i].len };
 	}
+	rc = stage_gpu_pages(t, c, n, err, errlen);
+	if (rc)
+		return rc;
 	return tcp_client_send(r->cl, t->room, t->span, n, err, errlen);
 }
 
@@ -344,6 +388,8 @@ static void xtcp_close(struct xport **x)
 	t = XPORT_SELF(struct xtcp_xport, *x);
 	for (uint32_t i = 0; i < t->nrmt; i++)
 		xtcp_disconnect(*x, i);
+	for (uint32_t i = 0; i < XTCP_MAX_LOCAL; i++)
+		cstage_close(&t->loc[i].stage);
 	free(t->rmt);
 	if (t->lfd >= 0)
 		close(t->lfd);

@@ -5,8 +5,10 @@
 # and without the CUDA headers (make cuda-decl). Then the whole cuda path
 # over the CPU stand-in runtime (tests/fakecuda/, KVW_CUDART): engines
 # register "GPU" pools, workers open them from other processes and copy,
-# byte-exact, and an abort storm leaves every canary intact. The stand-in
-# proves the plumbing, not the GPU: tests/device/run.sh is the GPU check.
+# byte-exact, and an abort storm leaves every canary intact; the same over
+# tcp with the pages staged through the host pools (cuda_stage.h), and an
+# unusable record at either end failing rooms cleanly. The stand-in proves
+# the plumbing, not the GPU: tests/device/run.sh is the GPU check.
 
 load helpers
 
@@ -33,6 +35,28 @@ nothing_made() {
 # A runtime's libcudart without a driver, where the machine has one.
 real_cudart() {
 	ls /usr/local/cuda/lib*/libcudart.so* 2>/dev/null | head -n 1
+}
+
+# storm "KV-UP FLAGS" KV-BENCH FLAGS...: over the stand-in runtime, a group
+# with slowed copies and kv-bench aborting a third of 80 rooms at random
+# moments: every room terminal, no canary written into GPU memory after a
+# release changed, and enough aborts to mean something.
+storm() {
+	local up=$1
+	shift
+	need_fake
+	export KVW_CUDART=$FAKE KVW_TEST_COPY_DELAY_US=2000
+	kv_up $SHAPE --workers 2 $up
+	unset KVW_TEST_COPY_DELAY_US
+	run timeout 120 kv-bench --run-dir "$RUN" --rooms 80 --pages-per-room 8 \
+		--abort-frac 0.33 --verify --concurrency 8 --room-timeout 60 "$@"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	line=$(grep '^rooms=' <<<"$output")
+	[[ $line == *" stuck=0 "* ]]
+	[[ $line == *" corrupt=0 "* ]]
+	aborted=$(sed -n 's/.* aborted=\([0-9]*\) .*/\1/p' <<<"$line")
+	[ "$aborted" -ge 10 ]
 }
 
 need_fake() {
@@ -105,20 +129,7 @@ need_fake() {
 }
 
 @test "stand-in runtime: abort storm over cuda, every aborted room releasable, no canary on GPU memory touched" {
-	need_fake
-	export KVW_CUDART=$FAKE KVW_TEST_COPY_DELAY_US=2000
-	kv_up $SHAPE --workers 2 --transport cuda
-	unset KVW_TEST_COPY_DELAY_US
-	run timeout 120 kv-bench --run-dir "$RUN" --transport cuda --rooms 80 \
-		--pages-per-room 8 --abort-frac 0.33 --verify --concurrency 8 \
-		--seed 77 --room-timeout 60
-	echo "$output"
-	[ "$status" -eq 0 ]
-	line=$(grep '^rooms=' <<<"$output")
-	[[ $line == *" stuck=0 "* ]]
-	[[ $line == *" corrupt=0 "* ]]
-	aborted=$(sed -n 's/.* aborted=\([0-9]*\) .*/\1/p' <<<"$line")
-	[ "$aborted" -ge 10 ]
+	storm "--transport cuda" --transport cuda --seed 77
 }
 
 @test "stand-in runtime: kv-bench copy --transport cuda measures both patterns against cudaMemcpy D2D and verifies" {
@@ -130,4 +141,77 @@ need_fake() {
 	[ "$(jq -r .limit <<<"$output")" = "cudaMemcpy D2D" ]
 	[ "$(jq '[.results[] | select(.verified == true and .ratio > 0)] | length' <<<"$output")" -eq 2 ]
 	[ -z "$(ls /dev/shm | grep -F "bench-copy-")" ]
+}
+
+@test "kv-bench --gpu-pools without a GPU: the probe's text, exit 77" {
+	KVW_CUDART=/nonexistent/libcudart.so run timeout 30 kv-bench --spawn --transport tcp --gpu-pools
+	[ "$status" -eq 77 ]
+	[[ $output == *"cuda: not available: libcudart not found"* ]]
+}
+
+# sink_stop_line: the d0 sink's closing counts (kv-up --stop first).
+sink_stop_line() {
+	timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"
+	grep -E "sink\[0\] info: stopping: " "$RUN/logs/d0.log" | tail -n 1
+}
+
+@test "stand-in runtime: GPU pools over tcp, staged through the host pools: kv-bench --verify byte-exact, every batch copied on to the decode GPU" {
+	need_fake
+	export KVW_CUDART=$FAKE
+	kv_up $SHAPE --transport tcp --workers 2
+	# kv-bench scrubs the host copy of every page it pushes to a GPU: a
+	# missed device-to-host stage at the prefill, or host-to-device at the
+	# sink, fails the verify.
+	run timeout 120 kv-bench --run-dir "$RUN" --gpu-pools --rooms 300 \
+		--pages-per-room 8 --chunk-pages 3 --concurrency 8 --verify --seed 9
+	echo "$output"
+	[ "$status" -eq 0 ]
+	line=$(grep '^rooms=' <<<"$output")
+	[[ $line == "rooms=300 success=300 failed=0 "* ]]
+	[[ $line == *" corrupt=0 "* ]]
+	stop=$(sink_stop_line)
+	echo "$stop"
+	[[ $stop =~ stopping:\ [1-9][0-9]*\ connections,\ [1-9][0-9]*\ batches ]]
+	[[ $stop == *" 0 checksum mismatches, 0 discarded, 0 not copied to the GPU" ]]
+}
+
+@test "stand-in runtime: GPU pools over tcp, TP 2 -> 4, a third of the rooms aborted: every room terminal, no canary on GPU memory touched" {
+	storm "--transport tcp --prefill-tp 2 --decode-tp 4" --gpu-pools \
+		--prefill-tp 2 --decode-tp 4 --seed 78
+}
+
+# bad_record MEMBER SEED WHY: with a malformed GPU record beside MEMBER's
+# pool, ten rooms (kv-bench --seed SEED) all fail, none stuck, and
+# kv-sender's log says WHY; then the record goes.
+bad_record() {
+	local rec
+	rec=$(endpoint "$1" pool)
+	rec=${rec%.pool}.gpu
+	printf 'not a record' >"$rec"
+	run timeout 60 kv-bench --run-dir "$RUN" --rooms 10 --pages-per-room 4 \
+		--concurrency 2 --seed "$2" --room-timeout 30
+	echo "$output"
+	rm -f "$rec"
+	line=$(grep '^rooms=' <<<"$output")
+	[[ $line == "rooms=10 success=0 failed=10 "* ]]
+	[[ $line == *" stuck=0 "* ]]
+	grep -qF "$3" "$RUN/logs/p0.log"
+}
+
+@test "stand-in runtime: over tcp, an unusable GPU record at either end fails the rooms cleanly (nothing stuck, the sink counts it); without it rooms succeed again" {
+	need_fake
+	export KVW_CUDART=$FAKE
+	kv_up $SHAPE --transport tcp --workers 1
+	# The decode's sink finds a record it cannot use: the batch landed
+	# in the host pool but cannot reach the GPU, so the room fails.
+	bad_record d0 11 "transfer failed: tcp: the decode could not copy the batch to its GPU"
+	# The prefill's worker cannot stage: the batch is never sent.
+	bad_record p0 31 "transfer failed: gpu pool: not a record"
+	run timeout 60 kv-bench --run-dir "$RUN" --rooms 10 --pages-per-room 4 \
+		--concurrency 2 --verify --seed 51
+	echo "$output"
+	[ "$status" -eq 0 ]
+	stop=$(sink_stop_line)
+	echo "$stop"
+	[[ $stop =~ ,\ ([1-9][0-9]*)\ not\ copied\ to\ the\ GPU$ ]]
 }

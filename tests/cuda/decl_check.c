@@ -43,8 +43,8 @@ _Static_assert(CURT_EVENT_NO_TIMING == cudaEventDisableTiming,
 	       "cudaEventDisableTiming");
 _Static_assert(CURT_STREAM_NONBLOCKING == cudaStreamNonBlocking,
 	       "cudaStreamNonBlocking");
-_Static_assert(CURT_HOST_PORTABLE == cudaHostAllocPortable,
-	       "cudaHostAllocPortable");
+_Static_assert(CURT_HOST_REGISTER_PORTABLE == cudaHostRegisterPortable,
+	       "cudaHostRegisterPortable");
 
 /* Every slot takes the real function: a differing parameter is an
  * incompatible-pointer error. */
@@ -55,8 +55,8 @@ const struct curt decl_check = {
 	.get_device = cudaGetDevice,
 	.malloc_ = cudaMalloc,
 	.free_ = cudaFree,
-	.host_alloc = cudaHostAlloc,
-	.free_host = cudaFreeHost,
+	.host_register = cudaHostRegister,
+	.host_unregister = cudaHostUnregister,
 	.ipc_get = cudaIpcGetMemHandle,
 	.ipc_open = cudaIpcOpenMemHandle,
 	.ipc_close = cudaIpcCloseMemHandle,

@@ -8,6 +8,8 @@
 #      (KV on the GPU, registered with kvw_register_gpu_pool) and the group's
 #      worker processes opening their IPC handles; every byte checked. With
 #      two GPUs, again with the decode engines on GPU 1 (peer to peer).
+#      Then GPU pools over loopback tcp (kv-bench --gpu-pools): pages staged
+#      through the pinned host pools at both ends (cuda_stage.h).
 #   2. the abort storm over cuda: aborted rooms releasable, the canaries
 #      written into GPU memory after release never change.
 #   3. kv-bench copy --transport cuda: the transport against cudaMemcpy
@@ -75,7 +77,7 @@ bench_line() { grep '^rooms=' <<<"$1"; }
 verify_run() { # verify_run NAME ARGS...: byte-exact run, every room Success
 	local name=$1 out line
 	shift
-	out=$(timeout 100 bin/kv-bench --spawn --transport cuda --verify "${SHAPE[@]}" \
+	out=$(timeout 100 bin/kv-bench --spawn --verify "${SHAPE[@]}" \
 		--rooms 300 --pages-per-room 32 --concurrency 16 --seed 11 "$@" 2>&1)
 	line=$(bench_line "$out")
 	echo "$line"
@@ -85,11 +87,14 @@ verify_run() { # verify_run NAME ARGS...: byte-exact run, every room Success
 }
 
 step "kv-bench --transport cuda --verify, one GPU"
-verify_run "byte-exact, one GPU"
+verify_run "byte-exact, one GPU" --transport cuda
 if [ "$ngpu" -ge 2 ]; then
 	step "kv-bench --transport cuda --verify, prefill on GPU 0, decode on GPU 1"
-	verify_run "byte-exact, two GPUs" --decode-gpu 1
+	verify_run "byte-exact, two GPUs" --transport cuda --decode-gpu 1
 fi
+
+step "kv-bench --transport tcp --gpu-pools --verify: GPU pools over loopback tcp, staged through the pinned host pools"
+verify_run "byte-exact, GPU pools over tcp" --transport tcp --gpu-pools
 
 step "abort storm over cuda, canaries in GPU memory"
 RUN=$(mktemp -d /tmp/kvwdev.XXXXXX)

@@ -153,19 +153,50 @@ int cudaFree(void *p)
 	return p == NULL ? 0 : release(p, 1);
 }
 
-int cudaHostAlloc(void **p, size_t size, unsigned int flags);
-int cudaHostAlloc(void **p, size_t size, unsigned int flags)
+/* Host memory is what the copies use anyway: registering pins nothing
+ * here, but a second registration of the same range fails as it does in
+ * the real runtime (cudaErrorHostMemoryAlreadyRegistered), so a caller
+ * that would register twice is caught. */
+#define E_REGISTERED 712
+static void *registered[FAKE_MAX];
+
+int cudaHostRegister(void *p, size_t size, unsigned int flags);
+int cudaHostRegister(void *p, size_t size, unsigned int flags)
 {
+	int rc = E_NOMEM;
+
 	(void)flags;
-	*p = calloc(1, size ? size : 1);
-	return *p ? 0 : E_NOMEM;
+	if (p == NULL || size == 0)
+		return E_INVALID;
+	pthread_mutex_lock(&lock);
+	for (int i = 0; i < FAKE_MAX; i++)
+		if (registered[i] == p) {
+			rc = E_REGISTERED;
+			break;
+		}
+	for (int i = 0; rc == E_NOMEM && i < FAKE_MAX; i++)
+		if (registered[i] == NULL) {
+			registered[i] = p;
+			rc = 0;
+		}
+	pthread_mutex_unlock(&lock);
+	return rc;
 }
 
-int cudaFreeHost(void *p);
-int cudaFreeHost(void *p)
+int cudaHostUnregister(void *p);
+int cudaHostUnregister(void *p)
 {
-	free(p);
-	return 0;
+	int rc = E_INVALID;
+
+	pthread_mutex_lock(&lock);
+	for (int i = 0; i < FAKE_MAX; i++)
+		if (registered[i] == p) {
+			registered[i] = NULL;
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&lock);
+	return rc;
 }
 
 int cudaIpcGetMemHandle(struct fake_handle *h, void *p);
