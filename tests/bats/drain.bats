@@ -23,20 +23,16 @@ ITEM=128
 PAGES=64
 BOUND=8 # seconds: "within seconds" of the failure being observable
 
+# kvw_teardown resumes what a test left SIGSTOPped ($STOPPED).
 setup() {
 	kvw_setup
-	STOPPED=
 }
 
 teardown() {
-	[ -n "$STOPPED" ] && kill -CONT $STOPPED 2>/dev/null
 	kvw_teardown
 }
 
-up() {
-	KVW_LOG=debug KVW_BOOTSTRAP_TIMEOUT=120 KVW_WAITING_TIMEOUT=120 \
-		kv_up $SHAPE --workers 1 "$@"
-}
+up() { kv_up_held $SHAPE "$@"; }
 
 # inflight ROOM: decode room ROOM waits for pages 1-4 of d0, prefill pages
 # 5-8 of p0 (painted ab, the decode pool is cd) are queued as one job at
