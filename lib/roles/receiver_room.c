@@ -457,6 +457,11 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 			first_real = t->peer->id;
 	}
 	receiver_room_mark_sent(room);
+	/* The token every STATUS of this incarnation must echo: named so an
+	 * operator (and tests/bats/reuse.bats) can tell incarnations apart. */
+	LOG_ROOM(LOG_DEBUG, room->id, "XFER_INFO sent to %u targets, "
+		 "incarnation token %llu", room->ntargets,
+		 (unsigned long long)room->token);
 	(void)rtab_set_peer(r->tab, room->ref, first_real);
 	if (rtab_transition_if(r->tab, room->ref, RTAB_M(KVW_BOOTSTRAPPING),
 			       KVW_WAITING, 0, NULL) == 0)

@@ -23,14 +23,12 @@ SHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pages
 ITEM=128
 PAGES=1024
 
+# kvw_teardown resumes what a test left SIGSTOPped ($STOPPED).
 setup() {
 	kvw_setup
-	STOPPED=
 }
 
 teardown() {
-	# shellcheck disable=SC2086 # one pid or several
-	[ -n "$STOPPED" ] && kill -CONT $STOPPED 2>/dev/null
 	kvw_teardown
 }
 

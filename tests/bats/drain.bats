@@ -11,6 +11,9 @@
 # of the room landed before or after, checked on canary pages. Also a worker
 # that hangs (--worker-stall), one whose transport fails (the decode pool
 # it must map is gone), and a bootstrap restart (no room affected).
+# Then each source again with slowed copies (KVW_TEST_COPY_DELAY_US),
+# striking a copy in flight: the canary is painted the moment the room is
+# releasable and must survive the slowed worker and a later room.
 
 load helpers
 
@@ -20,20 +23,16 @@ ITEM=128
 PAGES=64
 BOUND=8 # seconds: "within seconds" of the failure being observable
 
+# kvw_teardown resumes what a test left SIGSTOPped ($STOPPED).
 setup() {
 	kvw_setup
-	STOPPED=
 }
 
 teardown() {
-	[ -n "$STOPPED" ] && kill -CONT $STOPPED 2>/dev/null
 	kvw_teardown
 }
 
-up() {
-	KVW_LOG=debug KVW_BOOTSTRAP_TIMEOUT=120 KVW_WAITING_TIMEOUT=120 \
-		kv_up $SHAPE --workers 1 "$@"
-}
+up() { kv_up_held $SHAPE "$@"; }
 
 # inflight ROOM: decode room ROOM waits for pages 1-4 of d0, prefill pages
 # 5-8 of p0 (painted ab, the decode pool is cd) are queued as one job at
@@ -53,6 +52,13 @@ inflight() {
 }
 
 field_is() { [ "$(field "$1" "$2" "$3")" = "$4" ]; }
+# failed_both ROOM REASON: the prefill fails ROOM with REASON and the
+# decode hears of it (Failed), each within seconds.
+failed_both() {
+	wait_for "$BOUND" state_is p0 "$1" Failed
+	field_is p0 "$1" reason "$2"
+	wait_for "$BOUND" state_is d0 "$1" Failed
+}
 # new_worker MEMBER OLD: MEMBER runs a worker whose pid is not OLD.
 new_worker() { local w; w=$(worker_of "$1"); [ -n "$w" ] && [ "$w" != "$2" ]; }
 
@@ -64,14 +70,19 @@ hold_worker() {
 	STOPPED=$W
 }
 
-# released ROOM: decode room ROOM is Failed, armed and releasable; the
-# engine's abort changes nothing of that; none of its pages got a byte.
-released() {
+# drained ROOM: decode room ROOM is Failed, armed and releasable; the
+# engine's abort changes nothing of that.
+drained() {
 	wait_for "$BOUND" field_is d0 "$1" releasable true
 	field_is d0 "$1" state Failed
 	field_is d0 "$1" armed true
 	ctl abort "$(endpoint d0 engine)" "$1"
 	wait_for "$BOUND" field_is d0 "$1" releasable true
+}
+
+# released ROOM: drained, and none of the room's pages got a byte.
+released() {
+	drained "$1"
 	[ "$(count d0 ab 1,2,3,4)" -eq 0 ]
 }
 
@@ -98,9 +109,7 @@ canary_holds() {
 	start=$SECONDS
 	kill -KILL "$W"
 	STOPPED=
-	wait_for "$BOUND" state_is p0 11 Failed
-	field_is p0 11 reason "worker died"
-	wait_for "$BOUND" state_is d0 11 Failed
+	failed_both 11 "worker died"
 	released 11
 	[ $((SECONDS - start)) -le "$BOUND" ]
 	hold_worker "$W"
@@ -177,10 +186,8 @@ canary_holds() {
 	KVW_WORKER_STALL=1 up
 	inflight 51
 	start=$SECONDS
-	wait_for "$BOUND" state_is p0 51 Failed
-	field_is p0 51 reason "worker died"
+	failed_both 51 "worker died"
 	grep -q "none answered for" "$RUN/logs/p0.log"
-	wait_for "$BOUND" state_is d0 51 Failed
 	released 51
 	[ $((SECONDS - start)) -le $((BOUND + 1)) ]
 	STOPPED=
@@ -197,9 +204,7 @@ canary_holds() {
 	start=$SECONDS
 	kill -CONT "$W"
 	STOPPED=
-	wait_for "$BOUND" state_is p0 61 Failed
-	field_is p0 61 reason "transfer error"
-	wait_for "$BOUND" state_is d0 61 Failed
+	failed_both 61 "transfer error"
 	wait_for "$BOUND" field_is d0 61 releasable true
 	field_is d0 61 armed true
 	[ $((SECONDS - start)) -le "$BOUND" ]
@@ -226,42 +231,194 @@ canary_holds() {
 
 p0_logged() { grep -q -- "$1" "$RUN/logs/p0.log"; }
 
-@test "decode restart with slowed copies: nothing of the inherited room lands after it is releasable" {
+# Slowed copies: 1024-page pools, every batch of WORKER_BATCH (256) copies
+# waits DELAY_US between its room re-check and its write (the worker's
+# TEST ONLY KVW_TEST_COPY_DELAY_US; restarted members inherit it from
+# kv-up), so a failure can strike a copy in flight. A batch that passed its
+# re-check still writes after the delay: "releasable" before that write is
+# what the canary would catch.
+DELAY_US=1500000
+SRC=$(seq -s, 0 2 298)
+DST=$(seq -s, 1 2 299)
+slow_up() {
 	SHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pages 1024 --aux-slots 16 --aux-bytes 16"
 	PAGES=1024
-	export KVW_TEST_COPY_DELAY_US=1500000
-	up
-	unset KVW_TEST_COPY_DELAY_US
+	KVW_TEST_COPY_DELAY_US=$DELAY_US up "$@"
+}
+
+# slow_room ROOM: 150 scattered pages of p0 (ab) into $DST of d0 (cd): one
+# job of 600 copies and the aux, in batches of 256, 256 and 89; returns
+# once the worker waits before its first batch. Sets W (the worker's pid).
+slow_room() {
 	fill p0 ab
 	fill d0 cd
-	# 150 scattered pages: 600 copies of 128 bytes and the aux, batches of 256.
-	src=$(seq -s, 0 2 298)
-	dst=$(seq -s, 1 2 299)
-	ctl recv-begin "$(endpoint d0 engine)" 81 "$(endpoint bootstrap listen)" 0 "$dst"
-	wait_for 10 state_is d0 81 WaitingForInput
-	ctl send-begin "$(endpoint p0 engine)" 81 150 0
-	ctl send-chunk "$(endpoint p0 engine)" 81 --last "$src"
-	wait_for 10 p0_logged "room 81: test delay before a batch, 601 copies left"
+	W=$(worker_of p0)
+	ctl recv-begin "$(endpoint d0 engine)" "$1" "$(endpoint bootstrap listen)" 0 "$DST"
+	wait_for 10 state_is d0 "$1" WaitingForInput
+	ctl send-begin "$(endpoint p0 engine)" "$1" 150 0
+	ctl send-chunk "$(endpoint p0 engine)" "$1" --last "$SRC"
+	wait_for 10 p0_logged "room $1: test delay before a batch, 601 copies left"
+}
+
+# canary_at_release ROOM: the moment decode room ROOM is releasable, what
+# landed of it goes to LANDED and its pages are painted 5a (the canary);
+# slow_canary checks the canary later.
+canary_at_release() {
+	wait_for "$BOUND" field_is d0 "$1" releasable true
+	LANDED=$(count d0 ab "$DST")
+	paint d0 5a "$DST"
+}
+
+# slow_released ROOM LIMIT: the decode fails ROOM, which is releasable
+# (canary_at_release) and drained, within LIMIT seconds of $start.
+slow_released() {
+	wait_for "$BOUND" state_is d0 "$1" Failed
+	canary_at_release "$1"
+	drained "$1"
+	[ $((SECONDS - start)) -le "$2" ]
+}
+
+# landed_batches N...: what had landed of the slowed room at its release
+# is N whole batches (one of the given counts of 256 copies of $ITEM bytes).
+landed_batches() {
+	local n
+	echo "landed: $LANDED bytes" # shown on failure
+	for n in "$@"; do
+		[ "$LANDED" -eq $((n * 256 * ITEM)) ] && return 0
+	done
+	return 1
+}
+
+# slow_canary ROOM [WORKER]: a later room through p0's worker (a new one,
+# or the old one WORKER, still the one, whose jobs run in order, so it is
+# past the old room) to Success: the canary on the slowed room's pages is
+# untouched.
+slow_canary() {
+	local next=$(($1 + 1))
+	[ -z "${2:-}" ] || [ "$(worker_of p0)" = "$2" ]
+	ctl recv-begin "$(endpoint d0 engine)" "$next" "$(endpoint bootstrap listen)" 1 600,601
+	wait_for 20 state_is d0 "$next" WaitingForInput
+	ctl send-begin "$(endpoint p0 engine)" "$next" 2 1
+	ctl send-chunk "$(endpoint p0 engine)" "$next" --last 700,701
+	wait_for 20 state_is d0 "$next" Success
+	[ "$(count d0 5a "$DST")" -eq $((150 * 4 * ITEM)) ]
+	[ "$(count d0 ab 600,601)" -eq $((2 * 4 * ITEM)) ]
+}
+
+@test "decode restart with slowed copies: nothing of the inherited room lands after it is releasable" {
+	slow_up
+	slow_room 81
 	old=$(cat "$RUN/pids/d0.pid")
 	kill -KILL "$old"
 	wait_for 20 restarted d0 "$old"
 	start=$SECONDS
 	ctl abort "$(endpoint d0 engine)" 81
-	wait_for "$BOUND" field_is d0 81 releasable true
+	canary_at_release 81
 	[ $((SECONDS - start)) -le "$BOUND" ]
 	field_is p0 81 outstanding 0
 	p0_logged "room 81: job stopped: room ended"
 	# What landed before the release is whole batches (0 or the first).
-	landed=$(count d0 ab "$dst")
-	[ "$landed" -eq 0 ] || [ "$landed" -eq $((256 * ITEM)) ]
-	# Canary over the released pages, then a later room through the same
-	# worker (jobs run in order) to Success: the canary is untouched.
-	paint d0 5a "$dst"
-	ctl recv-begin "$(endpoint d0 engine)" 82 "$(endpoint bootstrap listen)" 1 600,601
-	wait_for 20 state_is d0 82 WaitingForInput
-	ctl send-begin "$(endpoint p0 engine)" 82 2 1
-	ctl send-chunk "$(endpoint p0 engine)" 82 --last 700,701
-	wait_for 20 state_is d0 82 Success
-	[ "$(count d0 5a "$dst")" -eq $((150 * 4 * ITEM)) ]
-	[ "$(count d0 ab 600,601)" -eq $((2 * 4 * ITEM)) ]
+	landed_batches 0 1
+	slow_canary 81
+}
+
+@test "worker killed mid-copy with slowed copies: both sides terminal, releasable within seconds, nothing lands after" {
+	slow_up
+	slow_room 91
+	start=$SECONDS
+	kill -KILL "$W"
+	failed_both 91 "worker died"
+	slow_released 91 "$BOUND"
+	landed_batches 0
+	wait_for 10 new_worker p0 "$W"
+	slow_canary 91
+}
+
+@test "worker hang with slowed copies: a worker slower than --worker-stall is replaced, its room terminal and releasable within seconds" {
+	# The job needs 3 delays (4.5 s) with no answer; the stall bound is
+	# 2.5 s; the later room's one batch (1.5 s) stays under it.
+	KVW_WORKER_STALL=2.5 slow_up
+	slow_room 101
+	start=$SECONDS
+	failed_both 101 "worker died"
+	grep -q "none answered for" "$RUN/logs/p0.log"
+	slow_released 101 "$BOUND"
+	wait_for 10 gone "$W"
+	# Killed in its second delay (about 2.5 s in): the first batch, or
+	# the second when the worker got its job late.
+	landed_batches 1 2
+	wait_for 10 new_worker p0 "$W"
+	slow_canary 101
+}
+
+@test "worker transport error mid-copy with slowed copies: the room fails at its second batch, releasable within seconds, nothing lands after" {
+	slow_up
+	slow_room 111
+	pool=$(endpoint d0 pool)
+	size=$(stat -c %s "$pool")
+	wait_for 10 p0_logged "room 111: test delay before a batch, 345 copies left"
+	# The decode pool shrinks by one byte (its unused tail) under the
+	# worker's second batch: the per-batch check fails the transfer.
+	truncate -s $((size - 1)) "$pool"
+	start=$SECONDS
+	failed_both 111 "transfer error"
+	slow_released 111 "$BOUND"
+	truncate -s "$size" "$pool"
+	grep -q "shrank to $((size - 1)) bytes" "$RUN/logs/p0.log"
+	landed_batches 1
+	# The same worker (it maps the pool afresh) carries the later room.
+	slow_canary 111 "$W"
+}
+
+@test "the prefill heartbeat declares a stopped decode dead mid-copy with slowed copies: releasable only after the batch in flight, nothing lands after" {
+	slow_up --heartbeat-interval 0.2 --max-failures 2
+	slow_room 121
+	D=$(cat "$RUN/pids/d0.pid")
+	kill -STOP "$D"
+	STOPPED=$D
+	wait_for 20 state_is p0 121 Failed
+	field_is p0 121 reason "peer dead"
+	start=$SECONDS
+	kill -CONT "$D"
+	STOPPED=
+	slow_released 121 "$BOUND"
+	field_is p0 121 outstanding 0
+	p0_logged "room 121: job stopped: room ended"
+	# The batch that passed its re-check before the verdict landed; no
+	# other did (3 batches would have been the whole room).
+	landed_batches 1 2
+	slow_canary 121 "$W"
+}
+
+@test "prefill restart mid-copy with slowed copies: its worker dies with it, the decode is releasable within seconds, nothing lands after" {
+	slow_up --heartbeat-interval 0.2 --max-failures 2
+	slow_room 131
+	old=$(cat "$RUN/pids/p0.pid")
+	start=$SECONDS
+	kill -KILL "$old"
+	# PR_SET_PDEATHSIG: no worker of the dead control keeps copying.
+	wait_for 5 gone "$W"
+	wait_for 20 restarted p0 "$old"
+	slow_released 131 $((BOUND + 5))
+	landed_batches 0
+	wait_for 10 new_worker p0 "$W"
+	slow_canary 131
+}
+
+@test "bootstrap restart mid-copy with slowed copies: the room succeeds and nothing lands outside its pages, nor after it" {
+	slow_up
+	slow_room 141
+	old=$(cat "$RUN/pids/bootstrap.pid")
+	kill -KILL "$old"
+	wait_for 20 restarted bootstrap "$old"
+	# Three delays of 1.5 s in all.
+	wait_for 20 state_is d0 141 Success
+	state_is p0 141 Success
+	[ "$(count d0 ab "$DST")" -eq $((150 * 4 * ITEM)) ]
+	# Every other page of the decode pool is still cd.
+	others=$(seq 0 1023 | grep -vxF -f <(tr , '\n' <<<"$DST") | paste -sd,)
+	[ "$(count d0 cd "$others")" -eq $(((1024 - 150) * 4 * ITEM)) ]
+	paint d0 5a "$DST"
+	slow_canary 141
+	[ "$(count d0 cd "$(seq -s, 0 2 598)")" -eq $((300 * 4 * ITEM)) ]
 }

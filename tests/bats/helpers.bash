@@ -15,8 +15,11 @@ kvw_setup() {
 	export RUN
 }
 
-# Stops any group in $RUN, kills stray test processes and removes $RUN.
+# Resumes what the test left SIGSTOPped ($STOPPED: pids), stops any group
+# in $RUN, kills stray test processes and removes $RUN.
 kvw_teardown() {
+	# shellcheck disable=SC2086 # one pid or several
+	[ -n "${STOPPED:-}" ] && kill -CONT $STOPPED 2>/dev/null
 	[ -n "${RUN:-}" ] || return 0
 	[ -d "$RUN/pids" ] && timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN" >/dev/null 2>&1
 	if [ -f "$RUN/bg.pids" ]; then
@@ -88,6 +91,14 @@ kv_up() {
 	}
 }
 
+# kv_up_held ARGS...: kv_up with debug logs, one worker per prefill rank
+# and 120 s bootstrap and waiting deadlines, for tests that hold a room and
+# in which nothing may end on a deadline.
+kv_up_held() {
+	KVW_LOG=debug KVW_BOOTSTRAP_TIMEOUT=120 KVW_WAITING_TIMEOUT=120 \
+		kv_up --workers 1 "$@"
+}
+
 # endpoint MEMBER KEY: a value from $RUN/endpoints.
 endpoint() {
 	awk -v m="member=$1" -v k="$2=" '$1 == m { for (i = 2; i <= NF; i++) if (index($i, k) == 1) print substr($i, length(k) + 1) }' "$RUN/endpoints"
@@ -126,8 +137,8 @@ restarted() {
 worker_of() { pgrep -P "$(cat "$RUN/pids/$1.pid")"; }
 
 # Pool bytes of a kv-up member, for canary checks. count and paint look at
-# pages of the four K/V buffers laid back to back from offset 0, each of
-# $PAGES pages of $ITEM bytes (set both in the test file).
+# pages of the $NBUF (default 4: K0 K1 V0 V1) buffers laid back to back
+# from offset 0, each of $PAGES pages of $ITEM bytes (set in the test file).
 # fill MEMBER BYTE: every byte of the member's pool set to BYTE (hex).
 fill() {
 	"$PY" -c 'import mmap, sys
@@ -136,26 +147,26 @@ m[:] = bytes([int(sys.argv[2], 16)]) * len(m)' "$(endpoint "$1" pool)" "$2"
 }
 
 # count MEMBER BYTE PAGES: bytes equal to BYTE (hex) in those pages (a, b,
-# ...) of the four K/V buffers of the member's pool.
+# ...) of the buffers of the member's pool.
 count() {
 	"$PY" -c 'import sys
 d = open(sys.argv[1], "rb").read(); b = int(sys.argv[2], 16)
 P, I = int(sys.argv[4]), int(sys.argv[5])
 print(sum(d[k * P * I + g * I:k * P * I + (g + 1) * I].count(b)
-          for k in range(4) for g in map(int, sys.argv[3].split(","))))' \
-		"$(endpoint "$1" pool)" "$2" "$3" "$PAGES" "$ITEM"
+          for k in range(int(sys.argv[6])) for g in map(int, sys.argv[3].split(","))))' \
+		"$(endpoint "$1" pool)" "$2" "$3" "$PAGES" "$ITEM" "${NBUF:-4}"
 }
 
-# paint MEMBER BYTE PAGES: sets those pages of the four K/V buffers to BYTE.
+# paint MEMBER BYTE PAGES: sets those pages of the buffers to BYTE.
 paint() {
 	"$PY" -c 'import mmap, sys
 f = open(sys.argv[1], "r+b"); m = mmap.mmap(f.fileno(), 0)
 P, I = int(sys.argv[4]), int(sys.argv[5])
-for k in range(4):
+for k in range(int(sys.argv[6])):
     for g in map(int, sys.argv[3].split(",")):
         o = k * P * I + g * I
         m[o:o + I] = bytes([int(sys.argv[2], 16)]) * I' \
-		"$(endpoint "$1" pool)" "$2" "$3" "$PAGES" "$ITEM"
+		"$(endpoint "$1" pool)" "$2" "$3" "$PAGES" "$ITEM" "${NBUF:-4}"
 }
 
 # summary KEY: a value of kv-bench's summary line (rooms= success= ...) in

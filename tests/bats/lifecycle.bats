@@ -5,7 +5,9 @@
 # bootstrap it talks to is unreachable; and every process creates its state
 # before it binds, so a frame queued by a peer that connected before the
 # process even started is answered (PING -> PONG) or taken (an engine
-# SEND_BEGIN), never crashed on.
+# SEND_BEGIN), never crashed on. A storm of a handled signal (SIGCHLD, no
+# SA_RESTART) at kv-sender, its worker and kv-receiver during a run: every
+# room succeeds, nobody exits (issue 12, item 9: EINTR is no dead socket).
 
 load helpers
 
@@ -142,4 +144,43 @@ early() {
 	wait_for 20 sh -c "'$KVW_BIN/kv-stat' --table '$RUN/tx.rooms' --json --room 31 | jq -e '.tables[0].rooms[0].state == \"Bootstrapping\" and .tables[0].rooms[0].pages_expected == 4' >/dev/null"
 	kill -0 "$BG_PID"
 	ctl ping "ipc://$RUN/tx.sock"
+}
+
+# counter_is MEMBER NAME N: a counter of MEMBER's table.
+counter_is() {
+	[ "$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all |
+		jq -r --arg m "$1" --arg c "$2" '.tables[] | select(.name == $m) | .counters[$c]')" = "$3" ]
+}
+
+@test "a storm of SIGCHLD (handled, no SA_RESTART: calls in progress get EINTR) at kv-sender, its worker and kv-receiver: every room succeeds, nobody exits or restarts" {
+	kv_up $SHAPE --workers 1
+	P=$(cat "$RUN/pids/p0.pid")
+	W=$(worker_of p0)
+	D=$(cat "$RUN/pids/d0.pid")
+	[ -n "$W" ]
+	"$PY" "$BATS_TEST_DIRNAME/../peers/sigstorm.py" CHLD 2000 "$P" "$W" "$D" \
+		>"$RUN/storm.out" 2>&1 &
+	S=$!
+	echo "$S" >>"$RUN/bg.pids"
+	run timeout 120 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 300 \
+		--pages-per-room 4 --chunk-pages 2 --concurrency 8 --verify
+	echo "$output"
+	kill -TERM "$S"
+	wait "$S"
+	cat "$RUN/storm.out"
+	[ "$status" -eq 0 ]
+	[ "$(summary rooms)" = 300 ]
+	[ "$(summary success)" = 300 ]
+	clean 300
+	# Every signal reached a live process: none of the three exited.
+	grep -q "gone=0" "$RUN/storm.out"
+	sent=$(sed -n 's/^sent=\([0-9]*\).*/\1/p' "$RUN/storm.out")
+	[ "$sent" -ge 300 ]
+	[ "$(cat "$RUN/pids/p0.pid")" = "$P" ] && [ "$(worker_of p0)" = "$W" ]
+	[ "$(cat "$RUN/pids/d0.pid")" = "$D" ]
+	counter_is p0 worker_restarts 0
+	counter_is p0 owner_restarts 0
+	counter_is d0 owner_restarts 0
+	counter_is p0 malformed 0
+	counter_is d0 malformed 0
 }

@@ -7,7 +7,9 @@
 # real kv-bootstrap; a worker killed with a job on it fails exactly that room
 # (worker died), is restarted, and the next room succeeds; SIGTERM -> exit 0
 # within 2 s with the workers gone; ABORT -> STATUS Failed + ABORT_ACK; frames
-# from an unregistered decode only count as malformed; usage exit codes.
+# from an unregistered decode only count as malformed; an ABORT reaching a
+# restarted kv-sender from a decode that did not register again is acked at
+# once on its own socket (issue 12, item 3); usage exit codes.
 
 load helpers
 
@@ -208,4 +210,35 @@ nworkers_is() {
 	run "$KVW_BIN/kv-stat" --table "$TABLE" --room 5
 	[ "$status" -eq 1 ]
 	kill -0 "$SENDER"
+}
+
+@test "an ABORT reaching a restarted kv-sender from a decode that has not registered again is acked at once on its own socket" {
+	start_sender --workers 1
+	# The decode registers, opens room 62 (no chunk: nothing in flight)
+	# and waits; the test restarts kv-sender under it.
+	timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" transfer \
+		--sender "$PEER" --engine "$ENG" --listen "ipc://$RUN/d1.sock" \
+		--prefill-pool "$POOL" --decode-pool "/dev/shm/kvwire.$TAG-d1.pool" \
+		--room 62 $PYSHAPE --abort-after-file "$RUN/go" --timeout 20 \
+		>"$RUN/d1.out" 2>&1 &
+	D=$!
+	echo "$D" >>"$RUN/bg.pids"
+	wait_for 10 grep -q "registered room 62" "$RUN/d1.out"
+	wait_for 10 room_state 62 WaitingForInput
+	old=$SENDER
+	kill -KILL "$old"
+	wait_for 5 gone "$old"
+	start_sender --workers 1
+	[ "$SENDER" != "$old" ]
+	# The new incarnation failed the old one's room when it took the
+	# table over, and it never saw this decode's REGISTER.
+	room_state 62 Failed
+	touch "$RUN/go"
+	wait "$D"
+	cat "$RUN/d1.out"
+	grep -q "ok room 62: ABORT_ACK on the DEALER" "$RUN/d1.out"
+	grep -q "room 62: ABORT from an unregistered decode (rank 0): nothing of it in flight here, acked" "$RUN/sender.log"
+	# Within a second, not on a release deadline.
+	secs=$(sed -n 's/.*ABORT_ACK on the DEALER after \([0-9.]*\)s.*/\1/p' "$RUN/d1.out")
+	awk -v s="$secs" 'BEGIN { exit !(s < 1.0) }'
 }

@@ -188,6 +188,33 @@ def abort_then_ack(a, router, peer, src_rank, epoch):
             return
 
 
+def abort_unregistered(a, peer, src_rank, epoch):
+    """Waits (bounded) for the file a.abort_after_file, then ABORTs the room
+    as the same decode (epoch, src_rank) without registering again, and waits
+    for the ABORT_ACK on the DEALER the ABORT went out on: a restarted
+    kv-sender answers on the ROUTER identity it came from."""
+    deadline = time.monotonic() + a.timeout
+    while not os.path.exists(a.abort_after_file):
+        if time.monotonic() > deadline:
+            fail('%s never appeared' % a.abort_after_file)
+        time.sleep(0.02)  # polling for the test's go file, bounded above
+    token = 0x5eed0000 + a.room
+    start = time.monotonic()
+    peer.send_multipart([hdr(T['ABORT'], src_rank, a.room, epoch), struct.pack('<IQ', 1, token)])
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not peer.poll(int(left * 1000)):
+            fail('no ABORT_ACK for room %d within %gs' % (a.room, a.timeout))
+        parts = peer.recv_multipart()
+        h = parse_hdr(parts[0])
+        if h['type'] == T['ABORT_ACK'] and h['room'] == a.room:
+            if len(parts) != 2 or struct.unpack('<Q', parts[1])[0] != token:
+                fail('ABORT_ACK for room %d without its token' % a.room)
+            print('ok room %d: ABORT_ACK on the DEALER after %.3fs, epoch %x' %
+                  (a.room, time.monotonic() - start, h['epoch']))
+            return
+
+
 def transfer(a):
     rnd = random.Random(a.room)
     src_shape = Shape(a, tp=1)
@@ -225,6 +252,11 @@ def transfer(a):
     eng.send_multipart(send_begin_msg(a.room, n, src_aux))
     if a.abort:
         abort_then_ack(a, router, peer, src_rank, epoch)
+        ctx.destroy(linger=0)
+        return
+    if a.abort_after_file:
+        print('registered room %d' % a.room, flush=True)
+        abort_unregistered(a, peer, src_rank, epoch)
         ctx.destroy(linger=0)
         return
     step = max(1, (n + a.chunks - 1) // a.chunks)
@@ -279,6 +311,10 @@ def main():
                    help='send no chunk; ABORT the room and wait for ABORT_ACK')
     t.add_argument('--abort-after', action='store_true',
                    help='after the STATUS, ABORT the room and wait for ABORT_ACK')
+    t.add_argument('--abort-after-file', metavar='FILE',
+                   help='send no chunk; once FILE exists (the test restarted '
+                   'kv-sender), ABORT the room without registering again and '
+                   'wait for the ABORT_ACK on the DEALER')
     t.add_argument('--timeout', type=float, default=10)
     for name, dflt in (('layers', 2), ('page-tokens', 4), ('heads', 2),
                        ('head-dim', 8), ('dtype-bytes', 2), ('pool-pages', 32),
