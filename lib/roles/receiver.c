@@ -542,7 +542,9 @@ static int ack_epoch_ok(struct receiver *r, const struct frame_msg *m)
 {
 	struct rx_room *room = receiver_rooms_get(&r->rooms, m->hdr.room);
 
-	for (uint32_t i = 0; room && i < room->ntargets; i++)
+	/* An inherited room's targets have no known rank (their acks are
+	 * told apart by token): nothing to match here. */
+	for (uint32_t i = 0; room && !room->inherited && i < room->ntargets; i++)
 		if (room->targets[i].unique == m->hdr.src_rank &&
 		    room->targets[i].peer)
 			return receiver_peer_seen(r, room->targets[i].peer,

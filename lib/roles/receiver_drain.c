@@ -53,8 +53,9 @@ static void implicit_acks(struct receiver *r, struct rx_peer *p)
 			continue;
 		for (uint32_t i = 0; i < q->ntargets; i++)
 			if (q->targets[i].peer == p)
-				rc = receiver_room_ack(q, q->targets[i].unique,
-						       q->abort_token);
+				rc = receiver_room_ack(
+					q, q->targets[i].unique,
+					receiver_room_target_token(q, i));
 		if (rc == RX_COMPLETE)
 			released(r, q, "the last target restarted");
 	}
@@ -96,38 +97,68 @@ void receiver_drain_scan(struct receiver *r)
 	}
 }
 
-/* The private room for an inherited incarnation: one target, the prefill
- * rank the table names (the first real target: the table keeps no more),
- * marked as having had XFER_INFO. NULL when none can be made (logged). */
+/* Appends peer v (from the table) to room's targets, its pseudo rank
+ * UINT32_MAX - index: never a real rank, so no frame's rank matches it
+ * (its acks are told apart by token). 0, or -1 when its socket cannot be
+ * made (logged). */
+static int inherited_target(struct receiver *r, struct rx_room *room,
+			    const struct rtab_peer_view *v)
+{
+	struct rx_target *t = &room->targets[room->ntargets];
+	char err[200];
+
+	t->peer = receiver_peer_get(r, v->endpoint, UINT32_MAX, err, sizeof err);
+	if (t->peer == NULL) {
+		LOG_ROOM(LOG_ERROR, room->id, "inherited room: %s: %s",
+			 v->endpoint, err);
+		return -1;
+	}
+	t->unique = UINT32_MAX - room->ntargets;
+	room->ntargets++;
+	return 0;
+}
+
+/* The private room for an inherited incarnation. The table names one
+ * prefill rank of it (the first real target: the table keeps no more),
+ * but a room may have had several (prefill TP larger than decode TP, or
+ * PP): so its targets are that rank and every other prefill rank in the
+ * peer table not known dead. One that had nothing of the room acks at
+ * once; one that still runs a job of it fails the room and acks when the
+ * job is over. Marked as having had XFER_INFO. NULL when none can be made
+ * (logged). */
 static struct rx_room *inherited_room(struct receiver *r, uint64_t id,
 				      struct rtab_ref ref, uint32_t peer)
 {
 	struct rtab_peer_view pv;
 	struct rx_room *room;
-	struct rx_peer *p;
-	char err[200];
+	uint32_t cur = 0, n = 0;
 
 	if (rtab_peer_get(r->tab, peer, &pv) != 0) {
 		LOG_ROOM(LOG_WARN, id, "inherited room names no known peer");
 		return NULL;
 	}
-	p = receiver_peer_get(r, pv.endpoint, UINT32_MAX, err, sizeof err);
-	room = p ? receiver_room_new(id, NULL, 0) : NULL;
+	while (rtab_peer_next(r->tab, &cur, &(struct rtab_peer_view){ 0 }) == 0)
+		n++;
+	room = receiver_room_new(id, NULL, 0);
 	if (room)
-		room->targets = calloc(1, sizeof *room->targets);
+		room->targets = calloc(n + 1, sizeof *room->targets);
 	if (!room || !room->targets) {
-		LOG_ROOM(LOG_ERROR, id, "inherited room: %s",
-			 p ? "out of memory" : err);
+		LOG_ROOM(LOG_ERROR, id, "inherited room: out of memory");
 		receiver_room_free(room);
 		return NULL;
 	}
 	room->ref = ref;
 	room->token = receiver_token(r);
 	room->inherited = 1;
-	room->ntargets = 1;
-	room->targets[0].peer = p;
-	room->targets[0].unique = UINT32_MAX; /* not known: see inherited */
-	room->required_resp = 1;
+	if (inherited_target(r, room, &pv) != 0) {
+		receiver_room_free(room);
+		return NULL;
+	}
+	cur = 0;
+	while (room->ntargets <= n && rtab_peer_next(r->tab, &cur, &pv) == 0)
+		if (pv.id != peer && pv.liveness != RTAB_PEER_DEAD)
+			(void)inherited_target(r, room, &pv);
+	room->required_resp = room->ntargets;
 	receiver_room_mark_sent(room);
 	if (receiver_rooms_put(&r->rooms, room) != 0) {
 		receiver_room_free(room);
@@ -160,12 +191,15 @@ void receiver_drain_inherited(struct receiver *r, uint64_t id)
 	room = inherited_room(r, id, ref, v.peer);
 	if (!room)
 		return;
-	/* A REGISTER of this epoch first: the prefill then fails whatever
+	/* A REGISTER of this epoch first: a prefill rank then fails whatever
 	 * it still runs for our previous epoch and tracks the ABORT. */
-	if (receiver_peer_ready(r, room->targets[0].peer) != 0)
-		LOG_ROOM(LOG_WARN, id, "inherited room: REGISTER not sent");
+	for (uint32_t i = 0; i < room->ntargets; i++)
+		if (receiver_peer_ready(r, room->targets[i].peer) != 0)
+			LOG_ROOM(LOG_WARN, id, "inherited room: REGISTER to "
+				 "%s not sent", room->targets[i].peer->ep);
 	LOG_ROOM(LOG_INFO, id, "inherited from a previous incarnation: "
-		 "aborting its prefill rank %s", room->targets[0].peer->ep);
+		 "aborting at its prefill rank %s and %u other known rank(s)",
+		 room->targets[0].peer->ep, room->ntargets - 1);
 	receiver_room_abort(r, room, KVW_R_ABORTED);
 }
 

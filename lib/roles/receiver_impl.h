@@ -69,9 +69,9 @@ struct rx_room {
 	int sent;             /* XFER_INFO went to every target */
 	int inherited;        /* made for an incarnation of a previous
 			       * receiver epoch (receiver_drain_inherited):
-			       * its one target's unique rank is not known,
-			       * so an ack counts from any rank (the token is
-			       * this arming's and went only to it) */
+			       * its targets' unique ranks are not known, so
+			       * each gets its own token and an ack counts
+			       * for the target whose token it echoes */
 	int armed;            /* ABORT sent, waiting for acks */
 	uint64_t abort_token; /* this arming's token (ABORT carries it; an
 			       * ABORT_ACK counts only with it); 0: unarmed */
@@ -104,8 +104,13 @@ int receiver_room_success(struct rx_room *room, uint32_t src);
  * (an ack of an older incarnation of the room id, or of an abort this room
  * never sent, changes nothing) and src a target; RX_DUP for a rank that
  * already acked; RX_COMPLETE when every target that got XFER_INFO acked.
- * Returns KVW_ENOMEM on allocation failure. */
+ * An inherited room's targets are told apart by their tokens, not by src
+ * (receiver_room_target_token). Returns KVW_ENOMEM on allocation failure. */
 int receiver_room_ack(struct rx_room *room, uint32_t src, uint64_t token);
+/* The token the ABORT to target i carries: the arming's; for an inherited
+ * room the arming's + i (the range is reserved when it is armed), since
+ * the ranks of its targets are not known. */
+uint64_t receiver_room_target_token(const struct rx_room *room, uint32_t i);
 /* Arms the room for an abort with token (!= 0): acks counted so far are
  * forgotten. Returns 0, or KVW_EINVAL for token 0 or a room armed already
  * (nothing changed). */

@@ -156,19 +156,31 @@ int receiver_room_arm(struct rx_room *room, uint64_t token)
 	return 0;
 }
 
+uint64_t receiver_room_target_token(const struct rx_room *room, uint32_t i)
+{
+	return room->abort_token + (room->inherited ? i : 0);
+}
+
 int receiver_room_ack(struct rx_room *room, uint32_t src, uint64_t token)
 {
 	int target = 0, rc;
 
-	if (!room->armed || !room->sent || token != room->abort_token)
+	if (!room->armed || !room->sent)
 		return RX_IGNORED;
-	for (uint32_t i = 0; i < room->ntargets; i++)
-		if (room->targets[i].unique == src || room->inherited)
-			target = 1;
+	if (room->inherited) {
+		uint64_t i = token - room->abort_token;
+
+		if (i >= room->ntargets)
+			return RX_IGNORED;
+		src = room->targets[i].unique;
+		target = 1;
+	} else if (token == room->abort_token) {
+		for (uint32_t i = 0; i < room->ntargets; i++)
+			if (room->targets[i].unique == src)
+				target = 1;
+	}
 	if (!target)
 		return RX_IGNORED;
-	if (room->inherited)
-		src = room->targets[0].unique;
 	rc = receiver_rset_add(&room->acked, src);
 	if (rc < 0)
 		return rc;
@@ -480,6 +492,10 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 	if (st != KVW_FAILED || room->armed)
 		return; /* Success stays; an armed room already sent ABORT */
 	(void)receiver_room_arm(room, receiver_token(r));
+	/* An inherited room's targets get tokens token .. token + n - 1:
+	 * none of them may be handed out again. */
+	if (room->inherited)
+		r->abort_seq += room->ntargets;
 	/* Armed before any ABORT leaves, so an ack can never beat it. */
 	(void)rtab_flags_or(r->tab, room->ref, RTAB_F_ARMED);
 	if (!room->sent || room->ack_needed == 0) {
@@ -489,7 +505,7 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 	for (uint32_t i = 0; i < room->ntargets; i++) {
 		frame_msg_init(&m, FRAME_ABORT, r->my_rank, room->id, r->epoch);
 		m.u.abort.reason = reason;
-		m.u.abort.token = room->abort_token;
+		m.u.abort.token = receiver_room_target_token(room, i);
 		(void)peer_send(r, room->targets[i].peer, &m);
 	}
 	LOG_ROOM(LOG_INFO, room->id, "ABORT (%s) sent to %u targets",

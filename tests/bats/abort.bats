@@ -47,8 +47,6 @@ print(str(v).lower() if isinstance(v, bool) else v)' "$3"
 # is MEMBER ROOM KEY VALUE
 is() { [ "$(rj "$1" "$2" "$3")" = "$4" ]; }
 
-logged() { grep -q -- "$2" "$RUN/logs/$1.log"; }
-
 seqc() { seq -s, "$@"; }
 
 @test "abort storm: a third of 300 rooms aborted at random moments with slowed copies; every one releasable, no canary touched" {

@@ -229,7 +229,7 @@ canary_holds() {
 	canary_holds 71
 }
 
-p0_logged() { grep -q -- "$1" "$RUN/logs/p0.log"; }
+p0_logged() { logged p0 "$1"; }
 
 # Slowed copies: 1024-page pools, every batch of WORKER_BATCH (256) copies
 # waits DELAY_US between its room re-check and its write (the worker's
@@ -320,6 +320,38 @@ slow_canary() {
 	# What landed before the release is whole batches (0 or the first).
 	landed_batches 0 1
 	slow_canary 81
+}
+
+@test "decode restart with two prefill ranks (TP 2 -> 1) and slowed copies: the inherited room is aborted at both, nothing lands after it is releasable" {
+	slow_up --prefill-tp 2
+	fill p0 ab
+	fill p1 ab
+	fill d0 cd
+	# 30 pages from each rank (its head of each token slot): 480 copies
+	# each, two slowed batches.
+	src=$(seq -s, 0 2 58)
+	dst=$(seq -s, 1 2 59)
+	ctl recv-begin "$(endpoint d0 engine)" 121 "$(endpoint bootstrap listen)" 0 "$dst"
+	wait_for 10 state_is d0 121 WaitingForInput
+	for p in p0 p1; do
+		ctl send-begin "$(endpoint $p engine)" 121 30 0
+		ctl send-chunk "$(endpoint $p engine)" 121 --last "$src"
+		wait_for 10 logged $p "room 121: test delay before a batch"
+	done
+	old=$(cat "$RUN/pids/d0.pid")
+	kill -KILL "$old"
+	wait_for 20 restarted d0 "$old"
+	start=$SECONDS
+	ctl abort "$(endpoint d0 engine)" 121
+	wait_for "$BOUND" field_is d0 121 releasable true
+	[ $((SECONDS - start)) -le "$BOUND" ]
+	paint d0 5a "$dst"
+	wait_for 20 field_is p0 121 outstanding 0
+	wait_for 20 field_is p1 121 outstanding 0
+	[ "$(count d0 5a "$dst")" -eq $((30 * 4 * ITEM)) ]
+	# The table named one rank; the other was aborted too, and acked
+	# only once its batch in flight was written.
+	logged d0 "room 121: inherited from a previous incarnation: aborting at its prefill rank .* and 1 other known rank"
 }
 
 @test "worker killed mid-copy with slowed copies: both sides terminal, releasable within seconds, nothing lands after" {

@@ -133,6 +133,9 @@ restarted() {
 	[ -n "$p" ] && [ "$p" != "$2" ] && kill -0 "$p" 2>/dev/null
 }
 
+# logged MEMBER TEXT: the member's log has TEXT.
+logged() { grep -q -- "$2" "$RUN/logs/$1.log"; }
+
 # worker_of MEMBER: the pids of a kv-up prefill member's worker processes.
 worker_of() { pgrep -P "$(cat "$RUN/pids/$1.pid")"; }
 

@@ -33,8 +33,6 @@ teardown() {
 up() { kv_up_held --heartbeat-interval 300 "$@"; }
 
 field_is() { [ "$(field "$1" "$2" "$3")" = "$4" ]; }
-logged() { grep -q -- "$2" "$RUN/logs/$1.log"; }
-
 # token N: d0's incarnation token of the N-th XFER_INFO round of room 5.
 token() {
 	sed -n 's/.*room 5: XFER_INFO sent to [0-9]* targets, incarnation token \([0-9]*\)$/\1/p' \

@@ -11,6 +11,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
+
 #include "plan/rankmap.h"
 #include "roles/receiver_impl.h"
 
@@ -126,6 +128,37 @@ static void acks_count_only_when_armed_and_include_dummies(void **state)
 	assert_int_equal(receiver_room_ack(room, 1, 5), RX_COUNTED);
 	assert_int_equal(receiver_room_ack(room, 3, 5), RX_COUNTED);
 	assert_int_equal(receiver_room_ack(room, 2, 5), RX_COMPLETE);
+	receiver_room_free(room);
+}
+
+/* An inherited room's targets have no known ranks: each ABORT carries its
+ * own token (the arming's + i), and an ack counts for the target whose
+ * token it echoes, whatever rank it names; a token outside the range
+ * (another arming, another incarnation) counts for nothing. */
+static void inherited_acks_are_told_apart_by_token(void **state)
+{
+	struct rx_room *room = receiver_room_new(7, NULL, 0);
+
+	(void)state;
+	assert_non_null(room);
+	room->targets = calloc(3, sizeof *room->targets);
+	assert_non_null(room->targets);
+	room->inherited = 1;
+	room->ntargets = 3;
+	for (uint32_t i = 0; i < 3; i++)
+		room->targets[i].unique = UINT32_MAX - i;
+	receiver_room_mark_sent(room);
+	assert_int_equal(room->ack_needed, 3);
+	assert_int_equal(receiver_room_arm(room, 100), 0);
+	assert_int_equal(receiver_room_target_token(room, 0), 100);
+	assert_int_equal(receiver_room_target_token(room, 2), 102);
+	assert_int_equal(receiver_room_ack(room, 0, 99), RX_IGNORED);
+	assert_int_equal(receiver_room_ack(room, 0, 103), RX_IGNORED);
+	/* The rank in the frame does not matter: 0 twice, two targets. */
+	assert_int_equal(receiver_room_ack(room, 0, 101), RX_COUNTED);
+	assert_int_equal(receiver_room_ack(room, 0, 100), RX_COUNTED);
+	assert_int_equal(receiver_room_ack(room, 5, 101), RX_DUP);
+	assert_int_equal(receiver_room_ack(room, 5, 102), RX_COMPLETE);
 	receiver_room_free(room);
 }
 
@@ -279,6 +312,7 @@ int main(void)
 		cmocka_unit_test(mla_fanin_dummies_never_count_as_success),
 		cmocka_unit_test(pp_targets_have_distinct_unique_ranks),
 		cmocka_unit_test(acks_count_only_when_armed_and_include_dummies),
+		cmocka_unit_test(inherited_acks_are_told_apart_by_token),
 		cmocka_unit_test(acks_are_ignored_before_xfer_info_went_out),
 		cmocka_unit_test(acks_of_another_incarnation_never_count),
 		cmocka_unit_test(status_token_must_be_this_incarnations),
