@@ -191,6 +191,7 @@ struct sender {
 	uint64_t next_notice_ns; /* next sender_notice */
 	uint64_t ack_expiry_ns; /* earliest ack_deadline_ns of a room; 0: none */
 	int ready_fd;
+	uint64_t zap_seen; /* ZAP refusals already in the table (authz.h) */
 };
 
 /* Tells the loop that a message went out on sock (one of its polled
@@ -213,6 +214,10 @@ void sender_rooms_del(struct sender_rooms *m, uint64_t id);
 void sender_rooms_foreach(struct sender_rooms *m,
 			  void (*fn)(void *arg, struct sender_room *r),
 			  void *arg);
+
+/* Whether peer p is a destination of r (its XFER_INFO reached r). */
+int sender_room_has_dst(const struct sender_room *r,
+			const struct sender_peer *p);
 
 /* Adds or overwrites (same peer) the destination of peer p with a copy of
  * pages. Returns its index (>= 0), KVW_ENOMEM, or KVW_ERANGE when the room

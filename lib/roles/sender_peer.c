@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "malformed.h"
 #include "base/log.h"
 #include "wire/dealers.h"
@@ -387,13 +388,23 @@ static void ack_unregistered(struct sender *s, const struct wire_in *in,
  * targets until they are acked or their deadline passes. A room with no
  * private state (never seen, cleared and drained, or left by a previous
  * incarnation of this process) has nothing in flight from here: acked at
- * once, and nothing is created. */
+ * once, and nothing is created. Only a destination of the room may abort
+ * it: anyone else's ABORT is counted as unauthorised (authz.h). */
+static void ack_at_once(struct sender *s, struct sender_peer *p,
+			const struct frame_msg *m)
+{
+	struct frame_msg ack;
+
+	frame_msg_init(&ack, FRAME_ABORT_ACK, s->rank, m->hdr.room, s->epoch);
+	ack.u.abort_ack.token = m->u.abort.token;
+	sender_peer_send(s, p, &ack);
+}
+
 static void on_abort(struct sender *s, const struct wire_in *in,
 		     const struct frame_msg *m)
 {
 	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
 	struct sender_room *r;
-	struct frame_msg ack;
 	int rc;
 
 	if (!p) {
@@ -404,10 +415,18 @@ static void on_abort(struct sender *s, const struct wire_in *in,
 	if (!r) {
 		LOG_ROOM(LOG_DEBUG, m->hdr.room, "ABORT for an unknown room: "
 			 "acked at once");
-		frame_msg_init(&ack, FRAME_ABORT_ACK, s->rank, m->hdr.room,
-			       s->epoch);
-		ack.u.abort_ack.token = m->u.abort.token;
-		sender_peer_send(s, p, &ack);
+		ack_at_once(s, p, m);
+		return;
+	}
+	if (!sender_room_has_dst(r, p)) {
+		/* Only a destination may abort a room (issue 14). No job of
+		 * the room writes to a non-destination, so the ack it gets
+		 * is true and lets a decode whose XFER_INFO was ignored
+		 * release at once; the room itself is left alone. */
+		UNAUTHORISED(s->t, "ABORT of room %llu from decode %s, not a "
+			     "destination of it: ignored",
+			     (unsigned long long)r->id, p->endpoint);
+		ack_at_once(s, p, m);
 		return;
 	}
 	if (!r->cleared)

@@ -10,7 +10,9 @@
  * new epoch does replace it and fails the old incarnation's room, so the
  * test can tell the two apart. And (issue 12) on room id reuse, an MLA
  * dummy rank's XFER_INFO that beats SEND_BEGIN opens the new incarnation;
- * a cleared room with a job in flight outlives its ack deadline.
+ * a cleared room with a job in flight outlives its ack deadline. And
+ * (issue 14) an ABORT from a registered decode that is not a destination
+ * of the room changes nothing and is counted as unauthorised.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -107,10 +109,10 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* A REGISTER from the decode at DECODE_EP with this epoch, transport and
- * the first nbufs buffers of its layout. */
-static void reg(struct fix *f, uint64_t epoch, const char *transport,
-		uint32_t nbufs, const uint8_t *desc)
+/* A REGISTER from the decode at ep with this epoch, transport and the
+ * first nbufs buffers of its layout. */
+static void reg_at(struct fix *f, const char *ep, uint64_t epoch,
+		   const char *transport, uint32_t nbufs, const uint8_t *desc)
 {
 	struct wire_in in = { 0 };
 	struct frame_msg m;
@@ -118,13 +120,20 @@ static void reg(struct fix *f, uint64_t epoch, const char *transport,
 	frame_msg_init(&m, FRAME_REGISTER, 0, 0, epoch);
 	m.u.reg.coord = f->coord;
 	m.u.reg.topo = f->topo;
-	snprintf(m.u.reg.endpoint, sizeof m.u.reg.endpoint, "%s", DECODE_EP);
+	snprintf(m.u.reg.endpoint, sizeof m.u.reg.endpoint, "%s", ep);
 	snprintf(m.u.reg.transport, sizeof m.u.reg.transport, "%s", transport);
 	m.u.reg.desc.p = desc;
 	m.u.reg.desc.len = 8;
 	m.u.reg.model = f->model;
 	m.u.reg.bufs = frame_bufs_of(f->bufs, nbufs);
 	sender_on_peer(f->s, &in, &m);
+}
+
+/* The same from the decode at DECODE_EP. */
+static void reg(struct fix *f, uint64_t epoch, const char *transport,
+		uint32_t nbufs, const uint8_t *desc)
+{
+	reg_at(f, DECODE_EP, epoch, transport, nbufs, desc);
 }
 
 /* SEND_BEGIN from the engine and XFER_INFO from the decode of epoch. */
@@ -301,15 +310,54 @@ static void test_a_dummy_xfer_info_that_beats_send_begin_on_id_reuse_opens_the_r
 	assert_null(sender_rooms_get(&f->s->rooms, ROOM + 1));
 }
 
-static void abort_from(struct fix *f, uint64_t room, uint64_t token)
+static void abort_by(struct fix *f, uint64_t epoch, uint64_t room,
+		     uint64_t token)
 {
 	struct wire_in in = { 0 };
 	struct frame_msg m;
 
-	frame_msg_init(&m, FRAME_ABORT, 0, room, E1);
+	frame_msg_init(&m, FRAME_ABORT, 0, room, epoch);
 	m.u.abort.reason = KVW_R_ABORTED;
 	m.u.abort.token = token;
 	sender_on_peer(f->s, &in, &m);
+}
+
+static void abort_from(struct fix *f, uint64_t room, uint64_t token)
+{
+	abort_by(f, E1, room, token);
+}
+
+/* Issue 14: only a destination of a room may abort it. A second,
+ * registered decode's ABORT of the first one's room is counted as
+ * unauthorised and changes nothing (state, ack targets); the
+ * destination's own ABORT still fails the room. */
+static void test_an_abort_from_a_decode_that_is_not_a_destination_changes_nothing(void **state)
+{
+	struct fix *f = *state;
+	struct rtab_metrics_view mv;
+	struct sender_room *r;
+	struct rtab_view v;
+
+	reg(f, E1, "shm", f->nbufs, f->desc);
+	reg_at(f, DECODE_EP "-other", E2, "shm", f->nbufs, f->desc);
+	assert_int_equal(f->s->npeers, 2);
+	open_room(f, E1);
+	r = sender_rooms_get(&f->s->rooms, ROOM);
+	assert_non_null(r);
+	assert_int_equal(rtab_get(f->s->t, r->ref, &v), 0);
+	assert_int_equal(v.state, KVW_WAITING);
+	abort_by(f, E2, ROOM, 0x93);
+	assert_int_equal(rtab_get(f->s->t, r->ref, &v), 0);
+	assert_int_equal(v.state, KVW_WAITING);
+	assert_int_equal(r->nacks, 0);
+	rtab_metrics_get(f->s->t, &mv);
+	assert_int_equal(mv.sec[RTAB_S_UNAUTHORISED], 1);
+	abort_from(f, ROOM, 0x94);
+	assert_int_equal(rtab_get(f->s->t, r->ref, &v), 0);
+	assert_int_equal(v.state, KVW_FAILED);
+	assert_int_equal(v.reason, KVW_R_ABORTED);
+	rtab_metrics_get(f->s->t, &mv);
+	assert_int_equal(mv.sec[RTAB_S_UNAUTHORISED], 1);
 }
 
 /* Issue 12, item 4: a cleared room whose ack deadline passed while a job
@@ -350,6 +398,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_good_register_of_a_new_epoch_replaces_it, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_dummy_xfer_info_that_beats_send_begin_on_id_reuse_opens_the_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_cleared_room_with_a_job_in_flight_outlives_its_ack_deadline, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_an_abort_from_a_decode_that_is_not_a_destination_changes_nothing, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
