@@ -39,6 +39,8 @@ struct sender_peer {
 	struct kvw_model model;
 	uint8_t *desc; /* transport descriptor (owned) */
 	uint32_t desclen;
+	uint64_t pool_dev, pool_ino; /* shm: the pool its descriptor names
+				      * (0, 0: none; sender_authz.c) */
 	struct plan *plan; /* NULL: unusable, why says why */
 	char why[160];
 	void *out; /* DEALER to endpoint (s->dealers owns it), got on first send */
@@ -303,6 +305,16 @@ void sender_notice(struct sender *s);
  * a warning (a cleared room holding only them is freed); returns the next
  * deadline (0: none). */
 uint64_t sender_sweep(struct sender *s, uint64_t now);
+
+/* ---- sender_authz.c ---------------------------------------------------- */
+
+/* Whether REGISTER r (from the decode at r->endpoint; p: its peer, or
+ * NULL for a new one) may name the pool its descriptor names: 1 (with the
+ * pool's identity in *dev, *ino; 0, 0 for a transport that maps no file),
+ * or 0 with why[] saying why not (issue 14). */
+int sender_pool_allowed(const struct sender *s, const struct sender_peer *p,
+			const struct frame_register *r, uint64_t *dev,
+			uint64_t *ino, char *why, size_t whylen);
 
 /* ---- sender_peer.c ----------------------------------------------------- */
 

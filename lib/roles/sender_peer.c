@@ -150,15 +150,18 @@ static struct sender_peer *peer_add(struct sender *s, const char *ep)
  * registration (its rooms and plan stay as they were); a decode not yet
  * registered is recorded as unusable, so its rooms fail with the reason.
  * Only then does it act: the rooms of a replaced epoch fail, and the
- * peer's fields, descriptor and plan are swapped in. */
+ * peer's fields, descriptor and plan are swapped in. A descriptor naming
+ * a pool the decode does not own (sender_authz.c) counts as unauthorised
+ * and is treated like a plan that cannot be built. */
 static void on_register(struct sender *s, const struct frame_msg *m)
 {
 	const struct frame_register *r = &m->u.reg;
 	struct sender_peer *p;
-	struct plan *plan;
+	struct plan *plan = NULL;
 	uint8_t *desc;
+	uint64_t dev, ino;
 	uint32_t id;
-	int changed = 0, rc;
+	int changed = 0, rc, allowed;
 	char why[sizeof p->why];
 
 	if (!r->endpoint[0] || strlen(r->endpoint) >= RTAB_ENDPOINT_MAX) {
@@ -170,11 +173,18 @@ static void on_register(struct sender *s, const struct frame_msg *m)
 		malformed(s, m, "too many decode peers");
 		return;
 	}
-	plan = register_plan(s, r, why, sizeof why);
+	allowed = sender_pool_allowed(s, p, r, &dev, &ino, why, sizeof why);
+	if (allowed)
+		plan = register_plan(s, r, why, sizeof why);
+	else
+		UNAUTHORISED(s->t, "decode %s: REGISTER names a pool it does "
+			     "not own: %s", r->endpoint, why);
 	if (!plan && p && p->plan) {
-		MALFORMED(s->t, "decode %s: REGISTER refused (%s); the "
-			  "registration of epoch %016llx stays", p->endpoint,
-			  why, (unsigned long long)p->epoch);
+		if (allowed)
+			MALFORMED(s->t, "decode %s: REGISTER refused (%s); "
+				  "the registration of epoch %016llx stays",
+				  p->endpoint, why,
+				  (unsigned long long)p->epoch);
 		return;
 	}
 	desc = malloc(r->desc.len ? r->desc.len : 1);
@@ -208,6 +218,8 @@ static void on_register(struct sender *s, const struct frame_msg *m)
 	p->coord = r->coord;
 	p->topo = r->topo;
 	p->model = r->model;
+	p->pool_dev = dev;
+	p->pool_ino = ino;
 	free(p->desc);
 	p->desc = desc;
 	p->desclen = r->desc.len;
