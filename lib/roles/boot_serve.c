@@ -74,6 +74,7 @@ fail:
  * counted and dropped. Returns -1 when the context is gone. */
 static int answer(struct boot_serve *s, const struct wire_in *in)
 {
+	uint64_t unauth = boot_unauthorised(s->b);
 	char err[256];
 	int rc;
 
@@ -86,8 +87,11 @@ static int answer(struct boot_serve *s, const struct wire_in *in)
 	    s->reply.hdr.type == FRAME_BOOT_REPLY ? s->reply.u.boot_reply.status
 						  : 0,
 	    boot_registered(s->b), boot_expected(s->b));
-	if (s->reply.hdr.type == FRAME_BOOT_REPLY &&
-	    s->reply.u.boot_reply.status == FRAME_BOOT_REFUSED)
+	if (boot_unauthorised(s->b) != unauth)
+		LOG_RL(LOG_WARN, "unauthorised: BOOT_REGISTER for a live rank "
+		       "refused: %s", s->reply.u.boot_reply.text);
+	else if (s->reply.hdr.type == FRAME_BOOT_REPLY &&
+		 s->reply.u.boot_reply.status == FRAME_BOOT_REFUSED)
 		LOG_RL(LOG_WARN, "%s refused: %s", frame_type_str(s->req.hdr.type),
 		       s->reply.u.boot_reply.text);
 	rc = wire_send(s->sock, &s->reply, in->id, in->idlen, err, sizeof err);
@@ -141,9 +145,10 @@ int boot_serve_run(struct boot_serve *s, char *err, size_t errlen)
 			break;
 		rc = 0;
 	}
-	LOG(LOG_INFO, "stopping: %u of %u ranks registered, %llu malformed",
-	    boot_registered(s->b), boot_expected(s->b),
-	    (unsigned long long)malformed_local());
+	LOG(LOG_INFO, "stopping: %u of %u ranks registered, %llu malformed, "
+	    "%llu unauthorised", boot_registered(s->b), boot_expected(s->b),
+	    (unsigned long long)malformed_local(),
+	    (unsigned long long)boot_unauthorised(s->b));
 	return rc;
 }
 
