@@ -35,6 +35,11 @@ void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 		zmq_close(s);
 		return NULL;
 	}
+	/* ROUTERs are the servers: their failed handshakes are counted. */
+	if (type == ZMQ_ROUTER && wire_auth_watch(ctx, s, err, errlen) != 0) {
+		zmq_close(s);
+		return NULL;
+	}
 	return s;
 }
 
