@@ -23,6 +23,14 @@
 		LOG_RL(LOG_WARN, "unauthorised: " fmt, ##__VA_ARGS__); \
 	} while (0)
 
+/* Counts one message dropped by a rate limit (ratelimit.h) in t and logs
+ * one rate-limited warning. */
+#define RATE_LIMITED(t, fmt, ...)                                   \
+	do {                                                        \
+		rtab_sec_add((t), RTAB_S_RATE_LIMITED, 1);          \
+		LOG_RL(LOG_WARN, "rate limited: " fmt, ##__VA_ARGS__); \
+	} while (0)
+
 /* Records in t whether this process runs --insecure (wire_auth_mode). */
 void authz_mark(struct rtab *t);
 

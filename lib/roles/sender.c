@@ -207,6 +207,8 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 	s->rank = sender_rank_of(&s->topo, &s->coord);
 	s->epoch = proc_epoch();
 	s->ready_fd = -1;
+	rl_init(&s->rl_register, SENDER_REGISTER_RATE, SENDER_REGISTER_BURST);
+	rl_init(&s->rl_xfer, SENDER_XFER_INFO_RATE, SENDER_XFER_INFO_BURST);
 	if (oom || sender_rooms_init(&s->rooms, 1024) < 0) {
 		kvw_seterr(err, errlen, "out of memory");
 		rc = KVW_ENOMEM;

@@ -11,6 +11,7 @@
 #ifndef KVW_SENDER_IMPL_H
 #define KVW_SENDER_IMPL_H
 
+#include "ratelimit.h"
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -24,6 +25,15 @@
 
 #define SENDER_MAX_DST 256u    /* destinations of one room */
 #define SENDER_MAX_PEERS 1024u /* decode peers remembered */
+/* Decode endpoints one source (ROUTER identity: one connection) may
+ * register: a decode rank registers one; a flood of fake REGISTERs from
+ * one source cannot use up the peer table (issue 14). */
+#define SENDER_PEERS_PER_SOURCE 8u
+/* Per source: REGISTERs and XFER_INFOs per second, and bursts. */
+#define SENDER_REGISTER_RATE 20.0
+#define SENDER_REGISTER_BURST 64.0
+#define SENDER_XFER_INFO_RATE 200000.0
+#define SENDER_XFER_INFO_BURST 20000.0
 #define SENDER_MAX_LAYOUT 4096u /* own layout buffers */
 
 /* One decode rank that sent REGISTER. Peers are never freed before the
@@ -39,6 +49,8 @@ struct sender_peer {
 	struct kvw_model model;
 	uint8_t *desc; /* transport descriptor (owned) */
 	uint32_t desclen;
+	uint8_t src[RL_ID_MAX]; /* the source its last REGISTER came from */
+	uint8_t srclen;
 	uint64_t pool_dev, pool_ino; /* shm: the pool its descriptor names
 				      * (0, 0: none; sender_authz.c) */
 	struct plan *plan; /* NULL: unusable, why says why */
@@ -194,6 +206,7 @@ struct sender {
 	uint64_t ack_expiry_ns; /* earliest ack_deadline_ns of a room; 0: none */
 	int ready_fd;
 	uint64_t zap_seen; /* ZAP refusals already in the table (authz.h) */
+	struct ratelimit rl_register, rl_xfer; /* per source (ratelimit.h) */
 };
 
 /* Tells the loop that a message went out on sock (one of its polled

@@ -153,7 +153,22 @@ static struct sender_peer *peer_add(struct sender *s, const char *ep)
  * peer's fields, descriptor and plan are swapped in. A descriptor naming
  * a pool the decode does not own (sender_authz.c) counts as unauthorised
  * and is treated like a plan that cannot be built. */
-static void on_register(struct sender *s, const struct frame_msg *m)
+/* Decode endpoints registered from source id[len]. */
+static uint32_t peers_of_source(const struct sender *s, const uint8_t *id,
+				size_t len)
+{
+	uint32_t n = 0;
+
+	if (len > RL_ID_MAX)
+		len = RL_ID_MAX;
+	for (uint32_t i = 0; i < s->npeers; i++)
+		n += s->peers[i]->srclen == len &&
+		     memcmp(s->peers[i]->src, id, len) == 0;
+	return n;
+}
+
+static void on_register(struct sender *s, const struct wire_in *in,
+			const struct frame_msg *m)
 {
 	const struct frame_register *r = &m->u.reg;
 	struct sender_peer *p;
@@ -171,6 +186,13 @@ static void on_register(struct sender *s, const struct frame_msg *m)
 	p = peer_by_endpoint(s, r->endpoint);
 	if (!p && s->npeers >= SENDER_MAX_PEERS) {
 		malformed(s, m, "too many decode peers");
+		return;
+	}
+	if (!p && peers_of_source(s, in->id, in->idlen) >=
+		      SENDER_PEERS_PER_SOURCE) {
+		RATE_LIMITED(s->t, "decode %s: REGISTER of a new endpoint from "
+			     "a source that registered %u already", r->endpoint,
+			     SENDER_PEERS_PER_SOURCE);
 		return;
 	}
 	allowed = sender_pool_allowed(s, p, r, &dev, &ino, why, sizeof why);
@@ -220,6 +242,8 @@ static void on_register(struct sender *s, const struct frame_msg *m)
 	p->model = r->model;
 	p->pool_dev = dev;
 	p->pool_ino = ino;
+	p->srclen = (uint8_t)(in->idlen < RL_ID_MAX ? in->idlen : RL_ID_MAX);
+	memcpy(p->src, in->id, p->srclen);
 	free(p->desc);
 	p->desc = desc;
 	p->desclen = r->desc.len;
@@ -470,10 +494,18 @@ void sender_on_peer(struct sender *s, const struct wire_in *in,
 			LOG_RL(LOG_DEBUG, "PONG to a vanished pinger dropped");
 		break;
 	case FRAME_REGISTER:
-		on_register(s, m);
+		if (rl_take(&s->rl_register, in->id, in->idlen, proc_now_ns()))
+			on_register(s, in, m);
+		else
+			RATE_LIMITED(s->t, "REGISTER from a source over %g/s",
+				     SENDER_REGISTER_RATE);
 		break;
 	case FRAME_XFER_INFO:
-		on_xfer_info(s, in, m);
+		if (rl_take(&s->rl_xfer, in->id, in->idlen, proc_now_ns()))
+			on_xfer_info(s, in, m);
+		else
+			RATE_LIMITED(s->t, "XFER_INFO from a source over %g/s",
+				     SENDER_XFER_INFO_RATE);
 		break;
 	case FRAME_ABORT:
 		on_abort(s, in, m);

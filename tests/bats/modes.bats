@@ -17,6 +17,8 @@ setup() {
 }
 teardown() {
 	[ -z "${WATCH_PID:-}" ] || kill "$WATCH_PID" 2>/dev/null
+	# The group lives in $RUN/g, which kvw_teardown does not stop.
+	[ ! -d "$RUN/g" ] || timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/g" >/dev/null 2>&1 || true
 	kvw_teardown
 }
 

@@ -528,6 +528,47 @@ static void test_under_kvup_names_a_register_naming_another_groups_pool_is_refus
 	assert_non_null(f->s->peers[0]->plan);
 }
 
+/* Issue 14: 10,000 fake REGISTERs, each naming a new endpoint, from one
+ * source (one ROUTER identity) take at most SENDER_PEERS_PER_SOURCE peer
+ * slots, the rest are dropped by the per-source bound and the REGISTER
+ * rate, counted as rate_limited; the real decode, registered before and
+ * again after from its own source, keeps its room Waiting and opens a
+ * new one. */
+static void test_ten_thousand_fake_registers_from_one_source_leave_room_for_real_peers(void **state)
+{
+	struct fix *f = *state;
+	struct wire_in flood = { 0 };
+	struct rtab_metrics_view mv;
+	struct frame_msg m;
+
+	reg(f, E1, "shm", f->nbufs, 0);
+	open_room(f, E1);
+	assert_int_equal(room_state(f), KVW_WAITING);
+	memcpy(flood.id, "\0flood", 6);
+	flood.idlen = 6;
+	for (int i = 0; i < 10000; i++) {
+		frame_msg_init(&m, FRAME_REGISTER, 0, 0, E2 + (uint64_t)i);
+		m.u.reg.coord = f->coord;
+		m.u.reg.topo = f->topo;
+		snprintf(m.u.reg.endpoint, sizeof m.u.reg.endpoint,
+			 "ipc:///tmp/kvw-fake-%d", i);
+		snprintf(m.u.reg.transport, sizeof m.u.reg.transport, "tcp");
+		m.u.reg.model = f->model;
+		m.u.reg.bufs = frame_bufs_of(f->bufs, f->nbufs);
+		sender_on_peer(f->s, &flood, &m);
+	}
+	assert_true(f->s->npeers <= 1 + SENDER_PEERS_PER_SOURCE);
+	rtab_metrics_get(f->s->t, &mv);
+	assert_true(mv.sec[RTAB_S_RATE_LIMITED] >= 10000 - SENDER_PEERS_PER_SOURCE);
+	/* The real decode's room is untouched; it registers again and its
+	 * next room opens. */
+	assert_int_equal(room_state(f), KVW_WAITING);
+	reg(f, E1, "shm", f->nbufs, 0);
+	assert_non_null(f->s->peers[0]->plan);
+	xfer_info(f, ROOM + 7, 0, 0x75);
+	assert_non_null(sender_rooms_get(&f->s->rooms, ROOM + 7));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -538,6 +579,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_an_abort_from_a_decode_that_is_not_a_destination_changes_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_register_naming_the_prefills_own_or_another_decodes_pool_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_under_kvup_names_a_register_naming_another_groups_pool_is_refused, setup_kvup, teardown),
+		cmocka_unit_test_setup_teardown(test_ten_thousand_fake_registers_from_one_source_leave_room_for_real_peers, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
