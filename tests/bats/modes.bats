@@ -16,6 +16,7 @@ setup() {
 	mkdir -m 700 "$RUN/g"
 }
 teardown() {
+	# The reader ends at the end of the events.
 	[ -z "${WATCH_PID:-}" ] || kill "$WATCH_PID" 2>/dev/null
 	# The group lives in $RUN/g, which kvw_teardown does not stop.
 	[ ! -d "$RUN/g" ] || timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/g" >/dev/null 2>&1 || true
@@ -27,15 +28,17 @@ teardown() {
 # read ("gone - PATH" for one removed before it could be looked at).
 # Returns once its watches are established.
 watch() {
-	( inotifywait -m -r -q -e create -e moved_to --format '%w%f' \
-		"$RUN/g" /dev/shm 2>"$RUN/watch.err" |
-		while IFS= read -r f; do
-			case $f in /dev/shm/*) case ${f##*/} in kvwire.*) ;; *) continue ;; esac ;; esac
-			stat -c '%a %F %n' -- "$f" 2>/dev/null || echo "gone - $f"
-		done >"$RUN/modes" ) &
+	mkfifo "$RUN/events"
+	# Neither holds bats' fd 3, so the test ends when it ends.
+	inotifywait -m -r -q -e create -e moved_to --format '%w%f' \
+		"$RUN/g" /dev/shm >"$RUN/events" 2>"$RUN/watch.err" 3>&- &
 	WATCH_PID=$!
-	# inotifywait -q still says nothing until the watches exist; the
-	# kernel sees each watch as it is added, so poll that they took.
+	while IFS= read -r f; do
+		case $f in /dev/shm/*) case ${f##*/} in kvwire.*) ;; *) continue ;; esac ;; esac
+		stat -c '%a %F %n' -- "$f" 2>/dev/null || echo "gone - $f"
+	done <"$RUN/events" >"$RUN/modes" 3>&- &
+	# inotifywait -q says nothing once its watches exist: a probe file
+	# shows when they do.
 	wait_for 10 watching
 }
 
