@@ -145,10 +145,11 @@ int boot_serve_run(struct boot_serve *s, char *err, size_t errlen)
 			break;
 		rc = 0;
 	}
-	LOG(LOG_INFO, "stopping: %u of %u ranks registered, %llu malformed, "
-	    "%llu unauthorised", boot_registered(s->b), boot_expected(s->b),
-	    (unsigned long long)malformed_local(),
-	    (unsigned long long)boot_unauthorised(s->b));
+	/* The malformed count stays last: tools read it off the line's end. */
+	LOG(LOG_INFO, "stopping: %u of %u ranks registered, %llu unauthorised, "
+	    "%llu malformed", boot_registered(s->b), boot_expected(s->b),
+	    (unsigned long long)boot_unauthorised(s->b),
+	    (unsigned long long)malformed_local());
 	return rc;
 }
 
