@@ -7,7 +7,9 @@
 # real kv-bootstrap; a worker killed with a job on it fails exactly that room
 # (worker died), is restarted, and the next room succeeds; SIGTERM -> exit 0
 # within 2 s with the workers gone; ABORT -> STATUS Failed + ABORT_ACK; frames
-# from an unregistered decode only count as malformed; usage exit codes.
+# from an unregistered decode only count as malformed; usage exit codes;
+# (issue 14) a second registered decode's ABORT of a room it is not a
+# destination of is acked and changes nothing, counted as unauthorised.
 
 load helpers
 
@@ -209,3 +211,38 @@ nworkers_is() {
 	[ "$status" -eq 1 ]
 	kill -0 "$SENDER"
 }
+
+# unauthorised: the table's count of refused, authenticated requests.
+unauthorised() {
+	"$KVW_BIN/kv-stat" --table "$TABLE" --json | jq -r '.tables[0].security.unauthorised'
+}
+
+@test "issue 14: an ABORT from a registered decode that is not a destination of the room is acked and changes nothing; the destination's own ABORT still fails it" {
+	start_sender --workers 1
+	# Decode a: registered, the room's destination, Waiting until "go".
+	timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" transfer \
+		--sender "$PEER" --engine "$ENG" --listen "ipc://$RUN/a.sock" \
+		--prefill-pool "$POOL" --decode-pool "/dev/shm/kvwire.$TAG-a.pool" \
+		--room 41 $PYSHAPE --abort --abort-wait "$RUN/go" >"$RUN/a.out" 2>&1 &
+	A=$!
+	echo "$A" >>"$RUN/bg.pids"
+	wait_for 10 room_state 41 WaitingForInput
+	# Decode b: registered too (its own pool), not a destination of 41.
+	run timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" abort-other \
+		--sender "$PEER" --listen "ipc://$RUN/b.sock" \
+		--decode-pool "/dev/shm/kvwire.$TAG-b.pool" --room 41 $PYSHAPE
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"ok room 41: ABORT_ACK (STATUS Failed reason None first)"* ]]
+	room_state 41 WaitingForInput
+	[ "$(unauthorised)" = 1 ]
+	grep -q "unauthorised: ABORT of room 41 from decode ipc://$RUN/b.sock" "$RUN/sender.log"
+	# The destination's own ABORT: the room fails (aborted) and is acked.
+	touch "$RUN/go"
+	wait "$A"
+	cat "$RUN/a.out"
+	grep -q "ok room 41: ABORT_ACK" "$RUN/a.out"
+	wait_for 10 room_state 41 Failed
+	[ "$(unauthorised)" = 1 ]
+}
+
