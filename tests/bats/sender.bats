@@ -9,7 +9,9 @@
 # within 2 s with the workers gone; ABORT -> STATUS Failed + ABORT_ACK; frames
 # from an unregistered decode only count as malformed; usage exit codes;
 # (issue 14) a second registered decode's ABORT of a room it is not a
-# destination of is acked and changes nothing, counted as unauthorised.
+# destination of is acked and changes nothing, counted as unauthorised; a
+# REGISTER naming the prefill's own pool or another decode's is refused,
+# counted, and its room fails cleanly.
 
 load helpers
 
@@ -244,5 +246,21 @@ unauthorised() {
 	grep -q "ok room 41: ABORT_ACK" "$RUN/a.out"
 	wait_for 10 room_state 41 Failed
 	[ "$(unauthorised)" = 1 ]
+}
+
+@test "issue 14: a REGISTER naming the prefill's own pool or another decode's is refused, counted, and its room fails cleanly (layout)" {
+	start_sender --workers 1
+	# The prefill's own pool: refused; the room fails at its first chunk.
+	fake 51 own --desc-path "$POOL" --expect failed --reason 7
+	[ "$(unauthorised)" = 1 ]
+	grep -q "unauthorised: decode ipc://$RUN/own.sock: REGISTER names a pool it does not own: pool $POOL is this prefill rank's own" "$RUN/sender.log"
+	room_state 51 Failed
+	# Decode a registers its own pool; decode b naming a's is refused.
+	fake 52 a
+	fake 53 b --desc-path "/dev/shm/kvwire.$TAG-a.pool" --expect failed --reason 7
+	[ "$(unauthorised)" = 2 ]
+	# The real decode is still served.
+	fake 54 a2
+	[ "$(unauthorised)" = 2 ]
 }
 

@@ -217,7 +217,7 @@ def transfer(a):
     eng = connect(ctx, zmq.DEALER, a.engine)
     epoch = rnd.getrandbits(63) | 1
     src_rank = 0
-    desc = shm_desc(a.decode_pool, dst_shape.size)
+    desc = shm_desc(a.desc_path or a.decode_pool, dst_shape.size)
     peer.send_multipart(register_msg(dst_shape, a.listen, desc, src_rank, epoch))
     xtok = 0x70c0000 + a.room  # the room incarnation's token
     peer.send_multipart(xfer_info_msg(a.room, dst_aux, 1, 0, dpages, src_rank, epoch,
@@ -299,6 +299,8 @@ def main():
     t.add_argument('--abort-after', action='store_true',
                    help='after the STATUS, ABORT the room and wait for ABORT_ACK')
     t.add_argument('--abort-wait', help='with --abort: wait for this file first')
+    t.add_argument('--desc-path', help='the pool file the REGISTER names '
+                   '(default: --decode-pool; issue 14: another file is refused)')
     t.add_argument('--timeout', type=float, default=10)
     for name, dflt in (('layers', 2), ('page-tokens', 4), ('heads', 2),
                        ('head-dim', 8), ('dtype-bytes', 2), ('pool-pages', 32),
