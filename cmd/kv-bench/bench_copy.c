@@ -102,10 +102,12 @@ static int parent_gone(void)
 
 /* tcp: a forked child serves the decode side's data port into dst, as a
  * kv-receiver sink does (no exec: this process has no threads). */
-static int start_sink(struct bc *b, char *err, size_t errlen)
+static int start_sink(struct bc *b, const uint8_t *group_key, char *err,
+		      size_t errlen)
 {
 	struct tcp_sink_cfg sc = { .base = pool_base(b->dst),
 				   .size = pool_size(b->dst),
+				   .group_key = group_key,
 				   .stop = parent_gone };
 	uint8_t secret[16];
 	int rc = xport_tcp_sink_info(b->dx, &sc.listen_fd, secret);
@@ -174,8 +176,10 @@ static int setup_xport(struct bc *b, const struct bench_copy_cfg *c,
 						errlen)) < 0) ||
 	    (rc = xport_register(b->dx, b->dst, &decode_id, desc, sizeof desc,
 				 &desclen, err, errlen)) < 0 ||
-	    (tcp && (rc = start_sink(b, err, errlen)) < 0) ||
+	    (tcp && (rc = start_sink(b, c->group_key, err, errlen)) < 0) ||
 	    (rc = xport_open(ops, &b->px, err, errlen)) < 0 ||
+	    (tcp && c->group_key &&
+	     (rc = xport_tcp_set_group_key(b->px, c->group_key)) < 0) ||
 	    (rc = xport_register(b->px, b->src_ro, &b->src_id, own, sizeof own,
 				 &ownlen, err, errlen)) < 0 ||
 	    (rc = xport_connect(b->px, desc, desclen, &b->dst_id, err,

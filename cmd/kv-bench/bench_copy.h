@@ -37,6 +37,9 @@ struct bench_copy_cfg {
 				* process (the decode's exchange thread on
 				* 127.0.0.1), through the device's loopback;
 				* memcpy stays the limit */
+	const uint8_t *group_key; /* tcp: the group's data key (32 bytes) both
+				   * ends prove at connect (tcp_auth.h), or
+				   * NULL: the registration's secret only */
 	int cuda;              /* 1: the cuda transport between two GPU pools
 				* of a forked engine child, and that child's
 				* cudaMemcpy device-to-device of the same

@@ -25,17 +25,103 @@
 
 #define PROG "kv-bench"
 
+/* Starts a group with kv-up args `up` (--spawn) or reads run_dir, runs
+ * the bench over it and stops what it started. The exit code. */
+static int one_group(struct kvb_flags *fl, char *const *up,
+		     const struct kvb_opts *mo, struct bench_config cfg,
+		     struct kvb_progress *prog)
+{
+	struct spawn sp = { 0 };
+	struct runinfo *ri = NULL;
+	const char *run_dir = fl->run_dir;
+	char err[512];
+	int rc;
+
+	if (fl->spawn) {
+		if (!fl->kv_up[0])
+			spawn_default_kv_up(fl->kv_up, sizeof fl->kv_up);
+		if (spawn_start(&sp, fl->kv_up, up, 120, err, sizeof err))
+			return cli_fatal(PROG, sp.up_rc == KVW_EXIT_SKIP
+						       ? KVW_EXIT_SKIP
+						       : KVW_EXIT_SYS,
+					 "unable to start the group: %s", err);
+		run_dir = sp.dir;
+	}
+	rc = runinfo_load(run_dir, &ri, err, sizeof err);
+	if (rc == 0)
+		rc = runinfo_check_topo(ri, RUNINFO_PREFILL, fl->topo[0],
+					fl->topo[1], err, sizeof err);
+	if (rc == 0)
+		rc = runinfo_check_topo(ri, RUNINFO_DECODE, fl->topo[2],
+					fl->topo[3], err, sizeof err);
+	if (rc == 0)
+		rc = runinfo_shape_apply(runinfo_shape(ri), &cfg.shape, err,
+					 sizeof err);
+	if (rc == 0)
+		rc = kvb_flags_shape(fl, &cfg.shape, runinfo_shape(ri), err,
+				     sizeof err);
+	if (rc < 0) {
+		spawn_stop(&sp);
+		runinfo_free(&ri);
+		return cli_fatal(PROG, cli_exit_code(rc),
+				 "unable to read the group: %s", err);
+	}
+	/* Measures and prints (modes.c); the exit code comes back. */
+	rc = kvb_run(mo, ri, &cfg, kvb_progress_cb, prog);
+	plot_free(prog);
+	spawn_stop(&sp);
+	runinfo_free(&ri);
+	return rc;
+}
+
+/* --auth-cost: the same rooms bench on a group whose control sockets are
+ * tcp:// with the group's keys (CURVE, kv-up makes them), then on one
+ * with --insecure, one after the other in this run; the ratio of their
+ * rooms/s is what authentication costs. */
+static int auth_cost(struct kvb_flags *fl, struct kvb_opts *mo,
+		     const struct bench_config *cfg, struct kvb_progress *prog)
+{
+	static char *const variant[2][6] = {
+		{ "--advertise", "127.0.0.1", "--port-base", "27400", NULL },
+		{ "--advertise", "127.0.0.1", "--port-base", "27500",
+		  "--insecure", NULL },
+	};
+	static const char *const name[2] = { "keys (CURVE)", "--insecure" };
+	char *const *base = kvb_flags_up_args(fl);
+	char *up[3 * KVB_MAX_ARGS + 16];
+	double rps[2] = { 0, 0 };
+	size_t n = 0;
+	int rc = KVW_EXIT_OK;
+
+	while (base[n] && n < sizeof up / sizeof up[0] - 6)
+		n++;
+	memcpy(up, base, n * sizeof *up);
+	for (int v = 0; v < 2; v++) {
+		size_t k = n;
+		int r;
+
+		for (int j = 0; variant[v][j]; j++)
+			up[k++] = variant[v][j];
+		up[k] = NULL;
+		printf("auth cost: group with %s\n", name[v]);
+		fflush(stdout);
+		mo->rooms_per_s = &rps[v];
+		r = one_group(fl, up, mo, *cfg, prog);
+		if (r != KVW_EXIT_OK)
+			rc = r;
+	}
+	printf("auth cost: rooms/s with keys %.1f, with --insecure %.1f, "
+	       "ratio %.3f\n", rps[0], rps[1], rps[1] > 0 ? rps[0] / rps[1] : 0);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	static struct kvb_flags fl;
 	struct bench_config cfg = { .rooms = 100, .pages_per_room = 16,
 				    .chunk_pages = 4, .concurrency = 8,
 				    .room_timeout_s = 60 };
-	struct spawn sp = { 0 };
-	struct runinfo *ri = NULL;
 	struct kvb_opts mo;
-	const char *run_dir;
-	char err[512];
 	struct kvb_progress prog = { 0 };
 	int rc;
 
@@ -55,41 +141,7 @@ int main(int argc, char **argv)
 	/* The bar only on a terminal (plot.c). */
 	prog.tty = isatty(2);
 	shape_default(&cfg.shape);
-	run_dir = fl.run_dir;
-	if (fl.spawn) {
-		if (!fl.kv_up[0])
-			spawn_default_kv_up(fl.kv_up, sizeof fl.kv_up);
-		if (spawn_start(&sp, fl.kv_up, kvb_flags_up_args(&fl), 120, err,
-				sizeof err))
-			return cli_fatal(PROG, sp.up_rc == KVW_EXIT_SKIP
-						       ? KVW_EXIT_SKIP
-						       : KVW_EXIT_SYS,
-					 "unable to start the group: %s", err);
-		run_dir = sp.dir;
-	}
-	rc = runinfo_load(run_dir, &ri, err, sizeof err);
-	if (rc == 0)
-		rc = runinfo_check_topo(ri, RUNINFO_PREFILL, fl.topo[0],
-					fl.topo[1], err, sizeof err);
-	if (rc == 0)
-		rc = runinfo_check_topo(ri, RUNINFO_DECODE, fl.topo[2],
-					fl.topo[3], err, sizeof err);
-	if (rc == 0)
-		rc = runinfo_shape_apply(runinfo_shape(ri), &cfg.shape, err,
-					 sizeof err);
-	if (rc == 0)
-		rc = kvb_flags_shape(&fl, &cfg.shape, runinfo_shape(ri), err,
-				     sizeof err);
-	if (rc < 0) {
-		spawn_stop(&sp);
-		runinfo_free(&ri);
-		return cli_fatal(PROG, cli_exit_code(rc),
-				 "unable to read the group: %s", err);
-	}
-	/* Measures and prints (modes.c); the exit code comes back. */
-	rc = kvb_run(&mo, ri, &cfg, kvb_progress_cb, &prog);
-	plot_free(&prog);
-	spawn_stop(&sp);
-	runinfo_free(&ri);
-	return rc;
+	if (mo.auth_cost)
+		return auth_cost(&fl, &mo, &cfg, &prog);
+	return one_group(&fl, kvb_flags_up_args(&fl), &mo, cfg, &prog);
 }

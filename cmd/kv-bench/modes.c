@@ -91,9 +91,19 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 			i++;
 			continue;
 		}
+		if (strcmp(a, "--auth-cost") == 0) {
+			if (o->mode != KVB_ROOMS)
+				return cli_fatal(PROG, KVW_EXIT_USAGE,
+						 "only kv-bench rooms takes: %s", a);
+			o->auth_cost = 1;
+			continue;
+		}
 		spawn |= strcmp(a, "--spawn") == 0;
 		out[(*argc)++] = argv[i];
 	}
+	if (o->auth_cost && (!spawn || o->json))
+		return cli_fatal(PROG, KVW_EXIT_USAGE, "--auth-cost starts its "
+				 "own groups: with --spawn, not --json");
 	if (o->cost && o->json)
 		return cli_fatal(PROG, KVW_EXIT_USAGE,
 				 "--metrics-cost prints a line: not with --json");
@@ -139,6 +149,9 @@ void kvb_usage(FILE *f)
 		"         round trips to a forked echo child, right before and "
 		"after;\n"
 		"         --warmup N untimed rooms first (default 3000)\n"
+		"         --auth-cost (with --spawn): the same on a group with keys\n"
+		"         (tcp:// control, CURVE), then one with --insecure, and the\n"
+		"         ratio of their rooms/s\n"
 		"  copy   a transport (shm, tcp, rdma) vs its limit, no group: kv-bench "
 		"copy --help\n"
 		"         --metrics-cost N: N rate passes with the tables' "
@@ -395,6 +408,8 @@ static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
 			       ? res.rate.bytes / res.rate.success : 0));
 		rooms_human(&res, cfg->concurrency);
 	}
+	if (o->rooms_per_s)
+		*o->rooms_per_s = res.rooms_per_s;
 	fflush(stdout);
 	if (o->cost && (rc = cost(o, ri, &rc_cfg.base)) != KVW_EXIT_OK)
 		return rc;

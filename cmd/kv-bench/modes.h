@@ -29,6 +29,10 @@ struct kvb_opts {
 	const char *plot;   /* demo, rooms: --plot FILE.png (plot.c) */
 	uint32_t cost;      /* rooms: --metrics-cost N passes with and N
 			     * without the tables' measures (bench_cost.c) */
+	int auth_cost;      /* rooms --spawn: --auth-cost, the same bench on
+			     * a group with keys, then one with --insecure
+			     * (main.c), and the ratio of their rooms/s */
+	double *rooms_per_s; /* rooms: where the rate run's rooms/s goes */
 };
 
 /* Takes the mode word (argv[1]) and the mode flags out of argv, in place

@@ -28,6 +28,10 @@ static void tcp_usage(FILE *f)
 		"  --mib N        MiB per pass (default 64)\n"
 		"  --seconds S    minimum time of each measurement (default 0.5)\n"
 		"  --reps N       stream/tcp/stream rounds, best of each (default 3)\n"
+		"  --auth MODE    off (default), on (every data connection proves the\n"
+		"                 group's data key: the keyed handshake of tcp_auth.h)\n"
+		"                 or both: each case without, then with, and the ratio\n"
+		"                 of their tcp GiB/s (the cost of authentication)\n"
 		"  --json         one JSON document\n"
 		"Goals (reported, not enforced): ratio >= 0.6 scattered, >= 0.8 at\n"
 		"64 KiB (and <= 1.0 CPU s/GB), >= 0.85 at 1 MiB.\n"
@@ -65,7 +69,7 @@ static void row(const struct tcp_case *k, const struct bench_copy_result *r,
 		       r->limit_cpu_gb, r->verified ? "true" : "false");
 		return;
 	}
-	printf("%-15s %10llu %10.3f %12.3f %6.3f %5.2f %-5s %9.3f %12.3f %s\n",
+	printf("%-20s %10llu %10.3f %12.3f %6.3f %5.2f %-5s %9.3f %12.3f %s\n",
 	       k->name, (unsigned long long)r->copy_bytes, r->xport_gibs, lim,
 	       r->ratio, k->goal, r->ratio >= k->goal ? "met" : "below",
 	       r->xport_cpu_gb, r->limit_cpu_gb, r->verified ? "yes" : "NO");
@@ -73,11 +77,14 @@ static void row(const struct tcp_case *k, const struct bench_copy_result *r,
 
 int kvb_tcp_main(int argc, char **argv, const struct kvb_opts *o)
 {
-	enum { O_MIB = 256, O_SECS, O_REPS };
+	enum { O_MIB = 256, O_SECS, O_REPS, O_AUTH };
 	static const struct option opts[] = {
 		{ "mib", 1, NULL, O_MIB }, { "seconds", 1, NULL, O_SECS },
-		{ "reps", 1, NULL, O_REPS }, { NULL, 0, NULL, 0 },
+		{ "reps", 1, NULL, O_REPS }, { "auth", 1, NULL, O_AUTH },
+		{ NULL, 0, NULL, 0 },
 	};
+	static uint8_t group_key[32];
+	int auth = 1; /* bit 0: a pass without the key, bit 1: one with it */
 	struct bench_copy_cfg cfg = { .page_bytes = 4096, .total_bytes = 64u << 20,
 				      .min_s = 0.5, .reps = 3, .seed = 1,
 				      .tcp = 1 };
@@ -102,6 +109,13 @@ int kvb_tcp_main(int argc, char **argv, const struct kvb_opts *o)
 			if (cli_double(cl.arg, 1e-3, 3600, &cfg.min_s))
 				return cli_bad(&cl, "bad --seconds: %s", cl.arg);
 			break;
+		case O_AUTH:
+			auth = !strcmp(cl.arg, "off") ? 1 : !strcmp(cl.arg, "on") ? 2
+			       : !strcmp(cl.arg, "both") ? 3 : 0;
+			if (!auth)
+				return cli_bad(&cl, "--auth: want off, on or "
+					       "both, got %s", cl.arg);
+			break;
 		case CLI_HELP: tcp_usage(stdout); return KVW_EXIT_OK;
 		default: return KVW_EXIT_USAGE; /* CLI_BAD: line written */
 		}
@@ -116,25 +130,45 @@ int kvb_tcp_main(int argc, char **argv, const struct kvb_opts *o)
 		       cfg.reps);
 	} else {
 		kvb_machine_print(stdout, 0, cfg.page_bytes);
-		printf("%-15s %10s %10s %12s %6s %5s %-5s %9s %12s %s\n", "case",
+		printf("%-20s %10s %10s %12s %6s %5s %-5s %9s %12s %s\n", "case",
 		       "copy_bytes", "tcp_GiB/s", "stream_GiB/s", "ratio",
 		       "goal", "", "tcp_cpu/GB", "stream_cpu/GB", "verified");
 	}
 	fflush(stdout);
+	/* Any 32 bytes: both ends are this run's. */
+	for (size_t k = 0; k < sizeof group_key; k++)
+		group_key[k] = (uint8_t)(k * 37 + 11);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		struct bench_copy_result r;
-		int rc;
+		double gibs[2] = { 0, 0 };
 
-		cfg.pattern = cases[i].pattern;
-		cfg.run_pages = cases[i].run_pages;
-		rc = bench_copy_run(&cfg, &r, err, sizeof err);
-		if (rc < 0)
-			return cli_fatal("kv-bench",
-					 proc_stopping() ? 1 : cli_exit_code(rc),
-					 "tcp %s: %s", cases[i].name, err);
-		row(&cases[i], &r, o->json, i == 0);
-		ok &= r.verified;
-		fflush(stdout);
+		for (int a = 0; a < 2; a++) {
+			struct tcp_case k = cases[i];
+			struct bench_copy_result r;
+			char name[32];
+			int rc;
+
+			if (!(auth & (1 << a)))
+				continue;
+			snprintf(name, sizeof name, "%s%s", k.name,
+				 a && auth == 3 ? "+auth" : "");
+			k.name = name;
+			cfg.pattern = k.pattern;
+			cfg.run_pages = k.run_pages;
+			cfg.group_key = a ? group_key : NULL;
+			rc = bench_copy_run(&cfg, &r, err, sizeof err);
+			if (rc < 0)
+				return cli_fatal("kv-bench",
+						 proc_stopping() ? 1
+								 : cli_exit_code(rc),
+						 "tcp %s: %s", k.name, err);
+			row(&k, &r, o->json, i == 0 && (a == 0 || auth == 2));
+			gibs[a] = r.xport_gibs;
+			ok &= r.verified;
+			fflush(stdout);
+		}
+		if (auth == 3 && !o->json && gibs[0] > 0)
+			printf("%-20s auth/insecure tcp GiB/s ratio %.3f\n",
+			       cases[i].name, gibs[1] / gibs[0]);
 	}
 	if (o->json)
 		printf("]}\n");

@@ -35,6 +35,10 @@ _Static_assert(sizeof reason_lbl / sizeof reason_lbl[0] == KVW_NREASONS,
 
 static const char *const live_lbl[] = { "unknown", "alive", "dead" };
 
+static const char *const sec_lbl[RTAB_NSEC] = {
+	"unauthorised", "rate_limited", "auth_failed",
+};
+
 /* Plain counters of the header: name, help, counter index. */
 static const struct {
 	const char *name;
@@ -187,6 +191,20 @@ int prom_write(FILE *f, const struct render_table *tb, unsigned n)
 		if (tb[i].t)
 			fprintf(f, "kvwire_metrics_enabled{table=\"%s\"} %d\n",
 				s[i].lbl, !s[i].m.off);
+	family(f, "kvwire_insecure", "gauge",
+	       "1 while the table's owner runs --insecure (no authentication "
+	       "on tcp://).");
+	for (unsigned i = 0; i < n; i++)
+		if (tb[i].t)
+			fprintf(f, "kvwire_insecure{table=\"%s\"} %d\n",
+				s[i].lbl, s[i].m.insecure);
+	family(f, "kvwire_security_refusals_total", "counter",
+	       "Messages and connections refused: unauthorised, rate_limited, "
+	       "auth_failed (ZAP or data-port handshake).");
+	for (unsigned i = 0; i < n; i++)
+		if (tb[i].t)
+			labelled(f, "kvwire_security_refusals_total", s[i].lbl,
+				 "kind", sec_lbl, s[i].m.sec, 0, RTAB_NSEC);
 	for (unsigned k = 0; k < sizeof counters / sizeof counters[0]; k++) {
 		family(f, counters[k].name, "counter", counters[k].help);
 		for (unsigned i = 0; i < n; i++)

@@ -31,6 +31,34 @@ static const char *liveness_str(unsigned l)
 				     : "unknown";
 }
 
+/* The security counters, and a loud INSECURE when the owner runs
+ * --insecure (issue 14: never a quiet state). */
+static void security_line(FILE *f, const struct rtab *t)
+{
+	struct rtab_metrics_view m;
+
+	rtab_metrics_get(t, &m);
+	fprintf(f, "security:");
+	for (unsigned c = 0; c < RTAB_NSEC; c++)
+		fprintf(f, " %s=%llu", rtab_sec_str(c),
+			(unsigned long long)m.sec[c]);
+	fprintf(f, "%s\n", m.insecure ? " INSECURE (owner runs --insecure: "
+		"no authentication on tcp://)" : "");
+}
+
+/* Closes "counters" and adds "security" and "insecure" to the JSON. */
+static void security_json(FILE *f, const struct rtab *t)
+{
+	struct rtab_metrics_view m;
+
+	rtab_metrics_get(t, &m);
+	fputs("},\"security\":{", f);
+	for (unsigned c = 0; c < RTAB_NSEC; c++)
+		fprintf(f, "%s\"%s\":%llu", c ? "," : "", rtab_sec_str(c),
+			(unsigned long long)m.sec[c]);
+	fprintf(f, "},\"insecure\":%s", m.insecure ? "true" : "false");
+}
+
 static int owner_alive(uint32_t pid)
 {
 	return pid != 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
@@ -119,6 +147,7 @@ unsigned render_text(FILE *f, const struct render_table *tb, unsigned n,
 			fprintf(f, " %s=%llu", counter_names[c],
 				(unsigned long long)in.counters[c]);
 		fputc('\n', f);
+		security_line(f, x->t);
 		while (next_room(x->t, o, &cur, &v) == 0) {
 			char fl[48], ep[RTAB_ENDPOINT_MAX];
 
@@ -270,7 +299,8 @@ unsigned render_json(FILE *f, const struct render_table *tb, unsigned n,
 			fprintf(f, "%s\"%s\":%llu", c ? "," : "",
 				counter_names[c],
 				(unsigned long long)in.counters[c]);
-		fputs("},\"rooms\":[", f);
+		security_json(f, x->t);
+		fputs(",\"rooms\":[", f);
 		while (next_room(x->t, o, &cur, &v) == 0) {
 			if (rows++)
 				fputc(',', f);

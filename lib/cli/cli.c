@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/keys.h"
 #include "base/kvw.h"
@@ -27,6 +28,11 @@ enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE, O_LISTEN, O_ENGINE,
 void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
 	      struct shape *shape)
 {
+	/* Every file, socket and directory a kvwire program makes (tables,
+	 * pools, ipc sockets, keys, logs) is its user's alone from the moment
+	 * it exists (issue 14): no window between create or bind and a
+	 * chmod. Workers and sinks inherit it. */
+	umask(077);
 	memset(c, 0, sizeof *c);
 	c->prog = prog;
 	c->flags = flags;

@@ -12,6 +12,13 @@
 #include <string.h>
 
 #include "base/kvw.h"
+#include "base/proc.h"
+
+/* A rank's epoch is gone once nothing carrying it (its BOOT_REGISTER, the
+ * PINGs kv-sender sends every 0.8 - 1.2 s) came for this long: longer
+ * than a PING gap, short enough that a restarted rank (whose start waits
+ * on this) is back within about a heartbeat or two. */
+#define BOOT_GONE_NS 1500000000ull
 
 struct boot_rank {
 	int used;
@@ -19,6 +26,7 @@ struct boot_rank {
 	struct kvw_model model;
 	uint32_t layer_first, layer_count;
 	uint64_t epoch; /* of the rank's last BOOT_REGISTER */
+	uint64_t heard_ns; /* last BOOT_REGISTER or PING carrying that epoch */
 };
 
 struct boot {
@@ -28,6 +36,8 @@ struct boot {
 	struct kvw_model model; /* instance model, of that registration */
 	uint32_t expected;      /* tp*pp*cp*dp once have_topo */
 	uint32_t registered;    /* distinct used slots */
+	uint64_t gone_ns;       /* BOOT_GONE_NS, or what a test set */
+	uint64_t unauthorised;  /* registrations refused for a live rank */
 	struct boot_rank *ranks; /* BOOT_MAX_RANKS entries */
 };
 
@@ -38,6 +48,7 @@ struct boot *boot_open(uint64_t epoch, char *err, size_t errlen)
 	if (!b)
 		goto fail;
 	b->epoch = epoch;
+	b->gone_ns = BOOT_GONE_NS;
 	b->ranks = calloc(BOOT_MAX_RANKS, sizeof *b->ranks);
 	if (!b->ranks)
 		goto fail;
@@ -65,6 +76,16 @@ uint32_t boot_registered(const struct boot *b)
 uint32_t boot_expected(const struct boot *b)
 {
 	return b->have_topo ? b->expected : 0;
+}
+
+uint64_t boot_unauthorised(const struct boot *b)
+{
+	return b->unauthorised;
+}
+
+void boot_set_gone_ns(struct boot *b, uint64_t ns)
+{
+	b->gone_ns = ns;
 }
 
 int boot_ready(const struct boot *b)
@@ -137,6 +158,68 @@ static void reply_init(const struct boot *b, const struct frame_msg *req,
 		reply->u.boot_reply.topo = b->topo;
 }
 
+/* Whether BOOT_REGISTER req may take the used slot e (issue 14; the rule
+ * and why in docs/SECURITY.md). The same epoch is the same process: only
+ * an identical retry (its first reply may have been lost) is accepted,
+ * as a process never changes its endpoint, model or layers. Another epoch
+ * takes the slot only once e's epoch is gone (nothing carrying it for
+ * gone_ns); until then NOT_READY, so a restarted rank retries and gets in
+ * while a second process claiming a live rank never does. Refusals are
+ * counted. */
+static int may_replace(struct boot *b, struct boot_rank *e,
+		       const struct frame_msg *req, struct frame_boot_reply *o)
+{
+	const struct frame_boot_register *r = &req->u.boot_register;
+	uint64_t now = proc_now_ns();
+
+	if (req->hdr.epoch == e->epoch) {
+		if (strcmp(e->endpoint, r->endpoint) == 0 &&
+		    memcmp(&e->model, &r->model, sizeof e->model) == 0 &&
+		    e->layer_first == r->layer_first &&
+		    e->layer_count == r->layer_count)
+			return 1;
+		b->unauthorised++;
+		snprintf(o->text, sizeof o->text, "rank tp=%u pp=%u cp=%u "
+			 "dp=%u registered %.80s under this epoch: a process "
+			 "keeps its endpoint", r->coord.tp, r->coord.pp,
+			 r->coord.cp, r->coord.dp, e->endpoint);
+		return 0;
+	}
+	if (now - e->heard_ns >= b->gone_ns)
+		return 1;
+	b->unauthorised++;
+	o->status = FRAME_BOOT_NOT_READY;
+	snprintf(o->text, sizeof o->text, "rank tp=%u pp=%u cp=%u dp=%u is "
+		 "live under epoch %016llx: retry once it is gone",
+		 r->coord.tp, r->coord.pp, r->coord.cp, r->coord.dp,
+		 (unsigned long long)e->epoch);
+	return 0;
+}
+
+/* A PING from a prefill rank (kv-sender's src_rank is rankmap_unique():
+ * (cp * pp_size + pp) * tp_size + tp, the same for every dp) keeps its
+ * epoch from going. Other pingers match no slot's epoch. */
+static void on_ping(struct boot *b, const struct frame_msg *req)
+{
+	const struct kvw_topo *t = &b->topo;
+	uint32_t u = req->hdr.src_rank;
+	struct kvw_coord c;
+
+	if (!b->have_topo || u / t->tp / t->pp >= t->cp)
+		return;
+	c.tp = u % t->tp;
+	c.pp = u / t->tp % t->pp;
+	c.cp = u / t->tp / t->pp;
+	for (c.dp = 0; c.dp < t->dp; c.dp++) {
+		struct boot_rank *e = &b->ranks[slot_of(t, &c)];
+
+		if (e->used && e->epoch == req->hdr.epoch) {
+			e->heard_ns = proc_now_ns();
+			return;
+		}
+	}
+}
+
 static void on_register(struct boot *b, const struct frame_msg *req,
 			struct frame_msg *reply)
 {
@@ -179,6 +262,8 @@ static void on_register(struct boot *b, const struct frame_msg *req,
 	/* The codec already refused a coordinate outside the stated topo,
 	 * which now equals the instance topo. */
 	e = &b->ranks[slot_of(&b->topo, &r->coord)];
+	if (e->used && !may_replace(b, e, req, o))
+		return;
 	if (!e->used)
 		b->registered++;
 	e->used = 1;
@@ -187,6 +272,7 @@ static void on_register(struct boot *b, const struct frame_msg *req,
 	e->layer_first = r->layer_first;
 	e->layer_count = r->layer_count;
 	e->epoch = req->hdr.epoch;
+	e->heard_ns = proc_now_ns();
 	o->status = FRAME_BOOT_OK;
 	o->coord = r->coord;
 }
@@ -269,6 +355,7 @@ int boot_handle(struct boot *b, const struct frame_msg *req,
 {
 	switch (req->hdr.type) {
 	case FRAME_PING:
+		on_ping(b, req);
 		frame_msg_init(reply, FRAME_PONG, 0, req->hdr.room, b->epoch);
 		return 0;
 	case FRAME_BOOT_REGISTER:

@@ -4,8 +4,9 @@
  * slots (dp, cp, tp, pp) have registered and where their control endpoints
  * are, and the instance model every later registration and every lookup is
  * checked against. boot_handle() turns one decoded request into its reply;
- * there is no zmq, no I/O and no allocation after boot_open(), so the
- * program owns the socket and the tests drive this module directly.
+ * there is no zmq, no I/O (the monotonic clock aside) and no allocation
+ * after boot_open(), so the program owns the socket and the tests drive
+ * this module directly.
  */
 #ifndef KVW_BOOT_H
 #define KVW_BOOT_H
@@ -40,7 +41,13 @@ void boot_close(struct boot **b);
  *    dtype, total_kv_heads, head_bytes, flags; rank_kv_heads is per rank),
  *    the topology has more than BOOT_MAX_RANKS slots or the endpoint is
  *    empty. A refused registration changes nothing. Registering a slot
- *    again overwrites its endpoint, model and layer range and counts once.
+ *    again counts once: under the same header epoch only as an identical
+ *    retry (another endpoint, model or layer range: REFUSED); under another
+ *    epoch it overwrites endpoint, model and layer range once the old
+ *    epoch is gone (no BOOT_REGISTER or PING with it for 1.5 s), and is
+ *    answered NOT_READY until then (see docs/SECURITY.md).
+ *  - PING also keeps the epoch of the prefill rank it names (src_rank,
+ *    rankmap_unique) from going.
  *  - BOOT_LOOKUP: no topology yet -> NOT_READY. An asker model that
  *    disagrees -> REFUSED ("page size mismatch: prefill 16 tokens, decode
  *    32"; dtype only when both sides state one; an asker page_tokens of 0
@@ -60,6 +67,14 @@ uint32_t boot_registered(const struct boot *b);
 
 /* Slots the topology has (tp*pp*cp*dp), 0 while no topology is known. */
 uint32_t boot_expected(const struct boot *b);
+
+/* BOOT_REGISTERs refused for a rank that is registered and live (issue
+ * 14: another endpoint under its epoch, or another epoch before its own is
+ * gone). */
+uint64_t boot_unauthorised(const struct boot *b);
+
+/* Tests: how long a rank's epoch must be silent to be gone (default 1.5 s). */
+void boot_set_gone_ns(struct boot *b, uint64_t ns);
 
 /* Nonzero once a topology is known and every slot has registered. */
 int boot_ready(const struct boot *b);

@@ -15,6 +15,7 @@
 
 #include "boot.h"
 #include "malformed.h"
+#include "ratelimit.h"
 #include "base/kvw.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -23,12 +24,21 @@
 /* Messages handled per wakeup before signals are looked at again. */
 #define BATCH 256
 
+/* Per source (ROUTER identity: one connection): BOOT_REGISTER and
+ * BOOT_LOOKUP per second and burst. A decode rank looks up about once per
+ * room, so the rate is far above any room rate; a flood from one source
+ * is what it stops (issue 14). */
+#define BOOT_RATE 100000.0
+#define BOOT_BURST 20000.0
+
 struct boot_serve {
 	struct boot *b;
 	void *ctx, *sock;
 	char *ipc_path; /* the socket file this process bound, removed at
 			 * close; NULL for tcp or before the bind */
 	struct frame_msg req, reply; /* big: kept off the stack */
+	struct ratelimit rl;         /* per source (ratelimit.h) */
+	uint64_t rate_limited;       /* requests it dropped */
 };
 
 int boot_serve_open(const char *listen, struct boot_serve **out, char *err,
@@ -40,6 +50,7 @@ int boot_serve_open(const char *listen, struct boot_serve **out, char *err,
 	*out = NULL;
 	if (!s)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	rl_init(&s->rl, BOOT_RATE, BOOT_BURST);
 	s->b = boot_open(proc_epoch(), err, errlen);
 	if (!s->b) {
 		rc = KVW_ENOMEM;
@@ -74,8 +85,18 @@ fail:
  * counted and dropped. Returns -1 when the context is gone. */
 static int answer(struct boot_serve *s, const struct wire_in *in)
 {
+	uint64_t unauth = boot_unauthorised(s->b);
+	unsigned t = s->req.hdr.type;
 	char err[256];
 	int rc;
+
+	if ((t == FRAME_BOOT_REGISTER || t == FRAME_BOOT_LOOKUP) &&
+	    !rl_take(&s->rl, in->id, in->idlen, proc_now_ns())) {
+		s->rate_limited++;
+		LOG_RL(LOG_WARN, "rate limited: %s from a source over %g/s",
+		       frame_type_str(t), BOOT_RATE);
+		return 0;
+	}
 
 	if (boot_handle(s->b, &s->req, &s->reply, err, sizeof err)) {
 		MALFORMED(NULL, "message dropped: %s", err);
@@ -86,8 +107,11 @@ static int answer(struct boot_serve *s, const struct wire_in *in)
 	    s->reply.hdr.type == FRAME_BOOT_REPLY ? s->reply.u.boot_reply.status
 						  : 0,
 	    boot_registered(s->b), boot_expected(s->b));
-	if (s->reply.hdr.type == FRAME_BOOT_REPLY &&
-	    s->reply.u.boot_reply.status == FRAME_BOOT_REFUSED)
+	if (boot_unauthorised(s->b) != unauth)
+		LOG_RL(LOG_WARN, "unauthorised: BOOT_REGISTER for a live rank "
+		       "refused: %s", s->reply.u.boot_reply.text);
+	else if (s->reply.hdr.type == FRAME_BOOT_REPLY &&
+		 s->reply.u.boot_reply.status == FRAME_BOOT_REFUSED)
 		LOG_RL(LOG_WARN, "%s refused: %s", frame_type_str(s->req.hdr.type),
 		       s->reply.u.boot_reply.text);
 	rc = wire_send(s->sock, &s->reply, in->id, in->idlen, err, sizeof err);
@@ -141,8 +165,11 @@ int boot_serve_run(struct boot_serve *s, char *err, size_t errlen)
 			break;
 		rc = 0;
 	}
-	LOG(LOG_INFO, "stopping: %u of %u ranks registered, %llu malformed",
-	    boot_registered(s->b), boot_expected(s->b),
+	/* The malformed count stays last: tools read it off the line's end. */
+	LOG(LOG_INFO, "stopping: %u of %u ranks registered, %llu unauthorised, "
+	    "%llu rate limited, %llu malformed", boot_registered(s->b),
+	    boot_expected(s->b), (unsigned long long)boot_unauthorised(s->b),
+	    (unsigned long long)s->rate_limited,
 	    (unsigned long long)malformed_local());
 	return rc;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -48,6 +49,7 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 		return kvw_errf(err, errlen, rc, "table %s: %s", cfg->table,
 				e2);
 	r->made_files |= existed ? 0 : 1;
+	authz_mark(r->tab);
 	if (existed) {
 		rc = rtab_fail_stale_owner(r->tab, r->epoch, NULL, NULL);
 		if (rc > 0)
@@ -633,6 +635,7 @@ static long timers(struct receiver *r)
 {
 	uint64_t now = rtab_now_ns(), next;
 
+	authz_publish(r->tab, &r->zap_seen);
 	if (r->next_deadline && now >= r->next_deadline) {
 		(void)rtab_expire(r->tab, now, on_expired, r);
 		r->next_deadline = rtab_next_deadline(r->tab);

@@ -239,6 +239,7 @@ struct receiver {
 	uint64_t next_sync_ns;  /* next receiver_peers_sync */
 	uint64_t abort_seq;     /* last token handed out (receiver_token) */
 	uint32_t rnd;           /* jitter state */
+	uint64_t zap_seen;      /* ZAP refusals already in the table (authz.h) */
 };
 
 /* Handles one decoded message as the loop does: from the engine socket

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -140,6 +141,7 @@ static int open_files(struct sender *s, char *err, size_t errlen)
 	if (rc < 0)
 		return rc;
 	s->made_files |= existed ? 0 : 1;
+	authz_mark(s->t);
 	if (existed) {
 		n = rtab_fail_stale_owner(s->t, s->epoch, NULL, NULL);
 		LOG(LOG_WARN, "reopened table %s: failed %d rooms of the previous "
@@ -205,6 +207,8 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 	s->rank = sender_rank_of(&s->topo, &s->coord);
 	s->epoch = proc_epoch();
 	s->ready_fd = -1;
+	rl_init(&s->rl_register, SENDER_REGISTER_RATE, SENDER_REGISTER_BURST);
+	rl_init(&s->rl_xfer, SENDER_XFER_INFO_RATE, SENDER_XFER_INFO_BURST);
 	if (oom || sender_rooms_init(&s->rooms, 1024) < 0) {
 		kvw_seterr(err, errlen, "out of memory");
 		rc = KVW_ENOMEM;
@@ -368,9 +372,11 @@ static int loop(struct sender *s, char *err, size_t errlen)
 			sender_workers_reap(s);
 		}
 		now = proc_now_ns();
-		if (now >= s->next_sweep_ns)
+		if (now >= s->next_sweep_ns) {
+			authz_publish(s->t, &s->zap_seen);
 			s->next_sweep_ns = earliest(now + SWEEP_EVERY_NS,
 						    sender_sweep(s, now));
+		}
 		if (now >= s->next_notice_ns) {
 			sender_notice(s);
 			s->next_notice_ns = now + SENDER_NOTICE_NS;

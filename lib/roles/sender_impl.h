@@ -11,6 +11,7 @@
 #ifndef KVW_SENDER_IMPL_H
 #define KVW_SENDER_IMPL_H
 
+#include "ratelimit.h"
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -24,6 +25,15 @@
 
 #define SENDER_MAX_DST 256u    /* destinations of one room */
 #define SENDER_MAX_PEERS 1024u /* decode peers remembered */
+/* Decode endpoints one source (ROUTER identity: one connection) may
+ * register: a decode rank registers one; a flood of fake REGISTERs from
+ * one source cannot use up the peer table (issue 14). */
+#define SENDER_PEERS_PER_SOURCE 8u
+/* Per source: REGISTERs and XFER_INFOs per second, and bursts. */
+#define SENDER_REGISTER_RATE 20.0
+#define SENDER_REGISTER_BURST 64.0
+#define SENDER_XFER_INFO_RATE 200000.0
+#define SENDER_XFER_INFO_BURST 20000.0
 #define SENDER_MAX_LAYOUT 4096u /* own layout buffers */
 
 /* One decode rank that sent REGISTER. Peers are never freed before the
@@ -39,6 +49,10 @@ struct sender_peer {
 	struct kvw_model model;
 	uint8_t *desc; /* transport descriptor (owned) */
 	uint32_t desclen;
+	uint8_t src[RL_ID_MAX]; /* the source its last REGISTER came from */
+	uint8_t srclen;
+	uint64_t pool_dev, pool_ino; /* shm: the pool its descriptor names
+				      * (0, 0: none; sender_authz.c) */
 	struct plan *plan; /* NULL: unusable, why says why */
 	char why[160];
 	void *out; /* DEALER to endpoint (s->dealers owns it), got on first send */
@@ -191,6 +205,8 @@ struct sender {
 	uint64_t next_notice_ns; /* next sender_notice */
 	uint64_t ack_expiry_ns; /* earliest ack_deadline_ns of a room; 0: none */
 	int ready_fd;
+	uint64_t zap_seen; /* ZAP refusals already in the table (authz.h) */
+	struct ratelimit rl_register, rl_xfer; /* per source (ratelimit.h) */
 };
 
 /* Tells the loop that a message went out on sock (one of its polled
@@ -213,6 +229,10 @@ void sender_rooms_del(struct sender_rooms *m, uint64_t id);
 void sender_rooms_foreach(struct sender_rooms *m,
 			  void (*fn)(void *arg, struct sender_room *r),
 			  void *arg);
+
+/* Whether peer p is a destination of r (its XFER_INFO reached r). */
+int sender_room_has_dst(const struct sender_room *r,
+			const struct sender_peer *p);
 
 /* Adds or overwrites (same peer) the destination of peer p with a copy of
  * pages. Returns its index (>= 0), KVW_ENOMEM, or KVW_ERANGE when the room
@@ -298,6 +318,16 @@ void sender_notice(struct sender *s);
  * a warning (a cleared room holding only them is freed); returns the next
  * deadline (0: none). */
 uint64_t sender_sweep(struct sender *s, uint64_t now);
+
+/* ---- sender_authz.c ---------------------------------------------------- */
+
+/* Whether REGISTER r (from the decode at r->endpoint; p: its peer, or
+ * NULL for a new one) may name the pool its descriptor names: 1 (with the
+ * pool's identity in *dev, *ino; 0, 0 for a transport that maps no file),
+ * or 0 with why[] saying why not (issue 14). */
+int sender_pool_allowed(const struct sender *s, const struct sender_peer *p,
+			const struct frame_register *r, uint64_t *dev,
+			uint64_t *ino, char *why, size_t whylen);
 
 /* ---- sender_peer.c ----------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authz.h"
 #include "malformed.h"
 #include "base/log.h"
 #include "wire/dealers.h"
@@ -149,15 +150,33 @@ static struct sender_peer *peer_add(struct sender *s, const char *ep)
  * registration (its rooms and plan stay as they were); a decode not yet
  * registered is recorded as unusable, so its rooms fail with the reason.
  * Only then does it act: the rooms of a replaced epoch fail, and the
- * peer's fields, descriptor and plan are swapped in. */
-static void on_register(struct sender *s, const struct frame_msg *m)
+ * peer's fields, descriptor and plan are swapped in. A descriptor naming
+ * a pool the decode does not own (sender_authz.c) counts as unauthorised
+ * and is treated like a plan that cannot be built. */
+/* Decode endpoints registered from source id[len]. */
+static uint32_t peers_of_source(const struct sender *s, const uint8_t *id,
+				size_t len)
+{
+	uint32_t n = 0;
+
+	if (len > RL_ID_MAX)
+		len = RL_ID_MAX;
+	for (uint32_t i = 0; i < s->npeers; i++)
+		n += s->peers[i]->srclen == len &&
+		     memcmp(s->peers[i]->src, id, len) == 0;
+	return n;
+}
+
+static void on_register(struct sender *s, const struct wire_in *in,
+			const struct frame_msg *m)
 {
 	const struct frame_register *r = &m->u.reg;
 	struct sender_peer *p;
-	struct plan *plan;
+	struct plan *plan = NULL;
 	uint8_t *desc;
+	uint64_t dev, ino;
 	uint32_t id;
-	int changed = 0, rc;
+	int changed = 0, rc, allowed;
 	char why[sizeof p->why];
 
 	if (!r->endpoint[0] || strlen(r->endpoint) >= RTAB_ENDPOINT_MAX) {
@@ -169,11 +188,25 @@ static void on_register(struct sender *s, const struct frame_msg *m)
 		malformed(s, m, "too many decode peers");
 		return;
 	}
-	plan = register_plan(s, r, why, sizeof why);
+	if (!p && peers_of_source(s, in->id, in->idlen) >=
+		      SENDER_PEERS_PER_SOURCE) {
+		RATE_LIMITED(s->t, "decode %s: REGISTER of a new endpoint from "
+			     "a source that registered %u already", r->endpoint,
+			     SENDER_PEERS_PER_SOURCE);
+		return;
+	}
+	allowed = sender_pool_allowed(s, p, r, &dev, &ino, why, sizeof why);
+	if (allowed)
+		plan = register_plan(s, r, why, sizeof why);
+	else
+		UNAUTHORISED(s->t, "decode %s: REGISTER names a pool it does "
+			     "not own: %s", r->endpoint, why);
 	if (!plan && p && p->plan) {
-		MALFORMED(s->t, "decode %s: REGISTER refused (%s); the "
-			  "registration of epoch %016llx stays", p->endpoint,
-			  why, (unsigned long long)p->epoch);
+		if (allowed)
+			MALFORMED(s->t, "decode %s: REGISTER refused (%s); "
+				  "the registration of epoch %016llx stays",
+				  p->endpoint, why,
+				  (unsigned long long)p->epoch);
 		return;
 	}
 	desc = malloc(r->desc.len ? r->desc.len : 1);
@@ -207,6 +240,10 @@ static void on_register(struct sender *s, const struct frame_msg *m)
 	p->coord = r->coord;
 	p->topo = r->topo;
 	p->model = r->model;
+	p->pool_dev = dev;
+	p->pool_ino = ino;
+	p->srclen = (uint8_t)(in->idlen < RL_ID_MAX ? in->idlen : RL_ID_MAX);
+	memcpy(p->src, in->id, p->srclen);
 	free(p->desc);
 	p->desc = desc;
 	p->desclen = r->desc.len;
@@ -387,13 +424,23 @@ static void ack_unregistered(struct sender *s, const struct wire_in *in,
  * targets until they are acked or their deadline passes. A room with no
  * private state (never seen, cleared and drained, or left by a previous
  * incarnation of this process) has nothing in flight from here: acked at
- * once, and nothing is created. */
+ * once, and nothing is created. Only a destination of the room may abort
+ * it: anyone else's ABORT is counted as unauthorised (authz.h). */
+static void ack_at_once(struct sender *s, struct sender_peer *p,
+			const struct frame_msg *m)
+{
+	struct frame_msg ack;
+
+	frame_msg_init(&ack, FRAME_ABORT_ACK, s->rank, m->hdr.room, s->epoch);
+	ack.u.abort_ack.token = m->u.abort.token;
+	sender_peer_send(s, p, &ack);
+}
+
 static void on_abort(struct sender *s, const struct wire_in *in,
 		     const struct frame_msg *m)
 {
 	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
 	struct sender_room *r;
-	struct frame_msg ack;
 	int rc;
 
 	if (!p) {
@@ -404,10 +451,18 @@ static void on_abort(struct sender *s, const struct wire_in *in,
 	if (!r) {
 		LOG_ROOM(LOG_DEBUG, m->hdr.room, "ABORT for an unknown room: "
 			 "acked at once");
-		frame_msg_init(&ack, FRAME_ABORT_ACK, s->rank, m->hdr.room,
-			       s->epoch);
-		ack.u.abort_ack.token = m->u.abort.token;
-		sender_peer_send(s, p, &ack);
+		ack_at_once(s, p, m);
+		return;
+	}
+	if (!sender_room_has_dst(r, p)) {
+		/* Only a destination may abort a room (issue 14). No job of
+		 * the room writes to a non-destination, so the ack it gets
+		 * is true and lets a decode whose XFER_INFO was ignored
+		 * release at once; the room itself is left alone. */
+		UNAUTHORISED(s->t, "ABORT of room %llu from decode %s, not a "
+			     "destination of it: ignored",
+			     (unsigned long long)r->id, p->endpoint);
+		ack_at_once(s, p, m);
 		return;
 	}
 	if (!r->cleared)
@@ -439,10 +494,18 @@ void sender_on_peer(struct sender *s, const struct wire_in *in,
 			LOG_RL(LOG_DEBUG, "PONG to a vanished pinger dropped");
 		break;
 	case FRAME_REGISTER:
-		on_register(s, m);
+		if (rl_take(&s->rl_register, in->id, in->idlen, proc_now_ns()))
+			on_register(s, in, m);
+		else
+			RATE_LIMITED(s->t, "REGISTER from a source over %g/s",
+				     SENDER_REGISTER_RATE);
 		break;
 	case FRAME_XFER_INFO:
-		on_xfer_info(s, in, m);
+		if (rl_take(&s->rl_xfer, in->id, in->idlen, proc_now_ns()))
+			on_xfer_info(s, in, m);
+		else
+			RATE_LIMITED(s->t, "XFER_INFO from a source over %g/s",
+				     SENDER_XFER_INFO_RATE);
 		break;
 	case FRAME_ABORT:
 		on_abort(s, in, m);

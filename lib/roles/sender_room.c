@@ -116,6 +116,15 @@ static uint32_t *pages_copy(struct frame_u32s v)
 	return a;
 }
 
+int sender_room_has_dst(const struct sender_room *r,
+			const struct sender_peer *p)
+{
+	for (uint32_t i = 0; i < r->ndst; i++)
+		if (r->dst[i].peer == p)
+			return 1;
+	return 0;
+}
+
 int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
 			struct frame_u32s pages, uint32_t aux_slot, int dummy,
 			uint64_t token)

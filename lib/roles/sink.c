@@ -56,6 +56,13 @@ static void on_event(void *arg, const char *what)
 	MALFORMED(x->t, "data port: %s", what);
 }
 
+static void on_auth_failed(void *arg)
+{
+	struct sink_ctx *x = arg;
+
+	rtab_sec_add(x->t, RTAB_S_AUTH_FAILED, 1);
+}
+
 int sink_fence_path(const char *table, char *buf, size_t len)
 {
 	int n = snprintf(buf, len, "%s.fence", table);
@@ -77,6 +84,7 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 				   .room_begin = room_begin,
 				   .room_end = room_end,
 				   .event = on_event,
+				   .auth_failed = on_auth_failed,
 				   .arg = &x,
 				   .stop = proc_stopping };
 	char fence[4096];

@@ -134,6 +134,34 @@ void rtab_metrics_get(const struct rtab *t, struct rtab_metrics_view *v)
 		}
 		hv->sum_ns = FLD_LOAD(&m->hist[h].sum_ns);
 	}
+	for (unsigned i = 0; i < RTAB_NSEC; i++)
+		v->sec[i] = FLD_LOAD(&m->sec[i]);
+	v->insecure = atomic_load_explicit(&m->insecure,
+					   memory_order_relaxed) != 0;
+}
+
+void rtab_sec_add(struct rtab *t, unsigned which, uint64_t n)
+{
+	if (t && t->writable && which < RTAB_NSEC)
+		FLD_ADD(&t->hdr->metrics.sec[which], n);
+}
+
+void rtab_set_insecure(struct rtab *t, int on)
+{
+	if (t && t->writable)
+		atomic_store_explicit(&t->hdr->metrics.insecure, on ? 1u : 0u,
+				      memory_order_relaxed);
+}
+
+const char *rtab_sec_str(unsigned which)
+{
+	static const char *const name[RTAB_NSEC] = {
+		[RTAB_S_UNAUTHORISED] = "unauthorised",
+		[RTAB_S_RATE_LIMITED] = "rate_limited",
+		[RTAB_S_AUTH_FAILED] = "auth_failed",
+	};
+
+	return which < RTAB_NSEC ? name[which] : "?";
 }
 
 int rtab_metrics_set_off(struct rtab *t, int off)

@@ -14,6 +14,8 @@
  *   bootstrap:   insertion (Bootstrapping) to entering Waiting;
  *   abort drain: RTAB_F_ARMED set to RTAB_F_RELEASABLE set.
  * Buckets are upper bounds in ns (rtab_hist_bound_ns); the last is +Inf.
+ * Also here, never turned off: the security counters (enum rtab_sec) and
+ * whether the owner runs --insecure.
  *
  * A non-zero `off` word stops the table's own measuring (not the plain
  * counters of struct rtab_hdr except RTAB_C_BYTES): kv-bench sets it to
@@ -40,6 +42,19 @@ enum rtab_hist_id {
 	RTAB_NHISTS = 3,
 };
 
+/* Security counters (issue 14), kept whether or not the table measures:
+ * what a refusal is worth knowing does not depend on kv-bench's pricing. */
+#define RTAB_MAX_SEC 8u
+enum rtab_sec {
+	RTAB_S_UNAUTHORISED = 0, /* authenticated, but not allowed: an ABORT
+				  * from a non-destination, a REGISTER naming
+				  * a pool not the decode's own, ... */
+	RTAB_S_RATE_LIMITED = 1, /* dropped by a per-source token bucket */
+	RTAB_S_AUTH_FAILED = 2,  /* ZAP refusals and failed data-port
+				  * handshakes */
+	RTAB_NSEC = 3,
+};
+
 /* Non-cumulative bucket counts; the count is their sum. */
 struct rtab_hist {
 	_Atomic uint64_t bucket[RTAB_HIST_BUCKETS];
@@ -52,9 +67,12 @@ struct rtab_metrics {
 	_Atomic uint64_t entered[RTAB_MAX_STATES]; /* by enum kvw_state */
 	_Atomic uint64_t failed[RTAB_MAX_REASONS]; /* by enum kvw_reason */
 	struct rtab_hist hist[RTAB_NHISTS];
+	_Atomic uint64_t sec[RTAB_MAX_SEC]; /* enum rtab_sec */
+	_Atomic uint32_t insecure; /* 1: the owner runs --insecure */
+	uint32_t reserved1;
 	uint8_t reserved[RTAB_METRICS_SIZE - 8 - 8 * RTAB_MAX_STATES -
 			 8 * RTAB_MAX_REASONS - RTAB_NHISTS * 8 *
-			 (RTAB_HIST_BUCKETS + 1)];
+			 (RTAB_HIST_BUCKETS + 1) - 8 * RTAB_MAX_SEC - 8];
 };
 
 _Static_assert(sizeof(struct rtab_metrics) == RTAB_METRICS_SIZE,
@@ -73,6 +91,8 @@ struct rtab_metrics_view {
 	uint64_t entered[KVW_NSTATES];
 	uint64_t failed[KVW_NREASONS];
 	struct rtab_hist_view hist[RTAB_NHISTS];
+	uint64_t sec[RTAB_NSEC];
+	int insecure;
 };
 
 struct rtab;
@@ -92,6 +112,16 @@ void rtab_metrics_get(const struct rtab *t, struct rtab_metrics_view *v);
  * read-only table. Every process writing this table sees it at its next
  * call. */
 int rtab_metrics_set_off(struct rtab *t, int off);
+
+/* The owner: counts n in security counter `which` (enum rtab_sec); a
+ * read-only table or an unknown counter is ignored. */
+void rtab_sec_add(struct rtab *t, unsigned which, uint64_t n);
+
+/* The owner: records whether it runs --insecure (kv-stat shows it). */
+void rtab_set_insecure(struct rtab *t, int on);
+
+/* "unauthorised", "rate_limited", "auth_failed"; "?" out of range. */
+const char *rtab_sec_str(unsigned which);
 
 /* ---- hooks for rtab.c (not for callers outside lib/table) ---------- */
 

@@ -528,6 +528,11 @@ static int hdr_check(const struct frame_hdr *h, char *err, size_t errlen)
 	if (h->flags)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"header: unknown flags 0x%x", h->flags);
+	/* Epoch 0 would skip every restart and stale check keyed on the
+	 * sender's incarnation (issue 14); proc_epoch() never makes it, so
+	 * only a forged or broken sender does: refused in both directions. */
+	if (h->epoch == 0)
+		return kvw_errf(err, errlen, KVW_EINVAL, "header: epoch 0");
 	return 0;
 }
 

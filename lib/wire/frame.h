@@ -102,7 +102,7 @@ struct frame_hdr {
 	uint16_t flags; /* none defined yet: must be 0, others are refused */
 	uint32_t src_rank;
 	uint64_t room;
-	uint64_t epoch; /* the sender process's incarnation */
+	uint64_t epoch; /* the sender process's incarnation; never 0 (refused) */
 };
 
 /* A view of one received or to-be-sent part. */

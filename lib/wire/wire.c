@@ -35,6 +35,11 @@ void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 		zmq_close(s);
 		return NULL;
 	}
+	/* ROUTERs are the servers: their failed handshakes are counted. */
+	if (type == ZMQ_ROUTER && wire_auth_watch(ctx, s, err, errlen) != 0) {
+		zmq_close(s);
+		return NULL;
+	}
 	return s;
 }
 
@@ -68,8 +73,8 @@ int wire_bind(void *sock, const char *endpoint, unsigned mode, char *err,
 	      size_t errlen)
 {
 	const char *path = NULL;
-
-	int rc = wire_auth_server(sock, endpoint, err, errlen);
+	mode_t old = 0;
+	int e, rc = wire_auth_server(sock, endpoint, err, errlen);
 
 	if (rc)
 		return rc;
@@ -78,9 +83,18 @@ int wire_bind(void *sock, const char *endpoint, unsigned mode, char *err,
 		/* A socket file left by a dead process refuses the bind. */
 		unlink(path);
 	}
-	if (zmq_bind(sock, endpoint) != 0)
+	/* The socket file is made by bind() inside zmq_bind, with 0777 less
+	 * the umask: 0177 makes it 0600 from its first instant (issue 14),
+	 * before the chmod below sets what the caller asked. */
+	if (path)
+		old = umask(0177);
+	rc = zmq_bind(sock, endpoint);
+	e = errno;
+	if (path)
+		umask(old);
+	if (rc != 0)
 		return kvw_errf(err, errlen, KVW_ESYS, "bind %s: %s", endpoint,
-				zmq_strerror(errno));
+				zmq_strerror(e));
 	if (path && mode && chmod(path, mode) != 0)
 		return kvw_errf(err, errlen, KVW_ESYS, "chmod %s: %s", path,
 				strerror(errno));

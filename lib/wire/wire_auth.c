@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -28,7 +29,10 @@ static struct {
 	uint8_t client_raw[32]; /* the one client key admitted */
 	void *ctx[ZAP_MAX_CTX]; /* contexts that have a handler */
 	uint32_t nctx;
-	_Atomic uint64_t refused;
+	_Atomic uint64_t refused; /* by the ZAP handler */
+	_Atomic uint64_t failed;  /* CURVE handshakes that failed before ZAP
+				   * (another server key, no CURVE) */
+	_Atomic uint64_t seq;     /* names of monitor endpoints */
 } wa = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 void wire_auth_use(const struct keys *k)
@@ -72,7 +76,80 @@ int wire_auth_data_key(uint8_t out[KEYS_DATA])
 
 uint64_t wire_auth_refused(void)
 {
-	return atomic_load(&wa.refused);
+	return atomic_load(&wa.refused) + atomic_load(&wa.failed);
+}
+
+/* Handshakes ZAP never sees: a client with another group's server key or
+ * without CURVE fails inside libzmq. The socket monitor reports them
+ * (ZAP's own refusals, HANDSHAKE_FAILED_AUTH, are counted by the handler
+ * already). Ends when the socket closes or its context terminates. */
+#define WATCHED (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | \
+		 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+
+static void *watch_main(void *arg)
+{
+	void *p = arg;
+
+	for (;;) {
+		uint8_t ev[6];
+		char spill[256];
+		int n = zmq_recv(p, ev, sizeof ev, 0), more = 0;
+		size_t ml = sizeof more;
+
+		if (n < 0 && errno == ETERM)
+			break;
+		if (n < 0)
+			continue;
+		zmq_getsockopt(p, ZMQ_RCVMORE, &more, &ml);
+		if (more && zmq_recv(p, spill, sizeof spill, 0) < 0 &&
+		    errno == ETERM)
+			break;
+		if (n >= 2) {
+			uint16_t e = (uint16_t)(ev[0] | ev[1] << 8);
+
+			if (e == ZMQ_EVENT_MONITOR_STOPPED)
+				break;
+			if (e & WATCHED)
+				atomic_fetch_add(&wa.failed, 1);
+		}
+	}
+	zmq_close(p);
+	return NULL;
+}
+
+int wire_auth_watch(void *ctx, void *sock, char *err, size_t errlen)
+{
+	char ep[64];
+	pthread_attr_t at;
+	pthread_t th;
+	void *p;
+	int zero = 0;
+
+	if (wire_auth_mode() != WIRE_AUTH_KEYS)
+		return 0;
+	snprintf(ep, sizeof ep, "inproc://kvw-auth-watch-%llu",
+		 (unsigned long long)atomic_fetch_add(&wa.seq, 1));
+	if (zmq_socket_monitor(sock, ep, WATCHED | ZMQ_EVENT_MONITOR_STOPPED))
+		return kvw_errf(err, errlen, KVW_ESYS, "monitor: %s",
+				zmq_strerror(errno));
+	p = zmq_socket(ctx, ZMQ_PAIR);
+	if (!p || zmq_setsockopt(p, ZMQ_LINGER, &zero, sizeof zero) ||
+	    zmq_connect(p, ep) != 0) {
+		if (p)
+			zmq_close(p);
+		return kvw_errf(err, errlen, KVW_ESYS, "monitor: %s",
+				zmq_strerror(errno));
+	}
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&th, &at, watch_main, p) != 0) {
+		pthread_attr_destroy(&at);
+		zmq_close(p);
+		return kvw_errf(err, errlen, KVW_ESYS, "monitor: cannot start "
+				"its thread");
+	}
+	pthread_attr_destroy(&at);
+	return 0;
 }
 
 static int is_tcp(const char *ep)

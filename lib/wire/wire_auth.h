@@ -51,7 +51,14 @@ int wire_auth_zap_start(void *ctx, char *err, size_t errlen);
  * transport's tcp_auth.h): 1 with keys in use, else 0 (out untouched). */
 int wire_auth_data_key(uint8_t out[KEYS_DATA]);
 
-/* Handshakes this process's ZAP handlers refused. */
+/* With keys: counts the CURVE handshakes that fail on server socket
+ * sock (of ctx) before its ZAP handler is asked (another group's server
+ * key, no CURVE at all), with a socket monitor and a thread that ends with
+ * the socket or the context. A no-op otherwise. 0 or KVW_ESYS with err. */
+int wire_auth_watch(void *ctx, void *sock, char *err, size_t errlen);
+
+/* Handshakes this process refused: by its ZAP handlers, and failed on a
+ * watched socket. */
 uint64_t wire_auth_refused(void);
 
 #endif

@@ -87,6 +87,16 @@ static void event(struct sink *s, const char *what)
 		s->cfg->event(s->cfg->arg, what);
 }
 
+/* A connection that failed the handshake: refused, told as an event and
+ * as an authentication failure. */
+static void handshake_failed(struct sink *s, const char *what)
+{
+	s->st->refused++;
+	event(s, what);
+	if (s->cfg->auth_failed)
+		s->cfg->auth_failed(s->cfg->arg);
+}
+
 /* The connection's write is over: its room is no longer held. */
 static void release(struct sink *s, struct conn *c)
 {
@@ -166,10 +176,9 @@ static int hello(struct sink *s, struct conn *c)
 	if (le_get(c->head, 4) != TCP_MAGIC_HELLO ||
 	    le_get(c->head + 4, 2) != TCP_VERSION || diff) {
 		/* Counted before the peer can hear of it. */
-		s->st->refused++;
-		event(s, diff ? "connection with a wrong secret or group key "
-				"refused"
-			      : "connection with a bad hello refused");
+		handshake_failed(s, diff ? "connection with a wrong secret or "
+					   "group key refused"
+					 : "connection with a bad hello refused");
 		le_put(wel + 4, TCP_SECRET, 4);
 		(void)send(c->fd, wel, sizeof wel, MSG_NOSIGNAL | MSG_DONTWAIT);
 		return -1;
@@ -571,9 +580,8 @@ int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
 			int mid = c->state != C_HDR || c->have > 0;
 
 			if (c->state == C_HELLO && now > c->deadline_ns) {
-				s->st->refused++;
-				event(s, "connection without a hello in time "
-					 "closed");
+				handshake_failed(s, "connection without a hello "
+						    "in time closed");
 				drop(s, i);
 			} else if (c->state != C_HELLO && mid && !c->ack_left &&
 				   now > c->last_ns + stall) {

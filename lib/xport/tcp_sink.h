@@ -57,6 +57,10 @@ struct tcp_sink_cfg {
 	/* Told of every refusal (what happened, for a rate-limited log);
 	 * may be NULL. */
 	void (*event)(void *arg, const char *what);
+	/* Told, besides event, of each connection that failed the handshake
+	 * (a wrong secret or group key, a bad hello, none in time): what
+	 * kv-stat counts as auth_failed. May be NULL. */
+	void (*auth_failed)(void *arg);
 	void *arg;
 	/* Polled between wakeups: nonzero ends the loop. */
 	int (*stop)(void);

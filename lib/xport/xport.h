@@ -147,6 +147,17 @@ void xport_close(struct xport **x);
  * transports without one. */
 void xport_set_room(struct xport *x, uint64_t room);
 
+/* shm only: what a descriptor names, read and checked (magic, version,
+ * lengths, a kvwire pool path) without opening anything, so a control
+ * process can decide whether the decode may name that file (issue 14)
+ * before a worker maps it. 0, or KVW_EINVAL / KVW_EVERSION with err. */
+struct xport_shm_desc {
+	char path[1024]; /* POOL_PATH_MAX + 1 */
+	uint64_t size, dev, ino;
+};
+int xport_shm_desc_parse(const uint8_t *desc, size_t len,
+			 struct xport_shm_desc *out, char *err, size_t errlen);
+
 /* tcp only, decode side, before xport_register: listen on HOST[:PORT]
  * (numeric host; port 0 or none: a free one) with a fresh random secret;
  * the registration's descriptor then names them. 0, KVW_EINVAL (bad

@@ -141,17 +141,12 @@ static int xshm_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	return 0;
 }
 
-/* Opens and maps the pool a descriptor names, checking it is the very file
- * (dev, ino) and size the peer registered. On success *out owns the map. */
-static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
-			uint64_t *dev, uint64_t *ino, char *err, size_t errlen)
+int xport_shm_desc_parse(const uint8_t *desc, size_t len,
+			 struct xport_shm_desc *out, char *err, size_t errlen)
 {
-	char path[POOL_PATH_MAX + 1];
-	uint64_t plen, size;
-	struct stat st;
-	int rc;
+	uint64_t plen;
 
-	*out = NULL;
+	_Static_assert(sizeof out->path == POOL_PATH_MAX + 1, "path size");
 	if (desc == NULL || len < SHM_HDR || len > KVW_MAX_DESC ||
 	    memcmp(desc, SHM_MAGIC, 4) != 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
@@ -162,18 +157,39 @@ static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
 				(unsigned long long)le_get(desc + 4, 2),
 				SHM_VERSION);
 	plen = le_get(desc + 6, 2);
-	size = le_get(desc + 8, 8);
-	*dev = le_get(desc + 16, 8);
-	*ino = le_get(desc + 24, 8);
+	out->size = le_get(desc + 8, 8);
+	out->dev = le_get(desc + 16, 8);
+	out->ino = le_get(desc + 24, 8);
 	if (plen == 0 || plen > POOL_PATH_MAX || SHM_HDR + plen != len ||
-	    memchr(desc + SHM_HDR, '\0', plen) != NULL || size == 0)
+	    memchr(desc + SHM_HDR, '\0', plen) != NULL || out->size == 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"shm: malformed descriptor (path or size)");
-	memcpy(path, desc + SHM_HDR, plen);
-	path[plen] = '\0';
-	if (!pool_name_ok(path))
+	memcpy(out->path, desc + SHM_HDR, plen);
+	out->path[plen] = '\0';
+	if (!pool_name_ok(out->path))
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"shm: descriptor path is not a kvwire pool");
+	return 0;
+}
+
+/* Opens and maps the pool a descriptor names, checking it is the very file
+ * (dev, ino) and size the peer registered. On success *out owns the map. */
+static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
+			uint64_t *dev, uint64_t *ino, char *err, size_t errlen)
+{
+	struct xport_shm_desc d;
+	const char *path = d.path;
+	uint64_t size;
+	struct stat st;
+	int rc;
+
+	*out = NULL;
+	rc = xport_shm_desc_parse(desc, len, &d, err, errlen);
+	if (rc != 0)
+		return rc;
+	size = d.size;
+	*dev = d.dev;
+	*ino = d.ino;
 
 	/* pool_open does not follow a symlink in the last component; the
 	 * identity check then proves it is the very file the peer registered. */

@@ -5,7 +5,9 @@
 # client with the keys (kv-ctl --keys) is answered; one without keys,
 # with another group's keys, or with no policy at all gets nothing (the
 # last is refused before it dials). A member without keys or --insecure
-# refuses to bind tcp://; --insecure runs, and says so in every log.
+# refuses to bind tcp://; --insecure runs, and says so in every log and
+# in kv-stat (issue 14), which also shows each member's refused
+# handshakes.
 
 load helpers
 
@@ -15,6 +17,15 @@ setup() { kvw_setup; }
 teardown() { kvw_teardown; }
 
 boot_ep() { endpoint bootstrap listen; }
+
+# auth_failed_at_least MEMBER N: MEMBER's table counts N or more refused
+# handshakes (kv-stat --json's security.auth_failed).
+auth_failed_at_least() {
+	local n
+	n=$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
+		jq -r ".tables[] | select(.name == \"$1\") | .security.auth_failed")
+	[ -n "$n" ] && [ "$n" -ge "$2" ]
+}
 
 @test "a tcp:// group makes its keys and answers only clients that hold them" {
 	kv_up --transport tcp --advertise 127.0.0.1 --port-base 26100 --workers 1 $SHAPE
@@ -38,6 +49,13 @@ boot_ep() { endpoint bootstrap listen; }
 	# The group itself works through CURVE end to end.
 	run timeout 120 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 100 --verify
 	[ "$status" -eq 0 ]
+	# A member's refused handshakes are counted where kv-stat shows them;
+	# it runs authenticated, and says that too.
+	run timeout 10 "$KVW_BIN/kv-ctl" --keys "$RUN/other" --timeout 1 ping "$(endpoint p0 listen)"
+	[ "$status" -eq 99 ]
+	wait_for 10 auth_failed_at_least p0 1
+	"$KVW_BIN/kv-stat" --run-dir "$RUN" --prom | grep -qx 'kvwire_insecure{table="p0"} 0'
+	refute sh -c "'$KVW_BIN/kv-stat' --run-dir '$RUN' | grep -q INSECURE"
 }
 
 @test "a member asked to bind tcp:// without keys or --insecure refuses to start" {
@@ -57,4 +75,10 @@ boot_ep() { endpoint bootstrap listen; }
 	for m in bootstrap p0 d0; do
 		grep -q "INSECURE: binding tcp://127.0.0.1:" "$RUN/logs/$m.log"
 	done
+	# ... and in kv-stat: text, JSON and the Prometheus gauge.
+	run "$KVW_BIN/kv-stat" --run-dir "$RUN"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '^security:.* INSECURE' <<<"$output")" -eq 2 ]
+	[ "$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json | jq -r '.tables[] | select(.name == "p0") | .insecure')" = true ]
+	"$KVW_BIN/kv-stat" --run-dir "$RUN" --prom | grep -qx 'kvwire_insecure{table="d0"} 1'
 }

@@ -86,6 +86,30 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
 	[[ $output == *"rate run: rooms=30 success=30 "* ]]
 }
 
+@test "kv-bench rooms --spawn --auth-cost: a group with keys, then one with --insecure, and the ratio" {
+	run timeout 300 kv-bench rooms --spawn --auth-cost --up-arg --workers --up-arg 1 \
+		--rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
+	[ "$status" -eq 0 ]
+	[[ $output == *"auth cost: group with keys (CURVE)"* ]]
+	[[ $output == *"auth cost: group with --insecure"* ]]
+	[ "$(grep -c "rate run: rooms=30 success=30 " <<<"$output")" -eq 2 ]
+	[[ $output =~ "auth cost: rooms/s with keys "[0-9.]+", with --insecure "[0-9.]+", ratio "[0-9.]+ ]]
+	# Without --spawn there is no group of its own to vary: usage.
+	run kv-bench rooms --auth-cost --run-dir "$RUN"
+	[ "$status" -eq 100 ]
+}
+
+@test "kv-bench tcp --auth both: each case without and with the data key, verified, and the ratio" {
+	run timeout 120 kv-bench tcp --auth both --mib 4 --seconds 0.02 --reps 1
+	[ "$status" -eq 0 ]
+	for c in 4KiB-scattered 64KiB 1MiB; do
+		grep -q "^$c+auth .* yes$" <<<"$output"
+		grep -Eq "^$c +auth/insecure tcp GiB/s ratio [0-9.]+$" <<<"$output"
+	done
+	run kv-bench tcp --auth maybe
+	[ "$status" -eq 100 ]
+}
+
 @test "kv-bench: --latency-rooms outside rooms mode is a usage error" {
 	run kv-bench copy --latency-rooms 3
 	[ "$status" -eq 100 ]

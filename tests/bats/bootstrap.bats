@@ -137,7 +137,7 @@ randhex() {
 	# Warnings are rate limited; the exit summary counts every drop.
 	kill -TERM "$BG_PID"
 	wait_for 2 gone "$BG_PID"
-	grep -q "stopping: 0 of 0 ranks registered, 10 malformed" "$RUN/boot.log"
+	grep -Eq "stopping: 0 of 0 ranks registered, 0 unauthorised, 0 rate limited, 10 malformed$" "$RUN/boot.log"
 }
 
 @test "SIGTERM makes kv-bootstrap exit 0 within 2 s" {

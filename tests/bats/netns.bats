@@ -12,6 +12,10 @@
 # numgen), a rate limit (tc tbf), the link down for less than the
 # deadline (rooms succeed) and for longer (rooms fail), kill -9 of a sink
 # and of a prefill worker mid-run, and an abort storm with canaries.
+# Issue 14: a client without the group's keys gets nothing through on
+# either host (bootstrap, a member's peer socket, a data port), each
+# refusal counted where kv-stat shows it, while the group with the keys
+# works; and a group with --insecure works and says so.
 
 load helpers
 
@@ -52,16 +56,21 @@ link_up() {
 nsB() { ip netns exec "$NSB" "$@"; }
 
 # split ARGS...: the prefill side in A, the decode side in B (both with
-# ARGS), and $RUN/endpoints listing both for kv-bench.
+# ARGS, and the group's keys unless $AUTH says otherwise, e.g.
+# AUTH=--insecure), and $RUN/endpoints listing both for kv-bench.
 split() {
-	[ -d "$RUN/keys" ] || "$KVW_BIN/kv-keygen" "$RUN/keys" >/dev/null
+	local auth=(${AUTH:-})
+	if [ -z "${AUTH:-}" ]; then
+		[ -d "$RUN/keys" ] || "$KVW_BIN/kv-keygen" "$RUN/keys" >/dev/null
+		auth=(--keys "$RUN/keys")
+	fi
 	nsA timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/p" \
 		--role prefill --advertise 10.201.0.1 --transport tcp \
-		--keys "$RUN/keys" "$@" || {
+		"${auth[@]}" "$@" || {
 		tail -n 20 "$RUN"/p/logs/*.log >&2; return 1; }
 	nsB timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/d" \
 		--role decode --advertise 10.201.0.2 --transport tcp \
-		--bootstrap tcp://10.201.0.1:17000 --keys "$RUN/keys" "$@" || {
+		--bootstrap tcp://10.201.0.1:17000 "${auth[@]}" "$@" || {
 		tail -n 20 "$RUN"/d/logs/*.log >&2; return 1; }
 	{
 		grep -v '^shape=' "$RUN/p/endpoints"
@@ -204,4 +213,56 @@ decode_has() {
 	clean 600
 	[ "$(summary failed)" = 0 ]
 	[ "$(summary aborted)" -gt 0 ]
+}
+
+# stat_of SIDE MEMBER JQ: a value of MEMBER's table on SIDE (p or d).
+stat_of() {
+	"$KVW_BIN/kv-stat" --run-dir "$RUN/$1" --json | jq -r ".tables[] | select(.name == \"$2\") | $3"
+}
+auth_failed_over() { [ "$(stat_of "$1" "$2" .security.auth_failed)" -gt "$3" ]; }
+
+# The client without the keys (run inside a namespace: nsA/nsB intruder).
+INTRUDER=("/usr/bin/python3" "$BATS_TEST_DIRNAME/../peers/intruder.py")
+
+@test "two hosts, issue 14: a client without the group's keys cannot register, change a room or peer, or reach a data port; counted; with the keys all works" {
+	split --workers 1 $SHAPE
+	"$KVW_BIN/kv-keygen" "$RUN/other" >/dev/null
+	# The bootstrap: no CURVE, and another group's client key with this
+	# group's server key (ZAP says no): nothing answers, and the rank
+	# keeps its real endpoint.
+	nsB "${INTRUDER[@]}" boot tcp://10.201.0.1:17000
+	nsB "${INTRUDER[@]}" boot tcp://10.201.0.1:17000 "$RUN/keys/group.keys"
+	run nsB "$KVW_BIN/kv-ctl" --keys "$RUN/keys" lookup tcp://10.201.0.1:17000 --coord 0,0,0,0
+	[ "$status" -eq 0 ]
+	[[ $output == *"endpoint=tcp://10.201.0.1:17001"* ]]
+	# A member's peer socket: REGISTER, XFER_INFO, ABORT and PING get
+	# nothing back and change nothing; the refused handshakes are counted.
+	peers=$(stat_of p p0 '.peers | length')
+	failed=$(stat_of p p0 .security.auth_failed)
+	nsB "${INTRUDER[@]}" peer tcp://10.201.0.1:17001
+	nsB "${INTRUDER[@]}" peer tcp://10.201.0.1:17001 "$RUN/keys/group.keys"
+	wait_for 10 auth_failed_over p p0 $((failed + 1))
+	[ "$(stat_of p p0 '.peers | length')" = "$peers" ]
+	[ "$(stat_of p p0 '[.rooms[]] | length')" = 0 ]
+	# The decode host's data port, from the prefill host: refused, counted.
+	dp=$(grep -o 'data port 10.201.0.2:[0-9]*' "$RUN/d/logs/d0.log" | head -n 1 | cut -d' ' -f3)
+	[ -n "$dp" ]
+	nsA "${INTRUDER[@]}" data "$dp"
+	wait_for 10 auth_failed_over d d0 0
+	# With the group's keys everything works.
+	bench --rooms 200 --pages-per-room 8 --verify
+	[ "$status" -eq 0 ]
+	clean 200
+	[ "$(summary success)" = 200 ]
+}
+
+@test "two hosts, issue 14: a group with --insecure works and says so in its logs and kv-stat" {
+	AUTH=--insecure split --workers 1 $SHAPE
+	bench --rooms 100 --pages-per-room 8 --verify
+	[ "$status" -eq 0 ]
+	clean 100
+	grep -q "INSECURE: binding tcp://10.201.0.1:" "$RUN/p/logs/p0.log"
+	grep -q "INSECURE: binding tcp://10.201.0.2:" "$RUN/d/logs/d0.log"
+	[ "$(stat_of p p0 .insecure)" = true ]
+	[ "$(stat_of d d0 .insecure)" = true ]
 }

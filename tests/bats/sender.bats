@@ -9,7 +9,11 @@
 # within 2 s with the workers gone; ABORT -> STATUS Failed + ABORT_ACK; frames
 # from an unregistered decode only count as malformed; an ABORT reaching a
 # restarted kv-sender from a decode that did not register again is acked at
-# once on its own socket (issue 12, item 3); usage exit codes.
+# once on its own socket (issue 12, item 3); usage exit codes;
+# (issue 14) a second registered decode's ABORT of a room it is not a
+# destination of is acked and changes nothing, counted as unauthorised; a
+# REGISTER naming the prefill's own pool or another decode's is refused,
+# counted, and its room fails cleanly.
 
 load helpers
 
@@ -242,3 +246,54 @@ nworkers_is() {
 	secs=$(sed -n 's/.*ABORT_ACK on the DEALER after \([0-9.]*\)s.*/\1/p' "$RUN/d1.out")
 	awk -v s="$secs" 'BEGIN { exit !(s < 1.0) }'
 }
+
+# unauthorised: the table's count of refused, authenticated requests.
+unauthorised() {
+	"$KVW_BIN/kv-stat" --table "$TABLE" --json | jq -r '.tables[0].security.unauthorised'
+}
+
+@test "issue 14: an ABORT from a registered decode that is not a destination of the room is acked and changes nothing; the destination's own ABORT still fails it" {
+	start_sender --workers 1
+	# Decode a: registered, the room's destination, Waiting until "go".
+	timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" transfer \
+		--sender "$PEER" --engine "$ENG" --listen "ipc://$RUN/a.sock" \
+		--prefill-pool "$POOL" --decode-pool "/dev/shm/kvwire.$TAG-a.pool" \
+		--room 41 $PYSHAPE --abort --abort-wait "$RUN/go" >"$RUN/a.out" 2>&1 &
+	A=$!
+	echo "$A" >>"$RUN/bg.pids"
+	wait_for 10 room_state 41 WaitingForInput
+	# Decode b: registered too (its own pool), not a destination of 41.
+	run timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" abort-other \
+		--sender "$PEER" --listen "ipc://$RUN/b.sock" \
+		--decode-pool "/dev/shm/kvwire.$TAG-b.pool" --room 41 $PYSHAPE
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"ok room 41: ABORT_ACK (STATUS Failed reason None first)"* ]]
+	room_state 41 WaitingForInput
+	[ "$(unauthorised)" = 1 ]
+	grep -q "unauthorised: ABORT of room 41 from decode ipc://$RUN/b.sock" "$RUN/sender.log"
+	# The destination's own ABORT: the room fails (aborted) and is acked.
+	touch "$RUN/go"
+	wait "$A"
+	cat "$RUN/a.out"
+	grep -q "ok room 41: ABORT_ACK" "$RUN/a.out"
+	wait_for 10 room_state 41 Failed
+	[ "$(unauthorised)" = 1 ]
+}
+
+@test "issue 14: a REGISTER naming the prefill's own pool or another decode's is refused, counted, and its room fails cleanly (layout)" {
+	start_sender --workers 1
+	# The prefill's own pool: refused; the room fails at its first chunk.
+	fake 51 own --desc-path "$POOL" --expect failed --reason 7
+	[ "$(unauthorised)" = 1 ]
+	grep -q "unauthorised: decode ipc://$RUN/own.sock: REGISTER names a pool it does not own: pool $POOL is this prefill rank's own" "$RUN/sender.log"
+	room_state 51 Failed
+	# Decode a registers its own pool; decode b naming a's is refused.
+	fake 52 a
+	fake 53 b --desc-path "/dev/shm/kvwire.$TAG-a.pool" --expect failed --reason 7
+	[ "$(unauthorised)" = 2 ]
+	# The real decode is still served.
+	fake 54 a2
+	[ "$(unauthorised)" = 2 ]
+}
+

@@ -244,13 +244,17 @@ def transfer(a):
     eng = connect(ctx, zmq.DEALER, a.engine)
     epoch = rnd.getrandbits(63) | 1
     src_rank = 0
-    desc = shm_desc(a.decode_pool, dst_shape.size)
+    desc = shm_desc(a.desc_path or a.decode_pool, dst_shape.size)
     peer.send_multipart(register_msg(dst_shape, a.listen, desc, src_rank, epoch))
     xtok = 0x70c0000 + a.room  # the room incarnation's token
     peer.send_multipart(xfer_info_msg(a.room, dst_aux, 1, 0, dpages, src_rank, epoch,
                                       xtok))
     eng.send_multipart(send_begin_msg(a.room, n, src_aux))
     if a.abort:
+        # --abort-wait FILE: the room waits (Waiting) until FILE exists.
+        while a.abort_wait and not os.path.exists(a.abort_wait):
+            if router.poll(20):  # a bounded poll, not a pause
+                router.recv_multipart()
         abort_then_ack(a, router, peer, src_rank, epoch)
         ctx.destroy(linger=0)
         return
@@ -292,6 +296,21 @@ def transfer(a):
     ctx.destroy(linger=0)
 
 
+def abort_other(a):
+    shape = Shape(a, tp=1)
+    make_pool(a.decode_pool, shape.size)
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind(a.listen)
+    peer = connect(ctx, zmq.DEALER, a.sender)
+    epoch = random.getrandbits(63) | 1
+    desc = shm_desc(a.decode_pool, shape.size)
+    peer.send_multipart(register_msg(shape, a.listen, desc, 0, epoch))
+    abort_then_ack(a, router, peer, 0, epoch)
+    ctx.destroy(linger=0)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest='cmd', required=True)
@@ -315,14 +334,32 @@ def main():
                    help='send no chunk; once FILE exists (the test restarted '
                    'kv-sender), ABORT the room without registering again and '
                    'wait for the ABORT_ACK on the DEALER')
+    t.add_argument('--abort-wait', help='with --abort: wait for this file first')
+    t.add_argument('--desc-path', help='the pool file the REGISTER names '
+                   '(default: --decode-pool; issue 14: another file is refused)')
     t.add_argument('--timeout', type=float, default=10)
     for name, dflt in (('layers', 2), ('page-tokens', 4), ('heads', 2),
                        ('head-dim', 8), ('dtype-bytes', 2), ('pool-pages', 32),
                        ('aux-slots', 4), ('aux-bytes', 16)):
         t.add_argument('--' + name, type=int, default=dflt)
+    i = sub.add_parser('abort-other',
+                       help='register as another decode (own pool, own '
+                       'socket) and ABORT a room it is not a destination of; '
+                       'wait for the ABORT_ACK (issue 14: acked, nothing else)')
+    i.add_argument('--sender', required=True)
+    i.add_argument('--listen', required=True)
+    i.add_argument('--decode-pool', required=True)
+    i.add_argument('--room', type=int, required=True)
+    i.add_argument('--timeout', type=float, default=10)
+    for name, dflt in (('layers', 2), ('page-tokens', 4), ('heads', 2),
+                       ('head-dim', 8), ('dtype-bytes', 2), ('pool-pages', 32),
+                       ('aux-slots', 4), ('aux-bytes', 16)):
+        i.add_argument('--' + name, type=int, default=dflt)
     a = p.parse_args()
     if a.cmd == 'transfer':
         transfer(a)
+    elif a.cmd == 'abort-other':
+        abort_other(a)
 
 
 if __name__ == '__main__':

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/proc.h"
 #include "roles/boot.h"
 #include "wire/frame.h"
 
@@ -48,6 +49,9 @@ static struct frame_msg handle(struct boot *b, const struct frame_msg *m)
 	return back;
 }
 
+/* The header epoch of the next reg(): the registering process. */
+static uint64_t reg_epoch = 99;
+
 static struct frame_boot_reply reg(struct boot *b, struct kvw_topo t,
 				   struct kvw_coord c, const char *ep,
 				   struct kvw_model model, uint32_t lf,
@@ -55,7 +59,7 @@ static struct frame_boot_reply reg(struct boot *b, struct kvw_topo t,
 {
 	struct frame_msg m;
 
-	frame_msg_init(&m, FRAME_BOOT_REGISTER, 7, 42, 99);
+	frame_msg_init(&m, FRAME_BOOT_REGISTER, 7, 42, reg_epoch);
 	m.u.boot_register.topo = t;
 	m.u.boot_register.coord = c;
 	snprintf(m.u.boot_register.endpoint, FRAME_STR_SIZE, "%s", ep);
@@ -93,6 +97,7 @@ static struct kvw_coord at(uint32_t tp, uint32_t pp)
 
 static int setup(void **state)
 {
+	reg_epoch = 99;
 	*state = boot_open(EPOCH, err, sizeof err);
 	return *state ? 0 : -1;
 }
@@ -106,17 +111,56 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* A PING from the prefill rank at (tp, pp) of T2x2 with epoch e. */
+static void ping(struct boot *b, uint32_t tp, uint32_t pp, uint64_t e)
+{
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_PING, pp * T2x2.tp + tp, 1, e);
+	m = handle(b, &m);
+	assert_int_equal(m.hdr.type, FRAME_PONG);
+}
+
+/* Issue 14: a slot counts once. Under its epoch only an identical retry
+ * is accepted (another endpoint: refused, counted); another epoch waits
+ * (NOT_READY, counted) while the registered one is live - its PINGs keep
+ * it so - and takes the slot, overwriting it, once that epoch is gone. */
 static void test_duplicate_registration_counts_once_and_overwrites(void **state)
 {
 	struct boot *b = *state;
 	struct frame_boot_reply r;
+	uint64_t until;
 
 	assert_int_equal(boot_expected(b), 0);
 	r = reg(b, T2x2, at(1, 0), "ipc://a", model16, 0, 30);
 	assert_int_equal(r.status, FRAME_BOOT_OK);
 	assert_int_equal(boot_expected(b), 4);
 	assert_int_equal(boot_registered(b), 1);
+	r = reg(b, T2x2, at(1, 0), "ipc://a", model16, 0, 30);
+	assert_int_equal(r.status, FRAME_BOOT_OK);
 	r = reg(b, T2x2, at(1, 0), "ipc://b", model16, 0, 30);
+	assert_int_equal(r.status, FRAME_BOOT_REFUSED);
+	assert_int_equal(boot_unauthorised(b), 1);
+	reg_epoch = 100;
+	r = reg(b, T2x2, at(1, 0), "ipc://b", model16, 0, 30);
+	assert_int_equal(r.status, FRAME_BOOT_NOT_READY);
+	assert_non_null(strstr(r.text, "live"));
+	assert_int_equal(boot_unauthorised(b), 2);
+	r = lookup(b, at(1, 0), 0, 0);
+	assert_string_equal(r.endpoint, "ipc://a");
+	/* Pinged, the old epoch stays live past the (shortened) window. */
+	boot_set_gone_ns(b, 100000000ull);
+	until = proc_now_ns() + 300000000ull;
+	while (proc_now_ns() < until) {
+		ping(b, 1, 0, 99);
+		r = reg(b, T2x2, at(1, 0), "ipc://b", model16, 0, 30);
+		assert_int_equal(r.status, FRAME_BOOT_NOT_READY);
+	}
+	/* Silent, it is gone within the window: the new epoch gets in. */
+	until = proc_now_ns() + 5000000000ull;
+	do
+		r = reg(b, T2x2, at(1, 0), "ipc://b", model16, 0, 30);
+	while (r.status == FRAME_BOOT_NOT_READY && proc_now_ns() < until);
 	assert_int_equal(r.status, FRAME_BOOT_OK);
 	assert_int_equal(boot_registered(b), 1);
 	assert_false(boot_ready(b));

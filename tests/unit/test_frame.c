@@ -906,6 +906,30 @@ static void test_header_decode_reads_fields_and_refuses_wrong_length(void **stat
 	assert_int_equal(frame_hdr_decode(&p, &h, err, sizeof err), KVW_EINVAL);
 }
 
+/* Issue 14: a header epoch of 0 would skip the restart and stale checks,
+ * so every type refuses it on decode (bytes from outside, epoch word
+ * zeroed) and on encode. */
+static void test_epoch_zero_is_refused_for_every_type_both_ways(void **state)
+{
+	(void)state;
+	for (unsigned t = 1; t <= FRAME_TYPE_MAX; t++) {
+		struct frame_msg m;
+		struct frame_out out;
+		struct wire w;
+		char err[160];
+
+		fixture(t, 0, &m);
+		encode_ok(&m, &out);
+		wire_copy(&w, out.parts, out.nparts, -1, 0, 0);
+		memset(w.mem[0] + 1 + 24, 0, 8); /* the epoch u64 at offset 24 */
+		assert_refused(&w, KVW_EINVAL, "epoch 0");
+		wire_free(&w);
+		m.hdr.epoch = 0;
+		assert_int_equal(frame_encode(&m, &out, err, sizeof err), KVW_EINVAL);
+		assert_non_null(strstr(err, "epoch 0"));
+	}
+}
+
 /* A one-byte error buffer still gets a terminated (empty) line. */
 static void test_error_text_is_truncated_to_the_callers_buffer(void **state)
 {
@@ -948,6 +972,7 @@ int main(void)
 		cmocka_unit_test(test_copy_array_over_cap_or_not_multiple_of_24_is_refused),
 		cmocka_unit_test(test_encode_refuses_every_value_decode_refuses),
 		cmocka_unit_test(test_header_decode_reads_fields_and_refuses_wrong_length),
+		cmocka_unit_test(test_epoch_zero_is_refused_for_every_type_both_ways),
 		cmocka_unit_test(test_error_text_is_truncated_to_the_callers_buffer),
 	};
 

@@ -10,7 +10,11 @@
  * new epoch does replace it and fails the old incarnation's room, so the
  * test can tell the two apart. And (issue 12) on room id reuse, an MLA
  * dummy rank's XFER_INFO that beats SEND_BEGIN opens the new incarnation;
- * a cleared room with a job in flight outlives its ack deadline.
+ * a cleared room with a job in flight outlives its ack deadline. And
+ * (issue 14) an ABORT from a registered decode that is not a destination
+ * of the room changes nothing and is counted as unauthorised; a REGISTER
+ * naming the prefill's own pool, another decode's or another group's is
+ * refused, counted, and its room fails cleanly.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +32,7 @@
 #include "roles/sender_impl.h"
 #include "table/rtab.h"
 #include "xport/pool.h"
+#include "xport/xport.h"
 
 #define E1 0x1111111111111111ull
 #define E2 0x2222222222222222ull
@@ -43,8 +48,46 @@ struct fix {
 	struct kvw_buf bufs[64];
 	uint32_t nbufs;
 	struct kvw_model model;
-	uint8_t desc[8];
+	/* Two decode pools and their real shm descriptors: a registration
+	 * names one of them (issue 14: never a made-up file). */
+	char dpool[2][96];
+	struct pool *dp[2];
+	uint8_t desc[2][256];
+	size_t desclen[2];
 };
+
+/* Set by setup_kvup: the files carry kv-up's names (DIR/kvwire.G.p0.pool
+ * for this rank; decode pool 0 is group G's d0, pool 1 another group's). */
+static int kvup_names;
+
+/* Makes decode pool i and its descriptor. */
+static int decode_pool(struct fix *f, int i)
+{
+	const struct xport_ops *ops = xport_find("shm");
+	struct xport *x = NULL;
+	uint32_t id;
+	char err[256];
+	int rc;
+
+	if (kvup_names)
+		snprintf(f->dpool[i], sizeof f->dpool[i],
+			 "/dev/shm/kvwire.treg%s-%d.d0.pool", i ? "x" : "",
+			 (int)getpid());
+	else
+		snprintf(f->dpool[i], sizeof f->dpool[i],
+			 "/dev/shm/kvwire.treg-%d-d%d.pool", (int)getpid(), i);
+	rc = pool_create(f->dpool[i], 1 << 20, &f->dp[i], err, sizeof err);
+	if (rc == 0)
+		rc = xport_open(ops, &x, err, sizeof err);
+	if (rc == 0)
+		rc = xport_register(x, f->dp[i], &id, f->desc[i],
+				    sizeof f->desc[i], &f->desclen[i], err,
+				    sizeof err);
+	xport_close(&x);
+	if (rc != 0)
+		fprintf(stderr, "decode pool %d: %s\n", i, err);
+	return rc;
+}
 
 static int setup(void **state)
 {
@@ -59,8 +102,8 @@ static int setup(void **state)
 	snprintf(f->listen, sizeof f->listen, "ipc://%s/p", f->dir);
 	snprintf(f->eng, sizeof f->eng, "ipc://%s/e", f->dir);
 	snprintf(f->table, sizeof f->table, "%s/t.rooms", f->dir);
-	snprintf(f->pool, sizeof f->pool, "/dev/shm/kvwire.treg-%d.pool",
-		 (int)getpid());
+	snprintf(f->pool, sizeof f->pool, "/dev/shm/kvwire.treg-%d%s.pool",
+		 (int)getpid(), kvup_names ? ".p0" : "");
 	f->topo = (struct kvw_topo){ 1, 1, 1, 1 };
 	shape_default(&f->shape);
 	f->shape.layers = 2;
@@ -85,7 +128,8 @@ static int setup(void **state)
 	if (shape_layout(&f->shape, &f->topo, &f->coord, 1, f->bufs, 64,
 			 &f->nbufs, &bytes, err, sizeof err) != 0)
 		return -1;
-	memcpy(f->desc, "desc-one", sizeof f->desc);
+	if (decode_pool(f, 0) != 0 || decode_pool(f, 1) != 0)
+		return -1;
 	*state = f;
 	return 0;
 }
@@ -98,6 +142,10 @@ static int teardown(void **state)
 	sender_close(&f->s);
 	unlink(f->table);
 	pool_unlink(f->pool);
+	for (int i = 0; i < 2; i++) {
+		pool_close(&f->dp[i]);
+		pool_unlink(f->dpool[i]);
+	}
 	snprintf(path, sizeof path, "%s/p", f->dir);
 	unlink(path);
 	snprintf(path, sizeof path, "%s/e", f->dir);
@@ -107,10 +155,20 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* A REGISTER from the decode at DECODE_EP with this epoch, transport and
- * the first nbufs buffers of its layout. */
-static void reg(struct fix *f, uint64_t epoch, const char *transport,
-		uint32_t nbufs, const uint8_t *desc)
+static int setup_kvup(void **state)
+{
+	int rc;
+
+	kvup_names = 1;
+	rc = setup(state);
+	kvup_names = 0;
+	return rc;
+}
+
+/* A REGISTER from the decode at ep with this epoch, transport, the
+ * first nbufs buffers of its layout and decode pool `pool`'s descriptor. */
+static void reg_at(struct fix *f, const char *ep, uint64_t epoch,
+		   const char *transport, uint32_t nbufs, int pool)
 {
 	struct wire_in in = { 0 };
 	struct frame_msg m;
@@ -118,13 +176,20 @@ static void reg(struct fix *f, uint64_t epoch, const char *transport,
 	frame_msg_init(&m, FRAME_REGISTER, 0, 0, epoch);
 	m.u.reg.coord = f->coord;
 	m.u.reg.topo = f->topo;
-	snprintf(m.u.reg.endpoint, sizeof m.u.reg.endpoint, "%s", DECODE_EP);
+	snprintf(m.u.reg.endpoint, sizeof m.u.reg.endpoint, "%s", ep);
 	snprintf(m.u.reg.transport, sizeof m.u.reg.transport, "%s", transport);
-	m.u.reg.desc.p = desc;
-	m.u.reg.desc.len = 8;
+	m.u.reg.desc.p = f->desc[pool];
+	m.u.reg.desc.len = (uint32_t)f->desclen[pool];
 	m.u.reg.model = f->model;
 	m.u.reg.bufs = frame_bufs_of(f->bufs, nbufs);
 	sender_on_peer(f->s, &in, &m);
+}
+
+/* The same from the decode at DECODE_EP. */
+static void reg(struct fix *f, uint64_t epoch, const char *transport,
+		uint32_t nbufs, int pool)
+{
+	reg_at(f, DECODE_EP, epoch, transport, nbufs, pool);
 }
 
 /* SEND_BEGIN from the engine and XFER_INFO from the decode of epoch. */
@@ -157,7 +222,7 @@ struct snap {
 	uint32_t npeers, id, desclen;
 	uint64_t epoch, table_epoch, malformed;
 	struct plan *plan;
-	uint8_t desc[8];
+	uint8_t desc[256];
 	int state;
 };
 
@@ -171,7 +236,8 @@ static void snap(struct fix *f, struct snap *x)
 	x->epoch = p->epoch;
 	x->plan = p->plan;
 	x->desclen = p->desclen;
-	memcpy(x->desc, p->desc, sizeof x->desc);
+	assert_true(p->desclen <= sizeof x->desc);
+	memcpy(x->desc, p->desc, p->desclen);
 	assert_int_equal(rtab_peer_get(f->s->t, p->id, &v), 0);
 	x->table_epoch = v.epoch;
 	x->malformed = rtab_counter_get(f->s->t, RTAB_C_MALFORMED);
@@ -189,7 +255,7 @@ static void assert_unchanged(struct fix *f, const struct snap *before)
 	assert_ptr_equal(now.plan, before->plan);
 	assert_non_null(now.plan);
 	assert_int_equal(now.desclen, before->desclen);
-	assert_memory_equal(now.desc, before->desc, sizeof now.desc);
+	assert_memory_equal(now.desc, before->desc, now.desclen);
 	assert_true(now.table_epoch == before->table_epoch);
 	assert_int_equal(now.state, before->state);
 	/* Refused, and counted once. */
@@ -199,10 +265,9 @@ static void assert_unchanged(struct fix *f, const struct snap *before)
 static void test_a_bad_register_leaves_the_registration_and_its_rooms(void **state)
 {
 	struct fix *f = *state;
-	static const uint8_t other[8] = "desc-two";
 	struct snap before;
 
-	reg(f, E1, "shm", f->nbufs, f->desc);
+	reg(f, E1, "shm", f->nbufs, 0);
 	assert_int_equal(f->s->npeers, 1);
 	assert_non_null(f->s->peers[0]->plan);
 	open_room(f, E1);
@@ -211,34 +276,34 @@ static void test_a_bad_register_leaves_the_registration_and_its_rooms(void **sta
 	assert_true(before.epoch == E1 && before.table_epoch == E1);
 
 	/* A new epoch with a transport this rank does not use. */
-	reg(f, E2, "rdma", f->nbufs, other);
+	reg(f, E2, "rdma", f->nbufs, 1);
 	assert_unchanged(f, &before);
 	before.malformed++;
 	/* The same epoch with a layout that lacks most of its buffers. */
-	reg(f, E1, "shm", 1, other);
+	reg(f, E1, "shm", 1, 1);
 	assert_unchanged(f, &before);
 	before.malformed++;
 	/* A new epoch with a layout that lacks most of its buffers. */
-	reg(f, E2, "shm", 1, other);
+	reg(f, E2, "shm", 1, 1);
 	assert_unchanged(f, &before);
 }
 
 static void test_a_good_register_of_a_new_epoch_replaces_it(void **state)
 {
 	struct fix *f = *state;
-	static const uint8_t other[8] = "desc-two";
 	struct rtab_peer_view v;
 	struct sender_peer *p;
 
-	reg(f, E1, "shm", f->nbufs, f->desc);
+	reg(f, E1, "shm", f->nbufs, 0);
 	open_room(f, E1);
 	assert_int_equal(room_state(f), KVW_WAITING);
-	reg(f, E2, "shm", f->nbufs, other);
+	reg(f, E2, "shm", f->nbufs, 1);
 	p = f->s->peers[0];
 	assert_int_equal(f->s->npeers, 1);
 	assert_true(p->epoch == E2);
 	assert_non_null(p->plan);
-	assert_memory_equal(p->desc, other, sizeof other);
+	assert_int_equal(p->desclen, f->desclen[1]);
+	assert_memory_equal(p->desc, f->desc[1], f->desclen[1]);
 	assert_int_equal(rtab_peer_get(f->s->t, p->id, &v), 0);
 	assert_true(v.epoch == E2);
 	/* The old incarnation's room failed: its decode restarted. */
@@ -280,7 +345,7 @@ static void test_a_dummy_xfer_info_that_beats_send_begin_on_id_reuse_opens_the_r
 	struct fix *f = *state;
 	struct sender_room *r;
 
-	reg(f, E1, "shm", f->nbufs, f->desc);
+	reg(f, E1, "shm", f->nbufs, 0);
 	xfer_info(f, ROOM, 1, 0x71);
 	engine(f, FRAME_SEND_BEGIN, ROOM);
 	r = sender_rooms_get(&f->s->rooms, ROOM);
@@ -301,15 +366,54 @@ static void test_a_dummy_xfer_info_that_beats_send_begin_on_id_reuse_opens_the_r
 	assert_null(sender_rooms_get(&f->s->rooms, ROOM + 1));
 }
 
-static void abort_from(struct fix *f, uint64_t room, uint64_t token)
+static void abort_by(struct fix *f, uint64_t epoch, uint64_t room,
+		     uint64_t token)
 {
 	struct wire_in in = { 0 };
 	struct frame_msg m;
 
-	frame_msg_init(&m, FRAME_ABORT, 0, room, E1);
+	frame_msg_init(&m, FRAME_ABORT, 0, room, epoch);
 	m.u.abort.reason = KVW_R_ABORTED;
 	m.u.abort.token = token;
 	sender_on_peer(f->s, &in, &m);
+}
+
+static void abort_from(struct fix *f, uint64_t room, uint64_t token)
+{
+	abort_by(f, E1, room, token);
+}
+
+/* Issue 14: only a destination of a room may abort it. A second,
+ * registered decode's ABORT of the first one's room is counted as
+ * unauthorised and changes nothing (state, ack targets); the
+ * destination's own ABORT still fails the room. */
+static void test_an_abort_from_a_decode_that_is_not_a_destination_changes_nothing(void **state)
+{
+	struct fix *f = *state;
+	struct rtab_metrics_view mv;
+	struct sender_room *r;
+	struct rtab_view v;
+
+	reg(f, E1, "shm", f->nbufs, 0);
+	reg_at(f, DECODE_EP "-other", E2, "shm", f->nbufs, 1);
+	assert_int_equal(f->s->npeers, 2);
+	open_room(f, E1);
+	r = sender_rooms_get(&f->s->rooms, ROOM);
+	assert_non_null(r);
+	assert_int_equal(rtab_get(f->s->t, r->ref, &v), 0);
+	assert_int_equal(v.state, KVW_WAITING);
+	abort_by(f, E2, ROOM, 0x93);
+	assert_int_equal(rtab_get(f->s->t, r->ref, &v), 0);
+	assert_int_equal(v.state, KVW_WAITING);
+	assert_int_equal(r->nacks, 0);
+	rtab_metrics_get(f->s->t, &mv);
+	assert_int_equal(mv.sec[RTAB_S_UNAUTHORISED], 1);
+	abort_from(f, ROOM, 0x94);
+	assert_int_equal(rtab_get(f->s->t, r->ref, &v), 0);
+	assert_int_equal(v.state, KVW_FAILED);
+	assert_int_equal(v.reason, KVW_R_ABORTED);
+	rtab_metrics_get(f->s->t, &mv);
+	assert_int_equal(mv.sec[RTAB_S_UNAUTHORISED], 1);
 }
 
 /* Issue 12, item 4: a cleared room whose ack deadline passed while a job
@@ -320,7 +424,7 @@ static void test_a_cleared_room_with_a_job_in_flight_outlives_its_ack_deadline(v
 	struct fix *f = *state;
 	struct sender_room *r;
 
-	reg(f, E1, "shm", f->nbufs, f->desc);
+	reg(f, E1, "shm", f->nbufs, 0);
 	open_room(f, E1);
 	r = sender_rooms_get(&f->s->rooms, ROOM);
 	assert_non_null(r);
@@ -343,6 +447,128 @@ static void test_a_cleared_room_with_a_job_in_flight_outlives_its_ack_deadline(v
 	assert_int_equal(r->nacks, 1);
 }
 
+/* SEND_CHUNK of both pages of ROOM from the engine, with a worker up: the
+ * room's first job is planned (or the room fails). */
+static void chunk(struct fix *f)
+{
+	static const uint32_t pages[2] = { 1, 2 };
+	struct frame_msg m;
+
+	f->s->w[0].up = 1;
+	frame_msg_init(&m, FRAME_SEND_CHUNK, 0, ROOM, 1);
+	m.u.send_chunk.is_last = 1;
+	m.u.send_chunk.pages = frame_u32s_of(pages, 2);
+	sender_on_engine(f->s, &m);
+}
+
+static uint64_t unauthorised(struct fix *f)
+{
+	struct rtab_metrics_view mv;
+
+	rtab_metrics_get(f->s->t, &mv);
+	return mv.sec[RTAB_S_UNAUTHORISED];
+}
+
+/* Issue 14: a REGISTER whose shm descriptor names this prefill rank's own
+ * pool, or a pool another decode registered, is refused and counted as
+ * unauthorised; the decode is recorded unusable, so its room fails
+ * cleanly (Failed, layout) at its first chunk, never mapped. */
+static void test_a_register_naming_the_prefills_own_or_another_decodes_pool_is_refused(void **state)
+{
+	struct fix *f = *state;
+	const struct xport_ops *ops = xport_find("shm");
+	struct xport *x = NULL;
+	struct rtab_view v;
+	struct sender_room *r;
+	uint32_t id;
+	char err[256];
+
+	/* The prefill's own pool, described as a decode would. */
+	assert_int_equal(xport_open(ops, &x, err, sizeof err), 0);
+	assert_int_equal(xport_register(x, f->s->pool, &id, f->desc[1],
+					sizeof f->desc[1], &f->desclen[1], err,
+					sizeof err), 0);
+	xport_close(&x);
+	reg(f, E1, "shm", f->nbufs, 1);
+	assert_int_equal(unauthorised(f), 1);
+	assert_int_equal(f->s->npeers, 1);
+	assert_null(f->s->peers[0]->plan);
+	assert_non_null(strstr(f->s->peers[0]->why, "own"));
+	open_room(f, E1);
+	chunk(f);
+	r = sender_rooms_get(&f->s->rooms, ROOM);
+	assert_non_null(r);
+	assert_int_equal(rtab_get(f->s->t, r->ref, &v), 0);
+	assert_int_equal(v.state, KVW_FAILED);
+	assert_int_equal(v.reason, KVW_R_LAYOUT);
+
+	/* The decode's own pool: accepted. Another decode naming it: not. */
+	reg(f, E2, "shm", f->nbufs, 0);
+	assert_non_null(f->s->peers[0]->plan);
+	reg_at(f, DECODE_EP "-other", E1, "shm", f->nbufs, 0);
+	assert_int_equal(unauthorised(f), 2);
+	assert_int_equal(f->s->npeers, 2);
+	assert_null(f->s->peers[1]->plan);
+	assert_non_null(strstr(f->s->peers[1]->why, DECODE_EP));
+}
+
+/* Issue 14: in a group kv-up started, the decode at rank (0,0) may only
+ * name its group's d0 pool: the same member's pool of another group is
+ * refused and counted; its own is accepted. */
+static void test_under_kvup_names_a_register_naming_another_groups_pool_is_refused(void **state)
+{
+	struct fix *f = *state;
+
+	reg(f, E1, "shm", f->nbufs, 1);
+	assert_int_equal(unauthorised(f), 1);
+	assert_null(f->s->peers[0]->plan);
+	assert_non_null(strstr(f->s->peers[0]->why, "not this group"));
+	reg(f, E2, "shm", f->nbufs, 0);
+	assert_int_equal(unauthorised(f), 1);
+	assert_non_null(f->s->peers[0]->plan);
+}
+
+/* Issue 14: 10,000 fake REGISTERs, each naming a new endpoint, from one
+ * source (one ROUTER identity) take at most SENDER_PEERS_PER_SOURCE peer
+ * slots, the rest are dropped by the per-source bound and the REGISTER
+ * rate, counted as rate_limited; the real decode, registered before and
+ * again after from its own source, keeps its room Waiting and opens a
+ * new one. */
+static void test_ten_thousand_fake_registers_from_one_source_leave_room_for_real_peers(void **state)
+{
+	struct fix *f = *state;
+	struct wire_in flood = { 0 };
+	struct rtab_metrics_view mv;
+	struct frame_msg m;
+
+	reg(f, E1, "shm", f->nbufs, 0);
+	open_room(f, E1);
+	assert_int_equal(room_state(f), KVW_WAITING);
+	memcpy(flood.id, "\0flood", 6);
+	flood.idlen = 6;
+	for (int i = 0; i < 10000; i++) {
+		frame_msg_init(&m, FRAME_REGISTER, 0, 0, E2 + (uint64_t)i);
+		m.u.reg.coord = f->coord;
+		m.u.reg.topo = f->topo;
+		snprintf(m.u.reg.endpoint, sizeof m.u.reg.endpoint,
+			 "ipc:///tmp/kvw-fake-%d", i);
+		snprintf(m.u.reg.transport, sizeof m.u.reg.transport, "tcp");
+		m.u.reg.model = f->model;
+		m.u.reg.bufs = frame_bufs_of(f->bufs, f->nbufs);
+		sender_on_peer(f->s, &flood, &m);
+	}
+	assert_true(f->s->npeers <= 1 + SENDER_PEERS_PER_SOURCE);
+	rtab_metrics_get(f->s->t, &mv);
+	assert_true(mv.sec[RTAB_S_RATE_LIMITED] >= 10000 - SENDER_PEERS_PER_SOURCE);
+	/* The real decode's room is untouched; it registers again and its
+	 * next room opens. */
+	assert_int_equal(room_state(f), KVW_WAITING);
+	reg(f, E1, "shm", f->nbufs, 0);
+	assert_non_null(f->s->peers[0]->plan);
+	xfer_info(f, ROOM + 7, 0, 0x75);
+	assert_non_null(sender_rooms_get(&f->s->rooms, ROOM + 7));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -350,6 +576,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_good_register_of_a_new_epoch_replaces_it, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_dummy_xfer_info_that_beats_send_begin_on_id_reuse_opens_the_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_cleared_room_with_a_job_in_flight_outlives_its_ack_deadline, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_an_abort_from_a_decode_that_is_not_a_destination_changes_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_register_naming_the_prefills_own_or_another_decodes_pool_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_under_kvup_names_a_register_naming_another_groups_pool_is_refused, setup_kvup, teardown),
+		cmocka_unit_test_setup_teardown(test_ten_thousand_fake_registers_from_one_source_leave_room_for_real_peers, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -199,8 +199,13 @@ static void test_tcp_needs_a_policy_then_admits_only_the_groups_key(void **state
 	memcpy(stranger.server_public, k.server_public, sizeof k.server_public);
 	assert_false(reaches(ctx, r, port, &stranger, 500));
 	assert_true(wire_auth_refused() > before);
-	/* No CURVE at all: the handshake cannot even start. */
+	/* No CURVE at all: the handshake cannot even start, and ZAP never
+	 * hears of it; the socket's monitor counts it (issue 14). */
+	before = wire_auth_refused();
 	assert_false(reaches(ctx, r, port, NULL, 300));
+	for (int i = 0; i < 500 && wire_auth_refused() == before; i++)
+		zmq_poll(NULL, 0, 10); /* a bounded poll of the counter */
+	assert_true(wire_auth_refused() > before);
 	wire_close(&r);
 	keys_wipe(&k);
 	keys_wipe(&stranger);

@@ -1,0 +1,80 @@
+#!/usr/bin/env bats
+# modes.bats - issue 14: every file, socket and directory a group makes in
+# its run directory and in /dev/shm is its user's alone (0600, 0700 for
+# directories) the moment it exists, not only once the group is up. A
+# watcher (inotifywait, from Debian's inotify-tools) records each new
+# entry's mode as soon as it is told the entry exists, while kv-up starts
+# a group with keys (tcp control sockets) and one without (ipc sockets).
+
+load helpers
+
+SHAPE="--layers 2 --pages 256 --heads 8 --head-dim 16"
+
+setup() {
+	command -v inotifywait >/dev/null || skip "inotifywait (inotify-tools) is not installed"
+	kvw_setup
+	mkdir -m 700 "$RUN/g"
+}
+teardown() {
+	# The reader ends at the end of the events.
+	[ -z "${WATCH_PID:-}" ] || kill "$WATCH_PID" 2>/dev/null
+	# The group lives in $RUN/g, which kvw_teardown does not stop.
+	[ ! -d "$RUN/g" ] || timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/g" >/dev/null 2>&1 || true
+	kvw_teardown
+}
+
+# watch: starts the watcher on $RUN/g (recursive) and /dev/shm; each new
+# entry goes to $RUN/modes as "MODE TYPE PATH" the moment the event is
+# read ("gone - PATH" for one removed before it could be looked at).
+# Returns once its watches are established.
+watch() {
+	mkfifo "$RUN/events"
+	# Neither holds bats' fd 3, so the test ends when it ends.
+	inotifywait -m -r -q -e create -e moved_to --format '%w%f' \
+		"$RUN/g" /dev/shm >"$RUN/events" 2>"$RUN/watch.err" 3>&- &
+	WATCH_PID=$!
+	while IFS= read -r f; do
+		case $f in /dev/shm/*) case ${f##*/} in kvwire.*) ;; *) continue ;; esac ;; esac
+		stat -c '%a %F %n' -- "$f" 2>/dev/null || echo "gone - $f"
+	done <"$RUN/events" >"$RUN/modes" 3>&- &
+	# inotifywait -q says nothing once its watches exist: a probe file
+	# shows when they do.
+	wait_for 10 watching
+}
+
+watching() {
+	: >"$RUN/g/.probe" && rm -f "$RUN/g/.probe"
+	grep -q "/g/.probe" "$RUN/modes" 2>/dev/null
+}
+
+# wider: the recorded entries of this group whose mode is not 600 (700
+# for directories); empty when every one was private from the start.
+wider() {
+	grep -v '/g/.probe$' "$RUN/modes" |
+		awk '$1 != "gone" && (($2 == "directory" && $1 != "700") || ($2 != "directory" && $1 != "600"))'
+}
+
+@test "an ipc group: every file and socket is 0600 and every directory 0700 as it appears" {
+	watch
+	timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/g" --workers 1 $SHAPE
+	# The members' sockets, tables and pools all exist now.
+	wait_for 10 grep -q 'socket' "$RUN/modes"
+	wait_for 10 grep -q '/dev/shm/kvwire\..*\.pool' "$RUN/modes"
+	run wider
+	echo "$output"
+	[ -z "$output" ]
+	[ "$(grep -c . "$RUN/modes")" -ge 10 ]
+	timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/g"
+}
+
+@test "a tcp group with keys: keys, logs, tables and pools are private as they appear" {
+	watch
+	timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/g" --workers 1 \
+		--transport tcp --advertise 127.0.0.1 --port-base 26500 $SHAPE
+	wait_for 10 grep -q '/g/keys/group.keys$' "$RUN/modes"
+	wait_for 10 grep -q '/dev/shm/kvwire\..*\.rooms' "$RUN/modes"
+	run wider
+	echo "$output"
+	[ -z "$output" ]
+	timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/g"
+}
