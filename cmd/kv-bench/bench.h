@@ -8,7 +8,8 @@
  * several PP stages; and a page allocator per engine instance.
  *
  * bench_pattern.c: pattern fill/verify and the allocator (pure, no I/O).
- * bench.c: the event loop (bench_run).
+ * bench.c: the event loop (bench_run); bench_abort.c: --abort-frac;
+ * bench_role.c: one side of a group split across two hosts (--role).
  */
 #ifndef KVW_BENCH_H
 #define KVW_BENCH_H
