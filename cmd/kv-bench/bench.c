@@ -77,15 +77,19 @@ static int setup(struct run *r, const struct runinfo *ri)
 	int rc;
 
 	r->boot = runinfo_bootstrap(ri);
-	if ((c->prefill_ranks && c->prefill_ranks != np) ||
-	    (c->decode_ranks && c->decode_ranks != nd)) {
+	/* --role: this host's side only (the other is the peer's). */
+	np = c->role == BENCH_ROLE_DECODE ? 0 : np;
+	nd = c->role == BENCH_ROLE_PREFILL ? 0 : nd;
+	if ((c->prefill_ranks && np && c->prefill_ranks != np) ||
+	    (c->decode_ranks && nd && c->decode_ranks != nd)) {
 		snprintf(r->err, r->errlen, "the group has %u prefill and %u "
 			 "decode members, not %u and %u", np, nd,
 			 c->prefill_ranks ? c->prefill_ranks : np,
 			 c->decode_ranks ? c->decode_ranks : nd);
 		return KVW_EINVAL;
 	}
-	if (!r->boot || np == 0 || nd == 0 || np > MAX_RANKS ||
+	if (!r->boot || (np == 0 && c->role != BENCH_ROLE_DECODE) ||
+	    (nd == 0 && c->role != BENCH_ROLE_PREFILL) || np > MAX_RANKS ||
 	    nd > MAX_RANKS) {
 		snprintf(r->err, r->errlen, "endpoints need a bootstrap and "
 			 "1..%u prefill and decode members (have %s, %u, %u)",
@@ -119,19 +123,20 @@ static int setup(struct run *r, const struct runinfo *ri)
 	    bench_alloc_init(&r->paux, c->shape.aux_slots) ||
 	    bench_alloc_init(&r->daux, c->shape.aux_slots))
 		return KVW_ENOMEM;
-	r->rooms = calloc(c->concurrency, sizeof *r->rooms);
+	r->nslots = c->concurrency * (c->role == BENCH_ROLE_PREFILL ? 2 : 1);
+	r->rooms = calloc(r->nslots, sizeof *r->rooms);
 	if (r->rooms == NULL)
 		return KVW_ENOMEM;
-	for (k = 0; k < c->concurrency; k++) {
+	for (k = 0; k < r->nslots; k++) {
 		struct room *x = &r->rooms[k];
 
 		x->src = calloc(c->pages_per_room, sizeof *x->src);
 		x->dst = calloc(c->pages_per_room, sizeof *x->dst);
-		x->cur = calloc(np, sizeof *x->cur);
-		x->pf = calloc(np, 1);
-		x->df = calloc(nd, 1);
-		x->pe = calloc(np, sizeof *x->pe);
-		x->de = calloc(nd, sizeof *x->de);
+		x->cur = calloc(np + 1, sizeof *x->cur); /* + 1: one side */
+		x->pf = calloc(np + 1, 1);               /* may have none */
+		x->df = calloc(nd + 1, 1);
+		x->pe = calloc(np + 1, sizeof *x->pe);
+		x->de = calloc(nd + 1, sizeof *x->de);
 		if (!x->src || !x->dst || !x->cur || !x->pf || !x->df ||
 		    !x->pe || !x->de)
 			return KVW_ENOMEM;
@@ -148,7 +153,7 @@ static void teardown(struct run *r)
 		bgpu_close(&x->g.gpu);
 		free(x->bufs);
 	}
-	for (uint32_t k = 0; r->rooms && k < r->c->concurrency; k++) {
+	for (uint32_t k = 0; r->rooms && k < r->nslots; k++) {
 		free(r->rooms[k].src);
 		free(r->rooms[k].dst);
 		free(r->rooms[k].cur);
@@ -169,7 +174,7 @@ static void teardown(struct run *r)
 
 /* Takes pages and aux slots for a room and fills its source pages.
  * Returns 1 when started, 0 when the pools are exhausted. */
-static int start_room(struct run *r, struct room *x, uint64_t now)
+int bench_start_room(struct run *r, struct room *x, uint64_t now, uint64_t id)
 {
 	uint32_t n = r->c->pages_per_room;
 
@@ -181,9 +186,10 @@ static int start_room(struct run *r, struct room *x, uint64_t now)
 	bench_alloc_take(&r->da, n, x->dst);
 	bench_alloc_take(&r->paux, 1, &x->src_aux);
 	bench_alloc_take(&r->daux, 1, &x->dst_aux);
-	x->id = next_id(r);
+	x->id = id ? id : next_id(r);
 	x->phase = R_RUN;
 	x->outcome = O_NONE;
+	x->peer_sent = 0;
 	x->deadline = now + (uint64_t)(r->c->room_timeout_s * 1e9);
 	memset(x->pf, 0, r->np);
 	memset(x->df, 0, r->nd);
@@ -210,7 +216,7 @@ int bench_sent(struct run *r, struct eng *x, int rc)
 
 /* Sends what prefill rank k of room x can send now. Returns progress
  * (> 0), 0, or a fatal error. */
-static int step_prefill(struct run *r, struct room *x, uint32_t k)
+int bench_step_prefill(struct run *r, struct room *x, uint32_t k)
 {
 	const struct bench_config *c = r->c;
 	struct eng *p = &r->p[k];
@@ -294,7 +300,6 @@ static void poll_decode(struct run *r, struct room *x, uint32_t k)
 		x->df[k] |= F_FAILED;
 }
 
-
 /* Advances a running room; returns progress (> 0), 0, or a fatal error. */
 static int step_run(struct run *r, struct room *x, uint64_t now)
 {
@@ -321,10 +326,15 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 	for (k = 0; k < r->nd; k++)
 		if (!(x->df[k] & F_SENT))
 			return prog; /* prefill begins after every RECV_BEGIN */
+	if (r->peer && !x->peer_sent) { /* --role decode: the peer sends */
+		if ((rc = bench_peer_begin(r, x)) <= 0)
+			return rc < 0 ? rc : prog;
+		prog = 1;
+	}
 	if (x->abort_at == AB_BEFORE)
 		x->aborted = 1;
 	for (k = 0; k < r->np; k++) {
-		rc = step_prefill(r, x, k);
+		rc = bench_step_prefill(r, x, k);
 		if (rc < 0)
 			return rc;
 		prog |= rc;
@@ -357,7 +367,7 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 }
 
 /* CLEARs every rank; returns 1 when all were sent, 0 to retry, < 0. */
-static int step_clear(struct run *r, struct room *x)
+int bench_step_clear(struct run *r, struct room *x)
 {
 	int rc, all = 1;
 
@@ -376,7 +386,7 @@ static int step_clear(struct run *r, struct room *x)
 	return all;
 }
 
-static void finish(struct run *r, struct room *x, struct bench_result *res)
+void bench_finish(struct run *r, struct room *x, struct bench_result *res)
 {
 	uint32_t n = r->c->pages_per_room;
 
@@ -425,11 +435,11 @@ static void finish(struct run *r, struct room *x, struct bench_result *res)
 /* Stopping early: one CLEAR per rank for every room in flight. */
 static void abandon(struct run *r)
 {
-	for (uint32_t i = 0; i < r->c->concurrency; i++) {
+	for (uint32_t i = 0; i < r->nslots; i++) {
 		struct room *x = &r->rooms[i];
 
 		if (x->phase != R_IDLE)
-			step_clear(r, x);
+			bench_step_clear(r, x);
 	}
 }
 
@@ -439,7 +449,7 @@ static void abandon(struct run *r)
  * through it (a timer sleep costs a wakeup and, by default, 50 us of
  * slack); a long idle stretch sleeps, growing up to 1 ms, so a bench
  * waiting on slow rooms does not take a core the group needs. */
-static void nap(uint64_t idle_ns)
+void bench_nap(uint64_t idle_ns)
 {
 	struct timespec ts = {
 		0, (long)(idle_ns / 8 < 1000000 ? idle_ns / 8 : 1000000) };
@@ -470,7 +480,7 @@ static int member_check(struct run *r, struct eng *x, uint64_t now)
 }
 
 /* Every member the bench drives: 0, or KVW_EPEER (see member_check). */
-static int group_check(struct run *r, uint64_t now)
+int bench_group_check(struct run *r, uint64_t now)
 {
 	int rc = 0;
 
@@ -497,7 +507,7 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 			struct room *x = &r->rooms[i];
 
 			if (x->phase == R_IDLE && launched < c->rooms &&
-			    start_room(r, x, now)) {
+			    bench_start_room(r, x, now, 0)) {
 				launched++;
 				res->inflight++;
 				prog = 1;
@@ -505,8 +515,9 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 			if (x->phase == R_RUN)
 				rc = step_run(r, x, now);
 			if (rc >= 0 && x->phase == R_CLEAR &&
-			    (rc = step_clear(r, x)) > 0)
-				finish(r, x, res);
+			    (rc = bench_step_clear(r, x)) > 0 &&
+			    (rc = bench_peer_end(r, x)) > 0)
+				bench_finish(r, x, res);
 			prog |= rc > 0;
 		}
 		if (rc < 0)
@@ -514,7 +525,7 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 		if (res->inflight == 0 && launched < c->rooms) {
 			/* Every slot is idle: either a slot freed late in this
 			 * pass, or quarantined pages left too few for a room. */
-			if (start_room(r, &r->rooms[0], now)) {
+			if (bench_start_room(r, &r->rooms[0], now, 0)) {
 				launched++;
 				res->inflight++;
 				prog = 1;
@@ -526,9 +537,11 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 		}
 		if (now - last_check >= GROUP_CHECK_NS) {
 			last_check = now;
-			if ((rc = group_check(r, now)) < 0)
+			if ((rc = bench_group_check(r, now)) < 0)
 				break;
 		}
+		if (r->peer && (rc = bench_peer_poll(r, now)) < 0)
+			break;
 		if (progress && now - last_cb >= 100000000ULL) {
 			res->seconds = (double)(now - t0) / 1e9;
 			last_cb = now;
@@ -540,7 +553,7 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 		if (prog)
 			last_prog = now;
 		else
-			nap(now - last_prog);
+			bench_nap(now - last_prog);
 	}
 	bench_canary_flush(r); /* the last look at every released page */
 	res->seconds = (double)(proc_now_ns() - t0) / 1e9;
@@ -566,8 +579,13 @@ int bench_run(const struct runinfo *ri, const struct bench_config *cfg,
 	rc = setup(r, ri);
 	if (rc == KVW_ENOMEM)
 		kvw_seterr(err, errlen, "out of memory");
-	if (rc == 0)
+	if (rc == 0 && cfg->role)
+		rc = bench_peer_open(r);
+	if (rc == 0 && cfg->role == BENCH_ROLE_PREFILL)
+		rc = bench_role_prefill(r, res);
+	else if (rc == 0)
 		rc = loop(r, progress, arg, res);
+	bench_peer_close(r, rc == 0 ? res : NULL);
 	teardown(r);
 	free(r);
 	return rc;

@@ -60,6 +60,7 @@ struct room {
 	uint32_t *cur;    /* prefill: pages sent so far */
 	uint8_t abort_at, aborted; /* AB_*; RECV_ABORT went to a decode rank */
 	uint32_t abort_pages;      /* AB_BETWEEN: pages sent before the abort */
+	uint8_t peer_sent;         /* --role decode: the peer was told to send */
 };
 
 /* Destination pages of an aborted room after it became releasable: they
@@ -77,6 +78,9 @@ struct run {
 	uint32_t np, nd;
 	struct bench_alloc pa, da, paux, daux;
 	struct room *rooms;
+	uint32_t nslots;           /* rooms[]: concurrency (--role prefill:
+				    * twice that, for rooms still clearing) */
+	struct bpeer *peer;        /* --role: the other host's kv-bench */
 	uint64_t rng, room_bytes, arng;
 	struct canary *can;
 	uint32_t ncan, capcan;
@@ -85,8 +89,35 @@ struct run {
 	size_t errlen;
 };
 
-/* bench.c */
+/* bench.c: the steps of one room, shared with bench_role.c. */
 int bench_sent(struct run *r, struct eng *x, int rc);
+/* Takes pages and fills the source; id 0 draws a new room id. 1 started,
+ * 0 the pools are exhausted. */
+int bench_start_room(struct run *r, struct room *x, uint64_t now,
+		     uint64_t id);
+int bench_step_prefill(struct run *r, struct room *x, uint32_t k);
+int bench_step_clear(struct run *r, struct room *x);
+void bench_finish(struct run *r, struct room *x, struct bench_result *res);
+void bench_nap(uint64_t idle_ns);
+int bench_group_check(struct run *r, uint64_t now);
+
+/* bench_role.c: --role, the link to the other host's kv-bench. */
+struct bpeer;
+/* Opens the link (prefill binds cfg->peer, decode dials it) and waits for
+ * the other side's hello with the same workload: 0, or < 0 with r->err. */
+int bench_peer_open(struct run *r);
+/* Decode: tells the prefill side to send room x (1 told, 0 retry, < 0). */
+int bench_peer_begin(struct run *r, struct room *x);
+/* Decode: tells it room x is over, with its outcome (1 told or no peer,
+ * 0 retry, < 0). */
+int bench_peer_end(struct run *r, struct room *x);
+/* Decode: reads the prefill side's messages, keeps the link alive: 0, or
+ * < 0 with r->err (the peer went silent). */
+int bench_peer_poll(struct run *r, uint64_t now);
+/* Decode: sends the summary (res) and closes; prefill: closes. */
+void bench_peer_close(struct run *r, const struct bench_result *res);
+/* Prefill: the whole run, driven by the decode side's messages. */
+int bench_role_prefill(struct run *r, struct bench_result *res);
 
 /* bench_abort.c: --abort-frac. */
 void bench_plan_abort(struct run *r, struct room *x);
