@@ -19,12 +19,10 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-/* XXH3_state_t on the stack: its size must be known here. */
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 #include "base/kvw.h"
 #include "tcp_auth.h"
+#include "xhash.h"
 #include "xnet.h"
 
 #define XTCP_IO_TIMEOUT_S 30 /* a sink silent this long breaks the link */
@@ -175,14 +173,14 @@ static int put_batch(struct tcp_client *c, const struct kept *b)
 	}
 	c->iov[nio++] = (struct iovec){ c->hdr,
 					TCP_BATCH_LEN + b->n * TCP_COPY_LEN };
-	XXH3_64bits_reset(&hs);
+	xhash_reset(&hs);
 	for (uint32_t i = 0; i < b->n; i++)
 		for (uint64_t off = 0; off < b->s[i].len;) {
 			uint64_t piece = b->s[i].len - off < XTCP_GROUP
 					 ? b->s[i].len - off : XTCP_GROUP;
 			const uint8_t *p = b->s[i].src + off;
 
-			XXH3_64bits_update(&hs, p, piece);
+			xhash_update(&hs, p, piece);
 			c->iov[nio++] = (struct iovec){ (void *)(uintptr_t)p,
 							(size_t)piece };
 			group += piece;
@@ -195,7 +193,7 @@ static int put_batch(struct tcp_client *c, const struct kept *b)
 				group = 0;
 			}
 		}
-	le_put(c->trailer, XXH3_64bits_digest(&hs), TCP_TRAILER_LEN);
+	le_put(c->trailer, xhash_digest(&hs), TCP_TRAILER_LEN);
 	c->iov[nio++] = (struct iovec){ c->trailer, TCP_TRAILER_LEN };
 	return flush(c, nio);
 }

@@ -23,12 +23,10 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-/* XXH3_state_t on the stack: its size must be known here. */
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 #include "base/kvw.h"
 #include "tcp_auth.h"
+#include "xhash.h"
 #include "tcp_proto.h"
 
 #define SINK_IOV 512u
@@ -242,7 +240,7 @@ static int copy_list(struct sink *s, struct conn *c)
 		  s->cfg->room_begin(s->cfg->arg, c->slot, c->room);
 	c->discard = s->cfg->room_begin && !c->held;
 	c->left = c->total;
-	XXH3_64bits_reset(c->hs);
+	xhash_reset(c->hs);
 	c->ci = 0;
 	c->coff = 0;
 	c->state = C_PAYLOAD;
@@ -303,7 +301,7 @@ static int payload(struct sink *s, struct conn *c)
 				uint64_t take = adv < len - c->coff ? adv
 								    : len - c->coff;
 
-				XXH3_64bits_update(c->hs, d + c->coff, take);
+				xhash_update(c->hs, d + c->coff, take);
 				adv -= take;
 				c->coff += take;
 				if (c->coff == len) {
@@ -331,7 +329,7 @@ static int trailer(struct sink *s, struct conn *c)
 		s->st->not_live++;
 		event(s, "batch for a room that is not live discarded");
 		status = TCP_NOT_LIVE;
-	} else if (XXH3_64bits_digest(c->hs) != le_get(c->head, 8)) {
+	} else if (xhash_digest(c->hs) != le_get(c->head, 8)) {
 		s->st->checksum++;
 		event(s, "batch whose bytes do not match its checksum");
 		status = TCP_CHECKSUM;
