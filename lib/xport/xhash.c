@@ -1,8 +1,8 @@
 /*
  * xhash.c - xhash.h's dispatch: the AVX-512 or AVX2 build of xxh3
  * (xhash_avx512.c, xhash_avx2.c) when the CPU has it, else libxxhash.
- * KVW_XHASH=lib forces libxxhash (to compare, or to rule the fast path
- * out).
+ * KVW_XHASH=lib forces libxxhash and KVW_XHASH=avx2 the AVX2 path where
+ * the CPU has both (to compare, or to rule a fast path out).
  */
 #include "xhash.h"
 
@@ -55,7 +55,8 @@ static const struct path *pick(void)
 	if (!(env && !strcmp(env, "lib"))) {
 		__builtin_cpu_init();
 		if (__builtin_cpu_supports("avx512f") &&
-		    __builtin_cpu_supports("avx512bw"))
+		    __builtin_cpu_supports("avx512bw") &&
+		    !(env && !strcmp(env, "avx2")))
 			p = &avx512;
 		else if (__builtin_cpu_supports("avx2"))
 			p = &avx2;
