@@ -30,6 +30,10 @@
 #include "tcp_proto.h"
 
 #define SINK_IOV 512u
+/* Payload bytes asked of one readv: what lands is hashed next, and at
+ * this size it is still in the cache (a readv that took all the socket
+ * held, megabytes, left the hash to read memory again; measured). */
+#define SINK_READ (1u << 20)
 #define SINK_DISCARD 65536u
 
 enum { C_HELLO, C_HDR, C_COPIES, C_PAYLOAD, C_TRAILER };
@@ -267,16 +271,21 @@ static int payload(struct sink *s, struct conn *c)
 			iov[n++] = (struct iovec){ s->scratch,
 				c->left < SINK_DISCARD ? c->left : SINK_DISCARD };
 		} else {
-			uint64_t coff = c->coff;
+			uint64_t coff = c->coff, want = 0;
 
-			for (uint32_t i = c->ci; i < c->ncopies && n < (int)SINK_IOV;
-			     i++) {
+			for (uint32_t i = c->ci; i < c->ncopies &&
+			     n < (int)SINK_IOV && want < SINK_READ; i++) {
 				uint64_t len;
 				uint8_t *d = dst_of(s, c, i, &len);
 
-				if (len > coff)
+				if (len > coff) {
+					len -= coff;
+					len = len < SINK_READ - want
+						      ? len : SINK_READ - want;
 					iov[n++] = (struct iovec){ d + coff,
-								   len - coff };
+								   (size_t)len };
+					want += len;
+				}
 				coff = 0;
 			}
 		}
