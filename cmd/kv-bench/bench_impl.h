@@ -114,7 +114,8 @@ int bench_peer_end(struct run *r, struct room *x);
 /* Decode: reads the prefill side's messages, keeps the link alive: 0, or
  * < 0 with r->err (the peer went silent). */
 int bench_peer_poll(struct run *r, uint64_t now);
-/* Decode: sends the summary (res) and closes; prefill: closes. */
+/* Decode: sends the summary (res); either side with res NULL (it stopped
+ * on an error): sends why. Then closes. */
 void bench_peer_close(struct run *r, const struct bench_result *res);
 /* Prefill: the whole run, driven by the decode side's messages. */
 int bench_role_prefill(struct run *r, struct bench_result *res);

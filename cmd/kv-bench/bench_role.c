@@ -23,7 +23,9 @@
  *   STATUS (room, state, text)      decode: the room ended (text: its
  *                                   outcome); room 0: the run ended (text:
  *                                   the summary); prefill: a room it could
- *                                   not start (Failed)
+ *                                   not start (Failed); room 0 from either
+ *                                   side: it stopped on an error (text:
+ *                                   "error: why")
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +198,9 @@ static int hello(struct run *r)
 			return rc;
 		if (done)
 			return 0;
+		if (proc_stopping())
+			return kvw_errf(r->err, r->errlen, KVW_EAGAIN,
+					"stopped by a signal");
 		if (now - t0 >= PEER_HELLO_NS)
 			return kvw_errf(r->err, r->errlen, KVW_EPEER,
 					"no kv-bench --role %s answered at %s "
@@ -274,12 +279,19 @@ int bench_peer_poll(struct run *r, uint64_t now)
 	while ((rc = hear(r, &in, &m)) > 0) {
 		struct room *x = NULL;
 
+		/* The prefill side stopped on an error. */
+		if (m.hdr.type == FRAME_STATUS && m.hdr.room == 0)
+			rc = kvw_errf(r->err, r->errlen, KVW_EPEER,
+				      "the prefill side's kv-bench ended: %s",
+				      m.u.status.text);
 		/* The prefill side could not begin this room. */
 		if (m.hdr.type == FRAME_STATUS && m.hdr.room &&
 		    (x = room_of(r, m.hdr.room)) != NULL &&
 		    x->outcome == O_NONE)
 			x->outcome = O_FAILED;
 		wire_in_release(&in);
+		if (rc < 0)
+			return rc;
 	}
 	return rc < 0 ? rc : keepalive(r, now);
 }
@@ -291,7 +303,9 @@ void bench_peer_close(struct run *r, const struct bench_result *res)
 
 	if (p == NULL)
 		return;
-	if (p->sock && r->c->role == BENCH_ROLE_DECODE) {
+	if (p->sock && (r->c->role == BENCH_ROLE_DECODE || !res)) {
+		/* Decode: the summary, or why it stopped; prefill: why it
+		 * stopped, so the other side need not wait out the silence. */
 		if (res)
 			snprintf(text, sizeof text, "rooms=%u success=%u "
 				 "failed=%u aborted=%u stuck=%u corrupt=%u "
@@ -429,11 +443,17 @@ int bench_role_prefill(struct run *r, struct bench_result *res)
 			last_check = now;
 			rc = bench_group_check(r, now);
 		}
+		if (rc >= 0 && proc_stopping())
+			rc = kvw_errf(r->err, r->errlen, KVW_EAGAIN,
+				      "stopped by a signal");
 		if (prog)
 			last_prog = now;
 		else
 			bench_nap(now - last_prog);
 	}
+	for (uint32_t i = 0; rc < 0 && i < r->nslots; i++)
+		if (r->rooms[i].phase != R_IDLE) /* once, best effort */
+			(void)bench_step_clear(r, &r->rooms[i]);
 	if (rc >= 0) /* the decode side's count is the run's */
 		*res = r->peer->sum;
 	res->seconds = (double)(proc_now_ns() - t0) / 1e9;
