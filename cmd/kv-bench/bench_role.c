@@ -180,6 +180,10 @@ static int hello(struct run *r)
 			uint64_t theirs = m.hdr.room;
 
 			wire_in_release(&in);
+			if (m.hdr.type == FRAME_STATUS && m.hdr.room == 0)
+				return kvw_errf(r->err, r->errlen, KVW_EPEER,
+						"the other kv-bench ended: %s",
+						m.u.status.text);
 			if (m.hdr.type != want)
 				continue;
 			if (!decode && say(r, FRAME_PONG, p->digest, NULL) < 0)

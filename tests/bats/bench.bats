@@ -94,6 +94,11 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
 	[ "$status" -eq 100 ]
 }
 
+# free_port: a loopback port nothing listens on (a moment ago).
+free_port() {
+	$PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 # role_pair PREFILL_ARGS -- DECODE_ARGS: kv-bench --role prefill in the
 # background (output in $RUN/p.out, exit status in $PRC) and --role
 # decode in the foreground (run), over one loopback link.
@@ -101,7 +106,7 @@ role_pair() {
 	local pa=() port
 	while [ "$1" != -- ]; do pa+=("$1"); shift; done
 	shift
-	port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	port=$(free_port)
 	timeout 120 kv-bench --run-dir "$RUN" --role prefill \
 		--peer "tcp://127.0.0.1:$port" --insecure "${pa[@]}" >"$RUN/p.out" 2>&1 &
 	local pb=$!
@@ -135,4 +140,23 @@ role_pair() {
 	[ "$status" -eq 100 ]
 	run kv-bench --run-dir "$RUN" --role decode --peer tcp://127.0.0.1:1 --abort-frac 0.5
 	[ "$status" -eq 100 ]
+}
+
+@test "kv-bench --role: the prefill side stopped by SIGTERM tells the decode side, which stops at once" {
+	kv_up --workers 2 "${TINY[@]}"
+	port=$(free_port)
+	w=(--peer "tcp://127.0.0.1:$port" --insecure --rooms 10000000 --verify)
+	timeout 120 kv-bench --run-dir "$RUN" --role prefill "${w[@]}" >"$RUN/p.out" 2>&1 &
+	pb=$!
+	timeout 120 kv-bench --run-dir "$RUN" --role decode "${w[@]}" >"$RUN/d.out" 2>&1 &
+	db=$!
+	echo "$pb $db" >>"$RUN/bg.pids"
+	link_up() { ss -Htn state established "( sport = :$port )" | grep -q .; }
+	wait_for 30 link_up
+	kill -TERM "$pb"
+	# Well inside the 30 s a silent peer is given.
+	wait_for 15 gone "$db"
+	cat "$RUN/p.out" "$RUN/d.out"
+	grep -q "stopped by a signal" "$RUN/d.out"
+	grep -q "stopped by a signal" "$RUN/p.out"
 }
