@@ -12,7 +12,7 @@
  * retried on the next pass; the loop only naps when a pass made no
  * progress.
  */
-#include "bench.h"
+#include "bench_impl.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -20,84 +20,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "api.h"
 #include "bench_gpu.h"
 #include "base/proc.h"
-#include "cli/runinfo.h"
-
-#define MAX_RANKS 64u
-#define MAX_BUFS 4096u
-
-struct eng {
-	const struct runinfo_member *m;
-	struct kvw_engine *e;
-	struct kvw_buf *bufs;
-	struct bench_geom g;
-	uint64_t down_since; /* its control process was last seen missing
-			      * from then on; 0: running */
-};
-
-/* How often the group is looked at, and how long a control process may be
- * missing (a supervisor restarts one in about a second) before the bench
- * gives the group up. */
-#define GROUP_CHECK_NS 500000000ull
-#define GROUP_DOWN_NS 10000000000ull
-
-/* Per-rank progress flags of one room. */
-#define F_SENT 0x1u   /* BEGIN accepted */
-#define F_READY 0x2u  /* prefill: room WaitingForInput or further */
-#define F_DONE 0x4u   /* prefill: last chunk sent / decode: Success */
-#define F_FAILED 0x8u /* the rank's room is Failed (or vanished) */
-#define F_CLEAR 0x10u /* CLEAR accepted */
-#define F_ABORT 0x20u /* decode: RECV_ABORT accepted */
-#define F_REL 0x40u   /* decode: the aborted room is releasable (or Success) */
-
-enum { R_IDLE, R_RUN, R_CLEAR };
-enum { O_NONE, O_SUCCESS, O_FAILED, O_STUCK, O_CORRUPT, O_ABORTED,
-       O_ABORT_STUCK };
-/* When an aborted room is aborted (--abort-frac): right after its
- * RECV_BEGINs (before any SEND_BEGIN), after some of its chunks, or once
- * its last chunk went out and the prefill is transferring (copies in
- * flight), or already done. */
-enum { AB_NONE, AB_BEFORE, AB_BETWEEN, AB_COPYING };
-#define CANARY_SALT 0x63616e6172795f5fULL /* canary pattern key: id ^ salt */
-
-struct room {
-	int phase, outcome;
-	uint64_t id, deadline, t_begin, t_done;
-	uint32_t *src, *dst, src_aux, dst_aux;
-	uint8_t *pf, *df; /* flags per prefill / decode rank */
-	uint64_t *pe, *de; /* control epoch when that rank took the BEGIN */
-	uint32_t *cur;    /* prefill: pages sent so far */
-	uint8_t abort_at, aborted; /* AB_*; RECV_ABORT went to a decode rank */
-	uint32_t abort_pages;      /* AB_BETWEEN: pages sent before the abort */
-};
-
-/* Destination pages of an aborted room after it became releasable: they
- * hold a canary pattern that must never change (a byte landing after the
- * release would change it). */
-struct canary {
-	uint64_t key;
-	uint32_t *dst, dst_aux;
-};
-
-struct run {
-	const struct bench_config *c;
-	const char *boot;
-	struct eng p[MAX_RANKS], d[MAX_RANKS];
-	uint32_t np, nd;
-	struct bench_alloc pa, da, paux, daux;
-	struct room *rooms;
-	uint64_t rng, room_bytes, arng;
-	struct canary *can;
-	uint32_t ncan, capcan;
-	struct bench_result *res;
-	char *err;
-	size_t errlen;
-};
-
-static void plan_abort(struct run *r, struct room *x);
-static void canary_flush(struct run *r);
 
 static uint64_t next_id(struct run *r)
 {
@@ -153,15 +77,19 @@ static int setup(struct run *r, const struct runinfo *ri)
 	int rc;
 
 	r->boot = runinfo_bootstrap(ri);
-	if ((c->prefill_ranks && c->prefill_ranks != np) ||
-	    (c->decode_ranks && c->decode_ranks != nd)) {
+	/* --role: this host's side only (the other is the peer's). */
+	np = c->role == BENCH_ROLE_DECODE ? 0 : np;
+	nd = c->role == BENCH_ROLE_PREFILL ? 0 : nd;
+	if ((c->prefill_ranks && np && c->prefill_ranks != np) ||
+	    (c->decode_ranks && nd && c->decode_ranks != nd)) {
 		snprintf(r->err, r->errlen, "the group has %u prefill and %u "
 			 "decode members, not %u and %u", np, nd,
 			 c->prefill_ranks ? c->prefill_ranks : np,
 			 c->decode_ranks ? c->decode_ranks : nd);
 		return KVW_EINVAL;
 	}
-	if (!r->boot || np == 0 || nd == 0 || np > MAX_RANKS ||
+	if (!r->boot || (np == 0 && c->role != BENCH_ROLE_DECODE) ||
+	    (nd == 0 && c->role != BENCH_ROLE_PREFILL) || np > MAX_RANKS ||
 	    nd > MAX_RANKS) {
 		snprintf(r->err, r->errlen, "endpoints need a bootstrap and "
 			 "1..%u prefill and decode members (have %s, %u, %u)",
@@ -195,19 +123,20 @@ static int setup(struct run *r, const struct runinfo *ri)
 	    bench_alloc_init(&r->paux, c->shape.aux_slots) ||
 	    bench_alloc_init(&r->daux, c->shape.aux_slots))
 		return KVW_ENOMEM;
-	r->rooms = calloc(c->concurrency, sizeof *r->rooms);
+	r->nslots = c->concurrency * (c->role == BENCH_ROLE_PREFILL ? 2 : 1);
+	r->rooms = calloc(r->nslots, sizeof *r->rooms);
 	if (r->rooms == NULL)
 		return KVW_ENOMEM;
-	for (k = 0; k < c->concurrency; k++) {
+	for (k = 0; k < r->nslots; k++) {
 		struct room *x = &r->rooms[k];
 
 		x->src = calloc(c->pages_per_room, sizeof *x->src);
 		x->dst = calloc(c->pages_per_room, sizeof *x->dst);
-		x->cur = calloc(np, sizeof *x->cur);
-		x->pf = calloc(np, 1);
-		x->df = calloc(nd, 1);
-		x->pe = calloc(np, sizeof *x->pe);
-		x->de = calloc(nd, sizeof *x->de);
+		x->cur = calloc(np + 1, sizeof *x->cur); /* + 1: one side */
+		x->pf = calloc(np + 1, 1);               /* may have none */
+		x->df = calloc(nd + 1, 1);
+		x->pe = calloc(np + 1, sizeof *x->pe);
+		x->de = calloc(nd + 1, sizeof *x->de);
 		if (!x->src || !x->dst || !x->cur || !x->pf || !x->df ||
 		    !x->pe || !x->de)
 			return KVW_ENOMEM;
@@ -224,7 +153,7 @@ static void teardown(struct run *r)
 		bgpu_close(&x->g.gpu);
 		free(x->bufs);
 	}
-	for (uint32_t k = 0; r->rooms && k < r->c->concurrency; k++) {
+	for (uint32_t k = 0; r->rooms && k < r->nslots; k++) {
 		free(r->rooms[k].src);
 		free(r->rooms[k].dst);
 		free(r->rooms[k].cur);
@@ -245,142 +174,36 @@ static void teardown(struct run *r)
 
 /* Takes pages and aux slots for a room and fills its source pages.
  * Returns 1 when started, 0 when the pools are exhausted. */
-static int start_room(struct run *r, struct room *x, uint64_t now)
+int bench_start_room(struct run *r, struct room *x, uint64_t now, uint64_t id)
 {
 	uint32_t n = r->c->pages_per_room;
 
 	if (r->da.n < n || r->daux.n < 1)
-		canary_flush(r); /* checks released pages, then reuses them */
+		bench_canary_flush(r); /* checks released pages, then reuses them */
 	if (r->pa.n < n || r->da.n < n || r->paux.n < 1 || r->daux.n < 1)
 		return 0;
 	bench_alloc_take(&r->pa, n, x->src);
 	bench_alloc_take(&r->da, n, x->dst);
 	bench_alloc_take(&r->paux, 1, &x->src_aux);
 	bench_alloc_take(&r->daux, 1, &x->dst_aux);
-	x->id = next_id(r);
+	x->id = id ? id : next_id(r);
 	x->phase = R_RUN;
 	x->outcome = O_NONE;
+	x->peer_sent = 0;
 	x->deadline = now + (uint64_t)(r->c->room_timeout_s * 1e9);
 	memset(x->pf, 0, r->np);
 	memset(x->df, 0, r->nd);
 	memset(x->cur, 0, r->np * sizeof *x->cur);
-	plan_abort(r, x);
+	bench_plan_abort(r, x);
 	for (uint32_t k = 0; k < r->np && (r->c->verify || !r->c->no_fill); k++)
 		bench_fill(kvw_pool_base(r->p[k].e), &r->p[k].g, x->id, x->src,
 			   n, x->src_aux);
 	return 1;
 }
 
-/* ---- aborts (--abort-frac) and canaries ---------------------------- */
-
-static uint64_t abort_rnd(struct run *r)
-{
-	uint64_t z = r->arng += 0x9e3779b97f4a7c15ULL;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-/* Decides whether and when the room just started is aborted. */
-static void plan_abort(struct run *r, struct room *x)
-{
-	uint32_t n = r->c->pages_per_room, cp = r->c->chunk_pages;
-	uint32_t full = n / cp; /* chunks before a possible short last one */
-
-	x->abort_at = AB_NONE;
-	x->aborted = 0;
-	x->abort_pages = 0;
-	if (!(r->c->abort_frac > 0) ||
-	    (double)(abort_rnd(r) >> 11) / 9007199254740992.0 >= r->c->abort_frac)
-		return;
-	x->abort_at = (uint8_t)(AB_BEFORE + abort_rnd(r) % 3);
-	if (x->abort_at == AB_BETWEEN) {
-		uint32_t k = (n + cp - 1) / cp; /* chunks carrying pages */
-
-		if (k < 2 || full < 1)
-			x->abort_at = AB_COPYING;
-		else
-			x->abort_pages = cp * (uint32_t)(1 + abort_rnd(r) %
-							 (k - 1));
-	}
-}
-
-/* 1 when the planned moment of the abort has come. */
-static int abort_due(struct run *r, struct room *x)
-{
-	struct kvw_room_status st;
-	uint32_t k;
-
-	for (k = 0; k < r->np; k++) {
-		if (x->pf[k] & F_FAILED)
-			continue;
-		if (x->abort_at == AB_BETWEEN && x->cur[k] < x->abort_pages)
-			return 0;
-		if (x->abort_at == AB_COPYING && !(x->pf[k] & F_DONE))
-			return 0;
-	}
-	if (x->abort_at != AB_COPYING)
-		return 1;
-	/* Copies in flight (Transferring), or already over. */
-	if (kvw_poll(r->p[0].e, x->id, &st) < 0)
-		return 0;
-	return st.state != KVW_BOOTSTRAPPING && st.state != KVW_WAITING;
-}
-
-/* Writes the canary over the destination pages of every decode rank and
- * keeps them in the canary list. */
-static void canary_keep(struct run *r, const struct room *x)
-{
-	uint32_t n = r->c->pages_per_room;
-	struct canary *c;
-
-	for (uint32_t k = 0; k < r->nd; k++)
-		bench_fill(kvw_pool_base(r->d[k].e), &r->d[k].g,
-			   x->id ^ CANARY_SALT, x->dst, n, x->dst_aux);
-	if (r->ncan == r->capcan) {
-		uint32_t cap = r->capcan ? 2 * r->capcan : 16;
-
-		c = realloc(r->can, cap * sizeof *c);
-		if (!c)
-			return; /* out of memory: those pages stay out of use */
-		r->can = c;
-		r->capcan = cap;
-	}
-	c = &r->can[r->ncan];
-	c->dst = malloc(n * sizeof *c->dst);
-	if (!c->dst)
-		return;
-	memcpy(c->dst, x->dst, n * sizeof *c->dst);
-	c->key = x->id ^ CANARY_SALT;
-	c->dst_aux = x->dst_aux;
-	r->ncan++;
-}
-
-/* Checks every kept canary (a changed one counts as corrupt: a byte
- * landed after its room was released) and gives the pages back. */
-static void canary_flush(struct run *r)
-{
-	uint32_t n = r->c->pages_per_room;
-
-	for (uint32_t i = 0; i < r->ncan; i++) {
-		struct canary *c = &r->can[i];
-		uint64_t bad = 0;
-
-		for (uint32_t k = 0; k < r->nd; k++)
-			bad += bench_verify(kvw_pool_base(r->d[k].e), &r->d[k].g,
-					    c->key, c->dst, n, c->dst_aux);
-		if (bad)
-			r->res->corrupt++;
-		bench_alloc_put(&r->da, n, c->dst);
-		bench_alloc_put(&r->daux, 1, &c->dst_aux);
-		free(c->dst);
-	}
-	r->ncan = 0;
-}
 
 /* Maps a send result: 1 accepted, 0 retry later, < 0 fatal. */
-static int sent(struct run *r, struct eng *x, int rc)
+int bench_sent(struct run *r, struct eng *x, int rc)
 {
 	if (rc == 0)
 		return 1;
@@ -393,7 +216,7 @@ static int sent(struct run *r, struct eng *x, int rc)
 
 /* Sends what prefill rank k of room x can send now. Returns progress
  * (> 0), 0, or a fatal error. */
-static int step_prefill(struct run *r, struct room *x, uint32_t k)
+int bench_step_prefill(struct run *r, struct room *x, uint32_t k)
 {
 	const struct bench_config *c = r->c;
 	struct eng *p = &r->p[k];
@@ -404,7 +227,7 @@ static int step_prefill(struct run *r, struct room *x, uint32_t k)
 	if (x->aborted)
 		return 0; /* the engine stops sending once it aborted */
 	if (!(x->pf[k] & F_SENT)) {
-		rc = sent(r, p, kvw_send_begin(p->e, x->id, n, x->src_aux));
+		rc = bench_sent(r, p, kvw_send_begin(p->e, x->id, n, x->src_aux));
 		if (rc <= 0)
 			return rc;
 		x->pf[k] |= F_SENT;
@@ -439,7 +262,7 @@ static int step_prefill(struct run *r, struct room *x, uint32_t k)
 
 		if (x->abort_at == AB_BETWEEN && x->cur[k] >= x->abort_pages)
 			break; /* the abort comes first */
-		rc = sent(r, p, kvw_send_chunk(p->e, x->id, x->src + x->cur[k],
+		rc = bench_sent(r, p, kvw_send_chunk(p->e, x->id, x->src + x->cur[k],
 					       len, last));
 		if (rc <= 0)
 			return rc < 0 ? rc : prog;
@@ -477,49 +300,6 @@ static void poll_decode(struct run *r, struct room *x, uint32_t k)
 		x->df[k] |= F_FAILED;
 }
 
-/* An aborted room: RECV_ABORT to every decode rank, then waits until each
- * shows its room releasable (every prefill target acked; Success counts:
- * nothing can land after it), writes the canary and moves on to CLEAR; the
- * room's deadline passing first makes it stuck. Returns progress, 0, or a
- * fatal error. */
-static int step_aborted(struct run *r, struct room *x, uint64_t now)
-{
-	struct kvw_room_status st;
-	uint32_t k, rel = 0;
-	int rc, prog = 0;
-
-	for (k = 0; k < r->nd; k++) {
-		struct eng *d = &r->d[k];
-
-		if (!(x->df[k] & F_ABORT)) {
-			rc = sent(r, d, kvw_abort(d->e, x->id));
-			if (rc < 0)
-				return rc;
-			x->df[k] |= rc ? F_ABORT : 0;
-			prog |= rc;
-		}
-		if ((x->df[k] & (F_ABORT | F_REL)) == F_ABORT &&
-		    kvw_poll(d->e, x->id, &st) == 0 &&
-		    (st.state == KVW_SUCCESS ||
-		     (st.state == KVW_FAILED &&
-		      (st.flags & KVW_ROOM_F_RELEASABLE)))) {
-			x->df[k] |= F_REL;
-			prog = 1;
-		}
-		rel += (x->df[k] & F_REL) != 0;
-	}
-	if (rel == r->nd) {
-		canary_keep(r, x);
-		x->outcome = O_ABORTED;
-	} else if (now >= x->deadline) {
-		x->outcome = O_ABORT_STUCK;
-	} else {
-		return prog;
-	}
-	x->phase = R_CLEAR;
-	return 1;
-}
-
 /* Advances a running room; returns progress (> 0), 0, or a fatal error. */
 static int step_run(struct run *r, struct room *x, uint64_t now)
 {
@@ -531,7 +311,7 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 
 		if (x->df[k] & F_SENT)
 			continue;
-		rc = sent(r, d, kvw_recv_begin(d->e, x->id, r->boot, 0, x->dst,
+		rc = bench_sent(r, d, kvw_recv_begin(d->e, x->id, r->boot, 0, x->dst,
 					       r->c->pages_per_room,
 					       x->dst_aux));
 		if (rc < 0)
@@ -546,18 +326,23 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 	for (k = 0; k < r->nd; k++)
 		if (!(x->df[k] & F_SENT))
 			return prog; /* prefill begins after every RECV_BEGIN */
+	if (r->peer && !x->peer_sent) { /* --role decode: the peer sends */
+		if ((rc = bench_peer_begin(r, x)) <= 0)
+			return rc < 0 ? rc : prog;
+		prog = 1;
+	}
 	if (x->abort_at == AB_BEFORE)
 		x->aborted = 1;
 	for (k = 0; k < r->np; k++) {
-		rc = step_prefill(r, x, k);
+		rc = bench_step_prefill(r, x, k);
 		if (rc < 0)
 			return rc;
 		prog |= rc;
 	}
-	if (x->abort_at && !x->aborted && abort_due(r, x))
+	if (x->abort_at && !x->aborted && bench_abort_due(r, x))
 		x->aborted = 1;
 	if (x->aborted) {
-		rc = step_aborted(r, x, now);
+		rc = bench_step_aborted(r, x, now);
 		return rc < 0 ? rc : (prog | rc);
 	}
 	for (k = 0; k < r->nd; k++) {
@@ -582,7 +367,7 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 }
 
 /* CLEARs every rank; returns 1 when all were sent, 0 to retry, < 0. */
-static int step_clear(struct run *r, struct room *x)
+int bench_step_clear(struct run *r, struct room *x)
 {
 	int rc, all = 1;
 
@@ -592,7 +377,7 @@ static int step_clear(struct run *r, struct room *x)
 
 		if (*f & F_CLEAR)
 			continue;
-		rc = sent(r, e, kvw_clear(e->e, x->id));
+		rc = bench_sent(r, e, kvw_clear(e->e, x->id));
 		if (rc < 0)
 			return rc;
 		*f |= rc ? F_CLEAR : 0;
@@ -601,7 +386,7 @@ static int step_clear(struct run *r, struct room *x)
 	return all;
 }
 
-static void finish(struct run *r, struct room *x, struct bench_result *res)
+void bench_finish(struct run *r, struct room *x, struct bench_result *res)
 {
 	uint32_t n = r->c->pages_per_room;
 
@@ -634,7 +419,7 @@ static void finish(struct run *r, struct room *x, struct bench_result *res)
 	if (x->outcome == O_ABORTED) {
 		/* Every prefill target acked: nothing reads its source pages
 		 * any more. The destination pages wait, under their canary,
-		 * in the canary list (see canary_keep). */
+		 * in the canary list (bench_abort.c). */
 		bench_alloc_put(&r->pa, n, x->src);
 		bench_alloc_put(&r->paux, 1, &x->src_aux);
 	}
@@ -650,11 +435,11 @@ static void finish(struct run *r, struct room *x, struct bench_result *res)
 /* Stopping early: one CLEAR per rank for every room in flight. */
 static void abandon(struct run *r)
 {
-	for (uint32_t i = 0; i < r->c->concurrency; i++) {
+	for (uint32_t i = 0; i < r->nslots; i++) {
 		struct room *x = &r->rooms[i];
 
 		if (x->phase != R_IDLE)
-			step_clear(r, x);
+			bench_step_clear(r, x);
 	}
 }
 
@@ -664,7 +449,7 @@ static void abandon(struct run *r)
  * through it (a timer sleep costs a wakeup and, by default, 50 us of
  * slack); a long idle stretch sleeps, growing up to 1 ms, so a bench
  * waiting on slow rooms does not take a core the group needs. */
-static void nap(uint64_t idle_ns)
+void bench_nap(uint64_t idle_ns)
 {
 	struct timespec ts = {
 		0, (long)(idle_ns / 8 < 1000000 ? idle_ns / 8 : 1000000) };
@@ -695,7 +480,7 @@ static int member_check(struct run *r, struct eng *x, uint64_t now)
 }
 
 /* Every member the bench drives: 0, or KVW_EPEER (see member_check). */
-static int group_check(struct run *r, uint64_t now)
+int bench_group_check(struct run *r, uint64_t now)
 {
 	int rc = 0;
 
@@ -722,7 +507,7 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 			struct room *x = &r->rooms[i];
 
 			if (x->phase == R_IDLE && launched < c->rooms &&
-			    start_room(r, x, now)) {
+			    bench_start_room(r, x, now, 0)) {
 				launched++;
 				res->inflight++;
 				prog = 1;
@@ -730,8 +515,9 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 			if (x->phase == R_RUN)
 				rc = step_run(r, x, now);
 			if (rc >= 0 && x->phase == R_CLEAR &&
-			    (rc = step_clear(r, x)) > 0)
-				finish(r, x, res);
+			    (rc = bench_step_clear(r, x)) > 0 &&
+			    (rc = bench_peer_end(r, x)) > 0)
+				bench_finish(r, x, res);
 			prog |= rc > 0;
 		}
 		if (rc < 0)
@@ -739,7 +525,7 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 		if (res->inflight == 0 && launched < c->rooms) {
 			/* Every slot is idle: either a slot freed late in this
 			 * pass, or quarantined pages left too few for a room. */
-			if (start_room(r, &r->rooms[0], now)) {
+			if (bench_start_room(r, &r->rooms[0], now, 0)) {
 				launched++;
 				res->inflight++;
 				prog = 1;
@@ -751,9 +537,11 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 		}
 		if (now - last_check >= GROUP_CHECK_NS) {
 			last_check = now;
-			if ((rc = group_check(r, now)) < 0)
+			if ((rc = bench_group_check(r, now)) < 0)
 				break;
 		}
+		if (r->peer && (rc = bench_peer_poll(r, now)) < 0)
+			break;
 		if (progress && now - last_cb >= 100000000ULL) {
 			res->seconds = (double)(now - t0) / 1e9;
 			last_cb = now;
@@ -765,9 +553,9 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 		if (prog)
 			last_prog = now;
 		else
-			nap(now - last_prog);
+			bench_nap(now - last_prog);
 	}
-	canary_flush(r); /* the last look at every released page */
+	bench_canary_flush(r); /* the last look at every released page */
 	res->seconds = (double)(proc_now_ns() - t0) / 1e9;
 	return rc < 0 ? rc : 0;
 }
@@ -791,8 +579,13 @@ int bench_run(const struct runinfo *ri, const struct bench_config *cfg,
 	rc = setup(r, ri);
 	if (rc == KVW_ENOMEM)
 		kvw_seterr(err, errlen, "out of memory");
-	if (rc == 0)
+	if (rc == 0 && cfg->role)
+		rc = bench_peer_open(r);
+	if (rc == 0 && cfg->role == BENCH_ROLE_PREFILL)
+		rc = bench_role_prefill(r, res);
+	else if (rc == 0)
 		rc = loop(r, progress, arg, res);
+	bench_peer_close(r, rc == 0 ? res : NULL);
 	teardown(r);
 	free(r);
 	return rc;

@@ -8,7 +8,8 @@
  * several PP stages; and a page allocator per engine instance.
  *
  * bench_pattern.c: pattern fill/verify and the allocator (pure, no I/O).
- * bench.c: the event loop (bench_run).
+ * bench.c: the event loop (bench_run); bench_abort.c: --abort-frac;
+ * bench_role.c: one side of a group split across two hosts (--role).
  */
 #ifndef KVW_BENCH_H
 #define KVW_BENCH_H
@@ -84,6 +85,10 @@ void bench_alloc_put(struct bench_alloc *a, uint32_t k, const uint32_t *in);
 
 /* ---- the run --------------------------------------------------------- */
 
+/* --role: which side of a group split across two hosts this kv-bench
+ * drives (bench_role.c); 0 drives both. */
+enum { BENCH_ROLE_PREFILL = 1, BENCH_ROLE_DECODE = 2 };
+
 struct bench_config {
 	struct shape shape;       /* the group's shape flags */
 	uint32_t rooms;           /* rooms to run, >= 1 */
@@ -117,6 +122,9 @@ struct bench_config {
 				   * bench seeing every decode rank Success, per
 				   * successful room, in finishing order */
 	uint32_t lat_cap;
+	int role;                 /* 0, BENCH_ROLE_PREFILL or _DECODE */
+	const char *peer;         /* --role: tcp://HOST:PORT the prefill side
+				   * binds and the decode side dials */
 };
 
 struct bench_result {

@@ -70,6 +70,20 @@ void kvb_flags_usage(FILE *f)
 		"without CUDA: 77\n"
 		"  --decode-gpu N       GPU pools: the decode engines' device "
 		"(default 0)\n"
+		"  --role prefill|decode  drive only this host's side of a "
+		"group split across\n"
+		"                       two hosts (kv-up --role); the other "
+		"side's kv-bench runs\n"
+		"                       on its host with the same workload "
+		"flags; the decode\n"
+		"                       side draws the rooms and verifies, "
+		"both print its summary\n"
+		"  --peer tcp://HOST:PORT  with --role: the link between the "
+		"two (prefill binds\n"
+		"                       it, decode dials it), under --keys "
+		"DIR or --insecure\n"
+		"  --keys DIR, --insecure  the tcp:// policy of --peer "
+		"(default: $KVW_KEYS)\n"
 		"  --log-level LEVEL    error|warn|info|debug\n"
 		"  --help               this text\n"
 		"  %s\n"
@@ -88,7 +102,7 @@ void kvb_flags_usage(FILE *f)
 
 enum { O_RUN = 256, O_SPAWN, O_KVUP, O_UPARG, O_ROOMS, O_PPR, O_CHUNK,
        O_ZERO, O_CONC, O_VERIFY, O_SEED, O_TIMEOUT, O_PRANKS, O_DRANKS,
-       O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU, O_GPUPOOLS };
+       O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU, O_GPUPOOLS, O_ROLE, O_PEER };
 
 /* --transport NAME: known, available here (else kv-probe's line and 77),
  * and handed to kv-up. -1 to go on, or the exit code. */
@@ -133,12 +147,15 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		{ "abort-frac", 1, NULL, O_ABORT },
 		{ "transport", 1, NULL, O_XPORT },
 		{ "decode-gpu", 1, NULL, O_DGPU },
-		{ "gpu-pools", 0, NULL, O_GPUPOOLS }, { NULL, 0, NULL, 0 },
+		{ "gpu-pools", 0, NULL, O_GPUPOOLS },
+		{ "role", 1, NULL, O_ROLE }, { "peer", 1, NULL, O_PEER },
+		{ NULL, 0, NULL, 0 },
 	};
 	struct cli *cl = &f->cl;
 	int c;
 
-	cli_init(cl, "kv-bench", CLI_LOG_LEVEL | CLI_SHAPE, LOG_WARN, NULL);
+	cli_init(cl, "kv-bench", CLI_LOG_LEVEL | CLI_SHAPE | CLI_AUTH, LOG_WARN,
+		 NULL);
 	while ((c = cli_next(cl, argc, argv, opts)) != CLI_END) {
 		const char *v = cl->arg;
 		uint32_t *u32 = NULL, u;
@@ -188,6 +205,16 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 			}
 			cfg->cuda = 1;
 			break;
+		case O_ROLE:
+			if (!strcmp(v, "prefill"))
+				cfg->role = BENCH_ROLE_PREFILL;
+			else if (!strcmp(v, "decode"))
+				cfg->role = BENCH_ROLE_DECODE;
+			else
+				return cli_bad(cl, "--role: prefill or decode, "
+					       "not %s", v);
+			break;
+		case O_PEER: cfg->peer = v; break;
 		case O_ABORT:
 			if (cli_double(v, 0, 1, &cfg->abort_frac))
 				return cli_bad(cl, "bad --abort-frac (0..1): %s", v);
@@ -207,6 +234,14 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 	}
 	if (!!f->run_dir + f->spawn != 1)
 		return cli_bad(cl, "give exactly one of --run-dir and --spawn");
+	if (!cfg->role != !cfg->peer)
+		return cli_bad(cl, "--role and --peer go together");
+	if (cfg->role && f->spawn)
+		return cli_bad(cl, "--role drives one side of a running group: "
+			       "--run-dir, not --spawn");
+	if (cfg->role && cfg->abort_frac > 0)
+		return cli_bad(cl, "--abort-frac needs one kv-bench driving "
+			       "both sides (no --role)");
 	return -1;
 }
 

@@ -19,18 +19,16 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-/* XXH3_state_t on the stack: its size must be known here. */
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 #include "base/kvw.h"
 #include "tcp_auth.h"
+#include "xhash.h"
 #include "xnet.h"
 
 #define XTCP_IO_TIMEOUT_S 30 /* a sink silent this long breaks the link */
 #define XTCP_CONNECT_MS 2000
 #define XTCP_IOV 512u /* iovecs per writev call (IOV_MAX is 1024) */
-#define XTCP_GROUP (1u << 20) /* payload bytes hashed, then sent */
+#define XTCP_GROUP (1u << 20) /* payload bytes sent, then hashed */
 
 /* A batch sent and not acked yet. */
 struct kept {
@@ -149,14 +147,29 @@ static int flush(struct tcp_client *c, size_t n)
 	return 0;
 }
 
+/* Feeds the hash the payload from span *i, offset *off up to span i1,
+ * offset off1, and moves (*i, *off) there. */
+static void hash_to(XXH3_state_t *hs, const struct kept *b, uint32_t *i,
+		    uint64_t *off, uint32_t i1, uint64_t off1)
+{
+	for (; *i < i1; (*i)++, *off = 0)
+		xhash_update(hs, b->s[*i].src + *off, b->s[*i].len - *off);
+	xhash_update(hs, b->s[i1].src + *off, off1 - *off);
+	*off = off1;
+}
+
 /* Writes one batch on the current connection: 0 or -1 (broken). The
- * payload goes in groups of about XTCP_GROUP bytes, each hashed just
- * before it is sent, so the source pages are read from memory once; the
- * digest follows the payload. */
+ * payload goes in groups of about XTCP_GROUP bytes, each hashed right
+ * after it is sent: the kernel's copy reads the source pages from memory
+ * and the hash then reads them from the cache (hashing first made the
+ * hash pay for the memory reads and left the copy to find part of the
+ * group evicted). The digest follows the payload, so hashing after the
+ * send changes nothing on the wire. */
 static int put_batch(struct tcp_client *c, const struct kept *b)
 {
 	XXH3_state_t hs;
-	uint64_t total = 0, group = 0;
+	uint64_t total = 0, group = 0, hoff = 0;
+	uint32_t hi = 0; /* the payload not hashed yet starts at span hi */
 	size_t nio = 0;
 
 	for (uint32_t i = 0; i < b->n; i++)
@@ -175,29 +188,31 @@ static int put_batch(struct tcp_client *c, const struct kept *b)
 	}
 	c->iov[nio++] = (struct iovec){ c->hdr,
 					TCP_BATCH_LEN + b->n * TCP_COPY_LEN };
-	XXH3_64bits_reset(&hs);
+	xhash_reset(&hs);
 	for (uint32_t i = 0; i < b->n; i++)
 		for (uint64_t off = 0; off < b->s[i].len;) {
 			uint64_t piece = b->s[i].len - off < XTCP_GROUP
 					 ? b->s[i].len - off : XTCP_GROUP;
 			const uint8_t *p = b->s[i].src + off;
 
-			XXH3_64bits_update(&hs, p, piece);
 			c->iov[nio++] = (struct iovec){ (void *)(uintptr_t)p,
 							(size_t)piece };
 			group += piece;
 			off += piece;
-			/* One slot stays free for the digest. */
-			if (nio == XTCP_IOV - 1 || group >= XTCP_GROUP) {
+			if (nio == XTCP_IOV || group >= XTCP_GROUP) {
 				if (flush(c, nio) < 0)
 					return -1;
+				hash_to(&hs, b, &hi, &hoff, i, off);
 				nio = 0;
 				group = 0;
 			}
 		}
-	le_put(c->trailer, XXH3_64bits_digest(&hs), TCP_TRAILER_LEN);
-	c->iov[nio++] = (struct iovec){ c->trailer, TCP_TRAILER_LEN };
-	return flush(c, nio);
+	if (nio > 0 && flush(c, nio) < 0)
+		return -1;
+	hash_to(&hs, b, &hi, &hoff, b->n - 1, b->s[b->n - 1].len);
+	le_put(c->trailer, xhash_digest(&hs), TCP_TRAILER_LEN);
+	c->iov[0] = (struct iovec){ c->trailer, TCP_TRAILER_LEN };
+	return flush(c, 1);
 }
 
 /* Makes the connection whole: re-dials (pausing 10 ms, doubling to 500 ms)

@@ -20,8 +20,8 @@
  * The sink checks the whole copy list against its pool before it reads a
  * payload byte; an ACK with status OK means every byte of the batch is in
  * decode memory and matched the checksum. The checksum follows the
- * payload so that the sender can hash each part just before it sends it
- * (one read of the source pages) and the sink each part as it lands. The descriptor a decode sends in
+ * payload so that the sender can hash each part right after it sent it
+ * (still in the cache) and the sink each part as it lands. The descriptor a decode sends in
  * REGISTER: magic "KVTD" u32 | version u16 | port u16 | pool size u64
  * | secret 16 | host length u16 | host bytes.
  */

@@ -23,16 +23,18 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-/* XXH3_state_t on the stack: its size must be known here. */
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 #include "base/kvw.h"
 #include "cuda_stage.h"
 #include "tcp_auth.h"
+#include "xhash.h"
 #include "tcp_proto.h"
 
 #define SINK_IOV 512u
+/* Payload bytes asked of one readv: what lands is hashed next, and at
+ * this size it is still in the cache (a readv that took all the socket
+ * held, megabytes, left the hash to read memory again; measured). */
+#define SINK_READ (1u << 20)
 #define SINK_DISCARD 65536u
 
 enum { C_HELLO, C_HDR, C_COPIES, C_PAYLOAD, C_TRAILER };
@@ -253,7 +255,7 @@ static int copy_list(struct sink *s, struct conn *c)
 		  s->cfg->room_begin(s->cfg->arg, c->slot, c->room);
 	c->discard = s->cfg->room_begin && !c->held;
 	c->left = c->total;
-	XXH3_64bits_reset(c->hs);
+	xhash_reset(c->hs);
 	c->ci = 0;
 	c->coff = 0;
 	c->state = C_PAYLOAD;
@@ -309,16 +311,21 @@ static int payload(struct sink *s, struct conn *c)
 			iov[n++] = (struct iovec){ s->scratch,
 				c->left < SINK_DISCARD ? c->left : SINK_DISCARD };
 		} else {
-			uint64_t coff = c->coff;
+			uint64_t coff = c->coff, want = 0;
 
-			for (uint32_t i = c->ci; i < c->ncopies && n < (int)SINK_IOV;
-			     i++) {
+			for (uint32_t i = c->ci; i < c->ncopies &&
+			     n < (int)SINK_IOV && want < SINK_READ; i++) {
 				uint64_t len;
 				uint8_t *d = dst_of(s, c, i, &len);
 
-				if (len > coff)
+				if (len > coff) {
+					len -= coff;
+					len = len < SINK_READ - want
+						      ? len : SINK_READ - want;
 					iov[n++] = (struct iovec){ d + coff,
-								   len - coff };
+								   (size_t)len };
+					want += len;
+				}
 				coff = 0;
 			}
 		}
@@ -343,7 +350,7 @@ static int payload(struct sink *s, struct conn *c)
 				uint64_t take = adv < len - c->coff ? adv
 								    : len - c->coff;
 
-				XXH3_64bits_update(c->hs, d + c->coff, take);
+				xhash_update(c->hs, d + c->coff, take);
 				adv -= take;
 				c->coff += take;
 				if (c->coff == len) {
@@ -375,7 +382,7 @@ static int trailer(struct sink *s, struct conn *c)
 	} else if (c->dev_fail) {
 		s->st->device++;
 		status = TCP_DEVICE;
-	} else if (XXH3_64bits_digest(c->hs) != le_get(c->head, 8)) {
+	} else if (xhash_digest(c->hs) != le_get(c->head, 8)) {
 		s->st->checksum++;
 		event(s, "batch whose bytes do not match its checksum");
 		status = TCP_CHECKSUM;

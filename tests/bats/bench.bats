@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # kv-bench's modes run and print their figures beside the machine's limits
-# (copy: memcpy; rooms: ZMQ ping-pong; demo: memcpy) and the machine line.
+# (copy: memcpy; rooms: ZMQ ping-pong; demo: memcpy) and the machine line;
+# --role runs one kv-bench per side of a loopback group over their link.
 # Smoke tests only: no figure is compared with anything, so the suite does
 # not depend on how fast or loaded the machine is.
 
@@ -115,4 +116,71 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
 	[ "$status" -eq 100 ]
 	run kv-bench --spawn --rtt 5
 	[ "$status" -eq 100 ]
+}
+
+# free_port: a loopback port nothing listens on (a moment ago).
+free_port() {
+	$PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# role_pair PREFILL_ARGS -- DECODE_ARGS: kv-bench --role prefill in the
+# background (output in $RUN/p.out, exit status in $PRC) and --role
+# decode in the foreground (run), over one loopback link.
+role_pair() {
+	local pa=() port
+	while [ "$1" != -- ]; do pa+=("$1"); shift; done
+	shift
+	port=$(free_port)
+	timeout 120 kv-bench --run-dir "$RUN" --role prefill \
+		--peer "tcp://127.0.0.1:$port" --insecure "${pa[@]}" >"$RUN/p.out" 2>&1 &
+	local pb=$!
+	echo "$pb" >>"$RUN/bg.pids"
+	run timeout 120 kv-bench --run-dir "$RUN" --role decode \
+		--peer "tcp://127.0.0.1:$port" --insecure "$@"
+	PRC=0
+	wait "$pb" || PRC=$?
+	echo "$output"
+	cat "$RUN/p.out"
+}
+
+@test "kv-bench --role prefill|decode: one per side over a loopback link, byte-exact, both print the decode side's count" {
+	kv_up --workers 2 "${TINY[@]}"
+	w=(--rooms 50 --pages-per-room 4 --chunk-pages 3 --verify)
+	role_pair "${w[@]}" -- "${w[@]}"
+	[ "$status" -eq 0 ]
+	[ "$PRC" -eq 0 ]
+	[[ $output == *"rooms=50 success=50 failed=0 aborted=0 stuck=0 corrupt=0"* ]]
+	grep -q "^rooms=50 success=50 failed=0 aborted=0 stuck=0 corrupt=0" "$RUN/p.out"
+}
+
+@test "kv-bench --role: two sides with another workload refuse each other; --role needs --peer and no --abort-frac" {
+	kv_up --workers 2 "${TINY[@]}"
+	role_pair --rooms 50 --verify -- --rooms 51 --verify
+	[ "$status" -ne 0 ]
+	[ "$PRC" -ne 0 ]
+	[[ $output == *"runs another workload"* ]]
+	grep -q "runs another workload" "$RUN/p.out"
+	run kv-bench --run-dir "$RUN" --role decode
+	[ "$status" -eq 100 ]
+	run kv-bench --run-dir "$RUN" --role decode --peer tcp://127.0.0.1:1 --abort-frac 0.5
+	[ "$status" -eq 100 ]
+}
+
+@test "kv-bench --role: the prefill side stopped by SIGTERM tells the decode side, which stops at once" {
+	kv_up --workers 2 "${TINY[@]}"
+	port=$(free_port)
+	w=(--peer "tcp://127.0.0.1:$port" --insecure --rooms 10000000 --verify)
+	timeout 120 kv-bench --run-dir "$RUN" --role prefill "${w[@]}" >"$RUN/p.out" 2>&1 &
+	pb=$!
+	timeout 120 kv-bench --run-dir "$RUN" --role decode "${w[@]}" >"$RUN/d.out" 2>&1 &
+	db=$!
+	echo "$pb $db" >>"$RUN/bg.pids"
+	link_up() { ss -Htn state established "( sport = :$port )" | grep -q .; }
+	wait_for 30 link_up
+	kill -TERM "$pb"
+	# Well inside the 30 s a silent peer is given.
+	wait_for 15 gone "$db"
+	cat "$RUN/p.out" "$RUN/d.out"
+	grep -q "stopped by a signal" "$RUN/d.out"
+	grep -q "stopped by a signal" "$RUN/p.out"
 }

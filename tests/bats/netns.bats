@@ -3,10 +3,13 @@
 # namespaces this file creates and removes (a veth pair, addresses used
 # only inside them). The prefill side (kv-up --role prefill) runs in one,
 # the decode side (kv-up --role decode --bootstrap tcp://...) in the
-# other, and kv-bench in the decode one: every network connection has
-# both ends inside the namespaces (kv-bench reaches the engines through
-# ipc sockets in the run directories, which are files, not network).
-# Byte-exact transfers for TP 1->1, 2->4 and PP 2->1 with draft layers;
+# other. The byte-exact transfers (TP 1->1, 2->4 and PP 2->1 with draft
+# layers) run one kv-bench per host (--role), each reaching only its own
+# side's engines through ipc sockets in its run directory, the two joined
+# by their own CURVE link on the veth; the fault cases run one kv-bench in
+# the decode namespace driving both sides through the run directories'
+# ipc sockets (files, not network). Every network connection has both
+# ends inside the namespaces.
 # then faults, each ending with every room terminal, corrupt=0, stuck=0
 # and later rooms succeeding: 5 % packet loss on the decode host (nft
 # numgen), a rate limit (tc tbf), the link down for less than the
@@ -84,6 +87,26 @@ bench() {
 	echo "$output"
 }
 
+# bench2 ARGS...: kv-bench --role prefill in A and --role decode in B with
+# the same ARGS, joined by their link on 10.201.0.1:17100. $output is the
+# decode side's; the prefill side's must exit 0 and print the same counts.
+bench2() {
+	nsA timeout 300 "$KVW_BIN/kv-bench" --run-dir "$RUN/p" --role prefill \
+		--peer tcp://10.201.0.1:17100 --keys "$RUN/keys" "$@" \
+		>"$RUN/bench_p.out" 2>&1 &
+	local pb=$! prc=0
+	echo "$pb" >>"$RUN/bg.pids"
+	run nsB timeout 300 "$KVW_BIN/kv-bench" --run-dir "$RUN/d" --role decode \
+		--peer tcp://10.201.0.1:17100 --keys "$RUN/keys" "$@"
+	echo "$output"
+	wait "$pb" || prc=$?
+	echo "prefill side (exit $prc):"
+	cat "$RUN/bench_p.out"
+	[ "$prc" -eq 0 ]
+	counts() { grep '^rooms=' | tr ' ' '\n' | grep -E '^(rooms|success|failed|stuck|corrupt|bytes)='; }
+	[ "$(counts <"$RUN/bench_p.out")" = "$(echo "$output" | counts)" ]
+}
+
 # bench_bg ARGS...: kv-bench in B in the background, output in bench.out.
 bench_bg() {
 	nsB timeout 300 "$KVW_BIN/kv-bench" --run-dir "$RUN" "$@" >"$RUN/bench.out" 2>&1 &
@@ -112,7 +135,7 @@ decode_has() {
 	split --workers 2 $SHAPE
 	grep -q "listen=tcp://10.201.0.1:17001" "$RUN/endpoints"
 	grep -q "data port 10.201.0.2:" "$RUN/d/logs/d0.log"
-	bench --rooms 2000 --pages-per-room 8 --chunk-pages 3 --verify
+	bench2 --rooms 2000 --pages-per-room 8 --chunk-pages 3 --verify
 	[ "$status" -eq 0 ]
 	clean 2000
 	[ "$(summary success)" = 2000 ]
@@ -120,7 +143,7 @@ decode_has() {
 
 @test "two hosts, TP 2 -> 4: 400 rooms byte-exact" {
 	split --workers 2 --prefill-tp 2 --decode-tp 4 $SHAPE
-	bench --prefill-tp 2 --decode-tp 4 --rooms 400 --pages-per-room 8 --verify
+	bench2 --prefill-tp 2 --decode-tp 4 --rooms 400 --pages-per-room 8 --verify
 	[ "$status" -eq 0 ]
 	clean 400
 	[ "$(summary success)" = 400 ]
@@ -129,7 +152,7 @@ decode_has() {
 @test "two hosts, PP 2 -> 1 with draft layers: 600 rooms byte-exact" {
 	split --workers 1 --prefill-pp 2 --layers 4 --draft-layers 1 \
 		--pages 512 --heads 8 --head-dim 16 --aux-slots 64
-	bench --prefill-pp 2 --rooms 600 --pages-per-room 8 --verify
+	bench2 --prefill-pp 2 --rooms 600 --pages-per-room 8 --verify
 	[ "$status" -eq 0 ]
 	clean 600
 	[ "$(summary success)" = 600 ]
