@@ -214,7 +214,8 @@ static void on_register(struct sender *s, const struct wire_in *in,
 		plan_free(&plan);
 		return;
 	}
-	memcpy(desc, r->desc.p, r->desc.len);
+	if (r->desc.len) /* an empty one has no bytes to point at */
+		memcpy(desc, r->desc.p, r->desc.len);
 	if (!p && !(p = peer_add(s, r->endpoint))) {
 		plan_free(&plan);
 		free(desc);
