@@ -13,7 +13,8 @@
 # (issue 14) a second registered decode's ABORT of a room it is not a
 # destination of is acked and changes nothing, counted as unauthorised; a
 # REGISTER naming the prefill's own pool or another decode's is refused,
-# counted, and its room fails cleanly.
+# counted, and its room fails cleanly; in a group kv-up named, one naming
+# another group's pool is refused the same way.
 
 load helpers
 
@@ -286,3 +287,27 @@ unauthorised() {
 	[ "$(unauthorised)" = 2 ]
 }
 
+
+@test "issue 14: in a group kv-up named, a REGISTER naming another group's pool is refused, counted, and its room fails; the group's own decode is served" {
+	# kv-up's names: this rank's pool is kvwire.G.p0.pool, its decode's
+	# kvwire.G.d0.pool; group G-x's decode pool is another group's.
+	POOL=/dev/shm/kvwire.$TAG.p0.pool
+	start_sender --workers 1
+	run timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" transfer \
+		--sender "$PEER" --engine "$ENG" --listen "ipc://$RUN/x.sock" \
+		--prefill-pool "$POOL" --decode-pool "/dev/shm/kvwire.${TAG}-x.d0.pool" \
+		--room 61 $PYSHAPE --expect failed --reason 7
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(unauthorised)" = 1 ]
+	grep -q "REGISTER names a pool it does not own: pool /dev/shm/kvwire.${TAG}-x.d0.pool is not this group's pool of the decode at rank 0,0 (/dev/shm/kvwire.$TAG.d0.pool)" "$RUN/sender.log"
+	room_state 61 Failed
+	run timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" transfer \
+		--sender "$PEER" --engine "$ENG" --listen "ipc://$RUN/d.sock" \
+		--prefill-pool "$POOL" --decode-pool "/dev/shm/kvwire.$TAG.d0.pool" \
+		--room 62 $PYSHAPE
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(unauthorised)" = 1 ]
+	room_state 62 Success
+}
