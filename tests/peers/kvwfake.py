@@ -410,8 +410,8 @@ def peers(argv):
     for i in range(pcap):
         o = base + i * psz
         pid, live, epoch, misses = struct.unpack_from("<IIQI", mm, o)
-        if pid == 0:
-            break
+        if pid == 0:  # never used, or retired (rtab_peers_retire)
+            continue
         ep = bytes(mm[o + 32:o + 128]).split(b"\0")[0].decode()
         print("%d %s %d %d %s" % (pid, LIVENESS[live], misses, epoch, ep))
 
