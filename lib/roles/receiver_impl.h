@@ -215,6 +215,7 @@ struct receiver {
 	struct xport *xp;
 	uint8_t desc[KVW_MAX_DESC];
 	size_t desclen;
+	uint32_t pool_id; /* the pool's registration with xp */
 	struct kvw_buf *bufs;
 	uint64_t *page_seen; /* one bit per pool page, all clear between uses
 			      * (RECV_BEGIN's repeated-page check) */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "gpool_map.h"
 
 struct rgpu {
@@ -198,9 +199,15 @@ int rgpu_load(struct rgpu *g, const struct rdma_dev *dev, int access,
 		rc = gmap_open(&g->m, g->rt, err, errlen);
 	if (rc == 0)
 		rc = reg_all(g, dev, access, err, errlen);
-	if (rc)
+	if (rc) {
 		unload(g);
-	return rc;
+		return rc;
+	}
+	LOG(LOG_INFO, "rdma: GPU pool %s (epoch %016llx): %u buffers "
+	    "registered on %s through %s", g->m.rec,
+	    (unsigned long long)gpool_epoch(g->m.g), g->nseg, dev->name,
+	    g->dmabuf ? "dmabuf" : "peer memory");
+	return 0;
 }
 
 uint32_t rgpu_nseg(const struct rgpu *g)
