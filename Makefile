@@ -114,7 +114,8 @@ FAKECUDA := $(B)/tests/libfakecudart.so
 $(FAKECUDA): tests/fakecuda/fakecudart.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) -std=c17 $(OPT) $(WARN) -fPIC -shared -o $@ $< -pthread
-$(B)/tests/test_xport_cuda $(B)/tests/test_cuda_stage $(B)/tests/test_rdma_gpu: $(FAKECUDA)
+$(B)/tests/test_xport_cuda $(B)/tests/test_cuda_stage $(B)/tests/test_rdma_gpu \
+	$(B)/tests/test_receiver_rdma: $(FAKECUDA)
 
 unit: $(UNITS)
 	@./tests/unit/run.sh $(UNITS)

@@ -435,13 +435,7 @@ void receiver_room_fail(struct receiver *r, struct rx_room *room,
 			 kvw_reason_str(reason), why ? ": " : "", why ? why : "");
 }
 
-/* rdma: where the engine keeps the pool on a GPU, the registration
- * follows the engine's epoch (its record, one stat per room; rdma_gpu.h).
- * A new descriptor (new rkeys) goes to every prefill peer in a REGISTER
- * again before this room's XFER_INFO, and their workers connect new
- * queue pairs for it. -1: the GPU pool cannot be registered; the room
- * fails, since nothing may write a pool whose regions are gone. */
-static int pool_fresh(struct receiver *r)
+int receiver_pool_fresh(struct receiver *r)
 {
 	char err[400];
 	int changed = 0;
@@ -469,7 +463,7 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 
 	if (rtab_state(r->tab, room->ref) != KVW_BOOTSTRAPPING)
 		return; /* aborted, expired or failed meanwhile */
-	if (pool_fresh(r) != 0) {
+	if (receiver_pool_fresh(r) != 0) {
 		receiver_room_fail(r, room, KVW_R_TRANSFER,
 				   "the GPU pool is not registered for rdma");
 		return;
