@@ -131,6 +131,18 @@ int xrdma_reg(struct xport *xp, const struct pool *p, uint32_t *id,
 	return 0;
 }
 
+/* Registers pool i's GPU record anew (rgpu_load) and rebuilds the flat
+ * table whatever came of it: the old segments are gone. */
+static int reload(struct xrdma_xport *x, uint32_t i, char *err,
+		  size_t errlen)
+{
+	int rc = rgpu_load(x->gpu[i], &x->dev, access_of(x), err, errlen);
+
+	if (flat_local(x, rc ? NULL : err, errlen) != 0 && rc == 0)
+		rc = KVW_ENOMEM;
+	return rc;
+}
+
 int xport_rdma_refresh(struct xport *xp, uint32_t id, uint8_t *desc,
 		       size_t desccap, size_t *desclen, int *changed,
 		       char *err, size_t errlen)
@@ -145,9 +157,7 @@ int xport_rdma_refresh(struct xport *xp, uint32_t id, uint8_t *desc,
 	if (!rgpu_stale(x->gpu[id]))
 		return 0;
 	*changed = 1;
-	rc = rgpu_load(x->gpu[id], &x->dev, access_of(x), err, errlen);
-	if (rc == 0)
-		rc = flat_local(x, err, errlen);
+	rc = reload(x, id, err, errlen);
 	return rc ? rc : describe(x, id, desc, desccap, desclen, err, errlen);
 }
 
@@ -167,10 +177,7 @@ int xrdma_fresh_locals(struct xrdma_xport *x, char *err, size_t errlen)
 			(void)xrdma_settle(x, &x->rmt[i], 0, 0);
 	for (uint32_t i = 0; i < x->nmr && rc == 0; i++)
 		if (rgpu_stale(x->gpu[i]))
-			rc = rgpu_load(x->gpu[i], &x->dev, access_of(x), err,
-				       errlen);
-	if (flat_local(x, rc ? NULL : err, errlen) != 0 && rc == 0)
-		rc = KVW_ENOMEM;
+			rc = reload(x, i, err, errlen);
 	return rc;
 }
 
