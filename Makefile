@@ -114,7 +114,8 @@ FAKECUDA := $(B)/tests/libfakecudart.so
 $(FAKECUDA): tests/fakecuda/fakecudart.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) -std=c17 $(OPT) $(WARN) -fPIC -shared -o $@ $< -pthread
-$(B)/tests/test_xport_cuda $(B)/tests/test_cuda_stage: $(FAKECUDA)
+$(B)/tests/test_xport_cuda $(B)/tests/test_cuda_stage $(B)/tests/test_rdma_gpu \
+	$(B)/tests/test_receiver_rdma: $(FAKECUDA)
 
 unit: $(UNITS)
 	@./tests/unit/run.sh $(UNITS)
@@ -190,7 +191,7 @@ include mk/install.mk
 # also build with the headers in view; without them, that they build alone.
 CUDA_HOME ?= /usr/local/cuda
 CUDA_SRC := lib/xport/cuda_rt.c lib/xport/gpool.c lib/xport/gpool_map.c lib/xport/xport_cuda.c \
-	lib/xport/cuda_stage.c
+	lib/xport/cuda_stage.c lib/xport/rdma_gpu.c
 cuda-decl: | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) -std=c17 $(WARN) -fsyntax-only tests/cuda/decl_check.c
 	@for f in $(CUDA_SRC); do $(CC) $(CPPFLAGS) $(CFLAGS) -fsyntax-only $$f || exit 1; done

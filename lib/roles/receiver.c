@@ -105,6 +105,7 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 	if (rc == 0)
 		rc = xport_register(r->xp, r->pool, &id, r->desc, sizeof r->desc,
 				    &r->desclen, e2, sizeof e2);
+	r->pool_id = id;
 	if (rc)
 		return kvw_errf(err, errlen, rc, "transport %s: %s",
 				r->transport, e2);

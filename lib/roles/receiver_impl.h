@@ -215,6 +215,7 @@ struct receiver {
 	struct xport *xp;
 	uint8_t desc[KVW_MAX_DESC];
 	size_t desclen;
+	uint32_t pool_id; /* the pool's registration with xp */
 	struct kvw_buf *bufs;
 	uint64_t *page_seen; /* one bit per pool page, all clear between uses
 			      * (RECV_BEGIN's repeated-page check) */
@@ -288,6 +289,16 @@ uint32_t receiver_rand(struct receiver *r);
 uint64_t receiver_token(struct receiver *r);
 /* 1 when a STATUS carrying token is about this incarnation of the room. */
 int receiver_room_token_ok(const struct rx_room *room, uint64_t token);
+
+/* rdma: where the engine keeps the pool on a GPU, the registration
+ * follows the engine's epoch (its record, one stat; rdma_gpu.h), checked
+ * before each room's first message. A new descriptor (new rkeys) marks
+ * every prefill peer unregistered, so REGISTER goes again before the
+ * room's XFER_INFO and their workers connect new queue pairs for it. 0
+ * (also for another transport), or -1 when the GPU pool cannot be
+ * registered: the room fails, since nothing may write a pool whose
+ * regions are gone. */
+int receiver_pool_fresh(struct receiver *r);
 
 /* Before talking to p: takes in what the peer table says of it, gives a
  * dead one another chance, and REGISTERs in this epoch when not yet done.

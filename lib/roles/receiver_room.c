@@ -17,6 +17,7 @@
 #include "table/rtab_fence.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
+#include "xport/xport.h"
 
 /* ---- distinct rank sets ---------------------------------------------- */
 
@@ -434,6 +435,27 @@ void receiver_room_fail(struct receiver *r, struct rx_room *room,
 			 kvw_reason_str(reason), why ? ": " : "", why ? why : "");
 }
 
+int receiver_pool_fresh(struct receiver *r)
+{
+	char err[400];
+	int changed = 0;
+
+	if (strcmp(r->transport, "rdma") != 0)
+		return 0;
+	if (xport_rdma_refresh(r->xp, r->pool_id, r->desc, sizeof r->desc,
+			       &r->desclen, &changed, err, sizeof err) != 0) {
+		LOG_RL(LOG_ERROR, "%s", err);
+		return -1;
+	}
+	if (changed) {
+		LOG(LOG_INFO, "rdma: the engine's GPU pool changed (a new "
+		    "epoch): REGISTER again to every prefill peer");
+		for (uint32_t i = 0; i < r->npeers; i++)
+			r->peers[i]->registered = 0;
+	}
+	return 0;
+}
+
 void receiver_room_send(struct receiver *r, struct rx_room *room)
 {
 	struct frame_msg m;
@@ -441,6 +463,11 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 
 	if (rtab_state(r->tab, room->ref) != KVW_BOOTSTRAPPING)
 		return; /* aborted, expired or failed meanwhile */
+	if (receiver_pool_fresh(r) != 0) {
+		receiver_room_fail(r, room, KVW_R_TRANSFER,
+				   "the GPU pool is not registered for rdma");
+		return;
+	}
 	for (uint32_t i = 0; i < room->ntargets; i++)
 		if (receiver_peer_ready(r, room->targets[i].peer) != 0) {
 			receiver_room_fail(r, room, KVW_R_TRANSFER,

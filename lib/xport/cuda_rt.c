@@ -122,6 +122,10 @@ static void curt_load(void)
 				    &curt_g.rt.mem_range,
 				    sizeof curt_g.rt.mem_range) != 0)
 		CURT_SYM(dl, "cuMemGetAddressRange_v2", mem_range);
+	/* Optional: only rdma's dmabuf registration uses it. */
+	if (curt_sym(dl, "cudaGetDriverEntryPoint", &curt_g.rt.get_driver_entry,
+		     sizeof curt_g.rt.get_driver_entry) != 0)
+		curt_g.rt.get_driver_entry = NULL;
 	curt_g.rt.ndev = n;
 	curt_g.rc = 0;
 out:

@@ -29,6 +29,8 @@
 #define CURT_EVENT_NO_TIMING 0x2u   /* cudaEventDisableTiming */
 #define CURT_STREAM_NONBLOCKING 0x1u /* cudaStreamNonBlocking */
 #define CURT_HOST_REGISTER_PORTABLE 0x1u /* cudaHostRegisterPortable */
+#define CURT_ENTRY_DEFAULT 0x0u     /* cudaEnableDefault */
+#define CURT_RANGE_DMA_BUF_FD 0x1   /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */
 
 /* cudaIpcMemHandle_t: same size and layout, passed by value. */
 struct curt_ipc {
@@ -46,10 +48,18 @@ struct curt_ipc {
 #define CURT_EVENT void *            /* cudaEvent_t */
 #define CURT_RES int                 /* CUresult */
 #define CURT_DPTR uint64_t           /* CUdeviceptr */
+#define CURT_QRES int                /* enum cudaDriverEntryPointQueryResult */
+#define CURT_HTYPE int               /* CUmemRangeHandleType */
 #endif
 
 typedef CURT_STREAM curt_stream;
 typedef CURT_EVENT curt_event;
+
+/* cuMemGetHandleForAddressRange, the driver call a dmabuf fd of device
+ * memory comes from; found through get_driver_entry (rdma_gpu.c). */
+typedef CURT_RES (*curt_range_handle_fn)(void *handle, CURT_DPTR dptr,
+					 size_t size, CURT_HTYPE type,
+					 unsigned long long flags);
 
 /* The entry points (same parameters as the runtime's). */
 struct curt {
@@ -83,6 +93,14 @@ struct curt {
 	/* Driver API, from libcuda.so.1: the allocation an address lies in
 	 * (cuMemGetAddressRange_v2), for IPC of a pointer inside a block. */
 	CURT_RES (*mem_range)(CURT_DPTR *base, size_t *size, CURT_DPTR ptr);
+	/* Optional (CUDA 11.3 and later): NULL when the runtime lacks it.
+	 * A driver entry point by name, so that kvwire still dlopens only
+	 * libcudart for the driver calls rdma's dmabuf path needs. 11.x
+	 * takes no status argument: it ignores the fourth (the C ABI passes
+	 * it in a register), and *status keeps what the caller set. */
+	CURT_ERR (*get_driver_entry)(const char *symbol, void **fn,
+				     unsigned long long flags,
+				     CURT_QRES *status);
 	int ndev; /* devices found by the probe */
 };
 

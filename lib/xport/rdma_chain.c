@@ -76,7 +76,7 @@ static uint32_t fill_wr(const struct rdma_chain_cfg *cfg,
 		/* Mid-copy: the WR is full (max_msg). Else join the next copy
 		 * only where its remote bytes follow on. */
 		if (cur->off != 0 || cur->i == n || wlen == max_msg ||
-		    c[cur->i].dst_off != rnext)
+		    c[cur->i].dst != x->dst || c[cur->i].dst_off != rnext)
 			break;
 	}
 	*len = wlen;
@@ -102,9 +102,11 @@ uint32_t rdma_chain_build(const struct rdma_chain_cfg *cfg,
 		uint64_t wlen;
 		uint32_t k;
 
+		const struct rdma_region *d = &dst[c[cur->i].dst];
+
 		memset(w, 0, sizeof *w);
-		w->wr.rdma.remote_addr = dst->addr + c[cur->i].dst_off + cur->off;
-		w->wr.rdma.rkey = dst->key;
+		w->wr.rdma.remote_addr = d->addr + c[cur->i].dst_off + cur->off;
+		w->wr.rdma.rkey = d->key;
 		k = fill_wr(cfg, c, n, src, cur, &ch->sge[nsge],
 			    ch->cap_sge - nsge, &wlen);
 		w->wr_id = first_id + nwr;

@@ -6,7 +6,7 @@
  * for, resuming where the last call stopped.
  *
  * The rules: one WR writes one run of remote bytes; copies whose
- * destinations follow each other join one WR, one scatter/gather entry per
+ * destinations follow each other in one remote region join one WR, one scatter/gather entry per
  * copy (or one for several copies whose sources follow each other too), up
  * to max_sge entries and max_msg bytes; a copy longer than max_msg is split.
  * Zero-length copies make nothing. A WR of at most max_inline bytes is sent
@@ -71,7 +71,9 @@ struct rdma_chain {
 
 /* Builds at most max_wr WRs (and at most ch->cap_wr, ch->cap_sge entries)
  * of the checked copies c[0..n) from *cur on, advancing *cur, into ch.
- * src is indexed by the copies' src ids; dst is the remote. Returns the
+ * src is indexed by the copies' src ids, dst by their dst ids (the
+ * transport gives it the pieces rdma_pmap_split made: a remote's host
+ * region and its GPU segments). Returns the
  * number built (ch->nwr): 0 only when nothing is left (cur->i == n after
  * skipping empty copies) or max_wr is 0. The last WR built is signalled;
  * when it ends the batch it carries imm. */

@@ -33,7 +33,7 @@ static int sym(void *slot, const char *name)
 static void load(void)
 {
 	struct rdma_lib *f = &lib.fn;
-	void *gx;
+	void *gx, *dm;
 
 	lib.dl = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!lib.dl) {
@@ -69,6 +69,8 @@ static void load(void)
 	}
 	gx = dlsym(lib.dl, "_ibv_query_gid_ex"); /* optional */
 	memcpy(&f->query_gid_ex, &gx, sizeof gx);
+	dm = dlsym(lib.dl, "ibv_reg_dmabuf_mr"); /* optional */
+	memcpy(&f->reg_dmabuf_mr, &dm, sizeof dm);
 }
 
 static const struct rdma_lib *_Atomic override;

@@ -36,6 +36,11 @@ struct rdma_lib {
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len,
 				 int access);
 	int (*dereg_mr)(struct ibv_mr *mr);
+	/* Optional (rdma-core 34 and later): NULL when the library lacks it.
+	 * Registers device memory exported as a dmabuf (rdma_gpu.h). */
+	struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset,
+					size_t len, uint64_t iova, int fd,
+					int access);
 	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *c);
 	int (*destroy_comp_channel)(struct ibv_comp_channel *ch);
 	struct ibv_cq *(*create_cq)(struct ibv_context *ctx, int cqe,

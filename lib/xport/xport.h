@@ -186,6 +186,18 @@ int xport_tcp_address(const struct xport *x, char *buf, size_t len);
  * KVW_ESYS. */
 int xport_rdma_listen(struct xport *x, const char *hostport, char *err,
 		      size_t errlen);
+/* rdma only, decode side: makes registration id current with its pool's
+ * GPU record (one stat; rdma_gpu.h). When the engine registered a GPU
+ * pool, registered it again or went away since, the old regions are
+ * deregistered, the new ones registered and the new descriptor (new rkeys,
+ * flag GPU or none) written to desc[desccap] (*desclen): *changed 1, and
+ * the caller sends it to every prefill peer again (REGISTER); a prefill
+ * worker then connects a new queue pair for it. Else *changed 0 and desc
+ * is untouched. An error (*changed 1) leaves no GPU region registered
+ * until a later call succeeds: the pool must not be written meanwhile. */
+int xport_rdma_refresh(struct xport *x, uint32_t id, uint8_t *desc,
+		       size_t desccap, size_t *desclen, int *changed,
+		       char *err, size_t errlen);
 /* rdma only: "HOST:PORT (device D port P, GID index G)" of the exchange,
  * into buf[len]; 0 or KVW_ENOENT (not listening, or not rdma). */
 int xport_rdma_address(const struct xport *x, char *buf, size_t len);

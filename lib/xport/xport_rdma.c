@@ -7,6 +7,11 @@
  * (the queue pair exchange thread, rdma_serve.h) -> register the pool for
  * remote writes; the descriptor (rdma_desc.h) names the region (addr, size,
  * rkey), the device's address and the exchange listener with its secret.
+ * GPU pools (xrdma_reg.c, rdma_gpu.h): where the engine keeps the pool on
+ * a GPU, its device memory is registered too (dmabuf, else peer memory,
+ * else refused) and the descriptor carries its segments (flag GPU); a
+ * batch is cut where a region ends on either side (rdma_pmap.h), so WRs
+ * scatter from and write to device addresses directly.
  * Prefill side: register the own pool (local reads only), then connect:
  * a queue pair and CQ of its own per decode pool, numbers swapped over the
  * exchange (rdma_cm.h), RTR, RTS. A batch is checked whole
@@ -28,7 +33,7 @@
  * destroys the queue pair and closes the exchange connection (so the
  * decode destroys its end too).
  */
-#include "xport_impl.h"
+#include "xrdma.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -38,57 +43,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "pool.h"
-#include "rdma_chain.h"
 #include "rdma_cm.h"
-#include "rdma_cq.h"
-#include "rdma_desc.h"
-#include "rdma_qp.h"
-#include "rdma_serve.h"
-
-#define XRDMA_MAX_MR 64u
-#define XRDMA_SQ_DEPTH 256u   /* send WRs in flight per queue pair */
-#define XRDMA_SIGNAL_EVERY 32u
-#define XRDMA_MAX_SGE 16u
-#define XRDMA_INLINE 64u      /* bytes a WR may carry inline (asked) */
-#define XRDMA_CHAIN 64u       /* WRs per post_send */
-#define XRDMA_WR_BYTES (16ull << 20) /* bytes per WR at most: each completes
-				      * well inside the stall limit */
-#define XRDMA_EXCHANGE_MS 5000
-#define XRDMA_STALL_NS 30000000000ull /* no completion this long: failed */
-#define XRDMA_DRAIN_NS 2000000000ull  /* flushed completions awaited */
-
-struct xrdma_remote {
-	int used;          /* 0: free slot */
-	int broken;        /* failed: batches refused until disconnect */
-	int told;          /* the failure was returned once */
-	char why[240];     /* the failure */
-	uint8_t *desc;     /* owned copy, to give the same id back */
-	size_t desclen;
-	struct rdma_region reg; /* the decode pool: addr, size, rkey */
-	int fd;            /* the exchange connection, kept open */
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	struct rdma_chain_cfg cfg;
-	uint32_t depth;    /* send queue depth granted */
-	uint32_t since_signal;
-	struct rdma_track tr;
-	uint64_t progress_ns; /* last completion, or first post after idle */
-};
-
-struct xrdma_xport {
-	struct xport base;
-	struct rdma_dev dev;
-	struct ibv_mr *mr[XRDMA_MAX_MR];
-	struct rdma_region loc[XRDMA_MAX_MR]; /* by src id */
-	uint32_t nmr;
-	struct xrdma_remote *rmt;
-	uint32_t nrmt, caprmt;
-	struct rdma_serve *srv; /* decode side: the exchange, or NULL */
-	uint64_t room, next_batch;
-	struct ibv_send_wr wr[XRDMA_CHAIN];
-	struct ibv_sge sge[XRDMA_CHAIN * XRDMA_MAX_SGE];
-};
 
 static uint64_t now_ns(void)
 {
@@ -144,7 +99,7 @@ static void fail_remote(struct xrdma_xport *x, struct xrdma_remote *r,
  * 0, or KVW_ETIMEDOUT once deadline (0: none) passes while r is healthy.
  * A stall fails r; a broken r is drained for at most XRDMA_DRAIN_NS, then
  * what is left is given up (logged). */
-static int settle(struct xrdma_xport *x, struct xrdma_remote *r,
+int xrdma_settle(struct xrdma_xport *x, struct xrdma_remote *r,
 		  uint64_t left, uint64_t deadline)
 {
 	uint32_t idle = 0;
@@ -201,7 +156,7 @@ static void remote_drop(struct xrdma_xport *x, struct xrdma_remote *r)
 		return;
 	if (rdma_track_outstanding(&r->tr) > 0) {
 		fail_remote(x, r, "disconnected with WRs in flight");
-		(void)settle(x, r, 0, 0);
+		(void)xrdma_settle(x, r, 0, 0);
 	}
 	x->dev.lib->destroy_qp(r->qp);
 	x->dev.lib->destroy_cq(r->cq);
@@ -209,6 +164,8 @@ static void remote_drop(struct xrdma_xport *x, struct xrdma_remote *r)
 		close(r->fd);
 	rdma_track_free(&r->tr);
 	free(r->desc);
+	free(r->seg);
+	free(r->flat);
 	memset(r, 0, sizeof *r);
 	r->fd = -1;
 }
@@ -225,9 +182,13 @@ static void xrdma_close(struct xport **xp)
 	free(x->rmt);
 	/* The exchange's queue pairs go before the regions they write. */
 	rdma_serve_stop(&x->srv);
-	for (uint32_t i = 0; i < x->nmr; i++)
+	for (uint32_t i = 0; i < x->nmr; i++) {
+		rgpu_close(&x->gpu[i]);
 		if (x->mr[i])
 			x->dev.lib->dereg_mr(x->mr[i]);
+	}
+	free(x->lflat);
+	free(x->piece);
 	if (x->dev.ctx)
 		rdma_dev_close(&x->dev);
 	free(x);
@@ -252,8 +213,7 @@ static int xrdma_open(struct xport **out, char *err, size_t errlen)
 	return 0;
 }
 
-/* The rdma instance behind x, or NULL for another transport. */
-static struct xrdma_xport *rdma_of(const struct xport *x)
+struct xrdma_xport *xrdma_of(const struct xport *x)
 {
 	if (!x || x->ops != &xport_rdma_ops)
 		return NULL;
@@ -264,7 +224,7 @@ static struct xrdma_xport *rdma_of(const struct xport *x)
 int xport_rdma_listen(struct xport *xp, const char *hostport, char *err,
 		      size_t errlen)
 {
-	struct xrdma_xport *x = rdma_of(xp);
+	struct xrdma_xport *x = xrdma_of(xp);
 
 	if (!x)
 		return kvw_errf(err, errlen, KVW_EINVAL, "not an rdma transport");
@@ -275,7 +235,7 @@ int xport_rdma_listen(struct xport *xp, const char *hostport, char *err,
 
 int xport_rdma_address(const struct xport *xp, char *buf, size_t len)
 {
-	const struct xrdma_xport *x = rdma_of(xp);
+	const struct xrdma_xport *x = xrdma_of(xp);
 
 	if (!x || !x->srv)
 		return KVW_ENOENT;
@@ -287,7 +247,7 @@ int xport_rdma_address(const struct xport *xp, char *buf, size_t len)
 
 int xport_rdma_stats(const struct xport *xp, struct xport_rdma_stats *st)
 {
-	const struct xrdma_xport *x = rdma_of(xp);
+	const struct xrdma_xport *x = xrdma_of(xp);
 	struct rdma_serve_counts c;
 
 	if (!x)
@@ -302,7 +262,7 @@ int xport_rdma_stats(const struct xport *xp, struct xport_rdma_stats *st)
 
 uint64_t xport_rdma_room_busy(const struct xport *xp, uint64_t room)
 {
-	const struct xrdma_xport *x = rdma_of(xp);
+	const struct xrdma_xport *x = xrdma_of(xp);
 	uint64_t n = 0;
 
 	for (uint32_t i = 0; x && i < x->nrmt; i++)
@@ -310,59 +270,6 @@ uint64_t xport_rdma_room_busy(const struct xport *xp, uint64_t room)
 			n += rdma_track_room_left(&x->rmt[i].tr, room);
 	return n;
 }
-
-/* Registers the pool: for remote writes when this instance listens (the
- * decode side), else for local reads only (a source: the prefill pool is
- * mapped read-only). */
-static int xrdma_reg(struct xport *xp, const struct pool *p, uint32_t *id,
-		     uint8_t *desc, size_t desccap, size_t *desclen, char *err,
-		     size_t errlen)
-{
-	struct xrdma_xport *x = XPORT_SELF(struct xrdma_xport, xp);
-	struct rdma_desc d = { .ib_port = x->dev.port, .mtu = x->dev.mtu,
-			       .link = x->dev.link, .lid = x->dev.lid,
-			       .addr = (uint64_t)(uintptr_t)pool_base(p),
-			       .size = pool_size(p) };
-	int access = x->srv ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
-			    : 0;
-	struct ibv_mr *mr;
-	int rc;
-
-	if (x->nmr == XRDMA_MAX_MR)
-		return kvw_errf(err, errlen, KVW_ENOMEM,
-				"rdma: more than %u registered pools",
-				XRDMA_MAX_MR);
-	memcpy(d.gid, x->dev.gid, 16);
-	if (x->srv) {
-		memcpy(d.secret, rdma_serve_secret(x->srv), RDMA_SECRET_LEN);
-		d.port = rdma_serve_port(x->srv);
-		snprintf(d.host, sizeof d.host, "%s", rdma_serve_host(x->srv));
-	} else {
-		snprintf(d.host, sizeof d.host, "-"); /* port 0: not dialled */
-	}
-	mr = x->dev.lib->reg_mr(x->dev.pd, pool_base(p), (size_t)pool_size(p),
-				access);
-	if (!mr)
-		return kvw_errf(err, errlen, KVW_ESYS,
-				"rdma: unable to register %s on %s: %s%s",
-				pool_path(p), x->dev.name, strerror(errno),
-				errno == ENOMEM ? " (pinned memory is bounded "
-						  "by RLIMIT_MEMLOCK: ulimit -l)"
-						: "");
-	d.rkey = mr->rkey;
-	rc = rdma_desc_encode(&d, desc, desccap < KVW_MAX_DESC ? desccap
-							       : KVW_MAX_DESC,
-			      desclen, err, errlen);
-	if (rc) {
-		x->dev.lib->dereg_mr(mr);
-		return rc;
-	}
-	*id = x->nmr;
-	x->loc[x->nmr] = (struct rdma_region){ d.addr, d.size, mr->lkey };
-	x->mr[x->nmr++] = mr;
-	return 0;
-}
-
 /* ---- connect --------------------------------------------------------- */
 
 /* Brings r up toward the pool of d: CQ, queue pair, exchange, RTR, RTS.
@@ -417,7 +324,6 @@ static int remote_up(struct xrdma_xport *x, struct xrdma_remote *r,
 		.max_msg = x->dev.max_msg < XRDMA_WR_BYTES ? x->dev.max_msg
 							   : XRDMA_WR_BYTES,
 	};
-	r->reg = (struct rdma_region){ d->addr, d->size, d->rkey };
 	return 0;
 
 fail_fd:
@@ -472,11 +378,14 @@ static int xrdma_connect(struct xport *xp, const uint8_t *desc, size_t desclen,
 	r = &x->rmt[i];
 	memset(r, 0, sizeof *r);
 	r->desc = malloc(desclen);
-	if (!r->desc)
-		return kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
-	rc = remote_up(x, r, &d, err, errlen);
+	rc = r->desc ? xrdma_remote_map(r, &d, err, errlen)
+		     : kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
+	if (rc == 0)
+		rc = remote_up(x, r, &d, err, errlen);
 	if (rc) {
 		free(r->desc);
+		free(r->seg);
+		free(r->flat);
 		memset(r, 0, sizeof *r);
 		return rc;
 	}
@@ -513,6 +422,7 @@ static int xrdma_write_batch(struct xport *xp, const struct xport_copy *c,
 	struct rdma_cursor cur = { 0, 0 };
 	struct xrdma_remote *r;
 	uint64_t batch;
+	size_t np = 0;
 	int rc;
 
 	if (n == 0)
@@ -527,10 +437,14 @@ static int xrdma_write_batch(struct xport *xp, const struct xport_copy *c,
 				"disconnect it", c[0].dst, r->why);
 	rc = rdma_chain_check(c, n, x->loc, x->nmr, c[0].dst, r->reg.size,
 			      err, errlen);
+	if (rc == 0)
+		rc = xrdma_fresh_locals(x, err, errlen);
+	if (rc == 0)
+		rc = xrdma_cut(x, r, c, n, &np, err, errlen);
 	if (rc)
 		return rc;
 	batch = ++x->next_batch;
-	while (cur.i < n) {
+	while (cur.i < np) {
 		struct ibv_send_wr *bad = NULL;
 		uint64_t out = rdma_track_outstanding(&r->tr);
 		uint32_t room, built, posted;
@@ -539,14 +453,15 @@ static int xrdma_write_batch(struct xport *xp, const struct xport_copy *c,
 			r->progress_ns = now_ns();
 		if (out >= r->depth) {
 			/* Full: reap down to half, so chains stay long. */
-			(void)settle(x, r, r->depth / 2, 0);
+			(void)xrdma_settle(x, r, r->depth / 2, 0);
 			if (r->broken)
 				break;
 			out = rdma_track_outstanding(&r->tr);
 		}
 		room = (uint32_t)(r->depth - out);
 		ch.since_signal = r->since_signal;
-		built = rdma_chain_build(&r->cfg, c, n, x->loc, &r->reg, &cur,
+		built = rdma_chain_build(&r->cfg, x->piece, np, x->lflat, r->flat,
+					 &cur,
 					 room, rdma_track_next_id(&r->tr),
 					 (uint32_t)batch, &ch);
 		if (built == 0)
@@ -567,7 +482,7 @@ static int xrdma_write_batch(struct xport *xp, const struct xport_copy *c,
 	}
 	if (r->broken) {
 		/* Nothing of this batch may stay in flight. */
-		(void)settle(x, r, 0, 0);
+		(void)xrdma_settle(x, r, 0, 0);
 		r->told = 1;
 		return kvw_errf(err, errlen, KVW_ESYS, "rdma: %s", r->why);
 	}
@@ -589,7 +504,7 @@ static int xrdma_wait(struct xport *xp, int timeout_ms, char *err,
 
 		if (!r->used)
 			continue;
-		if (settle(x, r, 0, deadline) == KVW_ETIMEDOUT)
+		if (xrdma_settle(x, r, 0, deadline) == KVW_ETIMEDOUT)
 			return kvw_errf(err, errlen, KVW_ETIMEDOUT,
 					"rdma: %llu WRs still in flight after "
 					"%d ms",

@@ -7,8 +7,10 @@
 # index is a usage error; the device script's preflight says plainly why
 # the kernel cannot, and changes nothing. Where `kv-probe rdma` succeeds,
 # the same file moves rooms over RDMA byte-exact (TP 1 -> 1 and, with a
-# third aborted, TP 2 -> 4) and kv-bench copy verifies; tests/device/rdma.sh
-# is the fuller device run (abort storm, ib_write_bw).
+# third aborted, TP 2 -> 4) and kv-bench copy verifies, and where it also
+# has a GPU, moves rooms between GPU pools (--gpu-pools: registered device
+# memory, skipped with kvwire's refusal where the device registers none);
+# tests/device/rdma.sh is the fuller device run (abort storm, ib_write_bw).
 
 load helpers
 
@@ -112,6 +114,26 @@ need_device() { has_rdma || skip "no usable RDMA device here (kv-probe rdma)"; }
 	[ "$(summary stuck)" = 0 ]
 	[ "$(summary corrupt)" = 0 ]
 	[ "$(summary failed)" = 0 ]
+}
+
+@test "rdma device and a GPU: kv-bench --gpu-pools --verify moves 300 rooms from GPU memory to GPU memory by RDMA WRITE" {
+	need_device
+	run "$KVW_BIN/kv-probe" cuda
+	[ "$status" -eq 0 ] || skip "no GPU here: $output"
+	kv_up --transport rdma --workers 2 $SHAPE
+	run timeout 300 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 300 \
+		--pages-per-room 8 --chunk-pages 3 --verify --gpu-pools
+	echo "$output"
+	# Soft-RoCE's regions are host pages: it registers no GPU memory.
+	if [ "$(summary success)" != 300 ] &&
+		grep -q "unable to register device memory" "$RUN"/logs/*.log; then
+		skip "$(grep -h -m1 "unable to register device memory" "$RUN"/logs/*.log)"
+	fi
+	[ "$status" -eq 0 ]
+	[ "$(summary success)" = 300 ]
+	[ "$(summary corrupt)" = 0 ]
+	grep -q "GPU pool .* registered on" "$RUN/logs/d0.log"
+	grep -q "GPU pool .* registered on" "$RUN/logs/p0.log"
 }
 
 @test "rdma device: kv-bench copy --transport rdma verifies both patterns" {

@@ -20,6 +20,8 @@
 #define CURT_EVENT cudaEvent_t
 #define CURT_RES CUresult
 #define CURT_DPTR CUdeviceptr
+#define CURT_QRES enum cudaDriverEntryPointQueryResult
+#define CURT_HTYPE CUmemRangeHandleType
 #endif
 
 #include "xport/cuda_rt.h"
@@ -45,6 +47,20 @@ _Static_assert(CURT_STREAM_NONBLOCKING == cudaStreamNonBlocking,
 	       "cudaStreamNonBlocking");
 _Static_assert(CURT_HOST_REGISTER_PORTABLE == cudaHostRegisterPortable,
 	       "cudaHostRegisterPortable");
+_Static_assert(CURT_ENTRY_DEFAULT == cudaEnableDefault, "cudaEnableDefault");
+_Static_assert(CURT_RANGE_DMA_BUF_FD == CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+	       "CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD");
+_Static_assert(sizeof(enum cudaDriverEntryPointQueryResult) == sizeof(int),
+	       "the entry point query result is an int");
+_Static_assert(sizeof(CUmemRangeHandleType) == sizeof(int),
+	       "CUmemRangeHandleType is an int");
+
+/* rdma's dmabuf path calls it through cudaGetDriverEntryPoint. */
+const curt_range_handle_fn decl_range = cuMemGetHandleForAddressRange;
+
+/* CUDA 12.5 and later mark cudaGetDriverEntryPoint deprecated (for
+ * ...ByVersion); the symbol and its parameters are what is checked. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 /* Every slot takes the real function: a differing parameter is an
  * incompatible-pointer error. */
@@ -75,5 +91,6 @@ const struct curt decl_check = {
 	.can_access_peer = cudaDeviceCanAccessPeer,
 	.device_sync = cudaDeviceSynchronize,
 	.mem_range = cuMemGetAddressRange_v2,
+	.get_driver_entry = cudaGetDriverEntryPoint,
 };
 #endif

@@ -15,6 +15,14 @@
 #      room releasable, no canary byte touched), one decode rank and two
 #   5. kv-bench copy --transport rdma next to ib_write_bw (perftest) on the
 #      same device, 64 KiB messages
+#   6. GPU pools over rdma, where the machine also has a GPU (kv-probe
+#      cuda): kv-bench --transport rdma --gpu-pools --verify, 500 rooms
+#      byte-exact, the engines' KV on the GPU; both ends' logs say their
+#      GPU pool was registered (through dmabuf or peer memory) and the
+#      decode's that batches landed. No GPU: said and skipped. A device
+#      that registers no GPU memory either way (Soft-RoCE cannot: its
+#      memory regions are host pages) is said, with kvwire's refusal, and
+#      skipped; neither counts as a failure.
 #
 # Usage: tests/device/rdma.sh [--preflight] [--keep]
 #   --preflight  only say whether this machine can run the checks (exit 0)
@@ -165,7 +173,7 @@ make -j"$(nproc)" all >"$WORK/make.log" 2>&1 || fatal "make failed (see make.log
 
 # ---- the checks ---------------------------------------------------------
 
-PASSED=() FAILED=()
+PASSED=() FAILED=() SKIPPED=()
 result() { # NAME RC
 	if [ "$2" -eq 0 ]; then PASSED+=("$1"); say "PASS $1"; else FAILED+=("$1"); say "FAIL $1"; fi
 }
@@ -301,5 +309,34 @@ else
 	result "ib_write_bw (perftest not installed)" 1
 fi
 
-say "passed ${#PASSED[@]}, failed ${#FAILED[@]}${FAILED[*]:+: ${FAILED[*]}}"
+# GPU pools over rdma: the decode's GPU memory is the memory region the
+# prefill writes into, the prefill's the one it reads from.
+if cw=$("$BIN/kv-probe" cuda 2>&1); then
+	if group gpu --workers 2 "${SHAPE[@]}"; then
+		bench gpu --rooms 500 --pages-per-room 8 --chunk-pages 3 --verify \
+			--gpu-pools
+		refusal=$(grep -h "unable to register device memory" \
+			"$WORK/gpu"/logs/*.log 2>/dev/null | head -n 1)
+		if [ -n "$refusal" ] && [ "$(field "$LINE" success)" != 500 ]; then
+			say "SKIP GPU pools over rdma: $DEV registers no GPU memory here:"
+			say "    $refusal"
+			SKIPPED+=("gpu-pools")
+		else
+			grep -h "registered on .* through" "$WORK/gpu"/logs/*.log |
+				sort -u | sed 's/^/    /'
+			[ "$BRC" -eq 0 ] && [ "$(field "$LINE" success)" = 500 ] &&
+				[ "$(field "$LINE" corrupt)" = 0 ] && landed gpu &&
+				grep -q "GPU pool .* registered on" "$WORK/gpu"/logs/d*.log &&
+				grep -q "GPU pool .* registered on" "$WORK/gpu"/logs/p*.log
+			result "GPU pools over rdma, verify 500 rooms" $?
+		fi
+	else
+		result "GPU pools over rdma (group did not start: $(tail -n 1 "$WORK/gpu.up"))" 1
+	fi
+else
+	say "SKIP GPU pools over rdma: $cw"
+	SKIPPED+=("gpu-pools")
+fi
+
+say "passed ${#PASSED[@]}, failed ${#FAILED[@]}${FAILED[*]:+: ${FAILED[*]}}${SKIPPED[*]:+, skipped: ${SKIPPED[*]}}"
 [ "${#FAILED[@]}" -eq 0 ]

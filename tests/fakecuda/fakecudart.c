@@ -7,7 +7,10 @@
  * a kv-sender worker really maps an engine's buffer from another process.
  * Copies are memcpy and complete at once; streams and events are tokens.
  * Loaded with KVW_CUDART=path/libfakecudart.so; FAKECUDA_DEVICES=N (default
- * 1) devices.
+ * 1) devices. cudaGetDriverEntryPoint hands out a stand-in
+ * cuMemGetHandleForAddressRange whose "dmabuf" fd is a dup of the memfd
+ * behind the allocation (FAKECUDA_NO_DMABUF=1: the entry point is not
+ * found, as with a driver too old for it).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -37,6 +40,7 @@ struct fake_alloc {
 	uint8_t *base;
 	uint64_t size;
 	int fd;       /* >= 0: our own allocation; -1: opened from a handle */
+	int ofd;      /* an opened handle's memfd, kept for dmabuf export */
 	int host;     /* cudaHostAlloc */
 };
 
@@ -57,7 +61,8 @@ static int add(uint8_t *base, uint64_t size, int fd, int host)
 	pthread_mutex_lock(&lock);
 	for (int i = 0; i < FAKE_MAX; i++)
 		if (allocs[i].base == NULL) {
-			allocs[i] = (struct fake_alloc){ base, size, fd, host };
+			allocs[i] = (struct fake_alloc){ base, size, fd, -1,
+							 host };
 			pthread_mutex_unlock(&lock);
 			return 0;
 		}
@@ -142,6 +147,8 @@ static int release(void *p, int want_fd)
 	munmap(a->base, a->size);
 	if (a->fd >= 0)
 		close(a->fd);
+	if (a->ofd >= 0)
+		close(a->ofd);
 	memset(a, 0, sizeof *a);
 	pthread_mutex_unlock(&lock);
 	return 0;
@@ -229,13 +236,18 @@ int cudaIpcOpenMemHandle(void **p, struct fake_handle h, unsigned int flags)
 	if (fd < 0)
 		return E_MAPFAILED;
 	m = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	if (m == MAP_FAILED)
+	if (m == MAP_FAILED) {
+		close(fd);
 		return E_MAPFAILED;
+	}
 	if (add(m, h.size, -1, 0)) {
 		munmap(m, h.size);
+		close(fd);
 		return E_NOMEM;
 	}
+	pthread_mutex_lock(&lock);
+	find((uint64_t)(uintptr_t)m)->ofd = fd;
+	pthread_mutex_unlock(&lock);
 	*p = m;
 	return 0;
 }
@@ -320,4 +332,44 @@ TOKEN_FN(cuMemGetAddressRange_v2, uint64_t *base, size_t *size, uint64_t p)
 	}
 	pthread_mutex_unlock(&lock);
 	return a ? 0 : E_INVALID;
+}
+
+/* The dmabuf export, as the driver's: *(int *)handle gets an fd of the
+ * memory [p, p + size). The stand-in exports whole allocations only (a
+ * memfd cannot stand for part of one): another range is invalid. */
+#define E_DRV_INVALID 1 /* CUDA_ERROR_INVALID_VALUE */
+static int fake_range_handle(void *handle, uint64_t p, size_t size, int type,
+			     unsigned long long flags)
+{
+	struct fake_alloc *a;
+	int fd = -1;
+
+	pthread_mutex_lock(&lock);
+	a = find(p);
+	if (a && type == 1 && flags == 0 && (uint64_t)(uintptr_t)a->base == p &&
+	    a->size == size)
+		fd = dup(a->fd >= 0 ? a->fd : a->ofd);
+	pthread_mutex_unlock(&lock);
+	if (fd < 0)
+		return E_DRV_INVALID;
+	*(int *)handle = fd;
+	return 0;
+}
+
+TOKEN_FN(cudaGetDriverEntryPoint, const char *sym, void **fn,
+	 unsigned long long flags, int *status)
+{
+	int (*rh)(void *, uint64_t, size_t, int, unsigned long long) =
+		fake_range_handle;
+	const char *off = getenv("FAKECUDA_NO_DMABUF");
+	void *f = NULL;
+
+	(void)flags;
+	if (strcmp(sym, "cuMemGetHandleForAddressRange") == 0 &&
+	    !(off && *off == '1'))
+		memcpy(&f, &rh, sizeof f); /* POSIX: same representation */
+	*fn = f;
+	if (status)
+		*status = f ? 0 : 1; /* cudaDriverEntryPointSymbolNotFound */
+	return f ? 0 : 500;          /* cudaErrorSymbolNotFound */
 }

@@ -41,7 +41,9 @@ static const struct rdma_region SRC[2] = {
 	{ 0x10000, 4096, 0x11 },
 	{ 0x90000, 8192, 0x22 },
 };
-static const struct rdma_region DST = { 0x500000, 16384, 0x77 };
+/* Indexed by the copies' dst id (3, as cp makes them). */
+static const struct rdma_region DSTS[4] = { [3] = { 0x500000, 16384, 0x77 } };
+#define DST (DSTS[3])
 
 static struct xport_copy cp(uint32_t src, uint64_t so, uint64_t dof,
 			    uint64_t len)
@@ -98,7 +100,7 @@ static void test_one_copy_is_one_signalled_write_with_the_batch_immediate(void *
 	struct rdma_chain ch = chain();
 
 	(void)state;
-	assert_int_equal(rdma_chain_build(&CFG, &c, 1, SRC, &DST, &cur, 16, 41,
+	assert_int_equal(rdma_chain_build(&CFG, &c, 1, SRC, DSTS, &cur, 16, 41,
 					  0xdeadbeef, &ch), 1);
 	assert_int_equal(cur.i, 1);
 	assert_int_equal(wr[0].wr_id, 41);
@@ -114,7 +116,7 @@ static void test_one_copy_is_one_signalled_write_with_the_batch_immediate(void *
 	assert_int_equal(wr[0].sg_list[0].length, 300);
 	assert_int_equal(wr[0].sg_list[0].lkey, 0x22);
 	/* Nothing left: a second call builds nothing. */
-	assert_int_equal(rdma_chain_build(&CFG, &c, 1, SRC, &DST, &cur, 16, 42,
+	assert_int_equal(rdma_chain_build(&CFG, &c, 1, SRC, DSTS, &cur, 16, 42,
 					  1, &ch), 0);
 }
 
@@ -131,7 +133,7 @@ static void test_remote_runs_share_a_wr_up_to_max_sge_and_local_runs_an_entry(vo
 
 	(void)state;
 	/* Entries: [c0] [c1+c2] [c3] [c4] | [c5]: max_sge 4 cuts after c4. */
-	assert_int_equal(rdma_chain_build(&CFG, c, 6, SRC, &DST, &cur, 16, 1, 9,
+	assert_int_equal(rdma_chain_build(&CFG, c, 6, SRC, DSTS, &cur, 16, 1, 9,
 					  &ch), 2);
 	assert_int_equal(wr[0].num_sge, 4);
 	assert_int_equal(wr[0].wr.rdma.remote_addr, DST.addr);
@@ -154,7 +156,7 @@ static void test_a_gap_on_the_remote_side_starts_a_new_wr(void **state)
 
 	(void)state;
 	/* c0 alone (gap 64..128), then c1 and c2 in one entry. */
-	assert_int_equal(rdma_chain_build(&CFG, c, 3, SRC, &DST, &cur, 16, 1, 9,
+	assert_int_equal(rdma_chain_build(&CFG, c, 3, SRC, DSTS, &cur, 16, 1, 9,
 					  &ch), 2);
 	assert_int_equal(wr[0].sg_list[0].length, 64);
 	assert_int_equal(wr[1].wr.rdma.remote_addr, DST.addr + 128);
@@ -172,7 +174,7 @@ static void test_a_copy_over_max_msg_is_split_and_empty_copies_make_nothing(void
 
 	(void)state;
 	cfg.max_msg = 1000;
-	assert_int_equal(rdma_chain_build(&cfg, c, 4, SRC, &DST, &cur, 16, 7, 9,
+	assert_int_equal(rdma_chain_build(&cfg, c, 4, SRC, DSTS, &cur, 16, 7, 9,
 					  &ch), 3);
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(wr[i].num_sge, 1);
@@ -185,7 +187,7 @@ static void test_a_copy_over_max_msg_is_split_and_empty_copies_make_nothing(void
 	assert_int_equal(cur.i, 4);
 	/* A batch of empty copies: no WR, and the cursor is at its end. */
 	cur = (struct rdma_cursor){ 0, 0 };
-	assert_int_equal(rdma_chain_build(&cfg, &c[2], 2, SRC, &DST, &cur, 16, 1,
+	assert_int_equal(rdma_chain_build(&cfg, &c[2], 2, SRC, DSTS, &cur, 16, 1,
 					  9, &ch), 0);
 	assert_int_equal(cur.i, 2);
 }
@@ -202,7 +204,7 @@ static void test_small_wrs_go_inline_and_signals_come_every_n_and_at_the_end(voi
 	cfg.signal_every = 4;
 	for (int i = 0; i < 10; i++) /* gaps: one WR each; even ones small */
 		c[i] = cp(0, 0, 1000u * i, i % 2 ? 65 : 64);
-	assert_int_equal(rdma_chain_build(&cfg, c, 10, SRC, &DST, &cur, 16, 1, 9,
+	assert_int_equal(rdma_chain_build(&cfg, c, 10, SRC, DSTS, &cur, 16, 1, 9,
 					  &ch), 10);
 	for (int i = 0; i < 10; i++) {
 		int sig = (i + 1) % 4 == 0 || i == 9;
@@ -226,7 +228,7 @@ static void test_a_chain_cut_by_max_wr_resumes_and_only_the_last_carries_the_imm
 	cfg.signal_every = 100;
 	for (int i = 0; i < 7; i++)
 		c[i] = cp(0, 0, 1000u * i, 10);
-	for (uint32_t k; (k = rdma_chain_build(&cfg, c, 7, SRC, &DST, &cur, 3,
+	for (uint32_t k; (k = rdma_chain_build(&cfg, c, 7, SRC, DSTS, &cur, 3,
 					       id, 5, &ch)) > 0;) {
 		chains++;
 		assert_true(k <= 3);
@@ -245,7 +247,7 @@ static void test_a_chain_cut_by_max_wr_resumes_and_only_the_last_carries_the_imm
 	assert_int_equal(wr[0].opcode, IBV_WR_RDMA_WRITE_WITH_IMM); /* 3rd: 1 WR */
 	/* max_wr 0 builds nothing and moves nothing. */
 	cur = (struct rdma_cursor){ 0, 0 };
-	assert_int_equal(rdma_chain_build(&cfg, c, 7, SRC, &DST, &cur, 0, 1, 5,
+	assert_int_equal(rdma_chain_build(&cfg, c, 7, SRC, DSTS, &cur, 0, 1, 5,
 					  &ch), 0);
 	assert_int_equal(cur.i, 0);
 }
@@ -260,7 +262,7 @@ static void test_running_out_of_entry_room_ends_the_chain_cleanly(void **state)
 	(void)state;
 	for (int i = 0; i < 5; i++) /* one remote run, scattered sources */
 		c[i] = cp(0, 200u * i, 100u * i, 100);
-	k = rdma_chain_build(&CFG, c, 5, SRC, &DST, &cur, 16, 1, 5, &ch);
+	k = rdma_chain_build(&CFG, c, 5, SRC, DSTS, &cur, 16, 1, 5, &ch);
 	assert_int_equal(k, 1);
 	assert_int_equal(wr[0].num_sge, 3);
 	assert_int_equal(wr[0].opcode, IBV_WR_RDMA_WRITE);

@@ -3,11 +3,16 @@
  * (lib/xport/rdma_desc.h): a round trip keeps every field, at the host
  * length's both ends (1 and 255); every byte offset is where the layout
  * says; the decoder refuses each truncation and extension, a wrong magic
- * or version, non-zero flags, each field out of range (ib port 0, mtu 0
+ * or version, unknown flags, each field out of range (ib port 0, mtu 0
  * and 6, link layer 0 and 3, size 0, address 0 or wrapping, host length 0
  * and 256, a NUL in the host, a host length that disagrees with the
  * length) and random garbage; the encoder refuses what the decoder would
- * and a buffer one byte short, writing nothing.
+ * and a buffer one byte short, writing nothing. GPU pools (flags GPU and
+ * DMABUF): the segment table round-trips at its documented offsets, 1 and
+ * RDMA_DESC_SEG_MAX segments beside the longest host fit KVW_MAX_DESC;
+ * an unknown flag bit, DMABUF without GPU, 0 or too many segments, a
+ * segment empty, at 0, wrapping or past the pool, and each truncation or
+ * extension of the table are refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -259,6 +264,107 @@ static void test_garbage_is_refused_without_reading_past_its_end(void **state)
 	}
 }
 
+static struct rdma_desc gpu_sample(uint16_t nseg)
+{
+	struct rdma_desc d = sample();
+
+	d.flags = RDMA_DESC_GPU | RDMA_DESC_DMABUF;
+	d.nseg = nseg;
+	for (uint16_t i = 0; i < nseg; i++)
+		d.seg[i] = (struct rdma_desc_seg){ 4096 + i,
+						   0x7e0000000000ull + i * 65536ull,
+						   0x100u + i };
+	return d;
+}
+
+static void test_gpu_segments_round_trip_at_their_offsets(void **state)
+{
+	struct rdma_desc d = gpu_sample(3), o;
+	uint8_t b[KVW_MAX_DESC];
+	const uint8_t *q;
+	char err[200];
+	size_t len, hl = strlen(d.host);
+
+	(void)state;
+	len = enc(&d, b, sizeof b);
+	assert_int_equal(len, RDMA_DESC_FIXED + hl + 2 + 3 * RDMA_DESC_SEG_LEN);
+	assert_int_equal(b[11], RDMA_DESC_GPU | RDMA_DESC_DMABUF);
+	q = b + RDMA_DESC_FIXED + hl;
+	assert_int_equal(le_get(q, 2), 3);
+	assert_int_equal(le_get(q + 2 + RDMA_DESC_SEG_LEN, 8), 4097);
+	assert_int_equal(le_get(q + 2 + RDMA_DESC_SEG_LEN + 8, 8),
+			 0x7e0000010000ull);
+	assert_int_equal(le_get(q + 2 + RDMA_DESC_SEG_LEN + 16, 4), 0x101);
+	assert_int_equal(rdma_desc_decode(b, len, &o, err, sizeof err), 0);
+	assert_int_equal(o.flags, d.flags);
+	assert_int_equal(o.nseg, 3);
+	assert_memory_equal(o.seg, d.seg, 3 * sizeof d.seg[0]);
+	assert_int_equal(o.rkey, d.rkey);
+	assert_string_equal(o.host, d.host);
+	d.flags = RDMA_DESC_GPU; /* peer memory */
+	len = enc(&d, b, sizeof b);
+	assert_int_equal(rdma_desc_decode(b, len, &o, err, sizeof err), 0);
+	assert_int_equal(o.flags, RDMA_DESC_GPU);
+}
+
+static void test_the_most_segments_fit_beside_the_longest_host(void **state)
+{
+	struct rdma_desc d = gpu_sample(RDMA_DESC_SEG_MAX);
+	uint8_t b[KVW_MAX_DESC];
+	size_t len;
+	char err[200];
+
+	(void)state;
+	memset(d.host, 'h', RDMA_HOST_MAX);
+	d.host[RDMA_HOST_MAX] = '\0';
+	len = enc(&d, b, sizeof b);
+	assert_true(len <= KVW_MAX_DESC);
+	assert_int_equal(dec(b, len), 0);
+	d.nseg = RDMA_DESC_SEG_MAX + 1;
+	assert_int_equal(rdma_desc_encode(&d, b, sizeof b, &len, err,
+					  sizeof err), KVW_EINVAL);
+}
+
+static void test_unknown_flags_and_bad_segment_tables_are_refused(void **state)
+{
+	struct rdma_desc d = gpu_sample(2);
+	uint8_t b[KVW_MAX_DESC], t[KVW_MAX_DESC];
+	size_t len, hl = strlen(d.host), seg0;
+	char err[200];
+
+	(void)state;
+	len = enc(&d, b, sizeof b);
+	seg0 = RDMA_DESC_FIXED + hl + 2;
+	for (unsigned bit = 2; bit < 8; bit++) { /* every unknown bit */
+		memcpy(t, b, len);
+		t[11] |= (uint8_t)(1u << bit);
+		assert_int_equal(dec(t, len), KVW_EINVAL);
+	}
+	memcpy(t, b, len);
+	t[11] = RDMA_DESC_DMABUF; /* without GPU: and no table expected */
+	assert_int_equal(dec(t, len), KVW_EINVAL);
+	assert_int_equal(dec(t, RDMA_DESC_FIXED + hl), KVW_EINVAL);
+	for (size_t cut = RDMA_DESC_FIXED + hl; cut < len; cut++)
+		assert_int_equal(dec(b, cut), KVW_EINVAL);
+	memcpy(t, b, len);
+	t[len] = 0;
+	assert_int_equal(dec(t, len + 1), KVW_EINVAL);
+	poke(b, len, seg0 - 2, 2, 0, KVW_EINVAL);      /* 0 segments */
+	poke(b, len, seg0 - 2, 2, 3, KVW_EINVAL);      /* says 3, holds 2 */
+	poke(b, len, seg0 - 2, 2, 0xffff, KVW_EINVAL); /* past the maximum */
+	poke(b, len, seg0, 8, 0, KVW_EINVAL);          /* empty */
+	poke(b, len, seg0 + 8, 8, 0, KVW_EINVAL);      /* at address 0 */
+	poke(b, len, seg0 + 8, 8, UINT64_MAX - 100, KVW_EINVAL); /* wraps */
+	poke(b, len, seg0, 8, d.size, KVW_EINVAL);     /* past the pool */
+	poke(b, len, seg0, 8, d.size - 4097, 0);       /* the pool exactly */
+	d.flags = RDMA_DESC_DMABUF;
+	assert_int_equal(rdma_desc_encode(&d, t, sizeof t, &len, err,
+					  sizeof err), KVW_EINVAL);
+	d.flags = 0x04;
+	assert_int_equal(rdma_desc_encode(&d, t, sizeof t, &len, err,
+					  sizeof err), KVW_EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -269,6 +375,9 @@ int main(void)
 		cmocka_unit_test(test_each_field_out_of_range_is_refused),
 		cmocka_unit_test(test_the_encoder_refuses_what_the_decoder_would_and_short_buffers),
 		cmocka_unit_test(test_garbage_is_refused_without_reading_past_its_end),
+		cmocka_unit_test(test_gpu_segments_round_trip_at_their_offsets),
+		cmocka_unit_test(test_the_most_segments_fit_beside_the_longest_host),
+		cmocka_unit_test(test_unknown_flags_and_bad_segment_tables_are_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
