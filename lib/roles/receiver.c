@@ -213,6 +213,7 @@ int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
 	r->abort_seq = r->epoch * 0x9e3779b97f4a7c15ULL;
 	r->my_rank = cfg->rank.tp;
 	r->all_cp_ranks = cfg->all_cp_ranks;
+	receiver_limit_init(r);
 	rc = KVW_ENOMEM;
 	if (!r->table_path || !r->pool_path ||
 	    receiver_rooms_init(&r->rooms, ROOM_BUCKETS) != 0) {
@@ -597,6 +598,13 @@ void receiver_dispatch(struct receiver *r, int engine, const struct frame_msg *m
 		peer_msg(r, r->peer_sock, &in, NULL, m);
 }
 
+void receiver_peer_in(struct receiver *r, const struct wire_in *in,
+		      const struct frame_msg *m, uint64_t now_ns)
+{
+	if (receiver_limit_admit(r, in->id, in->idlen, m->hdr.type, now_ns))
+		peer_msg(r, r->peer_sock, in, NULL, m);
+}
+
 /* ---- timers ---------------------------------------------------------------- */
 
 static void on_expired(void *arg, const struct rtab_view *v)
@@ -693,9 +701,10 @@ static int drain(struct receiver *r, int kind, uint32_t idx, uint32_t slot,
 			engine_msg(r, &m);
 		else if (kind == SRC_BOOT)
 			receiver_boot_reply(r, r->boots[idx], &m);
+		else if (kind == SRC_PEER)
+			receiver_peer_in(r, &in, &m, proc_now_ns());
 		else
-			peer_msg(r, sock, &in, kind == SRC_PREFILL ? r->peers[idx]
-								  : NULL, &m);
+			peer_msg(r, sock, &in, r->peers[idx], &m);
 		wire_in_release(&in);
 	}
 	return 0;
