@@ -540,7 +540,10 @@ static void ack_msg(struct receiver *r, const struct frame_msg *m)
 }
 
 /* 0 when an ABORT_ACK carries a retired epoch of the target it names
- * (dropped, counted stale), else 1. */
+ * (dropped, counted stale), else 1. Only an ack with the token the ABORT
+ * to that target carried speaks for its epoch: anyone can write a rank
+ * and an epoch into a header, and a new epoch fails every room of the
+ * peer (a restart). Any other ack is left to ack_msg, which drops it. */
 static int ack_epoch_ok(struct receiver *r, const struct frame_msg *m)
 {
 	struct rx_room *room = receiver_rooms_get(&r->rooms, m->hdr.room);
@@ -549,7 +552,8 @@ static int ack_epoch_ok(struct receiver *r, const struct frame_msg *m)
 	 * told apart by token): nothing to match here. */
 	for (uint32_t i = 0; room && !room->inherited && i < room->ntargets; i++)
 		if (room->targets[i].unique == m->hdr.src_rank &&
-		    room->targets[i].peer)
+		    room->targets[i].peer && room->armed &&
+		    m->u.abort_ack.token == receiver_room_target_token(room, i))
 			return receiver_peer_seen(r, room->targets[i].peer,
 						  m->hdr.epoch) >= 0;
 	return 1;

@@ -8,7 +8,10 @@
  * untouched; types the socket does not take are not limited but counted
  * malformed as before. And a STATUS (or ABORT_ACK) for a room from a
  * prefill rank that is not its target changes nothing and is counted
- * stale, while the target's own STATUS completes the room.
+ * stale, while the target's own STATUS completes the room; an ABORT_ACK
+ * that names the room's target and a new epoch but not the token of an
+ * ABORT it was sent is no restart of that peer (it failed every room of
+ * the peer before), while the real ack of a restarted peer still is.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,6 +99,15 @@ static uint64_t sec(struct fix *f, unsigned which)
 static uint64_t counter(struct fix *f, unsigned which)
 {
 	return rtab_counter_get(f->r->tab, which);
+}
+
+/* The room's flags in the table (RTAB_F_*). */
+static uint32_t flags(struct fix *f, const struct rx_room *room)
+{
+	int was = rtab_flags_or(f->r->tab, room->ref, 0);
+
+	assert_true(was >= 0);
+	return (uint32_t)was;
 }
 
 /* A message of type (a STATUS: Success with token) from ROUTER identity
@@ -259,6 +271,40 @@ static void status_from_a_rank_not_the_rooms_target_changes_nothing(void **state
 	assert_int_equal(sec(f, RTAB_S_RATE_LIMITED), 0);
 }
 
+static void ack_naming_a_target_and_a_new_epoch_is_no_restart(void **state)
+{
+	struct fix *f = *state;
+	struct rx_room *room = room_of_rank0(f);
+	struct rx_peer *p0 = room->targets[0].peer;
+	struct wire_in in = { .idlen = 1 };
+	uint64_t stale = counter(f, RTAB_C_STALE);
+	struct frame_msg m;
+
+	assert_int_equal(receiver_peer_seen(f->r, p0, 0xE1), 0);
+	/* Anyone on the socket: rank 0, an epoch of its own, a made-up token
+	 * (from() sends epoch 0x5eed). */
+	from(f, 9, FRAME_ABORT_ACK, 0, ROOM, room->token, T0);
+	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 1);
+	assert_int_equal(p0->epoch, 0xE1);
+	assert_int_equal(rtab_state(f->r->tab, room->ref), KVW_WAITING);
+	/* The engine aborts the room: armed, ABORT sent to rank 0. A guess
+	 * at the arming's token is still nobody's restart. */
+	frame_msg_init(&m, FRAME_RECV_ABORT, 0, ROOM, 0x1);
+	receiver_dispatch(f->r, 1, &m);
+	assert_true(room->armed);
+	from(f, 9, FRAME_ABORT_ACK, 0, ROOM, room->abort_token + 1, T0);
+	assert_int_equal(p0->epoch, 0xE1);
+	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 2);
+	assert_false(flags(f, room) & RTAB_F_RELEASABLE);
+	/* Rank 0, restarted, acks with the token its ABORT carried: a
+	 * restart (the new epoch recorded) that acks the room. */
+	frame_msg_init(&m, FRAME_ABORT_ACK, 0, ROOM, 0xE2);
+	m.u.abort_ack.token = room->abort_token;
+	receiver_peer_in(f->r, &in, &m, T0);
+	assert_int_equal(p0->epoch, 0xE2);
+	assert_true(flags(f, room) & RTAB_F_RELEASABLE);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -273,6 +319,9 @@ int main(void)
 			setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			status_from_a_rank_not_the_rooms_target_changes_nothing,
+			setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			ack_naming_a_target_and_a_new_epoch_is_no_restart,
 			setup, teardown),
 	};
 
