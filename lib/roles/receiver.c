@@ -207,10 +207,7 @@ int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
 	r->timeout_ns = cfg->waiting_timeout_ns;
 	r->epoch = proc_epoch();
 	r->rnd = (uint32_t)(r->epoch | 1);
-	/* Abort tokens start at a random point: a restarted receiver never
-	 * reuses the tokens of its previous incarnation (short of a 2^-64
-	 * coincidence). */
-	r->abort_seq = r->epoch * 0x9e3779b97f4a7c15ULL;
+	receiver_token_init(r);
 	r->my_rank = cfg->rank.tp;
 	r->all_cp_ranks = cfg->all_cp_ranks;
 	receiver_limit_init(r);

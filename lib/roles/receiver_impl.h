@@ -253,7 +253,8 @@ struct receiver {
 	uint64_t next_deadline; /* cached earliest room deadline, 0 = none */
 	uint64_t next_ack_deadline;
 	uint64_t next_sync_ns;  /* next receiver_peers_sync */
-	uint64_t abort_seq;     /* last token handed out (receiver_token) */
+	uint64_t abort_seq;     /* tokens drawn so far (receiver_token) */
+	uint8_t token_key[16];  /* their key (receiver_token_init) */
 	uint32_t rnd;           /* jitter state */
 	uint64_t zap_seen;      /* ZAP refusals already in the table (authz.h) */
 	struct ratelimit rl_status, rl_ack, rl_ping; /* per source, on the
@@ -319,8 +320,12 @@ int receiver_fence_tick(struct receiver *r);
 void receiver_room_fail(struct receiver *r, struct rx_room *room,
 			unsigned reason, const char *why);
 uint32_t receiver_rand(struct receiver *r);
-/* A fresh non-zero token (room incarnations and abort armings share one
- * sequence that starts at a random point per receiver epoch). */
+/* Draws the key of this receiver's tokens (receiver_open). */
+void receiver_token_init(struct receiver *r);
+/* A fresh non-zero token (room incarnations and abort armings): a keyed
+ * hash of a counter under a key drawn per receiver (issue 14): neither
+ * another incarnation's nor another room's tokens tell it, so a prefill
+ * rank can echo only the tokens of the rooms it was sent. */
 uint64_t receiver_token(struct receiver *r);
 /* 1 when a STATUS carrying token is about this incarnation of the room. */
 int receiver_room_token_ok(const struct rx_room *room, uint64_t token);

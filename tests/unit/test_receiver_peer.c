@@ -11,7 +11,10 @@
  * stale, while the target's own STATUS completes the room; an ABORT_ACK
  * that names the room's target and a new epoch but not the token of an
  * ABORT it was sent is no restart of that peer (it failed every room of
- * the peer before), while the real ack of a restarted peer still is.
+ * the peer before), while the real ack of a restarted peer still is; and
+ * the token of one room does not tell another's (they were handed out
+ * one after another, so a member sent one room could report on the
+ * next one of another rank's).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -198,9 +201,9 @@ static void types_the_socket_does_not_take_are_malformed_not_limited(void **stat
 	assert_int_equal(sec(f, RTAB_S_RATE_LIMITED), 0);
 }
 
-/* Room ROOM, whose one target is prefill rank 0 (peer p0); the receiver
+/* Room id, whose one target is prefill rank 0 (peer p0); the receiver
  * also knows prefill rank 1 (peer p1). XFER_INFO went out: the room waits. */
-static struct rx_room *room_of_rank0(struct fix *f)
+static struct rx_room *room_id_of_rank0(struct fix *f, uint64_t id)
 {
 	struct receiver *r = f->r;
 	struct rankmap_in in = { .prefill = { 1, 1, 1, 1 },
@@ -213,12 +216,12 @@ static struct rx_room *room_of_rank0(struct fix *f)
 
 	for (int i = 0; i < 2; i++)
 		snprintf(ep[i], sizeof ep[i], "ipc://%s/p%d", f->dir, i);
-	frame_msg_init(&m, FRAME_RECV_BEGIN, 0, ROOM, 0x1);
+	frame_msg_init(&m, FRAME_RECV_BEGIN, 0, id, 0x1);
 	snprintf(m.u.recv_begin.bootstrap, sizeof m.u.recv_begin.bootstrap,
 		 "ipc://%s/boot", f->dir);
 	m.u.recv_begin.pages = frame_u32s_of(pages, 2);
 	receiver_dispatch(r, 1, &m);
-	room = receiver_rooms_get(&r->rooms, ROOM);
+	room = receiver_rooms_get(&r->rooms, id);
 	assert_non_null(room);
 	assert_int_equal(rankmap_compute(&in, &map, err, sizeof err), 0);
 	assert_int_equal(receiver_room_set_targets(room, &map, 1), 0);
@@ -229,6 +232,11 @@ static struct rx_room *room_of_rank0(struct fix *f)
 	receiver_room_send(r, room);
 	assert_int_equal(rtab_state(r->tab, room->ref), KVW_WAITING);
 	return room;
+}
+
+static struct rx_room *room_of_rank0(struct fix *f)
+{
+	return room_id_of_rank0(f, ROOM);
 }
 
 static void status_from_a_rank_not_the_rooms_target_changes_nothing(void **state)
@@ -305,6 +313,29 @@ static void ack_naming_a_target_and_a_new_epoch_is_no_restart(void **state)
 	assert_true(flags(f, room) & RTAB_F_RELEASABLE);
 }
 
+static void another_rooms_token_does_not_tell_this_ones(void **state)
+{
+	struct fix *f = *state;
+	struct rx_room *a = room_of_rank0(f), *b = room_id_of_rank0(f, ROOM + 1);
+	struct wire_in in = { .idlen = 1 };
+	uint64_t stale = counter(f, RTAB_C_STALE);
+	struct frame_msg m;
+
+	assert_int_equal(receiver_peer_seen(f->r, a->targets[0].peer, 0xE1), 0);
+	/* A member that got room b's XFER_INFO (its token) claims rank 0 and
+	 * its epoch (lookups tell both) and reports room a done, with every
+	 * token near b's: tokens handed out one after another once made
+	 * this a hit at the first or second guess. */
+	for (int64_t d = -4096; d <= 4096; d++) {
+		frame_msg_init(&m, FRAME_STATUS, 0, ROOM, 0xE1);
+		m.u.status.state = KVW_SUCCESS;
+		m.u.status.token = b->token + (uint64_t)d;
+		receiver_peer_in(f->r, &in, &m, T0);
+	}
+	assert_int_equal(rtab_state(f->r->tab, a->ref), KVW_WAITING);
+	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 8193);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -323,6 +354,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			ack_naming_a_target_and_a_new_epoch_is_no_restart,
 			setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			another_rooms_token_does_not_tell_this_ones, setup,
+			teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
