@@ -4,7 +4,9 @@
 # flood.py) that hold whatever the socket asks of them: on ipc the run
 # directory's access, over tcp:// the group's own keys (a member gone bad,
 # or a misconfigured one: CURVE lets it in, so only the authorisation
-# rules stand between it and the group).
+# rules stand between it and the group). The floods' tcp:// groups keep
+# the shm data path (kv-up --advertise): the control sockets are what
+# they aim at.
 #  - A forged BOOT_REGISTER for the live prefill rank (its own epoch, which
 #    a lookup tells anyone, with another endpoint; or a new epoch while the
 #    rank still pings) is refused by the real kv-bootstrap, warned about
@@ -16,14 +18,16 @@
 #    verified kv-bench run goes on: every one counted (rate_limited or
 #    unauthorised), at most 8 peer-table entries for the source, the real
 #    decodes keep theirs, and a decode restarted after the flood registers
-#    again: rooms succeed during and after.
+#    again: rooms succeed during and after. On ipc and over tcp:// with
+#    the group's keys.
 #  - A flood from one source at a real kv-receiver's peer socket (PINGs,
 #    STATUS Success and Failed and ABORT_ACKs naming the running rooms and
 #    their real prefill rank with made-up tokens and a made-up epoch, and
 #    malformed messages) while a verified kv-bench run goes on: every
 #    room succeeds, the PINGs over their bucket are counted rate_limited,
 #    the garbage malformed, the forged reports stale, and the prefill peer
-#    is not taken for restarted.
+#    is not taken for restarted. On ipc and over tcp:// with the group's
+#    keys.
 
 load helpers
 
@@ -147,12 +151,15 @@ bench_done() {
 	[ "$(summary success)" = "$1" ]
 }
 
-@test "10,000 fake REGISTERs from one source at a real kv-sender during a verified run: counted, at most 8 entries, the real decodes keep theirs, rooms succeed during and after" {
-	kv_up --workers 2 --decode-ranks 2 $SHAPE
+# register_flood: 10,000 fake REGISTERs from one source at p0 ($KEYS: as
+# a member holding the group's keys) during a verified run, then a decode
+# restarted after the flood; the group is up.
+register_flood() {
 	local n_real d1
 	bench_bg --rooms 3000
 	wait_for 30 started p0
-	run timeout 120 "$PY" "$FLOOD" registers "$(endpoint p0 listen)" --count 10000 --dir "$RUN"
+	run timeout 120 "$PY" "$FLOOD" registers "$(endpoint p0 listen)" \
+		--count 10000 --dir "$RUN" ${KEYS:+--keys "$KEYS/group.keys"}
 	echo "$output"
 	[ "$status" -eq 0 ]
 	# The flood is over while rooms still run.
@@ -178,6 +185,17 @@ bench_done() {
 	[ "$(peers p0 | grep -c "^ipc://$RUN/fake-")" -le 8 ]
 }
 
+@test "10,000 fake REGISTERs from one source at a real kv-sender during a verified run: counted, at most 8 entries, the real decodes keep theirs, rooms succeed during and after" {
+	kv_up --workers 2 --decode-ranks 2 $SHAPE
+	register_flood
+}
+
+@test "the same 10,000 REGISTERs from a member with the group's keys (tcp://, CURVE)" {
+	kv_up --advertise 127.0.0.1 --port-base 26900 --workers 2 --decode-ranks 2 $SHAPE
+	KEYS=$RUN/keys
+	register_flood
+}
+
 # p0_epoch_at MEMBER: the epoch the member's peer table holds for p0.
 p0_epoch_at() {
 	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
@@ -185,8 +203,9 @@ p0_epoch_at() {
 			'.tables[] | select(.name == $m) | .peers[] | select(.endpoint == $ep) | .epoch'
 }
 
-@test "a flood of PINGs, forged STATUS/ABORT_ACKs and garbage from one source at a real kv-receiver during a verified run: every room succeeds, the flood is counted" {
-	kv_up --workers 1 $SHAPE
+# receiver_flood: 200,000 messages from one source at d0 ($KEYS: as a
+# member holding the group's keys) during a verified run of 4,000 rooms.
+receiver_flood() {
 	local seed=$RANDOM rx epoch
 	rx=$(cat "$RUN/pids/d0.pid")
 	bench_bg --rooms 4000 --seed "$seed"
@@ -196,7 +215,7 @@ p0_epoch_at() {
 	# 40,000 each of PING, STATUS(Success), STATUS(Failed), ABORT_ACK
 	# (for the run's own room ids, from rank 0) and malformed messages.
 	run timeout 200 "$PY" "$FLOOD" peer-flood "$(endpoint d0 listen)" \
-		--count 200000 --bench-rooms "$seed,4000"
+		--count 200000 --bench-rooms "$seed,4000" ${KEYS:+--keys "$KEYS/group.keys"}
 	echo "$output"
 	[ "$status" -eq 0 ]
 	bench_done 4000
@@ -213,4 +232,15 @@ p0_epoch_at() {
 	refute grep -q "restarted" "$RUN/logs/d0.log"
 	[ "$(cat "$RUN/pids/d0.pid")" = "$rx" ]
 	kill -0 "$rx"
+}
+
+@test "a flood of PINGs, forged STATUS/ABORT_ACKs and garbage from one source at a real kv-receiver during a verified run: every room succeeds, the flood is counted" {
+	kv_up --workers 1 $SHAPE
+	receiver_flood
+}
+
+@test "the same flood from a member with the group's keys (tcp://, CURVE)" {
+	kv_up --advertise 127.0.0.1 --port-base 27100 --workers 1 $SHAPE
+	KEYS=$RUN/keys
+	receiver_flood
 }
