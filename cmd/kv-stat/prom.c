@@ -36,7 +36,7 @@ _Static_assert(sizeof reason_lbl / sizeof reason_lbl[0] == KVW_NREASONS,
 static const char *const live_lbl[] = { "unknown", "alive", "dead" };
 
 static const char *const sec_lbl[RTAB_NSEC] = {
-	"unauthorised", "rate_limited", "auth_failed",
+	"unauthorised", "rate_limited", "auth_failed", "reclaimed",
 };
 
 /* Plain counters of the header: name, help, counter index. */

@@ -118,13 +118,43 @@ void hbeat_close(struct hbeat **hp)
 	*hp = NULL;
 }
 
-/* The PING to peer id went unanswered. */
+/* Forgets what this process knew of the peer in slot p: its table owner
+ * retired the slot (rtab_peer_retire), which may now hold another
+ * endpoint under the same id. Its DEALER goes too. */
+static void forget(struct hbeat *h, struct hb_peer *p)
+{
+	if (p->sock)
+		dealers_drop(h->dealers, p->ep);
+	memset(p, 0, sizeof *p);
+}
+
+/* Whether slot id still holds the endpoint this process pings there
+ * (filled in *v); if not, the old peer is forgotten. */
+static int same_peer(struct hbeat *h, uint32_t id, struct rtab_peer_view *v)
+{
+	struct hb_peer *p = &h->peers[id - 1];
+
+	if (rtab_peer_get(h->tab, id, v) == 0 &&
+	    strncmp(v->endpoint, p->ep, sizeof p->ep) == 0)
+		return 1;
+	forget(h, p);
+	return 0;
+}
+
+/* The PING to peer id went unanswered. A miss is counted only while the
+ * slot holds the endpoint that was pinged (a retired slot's new peer owes
+ * nothing); the owner retires only dead or never-registered peers with no
+ * live room, so the instant between the check and the count can at worst
+ * give a new peer one miss. */
 static void miss(struct hbeat *h, uint32_t id)
 {
 	struct rtab_peer_view v;
-	int n = rtab_peer_miss(h->tab, id);
+	int n;
 
 	h->peers[id - 1].sent_ns = 0;
+	if (!same_peer(h, id, &v))
+		return;
+	n = rtab_peer_miss(h->tab, id);
 	if (n < 0 || (uint32_t)n < h->max_failures)
 		return;
 	if (rtab_peer_get(h->tab, id, &v) != 0 || v.liveness == RTAB_PEER_DEAD)
@@ -173,6 +203,8 @@ static void tick(struct hbeat *h, uint64_t now)
 		if (v.id == 0 || v.id > h->cap)
 			continue;
 		p = &h->peers[v.id - 1];
+		if (p->sock && strncmp(v.endpoint, p->ep, sizeof p->ep) != 0)
+			forget(h, p); /* the slot changed hands */
 		if (!p->sock) {
 			p->sock = dealers_get(h->dealers, v.endpoint, err,
 					      sizeof err);
@@ -229,6 +261,7 @@ static int overtaken(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 
 static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 {
+	struct rtab_peer_view v;
 	int changed;
 
 	if (m->hdr.type != FRAME_PONG) {
@@ -237,6 +270,12 @@ static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 		return;
 	}
 	h->peers[id - 1].sent_ns = 0;
+	if (!same_peer(h, id, &v)) {
+		rtab_counter_add(h->tab, RTAB_C_STALE, 1);
+		LOG_RL(LOG_INFO, "peer %u: PONG from an endpoint whose slot was "
+		       "retired: dropped", id);
+		return;
+	}
 	if (overtaken(h, id, m)) {
 		rtab_counter_add(h->tab, RTAB_C_STALE, 1);
 		LOG_RL(LOG_INFO, "peer %u: PONG of epoch %016llx to a PING sent "
@@ -266,7 +305,7 @@ static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
  * floods it cannot starve the ticks); KVW_ESYS if the socket died. */
 static int drain(struct hbeat *h, uint32_t id, char *err, size_t errlen)
 {
-	for (int k = 0; k < DRAIN_MAX; k++) {
+	for (int k = 0; k < DRAIN_MAX && h->peers[id - 1].sock; k++) {
 		struct wire_in in;
 		struct frame_msg m;
 		char why[200];

@@ -36,9 +36,9 @@
 #define SENDER_XFER_INFO_BURST 20000.0
 #define SENDER_MAX_LAYOUT 4096u /* own layout buffers */
 
-/* One decode rank that sent REGISTER. Peers are never freed before the
- * sender closes, so rooms keep plain pointers to them; a new epoch for the
- * same endpoint rewrites the peer in place. */
+/* One decode rank that sent REGISTER. Rooms keep plain pointers to peers,
+ * so a peer is freed only when no room names it (sender_reclaim.c); a new
+ * epoch for the same endpoint rewrites the peer in place. */
 struct sender_peer {
 	char endpoint[RTAB_ENDPOINT_MAX];
 	uint32_t id;       /* rtab peer id */
@@ -56,7 +56,14 @@ struct sender_peer {
 	struct plan *plan; /* NULL: unusable, why says why */
 	char why[160];
 	void *out; /* DEALER to endpoint (s->dealers owns it), got on first send */
+	uint64_t registered_ns; /* its first REGISTER of this epoch */
+	uint8_t served;         /* an XFER_INFO of this epoch came */
+	uint8_t busy;           /* scratch of sender_peers_reclaim */
 };
+
+/* A registration that has served no room, never answered a heartbeat and
+ * is this old may be reclaimed when the table is full (sender_reclaim.c). */
+#define SENDER_REGISTER_GRACE_NS 30000000000ull
 
 /* One destination of a room: the pages one decode rank gave in XFER_INFO. */
 struct sender_dst {
@@ -338,6 +345,15 @@ void sender_on_peer(struct sender *s, const struct wire_in *in,
 int sender_peer_send(struct sender *s, struct sender_peer *p,
 		     struct frame_msg *m);
 void sender_peers_free(struct sender *s);
+
+/* ---- sender_reclaim.c ---------------------------------------------------- */
+
+/* Frees the peers (of source src[srclen] only, unless src is NULL) that
+ * no room names and whose registration was refused, died or never served
+ * a room in its grace time, with their table slots and DEALERs; returns
+ * how many went. */
+uint32_t sender_peers_reclaim(struct sender *s, const uint8_t *src,
+			      size_t srclen, uint64_t now_ns);
 
 /* ---- sender_supervise.c --------------------------------------------------- */
 

@@ -184,12 +184,14 @@ static void on_register(struct sender *s, const struct wire_in *in,
 		return;
 	}
 	p = peer_by_endpoint(s, r->endpoint);
-	if (!p && s->npeers >= SENDER_MAX_PEERS) {
+	if (!p && s->npeers >= SENDER_MAX_PEERS &&
+	    !sender_peers_reclaim(s, NULL, 0, proc_now_ns())) {
 		malformed(s, m, "too many decode peers");
 		return;
 	}
 	if (!p && peers_of_source(s, in->id, in->idlen) >=
-		      SENDER_PEERS_PER_SOURCE) {
+		      SENDER_PEERS_PER_SOURCE &&
+	    !sender_peers_reclaim(s, in->id, in->idlen, proc_now_ns())) {
 		RATE_LIMITED(s->t, "decode %s: REGISTER of a new endpoint from "
 			     "a source that registered %u already", r->endpoint,
 			     SENDER_PEERS_PER_SOURCE);
@@ -234,6 +236,10 @@ static void on_register(struct sender *s, const struct wire_in *in,
 
 		LOG(LOG_INFO, "decode %s restarted (new epoch)", p->endpoint);
 		sender_rooms_foreach(&s->rooms, fail_if_dst, &a);
+	}
+	if (p->epoch != m->hdr.epoch) { /* a new registration */
+		p->registered_ns = proc_now_ns();
+		p->served = 0;
 	}
 	p->id = id;
 	p->src_rank = m->hdr.src_rank;
@@ -345,6 +351,7 @@ static void on_xfer_info(struct sender *s, const struct wire_in *in,
 		reject_unregistered(s, in, m);
 		return;
 	}
+	p->served = 1;
 	if (xfer_info_late(s, m->hdr.room)) {
 		rtab_counter_add(s->t, RTAB_C_STALE, 1);
 		LOG_ROOM(LOG_DEBUG, m->hdr.room, "XFER_INFO for a room cleared "

@@ -94,7 +94,8 @@ struct rtab_hdr {
 	uint32_t peer_entry_size;  /* RTAB_PEER_SIZE */
 	_Atomic uint64_t owner_epoch;
 	_Atomic uint32_t owner_pid;
-	_Atomic uint32_t peer_count; /* peer slots in use (ids 1..peer_count) */
+	_Atomic uint32_t peer_count; /* peer slots ever used (ids 1..peer_count);
+				      * retired ones among them have id 0 */
 	uint64_t created_ns;       /* CLOCK_REALTIME when the file was made */
 	uint64_t reserved0;
 	_Atomic uint64_t counters[RTAB_NCOUNTERS]; /* enum rtab_counter */
@@ -122,14 +123,17 @@ struct rtab_entry {
 	_Atomic uint64_t t_releasable_ns;
 };
 
-/* Peer slot; id = index + 1, 0 while unused. The endpoint is written once
- * before the id is published and never changes. */
+/* Peer slot; id = index + 1, 0 while unused. A slot the owner retired
+ * (rtab_peer_retire) is used again for another endpoint: its seq is odd
+ * from the retire until the new endpoint and fields are written, and
+ * readers (rtab_peer_get) take a snapshot only between two equal, even
+ * reads of seq, so no reader ever sees half of two peers. */
 struct rtab_peer {
 	_Atomic uint32_t id;
 	_Atomic uint32_t liveness;    /* enum rtab_liveness */
 	_Atomic uint64_t epoch;       /* 0 = not known yet */
 	_Atomic uint32_t misses;      /* consecutive heartbeat misses */
-	uint32_t reserved0;
+	_Atomic uint32_t seq;         /* odd: being retired or rewritten */
 	_Atomic uint64_t last_seen_ns; /* CLOCK_MONOTONIC */
 	char endpoint[RTAB_ENDPOINT_MAX]; /* NUL-terminated */
 };
@@ -187,7 +191,7 @@ struct rtab_peer_view {
 struct rtab_info {
 	uint32_t capacity;
 	uint32_t peer_capacity;
-	uint32_t peer_count;
+	uint32_t peer_count; /* peers allocated now */
 	uint32_t owner_pid;
 	uint64_t owner_epoch;
 	uint64_t created_ns;
@@ -398,8 +402,9 @@ int rtab_fail_stale_owner(struct rtab *t, uint64_t new_epoch,
 
 /* ---- peers ----------------------------------------------------------- */
 
-/* Owner only: finds the peer with exactly this endpoint or allocates the
- * next id (liveness UNKNOWN, misses 0). epoch 0 means "not known": it never
+/* Owner only: finds the peer with exactly this endpoint or allocates an
+ * id: a retired slot's first, else the next one (liveness UNKNOWN, misses
+ * 0). epoch 0 means "not known": it never
  * overwrites a known epoch. *epoch_changed (may be NULL) = 1 when a known
  * epoch was replaced by a different non-zero one (the caller then fails the
  * peer's rooms). KVW_EINVAL for an empty endpoint or one of
@@ -407,7 +412,19 @@ int rtab_fail_stale_owner(struct rtab *t, uint64_t new_epoch,
 int rtab_peer_upsert(struct rtab *t, const char *endpoint, uint64_t epoch,
 		     uint32_t *id, int *epoch_changed);
 
-/* Anyone: 0 and a snapshot, or KVW_ENOENT. */
+/* Owner only: frees the slots of the n peer ids[] that no non-terminal
+ * room names, for other endpoints (issue 14: a flood of registrations that
+ * never complete, or peers that died, must not use the table up for
+ * good); done[i] (may be NULL) = 1 for each id retired. The rooms are
+ * scanned once for all ids. Terminal rooms keep naming an id, which may
+ * come to stand for another endpoint. Ids are index + 1, so a reused slot
+ * has the same id: whoever caches something by id (the heartbeat's
+ * socket) compares the endpoint. Returns the number retired (ids not
+ * allocated are skipped), or KVW_EINVAL (not the owner) / KVW_ENOMEM. */
+int rtab_peers_retire(struct rtab *t, const uint32_t *ids, uint32_t n,
+		      uint8_t *done);
+
+/* Anyone: 0 and a consistent snapshot, or KVW_ENOENT. */
 int rtab_peer_get(const struct rtab *t, uint32_t id, struct rtab_peer_view *v);
 
 /* A reply came from peer `id` carrying `epoch` (0 = none): misses = 0,

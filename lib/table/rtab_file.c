@@ -397,7 +397,11 @@ void rtab_info(const struct rtab *t, struct rtab_info *info)
 	memset(info, 0, sizeof(*info));
 	info->capacity = t->cap;
 	info->peer_capacity = t->peer_cap;
-	info->peer_count = n < t->peer_cap ? n : t->peer_cap;
+	if (n > t->peer_cap)
+		n = t->peer_cap;
+	/* Slots a retire freed are not in use (rtab_peer_retire). */
+	for (uint32_t i = 0; i < n; i++)
+		info->peer_count += PUB_LOAD(&t->peers[i].id) == i + 1;
 	info->owner_pid = PUB_LOAD(&h->owner_pid);
 	info->owner_epoch = PUB_LOAD(&h->owner_epoch);
 	info->created_ns = h->created_ns;

@@ -159,6 +159,7 @@ const char *rtab_sec_str(unsigned which)
 		[RTAB_S_UNAUTHORISED] = "unauthorised",
 		[RTAB_S_RATE_LIMITED] = "rate_limited",
 		[RTAB_S_AUTH_FAILED] = "auth_failed",
+		[RTAB_S_RECLAIMED] = "reclaimed",
 	};
 
 	return which < RTAB_NSEC ? name[which] : "?";

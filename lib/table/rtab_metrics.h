@@ -52,7 +52,9 @@ enum rtab_sec {
 	RTAB_S_RATE_LIMITED = 1, /* dropped by a per-source token bucket */
 	RTAB_S_AUTH_FAILED = 2,  /* ZAP refusals and failed data-port
 				  * handshakes */
-	RTAB_NSEC = 3,
+	RTAB_S_RECLAIMED = 3,    /* peer slots of dead or never completed
+				  * registrations freed for new peers */
+	RTAB_NSEC = 4,
 };
 
 /* Non-cumulative bucket counts; the count is their sum. */

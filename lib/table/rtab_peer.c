@@ -1,11 +1,13 @@
 /*
  * rtab_peer.c - the peer table beside the rooms (endpoint, epoch, liveness,
- * misses, last seen; ids are index + 1 and never reused) and the sweeps
+ * misses, last seen; ids are index + 1, and a slot the owner retired is
+ * used again under a sequence word, rtab.h) and the sweeps
  * that fail rooms in bulk: by deadline, by peer id, and after an owner
  * restart. Every failure is one legal CAS of the room's state word, so a
  * sweep racing with workers or with another sweep never changes a terminal
  * room and counts each room it failed exactly once.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "rtab_impl.h"
@@ -117,10 +119,12 @@ static struct rtab_peer *peer_slot(const struct rtab *t, uint32_t id)
 	return PUB_LOAD(&p->id) == id ? p : NULL;
 }
 
+static uint32_t free_peer_slot(const struct rtab *t, uint32_t n);
+
 int rtab_peer_upsert(struct rtab *t, const char *endpoint, uint64_t epoch,
 		     uint32_t *id, int *epoch_changed)
 {
-	uint32_t n;
+	uint32_t n, free_slot;
 	size_t len;
 	struct rtab_peer *p;
 
@@ -147,26 +151,84 @@ int rtab_peer_upsert(struct rtab *t, const char *endpoint, uint64_t epoch,
 		*id = i + 1;
 		return 0;
 	}
-	if (n >= t->peer_cap)
+	free_slot = free_peer_slot(t, n);
+	if (free_slot == n && n >= t->peer_cap)
 		return KVW_ENOMEM;
-	p = &t->peers[n];
+	p = &t->peers[free_slot];
+	if (free_slot == n) /* a fresh slot: the retire's odd seq stands in */
+		atomic_fetch_add_explicit(&p->seq, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release); /* seq odd before bytes */
 	memset(p->endpoint, 0, sizeof(p->endpoint));
 	memcpy(p->endpoint, endpoint, len);
 	FLD_STORE(&p->epoch, epoch);
 	FLD_STORE(&p->liveness, RTAB_PEER_UNKNOWN);
 	FLD_STORE(&p->misses, 0);
 	FLD_STORE(&p->last_seen_ns, 0);
-	PUB_STORE(&p->id, n + 1);
-	PUB_STORE(&t->hdr->peer_count, n + 1);
-	*id = n + 1;
+	PUB_STORE(&p->seq, PUB_LOAD(&p->seq) + 1); /* even: written */
+	PUB_STORE(&p->id, free_slot + 1);
+	if (free_slot == n)
+		PUB_STORE(&t->hdr->peer_count, n + 1);
+	*id = free_slot + 1;
 	return 0;
+}
+
+/* The first slot below n a retire freed, or n when there is none. */
+static uint32_t free_peer_slot(const struct rtab *t, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (PUB_LOAD(&t->peers[i].id) == 0)
+			return i;
+	return n;
+}
+
+int rtab_peers_retire(struct rtab *t, const uint32_t *ids, uint32_t n,
+		      uint8_t *done)
+{
+	uint8_t *live;
+	struct rtab_view v;
+	int retired = 0;
+
+	if (!t->owner)
+		return KVW_EINVAL;
+	live = calloc((size_t)t->peer_cap + 1, 1);
+	if (!live)
+		return KVW_ENOMEM;
+	/* Only the owner inserts rooms or sets their peer, so no room can
+	 * come to name an id between this scan and its retire. */
+	for (uint32_t s = 0; s < t->cap; s++)
+		if (rtab_snap(t, s, 0, &v) == 0 && !rtab_terminal(v.state) &&
+		    v.peer <= t->peer_cap)
+			live[v.peer] = 1;
+	for (uint32_t i = 0; i < n; i++) {
+		struct rtab_peer *p = peer_slot(t, ids[i]);
+
+		if (done)
+			done[i] = 0;
+		if (!p || live[ids[i]])
+			continue;
+		PUB_STORE(&p->seq, PUB_LOAD(&p->seq) + 1); /* odd: back off */
+		PUB_STORE(&p->id, 0);
+		if (done)
+			done[i] = 1;
+		retired++;
+	}
+	free(live);
+	return retired;
 }
 
 int rtab_peer_get(const struct rtab *t, uint32_t id, struct rtab_peer_view *v)
 {
 	const struct rtab_peer *p = peer_slot(t, id);
 
+	uint32_t seq;
+
 	if (p == NULL)
+		return KVW_ENOENT;
+	/* A sequence lock: the snapshot counts only if seq was even before
+	 * and unchanged after, and the slot still holds id (a retire and
+	 * reuse in between make it another peer: gone for this caller). */
+	seq = PUB_LOAD(&p->seq);
+	if (seq & 1u)
 		return KVW_ENOENT;
 	v->id = id;
 	v->liveness = FLD_LOAD(&p->liveness);
@@ -175,6 +237,9 @@ int rtab_peer_get(const struct rtab *t, uint32_t id, struct rtab_peer_view *v)
 	v->last_seen_ns = FLD_LOAD(&p->last_seen_ns);
 	memcpy(v->endpoint, p->endpoint, sizeof(v->endpoint));
 	v->endpoint[sizeof(v->endpoint) - 1] = '\0';
+	atomic_thread_fence(memory_order_acquire);
+	if (FLD_LOAD(&p->seq) != seq || PUB_LOAD(&p->id) != id)
+		return KVW_ENOENT;
 	return 0;
 }
 

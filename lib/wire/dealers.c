@@ -47,6 +47,9 @@ static struct dealer *room_for_one(struct dealers *d)
 {
 	struct dealer *lru;
 
+	for (uint32_t i = 0; i < d->n; i++) /* one dealers_drop emptied */
+		if (!d->v[i].sock)
+			return &d->v[i];
 	if (d->cap && d->n >= d->cap) {
 		lru = &d->v[0];
 		for (uint32_t i = 1; i < d->n; i++)
@@ -102,6 +105,16 @@ void *dealers_get(struct dealers *d, const char *ep, char *err, size_t errlen)
 	e->sock = s;
 	e->used = ++d->tick;
 	return s;
+}
+
+void dealers_drop(struct dealers *d, const char *ep)
+{
+	for (uint32_t i = 0; i < d->n; i++)
+		if (d->v[i].sock && strcmp(d->v[i].ep, ep) == 0) {
+			wire_close(&d->v[i].sock);
+			d->v[i].ep[0] = '\0';
+			return;
+		}
 }
 
 uint32_t dealers_count(const struct dealers *d)

@@ -33,6 +33,11 @@ int dealers_open(void *ctx, uint32_t cap, struct dealers **out);
 void *dealers_get(struct dealers *d, const char *ep, char *err,
 		  size_t errlen);
 
+/* Closes the DEALER to ep if the cache has one (its peer is forgotten:
+ * kv-sender reclaiming a decode's slot); a later dealers_get of ep makes a
+ * new one. A holder must not use a pointer it kept for ep after this. */
+void dealers_drop(struct dealers *d, const char *ep);
+
 /* DEALERs in the cache now. */
 uint32_t dealers_count(const struct dealers *d);
 

@@ -29,6 +29,27 @@ kvw_teardown() {
 	rm -rf "$RUN"
 }
 
+# The small layout of the tests that run one kv-sender against Python
+# decodes: kv-sender's flags, and the same for tests/peers/*.py.
+SENDER_SHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pages 32 --aux-slots 4 --aux-bytes 16"
+SENDER_PYSHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pool-pages 32 --aux-slots 4 --aux-bytes 16"
+
+# sender_setup: kvw_setup, plus the files and endpoints of one kv-sender
+# ($TAG, $TABLE, $POOL, $PEER, $ENG); sender_teardown removes them.
+sender_setup() {
+	kvw_setup
+	TAG=${RUN##*/}
+	TABLE=/dev/shm/kvwire.$TAG.rooms
+	POOL=/dev/shm/kvwire.$TAG.pool
+	PEER="ipc://$RUN/p.sock"
+	ENG="ipc://$RUN/e.sock"
+}
+
+sender_teardown() {
+	kvw_teardown
+	rm -f /dev/shm/kvwire."$TAG".* /dev/shm/kvwire."$TAG"-*
+}
+
 # gone PID: true once the process has exited.
 gone() {
 	! kill -0 "$1" 2>/dev/null

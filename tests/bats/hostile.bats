@@ -21,8 +21,8 @@ load helpers
 
 FLOOD="$BATS_TEST_DIRNAME/../peers/flood.py"
 FAKE="$BATS_TEST_DIRNAME/../peers/kvwfake.py"
-SHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pages 32 --aux-slots 4 --aux-bytes 16"
-PYSHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pool-pages 32 --aux-slots 4 --aux-bytes 16"
+SHAPE=$SENDER_SHAPE
+PYSHAPE=$SENDER_PYSHAPE
 
 setup() {
 	kvw_setup

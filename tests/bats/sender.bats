@@ -17,22 +17,11 @@
 
 load helpers
 
-SHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pages 32 --aux-slots 4 --aux-bytes 16"
-PYSHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pool-pages 32 --aux-slots 4 --aux-bytes 16"
+SHAPE=$SENDER_SHAPE
+PYSHAPE=$SENDER_PYSHAPE
 
-setup() {
-	kvw_setup
-	TAG=${RUN##*/}
-	TABLE=/dev/shm/kvwire.$TAG.rooms
-	POOL=/dev/shm/kvwire.$TAG.pool
-	PEER="ipc://$RUN/p.sock"
-	ENG="ipc://$RUN/e.sock"
-}
-
-teardown() {
-	kvw_teardown
-	rm -f /dev/shm/kvwire."$TAG".* /dev/shm/kvwire."$TAG"-*
-}
+setup() { sender_setup; }
+teardown() { sender_teardown; }
 
 # start_sender ARGS...: kv-sender with this test's endpoints and files.
 start_sender() {

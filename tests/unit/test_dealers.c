@@ -186,12 +186,45 @@ static void test_a_bad_endpoint_fails_with_a_reason_and_caches_nothing(void **st
 	dealers_close(&d);
 }
 
+static void test_a_dropped_dealer_is_closed_and_its_entry_reused(void **state)
+{
+	struct fixture *f = *state;
+	struct dealers *d;
+	uint8_t id1[WIRE_ID_MAX], id2[WIRE_ID_MAX];
+	size_t n1, n2;
+	char err[128];
+	void *a;
+
+	assert_int_equal(dealers_open(f->ctx, 0, &d), 0);
+	a = dealers_get(d, f->ep[0], err, sizeof err);
+	assert_non_null(a);
+	ping_arrives(a, f->router[0], 1, id1, &n1);
+	assert_non_null(dealers_get(d, f->ep[1], err, sizeof err));
+	dealers_drop(d, f->ep[0]);
+	dealers_drop(d, "tcp://127.0.0.1:1"); /* not cached: nothing */
+	assert_int_equal(dealers_count(d), 1);
+	/* Asked again, ep[0] is a new connection (the ROUTER sees another
+	 * identity), and the emptied entry took it: no growth. */
+	a = dealers_get(d, f->ep[0], err, sizeof err);
+	assert_non_null(a);
+	ping_arrives(a, f->router[0], 2, id2, &n2);
+	assert_false(n1 == n2 && memcmp(id1, id2, n1) == 0);
+	assert_int_equal(dealers_count(d), 2);
+	for (int i = 0; i < 100; i++) {
+		dealers_drop(d, f->ep[2]);
+		assert_non_null(dealers_get(d, f->ep[2], err, sizeof err));
+	}
+	assert_int_equal(dealers_count(d), 3);
+	dealers_close(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_a_dealer_is_made_once_per_endpoint_and_reaches_its_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_an_unbounded_cache_keeps_every_dealer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_bounded_cache_drops_the_least_recently_used, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_dropped_dealer_is_closed_and_its_entry_reused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_bad_endpoint_fails_with_a_reason_and_caches_nothing, setup, teardown),
 	};
 

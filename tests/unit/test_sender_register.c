@@ -14,7 +14,8 @@
  * (issue 14) an ABORT from a registered decode that is not a destination
  * of the room changes nothing and is counted as unauthorised; a REGISTER
  * naming the prefill's own pool, another decode's or another group's is
- * refused, counted, and its room fails cleanly.
+ * refused, counted, and its room fails cleanly; a full peer list
+ * reclaims refused, dead and silent registrations no room names.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -559,7 +560,11 @@ static void test_ten_thousand_fake_registers_from_one_source_leave_room_for_real
 	}
 	assert_true(f->s->npeers <= 1 + SENDER_PEERS_PER_SOURCE);
 	rtab_metrics_get(f->s->t, &mv);
-	assert_true(mv.sec[RTAB_S_RATE_LIMITED] >= 10000 - SENDER_PEERS_PER_SOURCE);
+	/* Each fake was dropped by its source's bucket or bound, or took a
+	 * slot its source's next fake reclaimed (all were refused). */
+	assert_true(mv.sec[RTAB_S_RATE_LIMITED] + mv.sec[RTAB_S_RECLAIMED] >=
+		    10000 - SENDER_PEERS_PER_SOURCE);
+	assert_true(mv.sec[RTAB_S_RECLAIMED] > 0);
 	/* The real decode's room is untouched; it registers again and its
 	 * next room opens. */
 	assert_int_equal(room_state(f), KVW_WAITING);
@@ -567,6 +572,107 @@ static void test_ten_thousand_fake_registers_from_one_source_leave_room_for_real
 	assert_non_null(f->s->peers[0]->plan);
 	xfer_info(f, ROOM + 7, 0, 0x75);
 	assert_non_null(sender_rooms_get(&f->s->rooms, ROOM + 7));
+}
+
+/* A REGISTER from source number `src` (its own ROUTER identity) of the
+ * decode at ep: refused (transport tcp: unusable), never a room. */
+static void fake_reg(struct fix *f, uint32_t src, const char *ep)
+{
+	struct wire_in in = { 0 };
+	struct frame_msg m;
+
+	in.idlen = (uint32_t)snprintf((char *)in.id, sizeof in.id, "src-%u",
+				      src);
+	frame_msg_init(&m, FRAME_REGISTER, 0, 0, E2 + src);
+	m.u.reg.coord = f->coord;
+	m.u.reg.topo = f->topo;
+	snprintf(m.u.reg.endpoint, sizeof m.u.reg.endpoint, "%s", ep);
+	snprintf(m.u.reg.transport, sizeof m.u.reg.transport, "tcp");
+	m.u.reg.model = f->model;
+	m.u.reg.bufs = frame_bufs_of(f->bufs, f->nbufs);
+	sender_on_peer(f->s, &in, &m);
+}
+
+static struct sender_peer *peer_at(struct fix *f, const char *ep)
+{
+	for (uint32_t i = 0; i < f->s->npeers; i++)
+		if (strcmp(f->s->peers[i]->endpoint, ep) == 0)
+			return f->s->peers[i];
+	return NULL;
+}
+
+/* Issue 14: refused registrations from many sources fill the peer list
+ * and the table's peer slots; a real decode's REGISTER then reclaims them
+ * and gets in, and the real decode already serving a room keeps its peer,
+ * its slot and its room. */
+static void test_a_full_peer_table_reclaims_refused_registrations(void **state)
+{
+	struct fix *f = *state;
+	struct rtab_metrics_view mv;
+	struct sender_peer *real;
+	char ep[64];
+
+	reg(f, E1, "shm", f->nbufs, 0);
+	open_room(f, E1);
+	real = f->s->peers[0];
+	for (uint32_t i = 0; f->s->npeers < SENDER_MAX_PEERS; i++) {
+		snprintf(ep, sizeof ep, "ipc:///tmp/kvw-fake-%u", i);
+		fake_reg(f, i, ep);
+	}
+	rtab_metrics_get(f->s->t, &mv);
+	assert_int_equal(mv.sec[RTAB_S_RECLAIMED], 0);
+	/* Full: the next new endpoint gets in by reclaiming the refused. */
+	reg_at(f, DECODE_EP "-other", E2, "shm", f->nbufs, 1);
+	assert_non_null(peer_at(f, DECODE_EP "-other"));
+	assert_non_null(peer_at(f, DECODE_EP "-other")->plan);
+	rtab_metrics_get(f->s->t, &mv);
+	assert_int_equal(mv.sec[RTAB_S_RECLAIMED], SENDER_MAX_PEERS - 1);
+	assert_int_equal(f->s->npeers, 2);
+	assert_ptr_equal(peer_at(f, DECODE_EP), real);
+	assert_int_equal(room_state(f), KVW_WAITING);
+	/* The table's slots went too: new endpoints find room there. */
+	for (uint32_t i = 0; i < 100; i++) {
+		snprintf(ep, sizeof ep, "ipc:///tmp/kvw-fake-again-%u", i);
+		fake_reg(f, 5000 + i, ep);
+		assert_non_null(peer_at(f, ep));
+	}
+}
+
+/* Issue 14: which registrations reclaim frees. A peer that answered the
+ * heartbeat stays; one that never answered nor served a room goes after
+ * its grace time; a dead one goes once no room names it, and its next
+ * XFER_INFO is answered "not registered" (it registers again). */
+static void test_reclaim_frees_dead_and_silent_peers_not_live_ones(void **state)
+{
+	struct fix *f = *state;
+	struct sender_peer *a;
+	uint64_t now;
+
+	reg(f, E1, "shm", f->nbufs, 0);
+	reg_at(f, DECODE_EP "-other", E2, "shm", f->nbufs, 1);
+	now = proc_now_ns(); /* after both registered */
+	a = peer_at(f, DECODE_EP);
+	assert_int_equal(rtab_peer_seen(f->s->t, a->id, E1, now), 0);
+	assert_int_equal(sender_peers_reclaim(f->s, NULL, 0, now), 0);
+	assert_int_equal(sender_peers_reclaim(f->s, NULL, 0,
+		now + SENDER_REGISTER_GRACE_NS + 1), 1);
+	assert_null(peer_at(f, DECODE_EP "-other"));
+	assert_ptr_equal(peer_at(f, DECODE_EP), a);
+
+	/* Dead, but a room names it: kept until the room is gone. */
+	open_room(f, E1);
+	assert_int_equal(rtab_peer_set_liveness(f->s->t, a->id,
+						RTAB_PEER_DEAD), 0);
+	assert_int_equal(sender_peers_reclaim(f->s, NULL, 0, now), 0);
+	engine(f, FRAME_CLEAR, ROOM);
+	assert_null(sender_rooms_get(&f->s->rooms, ROOM));
+	assert_int_equal(sender_peers_reclaim(f->s, NULL, 0, now), 1);
+	assert_int_equal(f->s->npeers, 0);
+	xfer_info(f, ROOM + 1, 0, 0x31);
+	assert_null(sender_rooms_get(&f->s->rooms, ROOM + 1));
+	reg(f, E1, "shm", f->nbufs, 0);
+	xfer_info(f, ROOM + 1, 0, 0x32);
+	assert_non_null(sender_rooms_get(&f->s->rooms, ROOM + 1));
 }
 
 int main(void)
@@ -580,6 +686,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_register_naming_the_prefills_own_or_another_decodes_pool_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_under_kvup_names_a_register_naming_another_groups_pool_is_refused, setup_kvup, teardown),
 		cmocka_unit_test_setup_teardown(test_ten_thousand_fake_registers_from_one_source_leave_room_for_real_peers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_full_peer_table_reclaims_refused_registrations, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reclaim_frees_dead_and_silent_peers_not_live_ones, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
