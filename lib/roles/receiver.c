@@ -208,12 +208,10 @@ int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
 	r->timeout_ns = cfg->waiting_timeout_ns;
 	r->epoch = proc_epoch();
 	r->rnd = (uint32_t)(r->epoch | 1);
-	/* Abort tokens start at a random point: a restarted receiver never
-	 * reuses the tokens of its previous incarnation (short of a 2^-64
-	 * coincidence). */
-	r->abort_seq = r->epoch * 0x9e3779b97f4a7c15ULL;
+	receiver_token_init(r);
 	r->my_rank = cfg->rank.tp;
 	r->all_cp_ranks = cfg->all_cp_ranks;
+	receiver_limit_init(r);
 	rc = KVW_ENOMEM;
 	if (!r->table_path || !r->pool_path ||
 	    receiver_rooms_init(&r->rooms, ROOM_BUCKETS) != 0) {
@@ -540,7 +538,10 @@ static void ack_msg(struct receiver *r, const struct frame_msg *m)
 }
 
 /* 0 when an ABORT_ACK carries a retired epoch of the target it names
- * (dropped, counted stale), else 1. */
+ * (dropped, counted stale), else 1. Only an ack with the token the ABORT
+ * to that target carried speaks for its epoch: anyone can write a rank
+ * and an epoch into a header, and a new epoch fails every room of the
+ * peer (a restart). Any other ack is left to ack_msg, which drops it. */
 static int ack_epoch_ok(struct receiver *r, const struct frame_msg *m)
 {
 	struct rx_room *room = receiver_rooms_get(&r->rooms, m->hdr.room);
@@ -549,7 +550,8 @@ static int ack_epoch_ok(struct receiver *r, const struct frame_msg *m)
 	 * told apart by token): nothing to match here. */
 	for (uint32_t i = 0; room && !room->inherited && i < room->ntargets; i++)
 		if (room->targets[i].unique == m->hdr.src_rank &&
-		    room->targets[i].peer)
+		    room->targets[i].peer && room->armed &&
+		    m->u.abort_ack.token == receiver_room_target_token(room, i))
 			return receiver_peer_seen(r, room->targets[i].peer,
 						  m->hdr.epoch) >= 0;
 	return 1;
@@ -596,6 +598,13 @@ void receiver_dispatch(struct receiver *r, int engine, const struct frame_msg *m
 		engine_msg(r, m);
 	else
 		peer_msg(r, r->peer_sock, &in, NULL, m);
+}
+
+void receiver_peer_in(struct receiver *r, const struct wire_in *in,
+		      const struct frame_msg *m, uint64_t now_ns)
+{
+	if (receiver_limit_admit(r, in->id, in->idlen, m->hdr.type, now_ns))
+		peer_msg(r, r->peer_sock, in, NULL, m);
 }
 
 /* ---- timers ---------------------------------------------------------------- */
@@ -694,9 +703,10 @@ static int drain(struct receiver *r, int kind, uint32_t idx, uint32_t slot,
 			engine_msg(r, &m);
 		else if (kind == SRC_BOOT)
 			receiver_boot_reply(r, r->boots[idx], &m);
+		else if (kind == SRC_PEER)
+			receiver_peer_in(r, &in, &m, proc_now_ns());
 		else
-			peer_msg(r, sock, &in, kind == SRC_PREFILL ? r->peers[idx]
-								  : NULL, &m);
+			peer_msg(r, sock, &in, r->peers[idx], &m);
 		wire_in_release(&in);
 	}
 	return 0;

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <stdint.h>
 
+#include "ratelimit.h"
 #include "receiver.h"
 #include "base/idmap.h"
 #include "plan/rankmap.h"
@@ -31,10 +32,25 @@ void receiver_rset_free(struct receiver_rset *s);
 struct rx_peer;
 struct rx_boot;
 struct rtab_fence;
+struct wire_in;
 
 #define RX_RETIRED 4u /* earlier epochs remembered per prefill peer */
 #define RX_SYNC_NS 100000000ull /* peer table check (heartbeat's view) */
 #define RX_FENCE_POLL_NS 1000000ull /* recheck of rooms a sink still writes */
+
+/* Per source on the peer ROUTER (a ROUTER identity: one connection, a
+ * prefill control's or one of its workers'), frames per second and
+ * bursts (issue 14). STATUS and ABORT_ACK come once per room per prefill
+ * rank, so their rate is far above any room rate (tens of thousands a
+ * second) and their burst holds a whole table (the receiver's 65,536
+ * rooms) failed or aborted at once. A PING costs a PONG; kv-heartbeat
+ * pings a peer a few times a second at most. */
+#define RX_STATUS_RATE 200000.0
+#define RX_STATUS_BURST 65536.0
+#define RX_ACK_RATE 200000.0
+#define RX_ACK_BURST 65536.0
+#define RX_PING_RATE 1000.0
+#define RX_PING_BURST 1000.0
 
 /* One prefill rank a room talks to. */
 struct rx_target {
@@ -238,14 +254,35 @@ struct receiver {
 	uint64_t next_deadline; /* cached earliest room deadline, 0 = none */
 	uint64_t next_ack_deadline;
 	uint64_t next_sync_ns;  /* next receiver_peers_sync */
-	uint64_t abort_seq;     /* last token handed out (receiver_token) */
+	uint64_t abort_seq;     /* tokens drawn so far (receiver_token) */
+	uint8_t token_key[16];  /* their key (receiver_token_init) */
 	uint32_t rnd;           /* jitter state */
 	uint64_t zap_seen;      /* ZAP refusals already in the table (authz.h) */
+	struct ratelimit rl_status, rl_ack, rl_ping; /* per source, on the
+						      * peer ROUTER */
 };
 
 /* Handles one decoded message as the loop does: from the engine socket
  * (engine != 0) or from the peer ROUTER. For the fuzz target and tests. */
 void receiver_dispatch(struct receiver *r, int engine, const struct frame_msg *m);
+
+/* One decoded message from source in->id on the peer ROUTER at now_ns,
+ * as the loop takes it: past its source's token bucket
+ * (receiver_limit_admit), then to its handler. */
+void receiver_peer_in(struct receiver *r, const struct wire_in *in,
+		      const struct frame_msg *m, uint64_t now_ns);
+
+/* ---- receiver_limit.c: per-source limits on the peer ROUTER ---------- */
+
+/* Empty buckets for every source (receiver_open). */
+void receiver_limit_init(struct receiver *r);
+/* Takes one token of the bucket of a message of `type` from source id
+ * (its ROUTER identity) at now_ns: 1 when it may go on; 0 when the source
+ * is over its rate, counted (RTAB_S_RATE_LIMITED) and warned about at a
+ * bounded rate, nothing else changed. Types the ROUTER does not take pass
+ * (their handler counts them malformed). */
+int receiver_limit_admit(struct receiver *r, const uint8_t *id, size_t idlen,
+			 unsigned type, uint64_t now_ns);
 
 /* receiver_room.c: sending and room transitions. */
 struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
@@ -284,8 +321,12 @@ int receiver_fence_tick(struct receiver *r);
 void receiver_room_fail(struct receiver *r, struct rx_room *room,
 			unsigned reason, const char *why);
 uint32_t receiver_rand(struct receiver *r);
-/* A fresh non-zero token (room incarnations and abort armings share one
- * sequence that starts at a random point per receiver epoch). */
+/* Draws the key of this receiver's tokens (receiver_open). */
+void receiver_token_init(struct receiver *r);
+/* A fresh non-zero token (room incarnations and abort armings): a keyed
+ * hash of a counter under a key drawn per receiver (issue 14): neither
+ * another incarnation's nor another room's tokens tell it, so a prefill
+ * rank can echo only the tokens of the rooms it was sent. */
 uint64_t receiver_token(struct receiver *r);
 /* 1 when a STATUS carrying token is about this incarnation of the room. */
 int receiver_room_token_ok(const struct rx_room *room, uint64_t token);

@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sodium.h>
 
 #include "base/log.h"
+#include "base/proc.h"
 #include "table/rtab_fence.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
@@ -252,12 +254,30 @@ uint32_t receiver_rand(struct receiver *r)
 	return x;
 }
 
+void receiver_token_init(struct receiver *r)
+{
+	uint64_t k[2] = { proc_epoch(), proc_epoch() };
+
+	memcpy(r->token_key, k, sizeof r->token_key);
+	r->abort_seq = 0;
+}
+
 uint64_t receiver_token(struct receiver *r)
 {
-	do
+	uint8_t out[crypto_shorthash_BYTES];
+	uint64_t t;
+
+	/* SipHash of a counter under this receiver's random key: distinct
+	 * for every call (short of a 2^-64 coincidence), and nobody who saw
+	 * other tokens can tell the next one, so only a target that got a
+	 * room's XFER_INFO can echo its token. */
+	do {
 		r->abort_seq++;
-	while (r->abort_seq == 0);
-	return r->abort_seq;
+		crypto_shorthash(out, (const uint8_t *)&r->abort_seq,
+				 sizeof r->abort_seq, r->token_key);
+		memcpy(&t, out, sizeof t);
+	} while (t == 0);
+	return t;
 }
 
 int receiver_room_token_ok(const struct rx_room *room, uint64_t token)
@@ -519,10 +539,9 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 	if (st != KVW_FAILED || room->armed)
 		return; /* Success stays; an armed room already sent ABORT */
 	(void)receiver_room_arm(room, receiver_token(r));
-	/* An inherited room's targets get tokens token .. token + n - 1:
-	 * none of them may be handed out again. */
-	if (room->inherited)
-		r->abort_seq += room->ntargets;
+	/* An inherited room's targets get tokens token .. token + n - 1
+	 * (receiver_room_target_token): no other draw lands among them,
+	 * short of a 2^-64 coincidence, as every draw is a keyed hash. */
 	/* Armed before any ABORT leaves, so an ack can never beat it. */
 	(void)rtab_flags_or(r->tab, room->ref, RTAB_F_ARMED);
 	if (!room->sent || room->ack_needed == 0) {

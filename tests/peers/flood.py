@@ -22,6 +22,20 @@ lib/wire/frame.h documents (helpers shared with fake_decode.py). Needs Debian's
       under the worker's mapping, the next room must fail). Each expects
       STATUS(Failed) with the case's reason and, except truncate, every byte
       of the decode pool still the canary. Prints "ok CASE reason N".
+  flood.py registers EP --count N --dir DIR [--keys FILE]
+      N REGISTERs from one source (one DEALER) at a kv-sender's peer
+      socket, each from a new decode endpoint ipc://DIR/fake-I.peer naming
+      a made-up pool (issue 14: the peer table must keep room for the real
+      decodes). Prints "sent N seconds S".
+  flood.py peer-flood EP --count N [--bench-rooms SEED,R] [--keys FILE]
+      N messages from one source at a kv-receiver's peer socket, in turn:
+      PING, STATUS(Success) and STATUS(Failed) for a room from prefill rank
+      0 with a made-up token, ABORT_ACK for it, and a malformed message (as
+      `flood`). The room is one of the R that `kv-bench --seed SEED` runs
+      (its ids, drawn as kv-bench draws them), else random. Prints "sent N
+      seconds S".
+  With --keys (a group.keys file) both dial with CURVE as a member of that
+  group (the group's own client key pair: a member gone bad).
   flood.py garbage-peer EP --count N [--boot EP]
       A prefill-rank stand-in for kv-heartbeat: answers every PING with N
       malformed messages and then a valid PONG; with --boot it also plays
@@ -38,6 +52,7 @@ import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_decode as fd  # noqa: E402
+import intruder  # noqa: E402
 
 T = fd.T
 hdr = fd.hdr
@@ -149,20 +164,85 @@ def message(target, rnd, big):
     return valid(rnd.choice(WRONG[target]), rnd)
 
 
-def flood(a):
-    rnd = random.Random(a.seed)
-    big = b'\x07' * (4 * 65537)
+def send_all(a, make):
+    """Sends make(i) for i < a.count from one DEALER (a.keys: CURVE as a
+    member), blocking at the HWM, and waits until every one is handed
+    over."""
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.SNDHWM, 10000)
     s.setsockopt(zmq.LINGER, 30000)
+    if getattr(a, 'keys', None):
+        intruder.curve(s, a.keys, True)
     s.connect(a.ep)
     t0 = time.monotonic()
-    for _ in range(a.count):
-        s.send_multipart(message(a.target, rnd, big))  # blocks at the HWM
+    for i in range(a.count):
+        s.send_multipart(make(i))
     s.close()  # lingers until every message is handed over
     ctx.term()
     print('sent %d seconds %.2f' % (a.count, time.monotonic() - t0))
+
+
+def flood(a):
+    rnd = random.Random(a.seed)
+    big = b'\x07' * (4 * 65537)
+    send_all(a, lambda i: message(a.target, rnd, big))
+
+
+def registers(a):
+    shape = fd.Shape(argparse.Namespace(layers=2, page_tokens=16, heads=2,
+                                        head_dim=16, dtype_bytes=2,
+                                        pool_pages=64, aux_slots=4,
+                                        aux_bytes=16))
+    epoch = random.getrandbits(63) | 1
+
+    def make(i):
+        pool = '/dev/shm/kvwire.fake-%d.pool' % i
+        desc = (b'KVSH' + struct.pack('<HHQQQ', 1, len(pool), shape.size, 0, i) +
+                pool.encode())
+        return fd.register_msg(shape, 'ipc://%s/fake-%d.peer' % (a.dir, i),
+                               desc, 0, epoch)
+    send_all(a, make)
+
+
+def bench_ids(seed, n):
+    """The first n room ids of kv-bench --seed seed (next_id in
+    cmd/kv-bench/bench.c: splitmix64, top bit clear, never 0)."""
+    m, out = (1 << 64) - 1, []
+    while len(out) < n:
+        seed = (seed + 0x9e3779b97f4a7c15) & m
+        z = seed
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & m
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & m
+        z = (z ^ (z >> 31)) & 0x7fffffffffffffff
+        if z:
+            out.append(z)
+    return out
+
+
+def peer_flood(a):
+    rnd = random.Random(a.seed)
+    big = b'\x07' * (4 * 65537)
+    rooms = []
+    if a.bench_rooms:
+        seed, n = (int(x) for x in a.bench_rooms.split(','))
+        rooms = bench_ids(seed, n)
+    epoch = rnd.getrandbits(63) | 1
+
+    def make(i):
+        room = rnd.choice(rooms) if rooms else rnd.getrandbits(64)
+        token = rnd.getrandbits(64) | 1
+        k = i % 5
+        if k == 0:
+            return [hdr(T['PING'], 0, room, epoch)]
+        if k in (1, 2):  # Success, then Failed (transfer)
+            return [hdr(T['STATUS'], 0, room, epoch),
+                    struct.pack('<BIQ', 4 if k == 1 else 0, 0 if k == 1 else 5,
+                                token) + fd.pstr('forged')]
+        if k == 3:
+            return [hdr(T['ABORT_ACK'], 0, room, epoch), struct.pack('<Q', token)]
+        return message('receiver-peer', rnd, big)
+    send_all(a, make)
 
 
 # ---- hostile decode against a real kv-sender --------------------------------
@@ -300,13 +380,25 @@ def main():
                        ('head-dim', 8), ('dtype-bytes', 2), ('pool-pages', 32),
                        ('aux-slots', 4), ('aux-bytes', 16)):
         d.add_argument('--' + name, type=int, default=dflt)
+    r = sub.add_parser('registers')
+    r.add_argument('ep')
+    r.add_argument('--count', type=int, default=10000)
+    r.add_argument('--dir', required=True)
+    r.add_argument('--keys')
+    q = sub.add_parser('peer-flood')
+    q.add_argument('ep')
+    q.add_argument('--count', type=int, default=100000)
+    q.add_argument('--bench-rooms')
+    q.add_argument('--seed', type=int, default=1)
+    q.add_argument('--keys')
     g = sub.add_parser('garbage-peer')
     g.add_argument('ep')
     g.add_argument('--count', type=int, default=200)
     g.add_argument('--ready-fd', type=int)
     g.add_argument('--boot', help='also answer BOOT_LOOKUP here (1x1 prefill)')
     a = p.parse_args()
-    {'flood': flood, 'decode': decode, 'garbage-peer': garbage_peer}[a.cmd](a)
+    {'flood': flood, 'decode': decode, 'registers': registers,
+     'peer-flood': peer_flood, 'garbage-peer': garbage_peer}[a.cmd](a)
 
 
 if __name__ == '__main__':

@@ -14,6 +14,17 @@ With KEYS (a group.keys file): CURVE with that group's server key and a
 client key of its own (the group's server, another client: ZAP says no);
 without: no CURVE at all. Exit 0 when nothing answered (refused), 1 when
 something did, 2 on a usage or setup error.
+
+  intruder.py forge EP EPOCH ENDPOINT MODEL LAYERS [KEYS]
+      A member gone bad (or a misconfigured one): BOOT_REGISTER at the
+      bootstrap EP for rank (0,0,0,0) of a 1x1x1x1 group under header epoch
+      EPOCH (hex or decimal; the live rank's own, which lookups return, or
+      a new one), naming ENDPOINT, with the live rank's MODEL
+      (page_tokens,dtype,total_heads,rank_heads,head_bytes,flags) and
+      LAYERS (first,count), so that only the live-rank rule can refuse it.
+      With KEYS it dials with the group's own client key pair (it holds
+      the group's keys). Prints "status=N text=..." of the BOOT_REPLY;
+      exit 0 when refused (status != OK), 1 when accepted, 2 no answer.
 """
 import os
 import socket
@@ -28,18 +39,28 @@ import fake_decode as fd  # noqa: E402
 T = fd.T
 
 
-def dealer(ctx, ep, keys):
+def curve(s, keys, member):
+    """Makes s a CURVE client of the group whose group.keys file is keys:
+    with the group's own client key pair when member (a member gone bad
+    holds it), else with a key pair of its own (ZAP refuses it)."""
+    with open(keys) as f:
+        words = dict(l.split(None, 1) for l in f if ' ' in l.strip())
+    pub, sec = zmq.curve_keypair()
+    if member:
+        pub = words['client-public'].strip().encode()
+        sec = words['client-secret'].strip().encode()
+    s.curve_serverkey = words['server-public'].strip().encode()
+    s.curve_publickey, s.curve_secretkey = pub, sec
+
+
+def dealer(ctx, ep, keys, member=False):
     s = ctx.socket(zmq.DEALER)
     s.linger = 0
     # A DEALER whose handshake never completes has no peer to queue for:
     # a send would wait for one for ever. A refused send is no answer.
     s.sndtimeo = 1000
     if keys:
-        with open(keys) as f:
-            words = dict(l.split(None, 1) for l in f if ' ' in l.strip())
-        pub, sec = zmq.curve_keypair()
-        s.curve_serverkey = words['server-public'].strip().encode()
-        s.curve_publickey, s.curve_secretkey = pub, sec
+        curve(s, keys, member)
     s.connect(ep)
     return s
 
@@ -79,6 +100,41 @@ def peer(ep, keys):
     return answered(s)
 
 
+def boot_reply(s):
+    """(status, rank epoch, text) of the next BOOT_REPLY on s; exits 2
+    when none comes."""
+    if not answered(s, 5000):
+        print('no answer', flush=True)
+        os._exit(2)
+    b = s.recv_multipart()[1]
+    off = 4 + 16 + 16
+    off += 2 + struct.unpack_from('<H', b, off)[0] + 24 + 8
+    status, epoch = struct.unpack_from('<I', b)[0], struct.unpack_from('<Q', b, off)[0]
+    n = struct.unpack_from('<H', b, off + 8)[0]
+    return status, epoch, b[off + 10:off + 10 + n].decode()
+
+
+def forge(a):
+    ep, endpoint = a[0], a[2]
+    model = [int(x) for x in a[3].split(',')]
+    layers = [int(x) for x in a[4].split(',')]
+    s = dealer(zmq.Context.instance(), ep, a[5] if len(a) > 5 else None,
+               member=True)
+    if a[1] == 'live':
+        send(s, [fd.hdr(T['BOOT_LOOKUP'], 0, 1, 0x5eed),
+                 struct.pack('<4I', 0, 0, 0, 0) + struct.pack('<6I', *model)])
+        epoch = boot_reply(s)[1]
+    else:
+        epoch = int(a[1], 0)
+    body = (struct.pack('<4I', 1, 1, 1, 1) + struct.pack('<4I', 0, 0, 0, 0) +
+            fd.pstr(endpoint) + struct.pack('<6I', *model) +
+            struct.pack('<2I', *layers))
+    send(s, [fd.hdr(T['BOOT_REGISTER'], 0, 0, epoch), body])
+    status, _, text = boot_reply(s)
+    print('epoch=%016x status=%d text=%s' % (epoch, status, text), flush=True)
+    os._exit(1 if status == 0 else 0)
+
+
 def data(hostport):
     host, port = hostport.rsplit(':', 1)
     c = socket.create_connection((host, int(port)), timeout=3)
@@ -100,6 +156,8 @@ def main():
     if len(a) < 2:
         sys.exit(__doc__)
     keys = a[2] if len(a) > 2 else None
+    if a[0] == 'forge' and len(a) >= 6:
+        forge(a[1:])
     if a[0] == 'boot':
         got = boot(a[1], keys)
     elif a[0] == 'peer':
