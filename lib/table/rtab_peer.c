@@ -119,8 +119,6 @@ static struct rtab_peer *peer_slot(const struct rtab *t, uint32_t id)
 	return PUB_LOAD(&p->id) == id ? p : NULL;
 }
 
-static uint32_t free_peer_slot(const struct rtab *t, uint32_t n);
-
 int rtab_peer_upsert(struct rtab *t, const char *endpoint, uint64_t epoch,
 		     uint32_t *id, int *epoch_changed)
 {
@@ -135,11 +133,15 @@ int rtab_peer_upsert(struct rtab *t, const char *endpoint, uint64_t epoch,
 	len = strnlen(endpoint, RTAB_ENDPOINT_MAX);
 	if (len == 0 || len >= RTAB_ENDPOINT_MAX)
 		return KVW_EINVAL;
-	n = peer_count(t);
+	n = free_slot = peer_count(t);
 	for (uint32_t i = 0; i < n; i++) {
 		p = &t->peers[i];
-		if (PUB_LOAD(&p->id) != i + 1 ||
-		    strncmp(p->endpoint, endpoint, RTAB_ENDPOINT_MAX) != 0)
+		if (PUB_LOAD(&p->id) != i + 1) {
+			if (free_slot == n) /* the first a retire freed */
+				free_slot = i;
+			continue;
+		}
+		if (strncmp(p->endpoint, endpoint, RTAB_ENDPOINT_MAX) != 0)
 			continue;
 		if (epoch != 0) {
 			uint64_t old = atomic_exchange_explicit(
@@ -151,7 +153,6 @@ int rtab_peer_upsert(struct rtab *t, const char *endpoint, uint64_t epoch,
 		*id = i + 1;
 		return 0;
 	}
-	free_slot = free_peer_slot(t, n);
 	if (free_slot == n && n >= t->peer_cap)
 		return KVW_ENOMEM;
 	p = &t->peers[free_slot];
@@ -170,15 +171,6 @@ int rtab_peer_upsert(struct rtab *t, const char *endpoint, uint64_t epoch,
 		PUB_STORE(&t->hdr->peer_count, n + 1);
 	*id = free_slot + 1;
 	return 0;
-}
-
-/* The first slot below n a retire freed, or n when there is none. */
-static uint32_t free_peer_slot(const struct rtab *t, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		if (PUB_LOAD(&t->peers[i].id) == 0)
-			return i;
-	return n;
 }
 
 int rtab_peers_retire(struct rtab *t, const uint32_t *ids, uint32_t n,

@@ -32,7 +32,8 @@ start_sender() {
 	[ -n "$SENDER" ]
 }
 
-# fake ROOM NAME ARGS...: one fake_decode transfer with its own pool/socket.
+# fake ROOM NAME ARGS...: one fake_decode transfer with its own pool/socket
+# (a --decode-pool in ARGS names another: the last one given counts).
 fake() {
 	local room=$1 name=$2
 	shift 2
@@ -293,21 +294,11 @@ unauthorised() {
 	# kvwire.G.d0.pool; group G-x's decode pool is another group's.
 	POOL=/dev/shm/kvwire.$TAG.p0.pool
 	start_sender --workers 1
-	run timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" transfer \
-		--sender "$PEER" --engine "$ENG" --listen "ipc://$RUN/x.sock" \
-		--prefill-pool "$POOL" --decode-pool "/dev/shm/kvwire.${TAG}-x.d0.pool" \
-		--room 61 $PYSHAPE --expect failed --reason 7
-	echo "$output"
-	[ "$status" -eq 0 ]
+	fake 61 x --decode-pool "/dev/shm/kvwire.${TAG}-x.d0.pool" --expect failed --reason 7
 	[ "$(unauthorised)" = 1 ]
 	grep -q "REGISTER names a pool it does not own: pool /dev/shm/kvwire.${TAG}-x.d0.pool is not this group's pool of the decode at rank 0,0 (/dev/shm/kvwire.$TAG.d0.pool)" "$RUN/sender.log"
 	room_state 61 Failed
-	run timeout 30 "$PY" "$KVW_ROOT/tests/peers/fake_decode.py" transfer \
-		--sender "$PEER" --engine "$ENG" --listen "ipc://$RUN/d.sock" \
-		--prefill-pool "$POOL" --decode-pool "/dev/shm/kvwire.$TAG.d0.pool" \
-		--room 62 $PYSHAPE
-	echo "$output"
-	[ "$status" -eq 0 ]
+	fake 62 d --decode-pool "/dev/shm/kvwire.$TAG.d0.pool"
 	[ "$(unauthorised)" = 1 ]
 	room_state 62 Success
 }
