@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/random.h>
 #include <sys/uio.h>
@@ -451,7 +452,7 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 		int fd = accept4(s->cfg->listen_fd, (struct sockaddr *)&sa, &sl,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		uint8_t src[16];
-
+		int one = 1;
 		XXH3_state_t *hs;
 		struct conn *c;
 
@@ -463,6 +464,10 @@ static void take(struct sink *s, uint64_t now, uint32_t max)
 			event(s, "connection over the cap refused");
 			continue;
 		}
+		/* ACKs are 16 bytes: under Nagle a second one waits for the
+		 * writer's delayed ACK (40 ms) whenever the writer has nothing
+		 * to send meanwhile, as between a room's small batches. */
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 		source(&sa, src);
 		if (from_source(s, src) >= per_source) {
 			close(fd);

@@ -141,21 +141,21 @@ decode_has() {
 	[ "$(summary success)" = 2000 ]
 }
 
-@test "two hosts, TP 2 -> 4: 400 rooms byte-exact" {
+@test "two hosts, TP 2 -> 4: 2000 rooms byte-exact" {
 	split --workers 2 --prefill-tp 2 --decode-tp 4 $SHAPE
-	bench2 --prefill-tp 2 --decode-tp 4 --rooms 400 --pages-per-room 8 --verify
+	bench2 --prefill-tp 2 --decode-tp 4 --rooms 2000 --pages-per-room 8 --verify
 	[ "$status" -eq 0 ]
-	clean 400
-	[ "$(summary success)" = 400 ]
+	clean 2000
+	[ "$(summary success)" = 2000 ]
 }
 
-@test "two hosts, PP 2 -> 1 with draft layers: 600 rooms byte-exact" {
+@test "two hosts, PP 2 -> 1 with draft layers: 2000 rooms byte-exact" {
 	split --workers 1 --prefill-pp 2 --layers 4 --draft-layers 1 \
 		--pages 512 --heads 8 --head-dim 16 --aux-slots 64
-	bench2 --prefill-pp 2 --rooms 600 --pages-per-room 8 --verify
+	bench2 --prefill-pp 2 --rooms 2000 --pages-per-room 8 --verify
 	[ "$status" -eq 0 ]
-	clean 600
-	[ "$(summary success)" = 600 ]
+	clean 2000
+	[ "$(summary success)" = 2000 ]
 }
 
 @test "two hosts, 5 % packet loss on the decode host: every room terminal and intact, later rooms succeed" {

@@ -26,6 +26,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -149,6 +150,33 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* Connected TCP sockets of this process whose local port is the sink's
+ * (the sink runs on a thread here, so its accepted sockets are ours); of
+ * those, how many have TCP_NODELAY into *nodelay. */
+static int sink_sockets(const struct fx *f, int *nodelay)
+{
+	int n = 0;
+
+	*nodelay = 0;
+	for (int fd = 3; fd < 1024; fd++) {
+		struct sockaddr_in me, peer;
+		socklen_t ml = sizeof me, pl = sizeof peer, ol = sizeof(int);
+		int type = 0, on = 0;
+
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &ol) != 0 ||
+		    type != SOCK_STREAM ||
+		    getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+		    me.sin_family != AF_INET || ntohs(me.sin_port) != f->port ||
+		    getpeername(fd, (struct sockaddr *)&peer, &pl) != 0)
+			continue;
+		n++;
+		ol = sizeof on;
+		if (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, &ol) == 0 && on)
+			(*nodelay)++;
+	}
+	return n;
+}
+
 /* Bytes of dst that differ from zero outside [lo, hi) of every copy. */
 static void assert_only(const struct fx *f, const struct xport_copy *c,
 			size_t n)
@@ -197,6 +225,29 @@ static void test_pipelined_batches_land_exactly_where_the_copies_say(void **stat
 	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &again,
 				       f->err, sizeof f->err), 0);
 	assert_int_equal(again, rid);
+}
+
+/* The sink answers each batch with a 16-byte ACK. Under Nagle an ACK
+ * written while the previous one is unacknowledged waits for the
+ * writer's delayed ACK (40 ms) unless the writer sends something first:
+ * with a room's batches split over several decode ranks (TP 1 -> 2) that
+ * held every room 40 ms, 22 rooms/s where 1,000 went. */
+static void test_the_sinks_connections_send_acks_without_delay(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c = { .src_off = 0, .dst_off = 0, .len = 4096,
+				.src = f->src_id };
+	int nodelay = 0;
+
+	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &c.dst,
+				       f->err, sizeof f->err), 0);
+	xport_set_room(f->px, 7);
+	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err,
+					   sizeof f->err), 0);
+	/* Acked: the sink has accepted the connection by now. */
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), 0);
+	assert_int_equal(sink_sockets(f, &nodelay), 1);
+	assert_int_equal(nodelay, 1);
 }
 
 static void test_a_batch_for_a_room_not_live_is_discarded(void **state)
@@ -662,6 +713,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pipelined_batches_land_exactly_where_the_copies_say, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_the_sinks_connections_send_acks_without_delay, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_batch_for_a_room_not_live_is_discarded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_batch_whose_bytes_miss_their_checksum_is_acked_as_such, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_checksum_refusal_reaches_the_writer_as_corrupt, setup, teardown),
