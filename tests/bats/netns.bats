@@ -135,6 +135,15 @@ decode_has() {
 	split --workers 2 $SHAPE
 	grep -q "listen=tcp://10.201.0.1:17001" "$RUN/endpoints"
 	grep -q "data port 10.201.0.2:" "$RUN/d/logs/d0.log"
+	# Each host listens, and only on its advertised address (or
+	# loopback): nothing on a wildcard address, which nobody asked for.
+	nsA ss -Hltn | awk '{ print $4 }' >"$RUN/listen_a"
+	nsB ss -Hltn | awk '{ print $4 }' >"$RUN/listen_b"
+	cat "$RUN/listen_a" "$RUN/listen_b"
+	grep -q '^10\.201\.0\.1:17001$' "$RUN/listen_a"
+	grep -q '^10\.201\.0\.2:' "$RUN/listen_b"
+	[ -z "$(cat "$RUN/listen_a" "$RUN/listen_b" |
+		grep -Ev '^(10\.201\.0\.[12]|127\.0\.0\.1):[0-9]+$')" ]
 	bench2 --rooms 2000 --pages-per-room 8 --chunk-pages 3 --verify
 	[ "$status" -eq 0 ]
 	clean 2000
