@@ -180,6 +180,9 @@ role_pair() {
 	kill -TERM "$pb"
 	# Well inside the 30 s a silent peer is given.
 	wait_for 15 gone "$db"
+	# The prefill side tells the decode side before it writes its own
+	# last line: its output is whole only once it is gone too.
+	wait_for 15 gone "$pb"
 	cat "$RUN/p.out" "$RUN/d.out"
 	grep -q "stopped by a signal" "$RUN/d.out"
 	grep -q "stopped by a signal" "$RUN/p.out"
