@@ -8,11 +8,14 @@
  * full), so a steady stream of jobs costs no open or mmap per job. The
  * room's final job (FRAME_JOB_FINAL) ends the room here: Success in the
  * table and STATUS(Success) straight to its decode over a DEALER cached
- * per endpoint, one hop fewer than through the control.
+ * per endpoint, one hop fewer than through the control. Where the
+ * transport answers per job (tcp) up to WORKER_PIPE jobs are in flight at
+ * once and land in order; elsewhere each job lands before the next.
  */
 #include "worker.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,12 +40,37 @@
 /* Answers held back while a burst runs stay under this many bytes of
  * copies (~200 us at memcpy speed): big jobs are answered one by one. */
 #define WORKER_DONE_BYTES (1u << 20)
+/* Jobs in flight at once where the transport answers for each job
+ * (xport_pipelines: tcp), so a burst of small jobs costs one round trip
+ * to the decode instead of one each. Bounded so the sink's ACKs for all
+ * of it fit the socket buffers (the sink never blocks on an ACK nobody
+ * reads yet) and a room's outstanding count drops soon after its bytes
+ * land. Other transports land each job before the next is written. */
+#define WORKER_PIPE 64u
+#define WORKER_PIPE_BATCHES 1024u
+#define WORKER_PIPE_BYTES (16u << 20)
+#define NO_DST UINT32_MAX
 
 struct worker_conn {
 	uint8_t *desc; /* owned copy; NULL: free entry */
 	uint32_t len;
 	uint32_t id; /* xport remote id */
 	uint64_t used;
+	int broken;  /* a batch failed: dropped once nothing is in flight */
+};
+
+/* A job whose batches are written and whose outcome is not known yet. */
+struct inflight {
+	struct frame_msg m; /* the JOB, desc and copies cleared: they point
+			     * into a frame the channel has reused since */
+	struct rtab_ref ref;
+	uint32_t dst;    /* the remote written to; NO_DST: none */
+	uint64_t lo, hi; /* the transport's marks around its batches */
+	uint64_t bytes;  /* written */
+	uint32_t batches;
+	int rc;          /* a failure while connecting or writing */
+	int ended;       /* the room ended first: the rest was not written */
+	char why[256];
 };
 
 struct worker {
@@ -66,6 +94,11 @@ struct worker {
 		uint64_t room, bytes;
 	} done;
 	struct xport_copy batch[WORKER_BATCH];
+	/* Jobs in flight, oldest at head; landed in order, so they are
+	 * answered in order. */
+	struct inflight pipe[WORKER_PIPE];
+	uint32_t pipe_head, pipe_n, pipe_depth;
+	uint64_t pipe_batches, pipe_bytes;
 	uint64_t delay_us; /* TEST ONLY: KVW_TEST_COPY_DELAY_US */
 };
 
@@ -174,67 +207,61 @@ static struct worker_conn *conn_find(struct worker *w, struct frame_bytes d)
 	return NULL;
 }
 
-/* Moves the job's copies. Returns 0, KVW_ESTALE (room no longer live:
- * dropped), or a transport error (the room has been failed; never
- * KVW_ESTALE, so the control always tells the destinations). A failed
- * batch also drops the descriptor's mapping: a pool that shrank or was
- * removed is connected afresh (and checked again) by a later job. */
-static int job_copy(struct worker *w, const struct frame_msg *m,
-		    struct rtab_ref ref, uint64_t *bytes)
+/* A batch to remote id failed: its entries are dropped (a pool that
+ * shrank or was removed is connected afresh, and checked again, by a
+ * later job) once no job in flight still waits on them. */
+static void conn_broken(struct worker *w, uint32_t id)
+{
+	for (uint32_t i = 0; i < WORKER_CONNS; i++)
+		if (w->conns[i].desc && w->conns[i].id == id)
+			w->conns[i].broken = 1;
+}
+
+static void conns_sweep(struct worker *w)
+{
+	for (uint32_t i = 0; i < WORKER_CONNS; i++)
+		if (w->conns[i].desc && w->conns[i].broken)
+			conn_drop(w, &w->conns[i]);
+}
+
+/* Writes the job's batches to e->dst, checking before each batch after
+ * the first that the room is still live. A failure goes to e->rc; a room
+ * that ended first sets e->ended. */
+static void job_write(struct worker *w, const struct frame_msg *m,
+		      struct inflight *e)
 {
 	const struct frame_job *j = &m->u.job;
-	struct worker_conn *conn;
-	char why[256] = "";
-	uint32_t dst;
-	int rc;
 
-	rc = conn_get(w, j->desc, &dst, why, sizeof why);
-	if (rc < 0)
-		goto fail;
 	/* The decode's writer (tcp) checks this room before each batch. */
 	xport_set_room(w->x, m->hdr.room);
+	e->lo = xport_mark(w->x, e->dst);
 	for (uint32_t i = 0; i < j->copies.n; i += WORKER_BATCH) {
 		uint32_t k = j->copies.n - i < WORKER_BATCH ? j->copies.n - i
 							     : WORKER_BATCH;
 		uint64_t b = 0;
+		int rc;
 
-		if (i > 0 && !room_live(w, ref)) {
-			/* What was posted lands (or fails) before the room's
-			 * outstanding count drops: rdma and tcp post ahead. */
-			if (xport_wait(w->x, -1, why, sizeof why) < 0 &&
-			    (conn = conn_find(w, j->desc)) != NULL)
-				conn_drop(w, conn);
-			return KVW_ESTALE;
+		if (i > 0 && !room_live(w, e->ref)) {
+			e->ended = 1;
+			break;
 		}
 		test_delay(w, m->hdr.room, j->copies.n - i);
 		for (uint32_t c = 0; c < k; c++) {
 			struct frame_copy fc = frame_copies_get(j->copies, i + c);
 
 			w->batch[c] = (struct xport_copy){ fc.src_off, fc.dst_off,
-							   fc.len, w->src, dst };
+							   fc.len, w->src, e->dst };
 			b += fc.len;
 		}
-		rc = xport_write_batch(w->x, w->batch, k, why, sizeof why);
-		if (rc < 0)
-			goto drop;
-		*bytes += b;
+		rc = xport_write_batch(w->x, w->batch, k, e->why, sizeof e->why);
+		if (rc < 0) {
+			e->rc = rc;
+			break;
+		}
+		e->bytes += b;
+		e->batches++;
 	}
-	rc = xport_wait(w->x, -1, why, sizeof why);
-	if (rc < 0)
-		goto drop;
-	return room_live(w, ref) ? 0 : KVW_ESTALE;
-drop:
-	conn = conn_find(w, j->desc);
-	if (conn)
-		conn_drop(w, conn);
-fail:
-	LOG_RL(LOG_WARN, "room %llu: transfer failed: %s",
-	       (unsigned long long)m->hdr.room, why);
-	rtab_fail(w->t, ref, rc == KVW_ECORRUPT ? KVW_R_INTEGRITY
-						: KVW_R_TRANSFER);
-	/* A transport's KVW_ESTALE (pool replaced) is a failed transfer, not
-	 * a room that ended under the job. */
-	return rc == KVW_ESTALE ? KVW_ENOENT : rc;
+	e->hi = xport_mark(w->x, e->dst);
 }
 
 /* The room's final job succeeded: Success in the table (the one point
@@ -304,21 +331,15 @@ static void answer_done(struct worker *w)
 	memset(&w->done, 0, sizeof w->done);
 }
 
-static void run_job(struct worker *w, const struct frame_msg *m)
+/* The job's outcome is known: bytes and pages to the room, the room's
+ * Success after its final job, the outstanding count down, the answer to
+ * the control (successes held back for one JOB_DONE). rc: 0, KVW_ESTALE
+ * (the room ended under the job) or a failure (the room failed). */
+static void job_end(struct worker *w, const struct frame_msg *m,
+		    struct rtab_ref ref, int rc, uint64_t bytes)
 {
 	const struct frame_job *j = &m->u.job;
-	struct rtab_ref ref = { j->slot, j->generation };
-	uint64_t bytes = 0;
-	int rc;
 
-	if (!room_live(w, ref)) {
-		LOG_ROOM(LOG_DEBUG, m->hdr.room, "job dropped: room gone or ended");
-		rc = KVW_ESTALE;
-	} else {
-		rc = job_copy(w, m, ref, &bytes);
-		if (rc == KVW_ESTALE)
-			LOG_ROOM(LOG_DEBUG, m->hdr.room, "job stopped: room ended");
-	}
 	if (bytes)
 		rtab_bytes_add(w->t, ref, bytes);
 	if (rc == 0 && j->pages)
@@ -346,6 +367,116 @@ static void run_job(struct worker *w, const struct frame_msg *m)
 	}
 	answer_done(w); /* in order: the successes before this one first */
 	answer(w, m->hdr.room, j->slot, j->generation, rc, bytes, 1);
+}
+
+/* Lands the oldest job in flight: waits for its batches (what was written
+ * lands or fails before the room's outstanding count drops: tcp and rdma
+ * write ahead), decides its outcome and ends it. A failure fails the room
+ * (never KVW_ESTALE, so the control always tells the destinations). */
+static void land_oldest(struct worker *w)
+{
+	struct inflight *e = &w->pipe[w->pipe_head];
+	char why[256];
+	int rc = e->rc, r = 0;
+
+	/* After a failed write only a transport with marks has batches of
+	 * this job to read back (it answers for them again). */
+	if (e->dst != NO_DST && (rc == 0 || xport_pipelines(w->x)))
+		r = xport_wait_for(w->x, e->dst, e->lo, e->hi, why, sizeof why);
+	if (rc == 0 && r < 0) {
+		rc = r;
+		snprintf(e->why, sizeof e->why, "%s", why);
+	}
+	if (e->dst != NO_DST && rc < 0)
+		conn_broken(w, e->dst);
+	if (e->ended) {
+		LOG_ROOM(LOG_DEBUG, e->m.hdr.room, "job stopped: room ended");
+		rc = KVW_ESTALE;
+	} else if (rc < 0) {
+		LOG_RL(LOG_WARN, "room %llu: transfer failed: %s",
+		       (unsigned long long)e->m.hdr.room, e->why);
+		rtab_fail(w->t, e->ref, rc == KVW_ECORRUPT ? KVW_R_INTEGRITY
+							   : KVW_R_TRANSFER);
+		/* A transport's KVW_ESTALE (pool replaced) is a failed
+		 * transfer, not a room that ended under the job. */
+		if (rc == KVW_ESTALE)
+			rc = KVW_ENOENT;
+	} else if (!room_live(w, e->ref)) {
+		rc = KVW_ESTALE;
+	}
+	job_end(w, &e->m, e->ref, rc, e->bytes);
+	w->pipe_batches -= e->batches;
+	w->pipe_bytes -= e->bytes;
+	w->pipe_head = (w->pipe_head + 1) % WORKER_PIPE;
+	if (--w->pipe_n == 0)
+		conns_sweep(w);
+}
+
+/* Lands every job in flight (the burst is over, or a connection is about
+ * to change). */
+static void pipe_drain(struct worker *w)
+{
+	while (w->pipe_n > 0)
+		land_oldest(w);
+}
+
+/* The remote id for a job's descriptor. Connecting, or dropping a broken
+ * or least recently used entry, happens with nothing in flight: a job in
+ * flight still reads its ACKs from the connection it was written to. */
+static int conn_for(struct worker *w, struct frame_bytes d, uint32_t *id,
+		    char *err, size_t errlen)
+{
+	struct worker_conn *c = conn_find(w, d);
+
+	if (c && !c->broken) {
+		c->used = ++w->tick;
+		*id = c->id;
+		return 0;
+	}
+	pipe_drain(w);
+	return conn_get(w, d, id, err, errlen);
+}
+
+/* Writes a job and puts it in flight; lands the oldest while too much is
+ * (every job at once where the transport has no marks). */
+static void run_job(struct worker *w, const struct frame_msg *m)
+{
+	const struct frame_job *j = &m->u.job;
+	struct rtab_ref ref = { j->slot, j->generation };
+	int live = room_live(w, ref), rc = 0;
+	uint32_t dst = NO_DST;
+	char why[256] = "";
+	struct inflight *e;
+
+	if (live)
+		rc = conn_for(w, j->desc, &dst, why, sizeof why);
+	e = &w->pipe[(w->pipe_head + w->pipe_n) % WORKER_PIPE];
+	memset(e, 0, offsetof(struct inflight, why));
+	e->m = *m;
+	e->m.u.job.desc = (struct frame_bytes){ 0 };
+	e->m.u.job.copies = (struct frame_copies){ 0 };
+	e->ref = ref;
+	e->dst = rc < 0 ? NO_DST : dst;
+	snprintf(e->why, sizeof e->why, "%s", why);
+	w->pipe_n++;
+	if (!live) {
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "job dropped: room gone or ended");
+		e->ended = 1;
+	} else if (rc < 0) {
+		e->rc = rc;
+	} else {
+		job_write(w, m, e);
+		/* Later jobs for this decode connect afresh instead of
+		 * writing behind a failure. */
+		if (e->rc < 0)
+			conn_broken(w, dst);
+	}
+	w->pipe_batches += e->batches;
+	w->pipe_bytes += e->bytes;
+	while (w->pipe_n > 0 && (w->pipe_n >= w->pipe_depth ||
+				 w->pipe_batches >= WORKER_PIPE_BATCHES ||
+				 w->pipe_bytes >= WORKER_PIPE_BYTES))
+		land_oldest(w);
 }
 
 static int worker_open(struct worker *w, const struct worker_cfg *cfg,
@@ -386,6 +517,7 @@ static int worker_open(struct worker *w, const struct worker_cfg *cfg,
 			    err, errlen);
 	if (rc < 0)
 		return rc;
+	w->pipe_depth = xport_pipelines(w->x) ? WORKER_PIPE : 1;
 	w->ctx = zmq_ctx_new();
 	if (!w->ctx)
 		return kvw_errf(err, errlen, KVW_ESYS, "zmq_ctx_new: %s",
@@ -408,8 +540,8 @@ static void worker_close(struct worker *w)
 	rtab_close(&w->t);
 }
 
-/* Reads and runs every whole JOB the control has sent, then answers the
- * burst. 0, or KVW_ESYS when the channel is finished (err says why). */
+/* Reads and runs every whole JOB the control has sent, then lands what
+ * is in flight and answers the burst. 0, or KVW_ESYS when the channel is finished (err says why). */
 static int take_jobs(struct worker *w, char *err, size_t errlen)
 {
 	struct frame_msg m;
@@ -420,9 +552,12 @@ static int take_jobs(struct worker *w, char *err, size_t errlen)
 		rc = chan_recv(&w->ch, &m, why, sizeof why);
 		if (rc == KVW_EAGAIN)
 			break;
-		if (rc == KVW_ESYS)
+		if (rc == KVW_ESYS) {
+			pipe_drain(w); /* their rooms' counts still drop */
+			answer_done(w);
 			return kvw_errf(err, errlen, rc, "control channel: %s",
 					why);
+		}
 		if (rc < 0) {
 			MALFORMED(w->t, "malformed frame from the control: %s",
 				  why);
@@ -435,7 +570,8 @@ static int take_jobs(struct worker *w, char *err, size_t errlen)
 				  frame_type_str(m.hdr.type));
 		}
 	}
-	answer_done(w); /* the burst is over */
+	pipe_drain(w); /* the burst is over */
+	answer_done(w);
 	return 0;
 }
 

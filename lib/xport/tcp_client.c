@@ -30,11 +30,16 @@
 #define XTCP_IOV 512u /* iovecs per writev call (IOV_MAX is 1024) */
 #define XTCP_GROUP (1u << 20) /* payload bytes sent, then hashed */
 
-/* A batch sent and not acked yet. */
+/* A batch sent and not acked yet. A batch whose connection could not be
+ * mended is kept as lost (spans freed) until a wait has reported it, so
+ * the wait for an earlier or later mark still answers for its own
+ * batches only. Lost batches are always the oldest: every kept batch is
+ * lost at once. */
 struct kept {
 	uint64_t id, room;
 	uint32_t n;
-	struct tcp_span *s; /* owned */
+	int lost;
+	struct tcp_span *s; /* owned; NULL once lost */
 };
 
 struct tcp_client {
@@ -46,6 +51,7 @@ struct tcp_client {
 	int has_group;
 	uint64_t next_id;
 	uint64_t redials;
+	char lost_why[256]; /* why the lost batches were lost */
 	uint32_t resend_ms;
 	struct kept *q; /* ring of unacked batches, oldest at head */
 	uint32_t head, n, cap;
@@ -115,6 +121,22 @@ static void forget_all(struct tcp_client *c)
 {
 	while (c->n)
 		forget_head(c);
+}
+
+/* Every kept batch becomes lost (see struct kept). */
+static void lose_all(struct tcp_client *c)
+{
+	for (uint32_t i = 0; i < c->n; i++) {
+		free(at(c, i)->s);
+		at(c, i)->s = NULL;
+		at(c, i)->lost = 1;
+	}
+}
+
+/* 1 while a kept batch still waits for its ACK (the newest is not lost). */
+static int live_kept(struct tcp_client *c)
+{
+	return c->n > 0 && !at(c, c->n - 1)->lost;
 }
 
 static void hang_up(struct tcp_client *c)
@@ -217,7 +239,7 @@ static int put_batch(struct tcp_client *c, const struct kept *b)
 
 /* Makes the connection whole: re-dials (pausing 10 ms, doubling to 500 ms)
  * and sends every kept batch again, until it works or the resend window
- * is spent. 0, or KVW_ESYS (every kept batch forgotten). */
+ * is spent. 0, or KVW_ESYS (every kept batch lost). */
 static int mend(struct tcp_client *c, char *err, size_t errlen)
 {
 	uint64_t end = mono_ms() + c->resend_ms;
@@ -231,8 +253,9 @@ static int mend(struct tcp_client *c, char *err, size_t errlen)
 		c->fd = dial(c, why, sizeof why);
 		if (c->fd >= 0) {
 			c->redials++;
-			for (i = 0; i < c->n && put_batch(c, at(c, i)) == 0; i++)
-				;
+			for (i = 0; i < c->n; i++)
+				if (!at(c, i)->lost && put_batch(c, at(c, i)) < 0)
+					break;
 			if (i == c->n)
 				return 0;
 			hang_up(c);
@@ -242,10 +265,11 @@ static int mend(struct tcp_client *c, char *err, size_t errlen)
 		poll(NULL, 0, (int)pause);
 		pause = pause < 250 ? 2 * pause : 500;
 	}
-	forget_all(c);
-	return kvw_errf(err, errlen, KVW_ESYS,
-			"tcp: connection to the decode lost and not mended "
-			"within %u ms: %s", c->resend_ms, why);
+	lose_all(c);
+	snprintf(c->lost_why, sizeof c->lost_why,
+		 "tcp: connection to the decode lost and not mended within "
+		 "%u ms: %s", c->resend_ms, why);
+	return kvw_errf(err, errlen, KVW_ESYS, "%s", c->lost_why);
 }
 
 int tcp_client_open(struct tcp_client **out, const char *host, uint16_t port,
@@ -319,6 +343,7 @@ int tcp_client_send(struct tcp_client *c, uint64_t room,
 		return kvw_errf(err, errlen, KVW_ENOMEM, "tcp: out of memory");
 	memcpy(b->s, s, n * sizeof *s);
 	b->n = (uint32_t)n;
+	b->lost = 0;
 	b->id = c->next_id++;
 	b->room = room;
 	c->n++;
@@ -350,40 +375,73 @@ static int refusal(uint32_t st, char *err, size_t errlen)
 	}
 }
 
-int tcp_client_wait(struct tcp_client *c, char *err, size_t errlen)
+/* Reads ACKs until every batch below mark hi is answered and answers for
+ * those from mark lo on: 0, or the first refusal or loss among them (lost
+ * batches count only where `lost` says so). */
+static int collect(struct tcp_client *c, uint64_t lo, uint64_t hi, int lost,
+		   char *err, size_t errlen)
 {
+	char why[256];
 	int first = 0, rc;
 
-	while (c->n > 0) {
+	while (c->n > 0 && at(c, 0)->id < hi) {
+		uint64_t id = at(c, 0)->id;
 		uint8_t a[TCP_ACK_LEN];
 		uint32_t st;
 
+		if (at(c, 0)->lost) {
+			if (lost && id >= lo && first == 0)
+				first = kvw_errf(err, errlen, KVW_ESYS, "%s",
+						 c->lost_why);
+			forget_head(c);
+			continue;
+		}
 		if (c->fd < 0 || xnet_io_all(c->fd, a, sizeof a, 0) < 0 ||
-		    le_get(a, 4) != TCP_MAGIC_ACK ||
-		    le_get(a + 8, 8) != at(c, 0)->id) {
-			rc = mend(c, err, errlen);
-			if (rc)
-				return first ? first : rc;
+		    le_get(a, 4) != TCP_MAGIC_ACK || le_get(a + 8, 8) != id) {
+			rc = mend(c, why, sizeof why);
+			if (rc && id >= lo && first == 0)
+				first = kvw_errf(err, errlen, rc, "%s", why);
 			continue;
 		}
 		st = (uint32_t)le_get(a + 4, 4);
 		forget_head(c);
-		if (st != TCP_OK && first == 0)
+		if (st != TCP_OK && id >= lo && first == 0)
 			first = refusal(st, err, errlen);
 		/* A refused batch closes the sink's side: start afresh (the
 		 * rest of the kept batches go again on the new connection). */
 		if (st == TCP_BAD) {
 			hang_up(c);
-			if (c->n > 0 && mend(c, err, errlen) != 0)
-				return first;
+			if (live_kept(c))
+				(void)mend(c, why, sizeof why);
 		}
 	}
 	return first;
 }
 
+int tcp_client_wait(struct tcp_client *c, char *err, size_t errlen)
+{
+	/* Lost batches were reported by the send or wait that lost them. */
+	return collect(c, 0, c->next_id, 0, err, errlen);
+}
+
+uint64_t tcp_client_mark(const struct tcp_client *c)
+{
+	return c->next_id;
+}
+
+int tcp_client_wait_for(struct tcp_client *c, uint64_t lo, uint64_t hi,
+			char *err, size_t errlen)
+{
+	return collect(c, lo, hi, 1, err, errlen);
+}
+
 uint32_t tcp_client_unacked(const struct tcp_client *c)
 {
-	return c->n;
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < c->n; i++)
+		n += !c->q[(c->head + i) % c->cap].lost;
+	return n;
 }
 
 uint64_t tcp_client_redials(const struct tcp_client *c)

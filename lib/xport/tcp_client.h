@@ -43,7 +43,8 @@ void tcp_client_close(struct tcp_client **c);
 /* Sends one batch of n (1..TCP_MAX_COPIES) spans for room, and keeps it
  * until acked. A broken connection is re-dialled and every unacked batch
  * sent again first. 0, or KVW_ESYS (the connection could not be made
- * whole within the resend window: every unacked batch is forgotten) or
+ * whole within the resend window: every unacked batch is lost, and
+ * wait_for answers KVW_ESYS for each; wait does not report them again) or
  * KVW_ENOMEM, with the reason in err. */
 int tcp_client_send(struct tcp_client *c, uint64_t room,
 		    const struct tcp_span *s, size_t n, char *err,
@@ -56,7 +57,20 @@ int tcp_client_send(struct tcp_client *c, uint64_t room,
  * KVW_ESYS (connection lost for good), with the reason in err. */
 int tcp_client_wait(struct tcp_client *c, char *err, size_t errlen);
 
-/* Batches sent and not acked yet; times the connection was re-dialled. */
+/* Marks for a wait that answers for some batches only (several jobs
+ * in flight on one connection): the mark after the batches sent so far. */
+uint64_t tcp_client_mark(const struct tcp_client *c);
+
+/* Reads ACKs until every batch sent before mark hi is answered, and
+ * answers for those sent from mark lo on only: 0 when each of them landed
+ * intact, else the first refusal as for wait, or KVW_ESYS for one lost
+ * with its connection (also when a send or an earlier wait already said
+ * so). Batches before lo that are still unanswered are read, and their
+ * outcome dropped: call in the order of the marks. */
+int tcp_client_wait_for(struct tcp_client *c, uint64_t lo, uint64_t hi,
+			char *err, size_t errlen);
+
+/* Batches sent and not acked yet (lost ones not counted); times the connection was re-dialled. */
 uint32_t tcp_client_unacked(const struct tcp_client *c);
 uint64_t tcp_client_redials(const struct tcp_client *c);
 

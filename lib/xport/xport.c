@@ -130,3 +130,21 @@ void xport_set_room(struct xport *x, uint64_t room)
 	if (x && x->ops->set_room)
 		x->ops->set_room(x, room);
 }
+
+int xport_pipelines(const struct xport *x)
+{
+	return x && x->ops->mark && x->ops->wait_for;
+}
+
+uint64_t xport_mark(struct xport *x, uint32_t dst)
+{
+	return xport_pipelines(x) ? x->ops->mark(x, dst) : 0;
+}
+
+int xport_wait_for(struct xport *x, uint32_t dst, uint64_t lo, uint64_t hi,
+		   char *err, size_t errlen)
+{
+	if (!xport_pipelines(x))
+		return xport_wait(x, -1, err, errlen);
+	return x->ops->wait_for(x, dst, lo, hi, err, errlen);
+}

@@ -106,6 +106,18 @@ struct xport_ops {
 	 * whose writer at the decode checks the room before it writes (tcp).
 	 * NULL: the transport does not need it. */
 	void (*set_room)(struct xport *x, uint64_t room);
+	/* Optional, both or neither, for a transport that reports landings
+	 * per remote in the order the batches were written (tcp), so a
+	 * writer can keep several jobs in flight and learn each one's
+	 * outcome: mark is a position after the batches written to remote
+	 * dst so far; wait_for returns once every batch to dst written
+	 * before mark hi has landed or failed, answering for those written
+	 * from mark lo on only (0, or the first failure among them, also
+	 * one that write_batch reported already). Call it in the order of
+	 * the marks. NULL: wait is the only way to learn of landings. */
+	uint64_t (*mark)(struct xport *x, uint32_t dst);
+	int (*wait_for)(struct xport *x, uint32_t dst, uint64_t lo,
+			uint64_t hi, char *err, size_t errlen);
 };
 
 /* Returns the ops table named `name` ("shm", "tcp", "rdma", "cuda"), or NULL
@@ -146,6 +158,15 @@ void xport_close(struct xport **x);
 /* Tags the next batches with their room (see ops->set_room); a no-op for
  * transports without one. */
 void xport_set_room(struct xport *x, uint64_t room);
+/* 1 when the transport answers for the batches between two marks
+ * (ops->mark and ops->wait_for), else 0. */
+int xport_pipelines(const struct xport *x);
+/* ops->mark, or 0 for a transport without marks. */
+uint64_t xport_mark(struct xport *x, uint32_t dst);
+/* ops->wait_for; without marks, xport_wait with no time limit (every
+ * batch of every remote). */
+int xport_wait_for(struct xport *x, uint32_t dst, uint64_t lo, uint64_t hi,
+		   char *err, size_t errlen);
 
 /* shm only: what a descriptor names, read and checked (magic, version,
  * lengths, a kvwire pool path) without opening anything, so a control

@@ -379,6 +379,28 @@ static int xtcp_wait(struct xport *x, int timeout_ms, char *err,
 	return first;
 }
 
+static uint64_t xtcp_mark(struct xport *x, uint32_t dst)
+{
+	struct xtcp_xport *t = XPORT_SELF(struct xtcp_xport, x);
+
+	return dst < t->nrmt && t->rmt[dst].cl ? tcp_client_mark(t->rmt[dst].cl)
+					       : 0;
+}
+
+static int xtcp_wait_for(struct xport *x, uint32_t dst, uint64_t lo,
+			 uint64_t hi, char *err, size_t errlen)
+{
+	struct xtcp_xport *t = XPORT_SELF(struct xtcp_xport, x);
+
+	/* Its batches went with the connection (disconnect forgets them). */
+	if (dst >= t->nrmt || !t->rmt[dst].cl)
+		return lo < hi ? kvw_errf(err, errlen, KVW_ESYS,
+					  "tcp: remote %u disconnected with "
+					  "batches in flight", dst)
+			       : 0;
+	return tcp_client_wait_for(t->rmt[dst].cl, lo, hi, err, errlen);
+}
+
 static void xtcp_close(struct xport **x)
 {
 	struct xtcp_xport *t;
@@ -408,4 +430,6 @@ const struct xport_ops xport_tcp_ops = {
 	.wait = xtcp_wait,
 	.close = xtcp_close,
 	.set_room = xtcp_set_room,
+	.mark = xtcp_mark,
+	.wait_for = xtcp_wait_for,
 };

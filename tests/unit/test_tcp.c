@@ -9,7 +9,9 @@
  * KVW_ECORRUPT (the room's reason `integrity`); a link cut mid-batch (a
  * proxy that breaks) is re-dialled and the unacked batches resent until
  * every byte is in, and a decode gone for good fails them after the
- * resend window; a peer that stops inside a batch is closed; a client that
+ * resend window; jobs in flight on one connection each hear their own
+ * outcome (a refusal, or a loss with the connection, is the job's whose
+ * batch earned it); a peer that stops inside a batch is closed; a client that
  * answers the sink's challenge without the group's data key is refused; and
  * hostile peers at
  * the data port - a wrong secret, garbage, a valid header whose copy lies
@@ -594,6 +596,23 @@ static void test_a_link_broken_mid_batch_is_redialled_and_unacked_batches_resent
 	proxy_stop(&p);
 }
 
+/* Connects through a proxy with a 300 ms resend window, then makes the
+ * decode gone for good: the link breaks after 100 bytes and no dial gets
+ * through again. The remote's id. */
+static uint32_t connect_then_lose(struct fx *f, struct proxy *p, uint8_t *desc)
+{
+	uint32_t rid;
+
+	setenv("KVW_TCP_RESEND_MS", "300", 1);
+	proxy_start(f, p, desc);
+	assert_int_equal(xport_connect(f->px, desc, f->desclen, &rid, f->err,
+				       sizeof f->err), 0);
+	unsetenv("KVW_TCP_RESEND_MS");
+	atomic_store(&p->refuse, 1);
+	atomic_store(&p->cut_after, 100);
+	return rid;
+}
+
 static void test_a_decode_gone_for_good_fails_the_batches_after_the_resend_window(void **state)
 {
 	struct fx *f = *state;
@@ -602,13 +621,7 @@ static void test_a_decode_gone_for_good_fails_the_batches_after_the_resend_windo
 	struct proxy p;
 	uint32_t rid;
 
-	setenv("KVW_TCP_RESEND_MS", "300", 1);
-	proxy_start(f, &p, desc);
-	assert_int_equal(xport_connect(f->px, desc, f->desclen, &rid, f->err,
-				       sizeof f->err), 0);
-	unsetenv("KVW_TCP_RESEND_MS");
-	atomic_store(&p.refuse, 1);
-	atomic_store(&p.cut_after, 100);
+	rid = connect_then_lose(f, &p, desc);
 	c.dst = rid;
 	xport_set_room(f->px, 8);
 	/* The send may still fit in the socket buffers (then the wait meets
@@ -623,6 +636,83 @@ static void test_a_decode_gone_for_good_fails_the_batches_after_the_resend_windo
 	assert_non_null(strstr(f->err, "not mended within 300 ms"));
 	assert_true(f->st.batches == 0); /* nothing was acked as landed */
 	xport_disconnect(f->px, rid);
+	proxy_stop(&p);
+}
+
+/* A worker keeps several jobs in flight on one connection and learns
+ * each one's outcome from the marks around its batches: a refusal is the
+ * job's that earned it, not the one waited for first. */
+static void test_jobs_in_flight_on_one_connection_each_hear_their_own_outcome(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c[4];
+	uint64_t room[3] = { 7, NOT_LIVE_ROOM, 8 }, mark[4];
+	uint32_t rid;
+
+	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &rid,
+				       f->err, sizeof f->err), 0);
+	for (uint32_t i = 0; i < 4; i++)
+		c[i] = (struct xport_copy){ .src_off = 65536u * i + 99,
+			.dst_off = 65536u * (7 - i), .len = 40000,
+			.src = f->src_id, .dst = rid };
+	assert_true(xport_pipelines(f->px));
+	/* Job 0: one batch; job 1 (room not live): one; job 2: two. */
+	mark[0] = xport_mark(f->px, rid);
+	for (uint32_t j = 0, b = 0; j < 3; j++) {
+		xport_set_room(f->px, room[j]);
+		for (uint32_t k = 0; k < (j == 2 ? 2u : 1u); k++, b++)
+			assert_int_equal(xport_write_batch(f->px, &c[b], 1, f->err,
+							   sizeof f->err), 0);
+		mark[j + 1] = xport_mark(f->px, rid);
+	}
+	assert_int_equal(xport_wait_for(f->px, rid, mark[0], mark[1], f->err,
+					sizeof f->err), 0);
+	assert_int_equal(xport_wait_for(f->px, rid, mark[1], mark[2], f->err,
+					sizeof f->err), KVW_ENOENT);
+	assert_non_null(strstr(f->err, "not live"));
+	assert_int_equal(xport_wait_for(f->px, rid, mark[2], mark[3], f->err,
+					sizeof f->err), 0);
+	c[1] = c[3]; /* job 1's copy never landed */
+	assert_only(f, c, 3);
+	assert_true(f->st.not_live == 1);
+}
+
+/* A decode gone for good loses every batch in flight: each job's wait
+ * fails, also one whose batches the failed send of a later job lost (a
+ * lost batch is never taken for a landed one). */
+static void test_jobs_in_flight_to_a_decode_gone_for_good_each_fail(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c[2];
+	uint8_t desc[KVW_MAX_DESC];
+	uint64_t mark[3];
+	struct proxy p;
+	uint32_t rid;
+
+	rid = connect_then_lose(f, &p, desc);
+	mark[0] = xport_mark(f->px, rid);
+	for (uint32_t j = 0; j < 2; j++) {
+		c[j] = (struct xport_copy){ .src_off = 0, .dst_off = 262144u * j,
+			.len = 262144, .src = f->src_id, .dst = rid };
+		xport_set_room(f->px, 7 + j);
+		/* Either fits the socket buffers or meets the cut itself. */
+		(void)xport_write_batch(f->px, &c[j], 1, f->err, sizeof f->err);
+		mark[j + 1] = xport_mark(f->px, rid);
+	}
+	assert_true(mark[1] > mark[0] && mark[2] > mark[1]);
+	for (uint32_t j = 0; j < 2; j++) {
+		f->err[0] = '\0';
+		assert_int_equal(xport_wait_for(f->px, rid, mark[j], mark[j + 1],
+						f->err, sizeof f->err), KVW_ESYS);
+		assert_non_null(strstr(f->err, "not mended within 300 ms"));
+	}
+	assert_int_equal(xport_wait_for(f->px, rid, mark[2], mark[2], f->err,
+					sizeof f->err), 0);
+	assert_true(f->st.batches == 0); /* nothing was acked as landed */
+	xport_disconnect(f->px, rid);
+	/* Gone with its connection: still a failure, never a landing. */
+	assert_int_equal(xport_wait_for(f->px, rid, mark[0], mark[2], f->err,
+					sizeof f->err), KVW_ESYS);
 	proxy_stop(&p);
 }
 
@@ -719,6 +809,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_checksum_refusal_reaches_the_writer_as_corrupt, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_link_broken_mid_batch_is_redialled_and_unacked_batches_resent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_decode_gone_for_good_fails_the_batches_after_the_resend_window, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_jobs_in_flight_on_one_connection_each_hear_their_own_outcome, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_jobs_in_flight_to_a_decode_gone_for_good_each_fail, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_peer_that_stops_inside_a_batch_is_closed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_client_without_the_groups_data_key_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copies_outside_either_side_are_refused_before_sending, setup, teardown),
