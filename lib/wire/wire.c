@@ -88,7 +88,10 @@ int wire_bind(void *sock, const char *endpoint, unsigned mode, char *err,
 	 * before the chmod below sets what the caller asked. */
 	if (path)
 		old = umask(0177);
-	rc = zmq_bind(sock, endpoint);
+	/* libzmq first runs its socket's pending commands, and a signal
+	 * there fails the call with EINTR before anything is done: again. */
+	while ((rc = zmq_bind(sock, endpoint)) != 0 && errno == EINTR)
+		;
 	e = errno;
 	if (path)
 		umask(old);
@@ -107,7 +110,10 @@ int wire_connect(void *sock, const char *endpoint, char *err, size_t errlen)
 
 	if (rc)
 		return rc;
-	if (zmq_connect(sock, endpoint) == 0)
+	/* EINTR: interrupted before anything was done (see wire_bind). */
+	while ((rc = zmq_connect(sock, endpoint)) != 0 && errno == EINTR)
+		;
+	if (rc == 0)
 		return 0;
 	rc = errno == EINVAL || errno == EPROTONOSUPPORT ||
 	     errno == ENOCOMPATPROTO ? KVW_EINVAL : KVW_ESYS;

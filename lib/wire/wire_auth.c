@@ -19,6 +19,27 @@
 #include "base/kvw.h"
 #include "base/log.h"
 
+/* zmq_connect / zmq_bind again when a signal interrupted them: libzmq
+ * runs the socket's pending commands first and gives up with EINTR
+ * before it has done anything. */
+static int connect_again(void *s, const char *ep)
+{
+	int rc;
+
+	while ((rc = zmq_connect(s, ep)) != 0 && errno == EINTR)
+		;
+	return rc;
+}
+
+static int bind_again(void *s, const char *ep)
+{
+	int rc;
+
+	while ((rc = zmq_bind(s, ep)) != 0 && errno == EINTR)
+		;
+	return rc;
+}
+
 #define ZAP_EP "inproc://zeromq.zap.01"
 #define ZAP_MAX_CTX 8u
 
@@ -134,7 +155,7 @@ int wire_auth_watch(void *ctx, void *sock, char *err, size_t errlen)
 				zmq_strerror(errno));
 	p = zmq_socket(ctx, ZMQ_PAIR);
 	if (!p || zmq_setsockopt(p, ZMQ_LINGER, &zero, sizeof zero) ||
-	    zmq_connect(p, ep) != 0) {
+	    connect_again(p, ep) != 0) {
 		if (p)
 			zmq_close(p);
 		return kvw_errf(err, errlen, KVW_ESYS, "monitor: %s",
@@ -327,7 +348,7 @@ int wire_auth_zap_start(void *ctx, char *err, size_t errlen)
 	 * the handler exists before anyone can reach it. */
 	s = zmq_socket(ctx, ZMQ_REP);
 	if (!s || zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) ||
-	    zmq_bind(s, ZAP_EP) != 0) {
+	    bind_again(s, ZAP_EP) != 0) {
 		rc = kvw_errf(err, errlen, KVW_ESYS, "ZAP: %s",
 			      zmq_strerror(errno));
 		goto out;
