@@ -15,8 +15,8 @@
 #include "worker.h"
 
 #include <errno.h>
-#include <stddef.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -541,7 +541,8 @@ static void worker_close(struct worker *w)
 }
 
 /* Reads and runs every whole JOB the control has sent, then lands what
- * is in flight and answers the burst. 0, or KVW_ESYS when the channel is finished (err says why). */
+ * is in flight and answers the burst. 0, or KVW_ESYS when the channel is
+ * finished (err says why). */
 static int take_jobs(struct worker *w, char *err, size_t errlen)
 {
 	struct frame_msg m;
