@@ -37,6 +37,8 @@
 #define XTCP_IOV 512u /* iovecs per writev call (IOV_MAX is 1024) */
 #define XTCP_GROUP (1u << 20) /* payload bytes sent, then MACed */
 #define TCP_STRIKES 3u /* connections a batch may fail integrity on */
+#define TCP_LOSSES 8u  /* connections in a row a batch may be unanswered
+			* on (a tamperer that cuts every connection) */
 
 /* A batch sent and not acked yet. A batch whose connection could not be
  * mended is kept as lost (spans freed) until a wait has reported it, so
@@ -47,6 +49,7 @@ struct kept {
 	uint64_t id, room, inc;
 	uint32_t n;
 	uint32_t strikes; /* connections it failed integrity on */
+	uint32_t losses;  /* connections lost with it unanswered */
 	int lost;
 	struct tcp_span *s; /* owned; NULL once lost */
 };
@@ -522,6 +525,7 @@ int tcp_client_send(struct tcp_client *c, uint64_t room, uint64_t inc,
 	b->room = room;
 	b->inc = inc;
 	b->strikes = 0;
+	b->losses = 0;
 	c->n++;
 	/* Kept before it is sent: a break now resends it with the rest. */
 	if (c->fd >= 0 && put_batch(c, b) == 0)
@@ -608,6 +612,20 @@ static int collect(struct tcp_client *c, uint64_t lo, uint64_t hi, int lost,
 			continue;
 		}
 		if (c->fd < 0 || xnet_io_all(c->fd, a, sizeof a, 0) < 0) {
+			if (++at(c, 0)->losses >= TCP_LOSSES) {
+				/* Never answered: fails, never lands. */
+				forget_head(c);
+				if (id >= lo && first == 0)
+					first = kvw_errf(err, errlen,
+							 KVW_ESYS, "tcp: batch "
+							 "unanswered on %u "
+							 "connections in a row",
+							 TCP_LOSSES);
+				hang_up(c);
+				if (live_kept(c))
+					(void)mend(c, why, sizeof why);
+				continue;
+			}
 			rc = mend(c, why, sizeof why);
 			if (rc && id >= lo && first == 0)
 				first = kvw_errf(err, errlen, rc, "%s", why);

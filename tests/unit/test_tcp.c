@@ -532,6 +532,8 @@ struct proxy {
 	int mode;
 	long at, at2, first, len;
 	uint8_t saved[1 << 18]; /* T_REPLAY: the batch kept to replay */
+	const uint8_t *needle;  /* 32 source bytes to look for on the wire */
+	atomic_long found;      /* times seen, client to sink */
 	pthread_t th;
 };
 
@@ -546,6 +548,9 @@ static int pump(struct proxy *p, int dir, int from, int to, long *count)
 
 	if (k <= 0)
 		return -1;
+	for (const uint8_t *h = buf; dir == 0 && p->needle &&
+	     (h = memmem(h, (size_t)(buf + k - h), p->needle, 32)); h++)
+		atomic_fetch_add(&p->found, 1);
 	for (long i = 0; on && dir == 0 && i < k; i++) {
 		long pos = o + i;
 
@@ -643,9 +648,9 @@ static void *proxy_main(void *arg)
 	return NULL;
 }
 
-/* Starts a proxy to the fixture's sink; *desc becomes the fixture's
- * descriptor naming the proxy's port. */
-static void proxy_start(struct fx *f, struct proxy *p, uint8_t *desc)
+/* A proxy to the fixture's sink, not started; *desc becomes the
+ * fixture's descriptor naming the proxy's port. */
+static void proxy_prepare(struct fx *f, struct proxy *p, uint8_t *desc)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	socklen_t al = sizeof a;
@@ -661,6 +666,12 @@ static void proxy_start(struct fx *f, struct proxy *p, uint8_t *desc)
 	p->port = ntohs(a.sin_port);
 	memcpy(desc, f->desc, f->desclen);
 	le_put(desc + 6, p->port, 2);
+}
+
+/* Prepares and starts one (its tampering set before the thread runs). */
+static void proxy_start(struct fx *f, struct proxy *p, uint8_t *desc)
+{
+	proxy_prepare(f, p, desc);
 	assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
 }
 
@@ -669,6 +680,8 @@ static void proxy_stop(struct proxy *p)
 	atomic_store(&p->stop, 1);
 	pthread_join(p->th, NULL);
 }
+
+static long seen_on_wire; /* source patterns the last proxy saw */
 
 /* The tampering tests' traffic: 4 batches of 2 copies of 8 KiB, the
  * copies' destinations reversed against their sources. */
@@ -688,12 +701,14 @@ static int tampered_run(struct fx *f, int mode, long at, long at2,
 	uint32_t rid;
 	int rc;
 
-	proxy_start(f, &p, desc);
+	proxy_prepare(f, &p, desc);
+	p.needle = (const uint8_t *)pool_base(f->src) + 3;
 	p.mode = mode;
 	p.at = at;
 	p.at2 = at2;
 	p.first = first;
 	p.len = len;
+	assert_int_equal(pthread_create(&p.th, NULL, proxy_main, &p), 0);
 	assert_int_equal(xport_connect(f->px, desc, f->desclen, &rid, f->err,
 				       sizeof f->err), 0);
 	for (uint32_t i = 0; i < 8; i++)
@@ -707,6 +722,7 @@ static int tampered_run(struct fx *f, int mode, long at, long at2,
 						   sizeof f->err), 0);
 	rc = xport_wait(f->px, -1, f->err, sizeof f->err);
 	assert_true(atomic_load(&p.accepts) >= 2); /* re-dialled */
+	seen_on_wire = atomic_load(&p.found);
 	xport_disconnect(f->px, rid);
 	proxy_stop(&p);
 	return rc;
@@ -733,6 +749,7 @@ static void test_a_flipped_payload_bit_is_caught_and_resent(void **state)
 
 	assert_caught_at_sink(f, tampered_run(f, T_FLIP, T_PAYLOAD0 + 100, 0, 0,
 					      0, 8, c), c);
+	assert_true(seen_on_wire > 0); /* in clear without --encrypt */
 }
 
 static void test_a_flipped_copy_list_bit_is_caught_and_resent(void **state)
@@ -790,6 +807,20 @@ static void test_a_forged_ack_ok_is_never_believed(void **state)
 	assert_true(integrity >= 1);
 	assert_true(redials >= 1);
 	assert_true(f->st.batches == 0);
+}
+
+/* --encrypt: the payload travels as AES-256-GCM ciphertext (a relay
+ * that looks for the source bytes on the wire finds none), lands
+ * decrypted, and a flipped ciphertext bit is caught and resent. */
+static void test_encrypted_batches_land_right_and_tampering_is_caught(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c[8];
+
+	assert_int_equal(xport_tcp_set_encrypt(f->px, 1), 0);
+	assert_caught_at_sink(f, tampered_run(f, T_FLIP, T_PAYLOAD0 + 100, 0, 0,
+					      0, 8, c), c);
+	assert_int_equal(seen_on_wire, 0);
 }
 
 /* 1,000 connections that never say hello (no keys) hold no slot a peer
@@ -1080,6 +1111,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_replayed_batch_is_caught_and_resent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_dropped_batch_is_caught_and_resent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_forged_ack_ok_is_never_believed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_encrypted_batches_land_right_and_tampering_is_caught, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_thousand_idle_keyless_connections_never_keep_a_client_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_link_broken_mid_batch_is_redialled_and_unacked_batches_resent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_decode_gone_for_good_fails_the_batches_after_the_resend_window, setup, teardown),
