@@ -343,7 +343,10 @@ static int put_batch(struct tcp_client *c, const struct kept *b)
 		    c->hdr + TCP_BATCH_LEN + clen);
 	c->iov[nio++] = (struct iovec){ c->hdr,
 					TCP_BATCH_LEN + clen + TCP_TAG_BYTES };
-	tcp_mac_begin(&c->out, seq, TCP_TAG_BODY);
+	if (c->encrypt)
+		tcp_mac_begin_sealed(&c->out, seq);
+	else
+		tcp_mac_begin(&c->out, seq, TCP_TAG_BODY);
 	tcp_mac_add(&c->out, c->hdr + TCP_BATCH_LEN + clen, TCP_TAG_BYTES);
 	if (c->encrypt) {
 		if (flush(c, nio) < 0 || put_sealed(c, b) < 0)

@@ -1,11 +1,12 @@
 /*
  * tcp_mac.h - the tags of tcp protocol v4 (tcp_proto.h, TCPV4.md): one
- * direction of one connection. With the group's keys a tag is GMAC
- * (AES-256-GCM through OpenSSL, AAD only; measured the fastest sound MAC
- * here, bench/README.md) under the direction's connection key, with the
- * IV (seq, kind) so no IV repeats under one key; with ENCRYPT the body is
- * AES-256-GCM proper. Without group keys (--insecure) a tag is the
- * unkeyed XXH3-128 of the same bytes: it catches a flipped bit, never an
+ * direction of one connection. With the group's keys a tag is Poly1305
+ * (OpenSSL) under a one-time key per tag, drawn from ChaCha20 under the
+ * direction's connection key with the nonce (seq, kind), so no key is
+ * used twice (RFC 8439's construction; measured the fastest sound MAC
+ * here, bench/README.md); with ENCRYPT the body is AES-256-GCM with the
+ * IV (seq, kind). Without group keys (--insecure) a tag is the unkeyed
+ * XXH3-128 of the same bytes: it catches a flipped bit, never an
  * attacker. A sender's side computes tags, a receiver's side checks them
  * (and decrypts).
  */
@@ -21,9 +22,13 @@
 enum tcp_tag_kind { TCP_TAG_HEAD = 0, TCP_TAG_BODY = 1, TCP_TAG_ACK = 2 };
 
 struct tcp_mac {
-	void *evp;      /* EVP_CIPHER_CTX, keyed; NULL: --insecure */
+	void *poly;     /* EVP_MAC_CTX (Poly1305); NULL: --insecure */
+	void *otk;      /* EVP_CIPHER_CTX: ChaCha20, the one-time keys */
+	void *gcm;      /* EVP_CIPHER_CTX: AES-256-GCM (ENCRYPT bodies) */
 	void *xs;       /* XXH3_state_t (--insecure) */
+	uint8_t key[TCP_KEY_LEN];
 	int sender;     /* 1: computes tags (encrypts), 0: checks (decrypts) */
+	int mode;       /* the tag under way: xxh3, Poly1305 or GCM */
 };
 
 /* key: TCP_KEY_LEN bytes, or NULL for --insecure. 0 or KVW_ENOMEM. */
@@ -32,11 +37,13 @@ void tcp_mac_free(struct tcp_mac *m);
 
 /* Starts one tag. */
 void tcp_mac_begin(struct tcp_mac *m, uint64_t seq, enum tcp_tag_kind kind);
+/* Starts an ENCRYPT body (keyed only): AES-256-GCM, IV (seq, BODY). */
+void tcp_mac_begin_sealed(struct tcp_mac *m, uint64_t seq);
 /* Bytes covered by the tag, not encrypted. */
 void tcp_mac_add(struct tcp_mac *m, const void *p, size_t n);
-/* ENCRYPT only (keyed): n bytes from in to out (may be equal), encrypted
- * by a sender, decrypted by a receiver; covered by the tag. After every
- * tcp_mac_add of this tag. */
+/* After tcp_mac_begin_sealed only: n bytes from in to out (may be
+ * equal), encrypted by a sender, decrypted by a receiver; covered by the
+ * tag. After every tcp_mac_add of this tag. */
 void tcp_mac_crypt(struct tcp_mac *m, const uint8_t *in, uint8_t *out,
 		   size_t n);
 /* Sender: the tag. */

@@ -409,7 +409,10 @@ static int copy_list(struct sink *s, struct conn *c)
 	c->left = c->total;
 	/* The body tag covers the head tag, so a body cannot be spliced
 	 * under another head. */
-	tcp_mac_begin(&c->in, c->seq_in, TCP_TAG_BODY);
+	if (c->encrypt)
+		tcp_mac_begin_sealed(&c->in, c->seq_in);
+	else
+		tcp_mac_begin(&c->in, c->seq_in, TCP_TAG_BODY);
 	tcp_mac_add(&c->in, c->copies + clen, TCP_TAG_BYTES);
 	c->ci = 0;
 	c->coff = 0;
