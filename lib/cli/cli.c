@@ -19,7 +19,6 @@
 #include "base/log.h"
 #include "plan/shape.h"
 #include "wire/wire_auth.h"
-#include "xport/xport.h"
 
 /* The common options' vals, above every value cli_next returns. */
 enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE, O_LISTEN, O_ENGINE,
@@ -167,6 +166,7 @@ static int common(struct cli *c, int v)
 	 * this one execs - workers, sinks - follow). */
 	case O_ENCRYPT:
 		setenv("KVW_TCP_ENCRYPT", "1", 1);
+		c->encrypt = 1;
 		return 0;
 	case O_LISTEN: c->member.listen = c->arg; return 0;
 	case O_ENGINE: c->member.engine = c->arg; return 0;
@@ -231,7 +231,7 @@ static int auth(struct cli *c)
 				 "exclude each other");
 	if (c->insecure)
 		wire_auth_insecure();
-	if (!c->keys && xport_tcp_encrypt_env())
+	if (!c->keys && c->encrypt)
 		return cli_fatal(c->prog, CLI_BAD, "--encrypt needs the "
 				 "group's keys (--keys)");
 	if (!c->keys)
