@@ -184,6 +184,16 @@ static int ack(struct conn *c, uint32_t status)
 	return flush_ack(c);
 }
 
+/* Before a refused connection closes: what the peer sent and we did not
+ * read is read and dropped (up to a bound), so the close is a FIN, not a
+ * RST that can destroy the refusal's ACK before the peer reads it. */
+static void drain(struct sink *s, struct conn *c)
+{
+	for (int i = 0; i < 16; i++)
+		if (recv(c->fd, s->scratch, sizeof s->scratch, MSG_DONTWAIT) <= 0)
+			return;
+}
+
 /* A batch whose tag or seq is wrong: nothing more from this connection
  * can be trusted. Counted, told (naming the peer), an ACK INTEGRITY (a
  * hint only: the client resends on a new connection either way), and
@@ -195,6 +205,7 @@ static int tampered(struct sink *s, struct conn *c, const char *what)
 	if (s->cfg->integrity_failed)
 		s->cfg->integrity_failed(s->cfg->arg);
 	(void)ack(c, TCP_INTEGRITY);
+	drain(s, c);
 	return -1;
 }
 
@@ -334,6 +345,7 @@ static int refuse(struct sink *s, struct conn *c, const char *what)
 	s->st->bad++;
 	event(s, what);
 	(void)ack(c, TCP_BAD);
+	drain(s, c);
 	return -1;
 }
 

@@ -466,8 +466,13 @@ static void test_a_batch_whose_head_tag_is_wrong_writes_nothing(void **state)
 	memset(pay, 0x77, sizeof pay);
 	le_put(cp, 4096, 8);
 	le_put(cp + 8, sizeof pay, 8);
-	assert_int_equal(raw_batch(fd, 1, sizeof pay, cp, sizeof cp, pay, 1, 0),
-			 TCP_INTEGRITY);
+	{
+		/* The ACK is a hint (the sink may close before our payload
+		 * arrives: a RST); the count and the pool are the verdict. */
+		int st = raw_batch(fd, 1, sizeof pay, cp, sizeof cp, pay, 1, 0);
+
+		assert_true(st == TCP_INTEGRITY || st == -1);
+	}
 	assert_true(f->st.integrity == 1);
 	assert_only(f, NULL, 0);
 	close(fd);
@@ -1079,8 +1084,14 @@ static void test_hostile_peers_are_refused_and_the_sink_keeps_serving(void **sta
 	/* A copy count over the cap (refused before its tag is read). */
 	fd = dial(f);
 	assert_true(hello_ok(f, fd, NULL));
-	assert_int_equal(raw_batch(fd, TCP_MAX_COPIES + 1, 16, NULL, 0, NULL, 0,
-				   0), TCP_INTEGRITY);
+	{
+		/* The ACK is a hint: the sink may close before the rest of
+		 * what we sent arrives (a RST); the count is the verdict. */
+		int st = raw_batch(fd, TCP_MAX_COPIES + 1, 16, NULL, 0, NULL, 0,
+				   0);
+
+		assert_true(st == TCP_INTEGRITY || st == -1);
+	}
 	close(fd);
 	/* Half a hello, then silence: closed after the handshake time. */
 	fd = dial(f);
