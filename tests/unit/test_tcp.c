@@ -107,6 +107,39 @@ static void end(void *arg, uint32_t slot)
 	atomic_fetch_sub(&held, 1);
 }
 
+/* The sink's events (what kv-receiver logs), all of them in order. */
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static char ev_text[8192];
+
+static void on_event(void *arg, const char *what)
+{
+	(void)arg;
+	pthread_mutex_lock(&ev_lock);
+	if (strlen(ev_text) + strlen(what) + 2 < sizeof ev_text) {
+		strcat(ev_text, what);
+		strcat(ev_text, "\n");
+	}
+	pthread_mutex_unlock(&ev_lock);
+}
+
+/* 1 when an event so far contains both a and b on one line. */
+static int told(const char *a, const char *b)
+{
+	int yes = 0;
+
+	pthread_mutex_lock(&ev_lock);
+	for (char *l = ev_text; l && *l && !yes; l = strchr(l, '\n')) {
+		char line[512], *e;
+
+		l += *l == '\n';
+		e = strchr(l, '\n');
+		snprintf(line, sizeof line, "%.*s", e ? (int)(e - l) : (int)strlen(l), l);
+		yes = strstr(line, a) && strstr(line, b);
+	}
+	pthread_mutex_unlock(&ev_lock);
+	return yes;
+}
+
 static void *sink_main(void *arg)
 {
 	struct fx *f = arg;
@@ -143,10 +176,11 @@ static int setup(void **state)
 	f->cfg = (struct tcp_sink_cfg){ .listen_fd = lfd,
 		.base = pool_base(f->dst), .size = POOL_BYTES,
 		.secret = f->secret, .group_key = GROUP, .room_begin = begin,
-		.room_end = end, .stop = stop_now,
+		.room_end = end, .stop = stop_now, .event = on_event,
 		.handshake_ms = 300, .stall_ms = 300 };
 	atomic_store(&stop_flag, 0);
 	atomic_store(&held, 0);
+	ev_text[0] = '\0';
 	if (pthread_create(&f->th, NULL, sink_main, f))
 		return -1;
 	if (xport_open(xport_find("tcp"), &f->px, f->err, sizeof f->err) ||
@@ -1045,6 +1079,16 @@ static void test_a_client_without_the_groups_data_key_is_refused(void **state)
 	tcp_auth_fp_hex(fp, hex);
 	assert_non_null(strstr(f->err, hex));
 	assert_true(f->st.refused == before + 1);
+	/* The sink told it too (counted before the client heard), naming
+	 * the peer and both fingerprints. */
+	{
+		char theirs[17];
+
+		tcp_auth_fingerprint(key, fp);
+		tcp_auth_fp_hex(fp, theirs);
+		assert_true(told("group keys differ", hex));
+		assert_true(told(theirs, "peer 127.0.0.1:"));
+	}
 	/* Only a tcp instance has a data key. */
 	{
 		struct xport *shm = NULL;
