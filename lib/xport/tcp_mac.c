@@ -29,7 +29,6 @@ int tcp_mac_init(struct tcp_mac *m, const uint8_t *key, int sender)
 		m->xs = XXH3_createState();
 		return m->xs ? 0 : KVW_ENOMEM;
 	}
-	memcpy(m->key, key, TCP_KEY_LEN);
 	poly = EVP_MAC_fetch(NULL, "POLY1305", NULL);
 	m->poly = poly ? EVP_MAC_CTX_new(poly) : NULL;
 	EVP_MAC_free(poly);
@@ -53,7 +52,6 @@ void tcp_mac_free(struct tcp_mac *m)
 	XXH3_freeState(m->xs);
 	m->poly = NULL;
 	m->otk = m->gcm = m->xs = NULL;
-	OPENSSL_cleanse(m->key, sizeof m->key);
 }
 
 /* The nonce of (seq, kind): 12 bytes, seq u64 || kind u32. */

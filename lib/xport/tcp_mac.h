@@ -26,7 +26,6 @@ struct tcp_mac {
 	void *otk;      /* EVP_CIPHER_CTX: ChaCha20, the one-time keys */
 	void *gcm;      /* EVP_CIPHER_CTX: AES-256-GCM (ENCRYPT bodies) */
 	void *xs;       /* XXH3_state_t (--insecure) */
-	uint8_t key[TCP_KEY_LEN];
 	int sender;     /* 1: computes tags (encrypts), 0: checks (decrypts) */
 	int mode;       /* the tag under way: xxh3, Poly1305 or GCM */
 };
