@@ -569,6 +569,7 @@ struct proxy {
 	atomic_long cut_after;
 	atomic_int accepts, refuse, stop;
 	int mode;
+	int always;             /* tamper on every connection, not the first */
 	long at, at2, first, len;
 	uint8_t saved[1 << 18]; /* T_REPLAY: the batch kept to replay */
 	const uint8_t *needle;  /* 32 source bytes to look for on the wire */
@@ -583,7 +584,7 @@ static int pump(struct proxy *p, int dir, int from, int to, long *count)
 	static uint8_t buf[16384]; /* small: a cut lands inside a batch */
 	ssize_t k = recv(from, buf, sizeof buf, 0);
 	long o = *count, n = k, skip = 0;
-	int on = atomic_load(&p->accepts) == 1;
+	int on = p->always || atomic_load(&p->accepts) == 1;
 
 	if (k <= 0)
 		return -1;
@@ -731,6 +732,8 @@ static long seen_on_wire; /* source patterns the last proxy saw */
 /* Runs the traffic through a proxy that tampers once as mode says, for
  * room: what the wait said. Every tamperer here is caught and the
  * batches resent on a new connection, so the bytes must be right. */
+static int always_tamper; /* the next tampered_run tampers every time */
+
 static int tampered_run(struct fx *f, int mode, long at, long at2,
 			long first, long len, uint64_t room,
 			struct xport_copy *c)
@@ -747,6 +750,7 @@ static int tampered_run(struct fx *f, int mode, long at, long at2,
 	p.at2 = at2;
 	p.first = first;
 	p.len = len;
+	p.always = always_tamper;
 	assert_int_equal(pthread_create(&p.th, NULL, proxy_main, &p), 0);
 	assert_int_equal(xport_connect(f->px, desc, f->desclen, &rid, f->err,
 				       sizeof f->err), 0);
@@ -827,6 +831,23 @@ static void test_a_dropped_batch_is_caught_and_resent(void **state)
 
 	assert_caught_at_sink(f, tampered_run(f, T_DROP, 0, 0, TCP_HELLO_LEN +
 					      T_BATCH, T_BATCH, 8, c), c);
+}
+
+/* A tamperer on every connection: the batch fails its integrity check
+ * on 3 connections and the room fails with `integrity` (KVW_ECORRUPT),
+ * never a success. */
+static void test_a_batch_that_keeps_failing_integrity_fails_its_room(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c[8];
+	int rc;
+
+	always_tamper = 1;
+	rc = tampered_run(f, T_FLIP, T_PAYLOAD0 + 100, 0, 0, 0, 8, c);
+	always_tamper = 0;
+	assert_int_equal(rc, KVW_ECORRUPT);
+	assert_non_null(strstr(f->err, "integrity"));
+	assert_true(f->st.integrity >= 3);
 }
 
 /* The sink says NOT_LIVE; the relay makes the first ACK say OK. The
@@ -1166,6 +1187,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_replayed_batch_is_caught_and_resent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_dropped_batch_is_caught_and_resent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_forged_ack_ok_is_never_believed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_batch_that_keeps_failing_integrity_fails_its_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_encrypted_batches_land_right_and_tampering_is_caught, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_thousand_idle_keyless_connections_never_keep_a_client_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_link_broken_mid_batch_is_redialled_and_unacked_batches_resent, setup, teardown),
