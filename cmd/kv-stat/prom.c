@@ -37,6 +37,7 @@ static const char *const live_lbl[] = { "unknown", "alive", "dead" };
 
 static const char *const sec_lbl[RTAB_NSEC] = {
 	"unauthorised", "rate_limited", "auth_failed", "reclaimed",
+	"dest_refused",
 };
 
 /* Plain counters of the header: name, help, counter index. */

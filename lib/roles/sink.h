@@ -7,7 +7,10 @@
  * for an abort gets its batches read and discarded. While it writes a
  * batch, the room is held in the receiver's fence (table/rtab_fence.h),
  * which is how the receiver knows when no byte of an armed room can land
- * any more. Refusals are counted as malformed in the table and logged at a
+ * any more. A batch is written only into the pages the receiver granted
+ * the room's current incarnation (table/rtab_grant.h); one that names
+ * another page is discarded, counted (dest_refused) and fails its room
+ * with `integrity`. Refusals are counted as malformed in the table and logged at a
  * bounded rate.
  */
 #ifndef KVW_SINK_H
@@ -30,6 +33,10 @@ struct sink_cfg {
 /* The receiver's fence file beside its table: "<table>.fence" into
  * buf[len]. 0, or KVW_EINVAL when it does not fit. */
 int sink_fence_path(const char *table, char *buf, size_t len);
+
+/* The receiver's destination grants beside its table: "<table>.grant"
+ * (table/rtab_grant.h). 0, or KVW_EINVAL when it does not fit. */
+int sink_grant_path(const char *table, char *buf, size_t len);
 
 /* Opens the table, its fence (row cfg->id is this sink's) and the pool, then serves until SIGTERM or until its
  * receiver is gone (the parent dies: PR_SET_PDEATHSIG kills it). 0, or a

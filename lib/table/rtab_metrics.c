@@ -160,6 +160,7 @@ const char *rtab_sec_str(unsigned which)
 		[RTAB_S_RATE_LIMITED] = "rate_limited",
 		[RTAB_S_AUTH_FAILED] = "auth_failed",
 		[RTAB_S_RECLAIMED] = "reclaimed",
+		[RTAB_S_DEST_REFUSED] = "dest_refused",
 	};
 
 	return which < RTAB_NSEC ? name[which] : "?";

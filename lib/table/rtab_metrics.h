@@ -54,7 +54,9 @@ enum rtab_sec {
 				  * handshakes */
 	RTAB_S_RECLAIMED = 3,    /* peer slots of dead or never completed
 				  * registrations freed for new peers */
-	RTAB_NSEC = 4,
+	RTAB_S_DEST_REFUSED = 4, /* tcp batches refused by a sink for a copy
+				  * outside their room's granted pages */
+	RTAB_NSEC = 5,
 };
 
 /* Non-cumulative bucket counts; the count is their sum. */
@@ -122,7 +124,8 @@ void rtab_sec_add(struct rtab *t, unsigned which, uint64_t n);
 /* The owner: records whether it runs --insecure (kv-stat shows it). */
 void rtab_set_insecure(struct rtab *t, int on);
 
-/* "unauthorised", "rate_limited", "auth_failed"; "?" out of range. */
+/* "unauthorised", "rate_limited", "auth_failed", "reclaimed",
+ * "dest_refused"; "?" out of range. */
 const char *rtab_sec_str(unsigned which);
 
 /* ---- hooks for rtab.c (not for callers outside lib/table) ---------- */

@@ -62,6 +62,8 @@ enum tcp_status {
 	TCP_SECRET = 4,    /* WELCOME: wrong secret, connection closed */
 	TCP_DEVICE = 5,    /* landed, but the copy on to the decode's GPU
 			    * failed (cuda_stage.h): room fails */
+	TCP_DEST = 6,      /* a copy outside the pages the decode granted
+			    * the room: nothing written, room fails */
 };
 
 #endif

@@ -52,7 +52,8 @@ struct conn {
 	uint8_t *copies;      /* ncopies x (dst_off, len), owned */
 	uint32_t ci;          /* payload: current copy ... */
 	uint64_t coff;        /* ... and offset in it */
-	int discard;          /* payload read and dropped (room not live) */
+	int discard;          /* payload read and dropped: TCP_NOT_LIVE or
+			       * TCP_DEST */
 	int dev_fail;         /* landed, but not copied on to the GPU */
 	XXH3_state_t *hs;     /* the payload's hash, fed as bytes land */
 	int held;             /* room_begin said yes: room_end owed */
@@ -252,9 +253,16 @@ static int copy_list(struct sink *s, struct conn *c)
 	}
 	if (sum != c->total)
 		return refuse(s, c, "batch whose copies do not add up refused");
-	c->held = s->cfg->room_begin &&
-		  s->cfg->room_begin(s->cfg->arg, c->slot, c->room);
-	c->discard = s->cfg->room_begin && !c->held;
+	c->held = c->discard = 0;
+	if (s->cfg->room_begin) {
+		/* Incarnation 0: this wire version does not carry it. */
+		int v = s->cfg->room_begin(s->cfg->arg, c->slot, c->room, 0,
+					   c->copies, c->ncopies);
+
+		c->held = v == TCP_ROOM_OK;
+		c->discard = c->held ? 0 : v == TCP_ROOM_DEST ? TCP_DEST
+							      : TCP_NOT_LIVE;
+	}
 	c->left = c->total;
 	xhash_reset(c->hs);
 	c->ci = 0;
@@ -376,7 +384,12 @@ static int trailer(struct sink *s, struct conn *c)
 
 	if (rc <= 0)
 		return rc;
-	if (c->discard) {
+	if (c->discard == TCP_DEST) {
+		s->st->dest++;
+		event(s, "batch with a copy outside its room's granted pages "
+			 "discarded");
+		status = TCP_DEST;
+	} else if (c->discard) {
 		s->st->not_live++;
 		event(s, "batch for a room that is not live discarded");
 		status = TCP_NOT_LIVE;

@@ -27,6 +27,16 @@ struct tcp_sink_stats {
 	_Atomic uint64_t checksum;   /* batches whose bytes did not match */
 	_Atomic uint64_t not_live;   /* batches discarded: room not live */
 	_Atomic uint64_t device;     /* batches whose copy to the GPU failed */
+	_Atomic uint64_t dest;       /* batches discarded: a copy outside the
+				      * room's granted pages */
+};
+
+/* What room_begin answers (TCPV4.md). */
+enum {
+	TCP_ROOM_NOT_LIVE = 0, /* read and discard the payload; ACK NOT_LIVE */
+	TCP_ROOM_OK = 1,       /* held: room_end owed */
+	TCP_ROOM_DEST = 2,     /* a copy outside the pages granted to this
+				* incarnation: discard; ACK DEST */
 };
 
 struct tcp_sink_cfg {
@@ -47,12 +57,17 @@ struct tcp_sink_cfg {
 				    * (0: 10000), or its connection closes:
 				    * a half-open link or a slow loris never
 				    * holds a room in the fence for long */
-	/* A batch's copy list checked, before its payload is read: may the
-	 * batch for `room` be written now? `slot` (< max_conns) names the
-	 * connection; a nonzero answer holds the room for that slot until
+	/* A batch's copy list checked against the pool, before its payload
+	 * is read: may the batch for incarnation `incarnation` (0: not
+	 * carried) of `room` write its ncopies copies (`copies`, as on the
+	 * wire: dst_off u64 | len u64 each) now? `slot` (< max_conns) names
+	 * the connection; TCP_ROOM_OK holds the room for that slot until
 	 * room_end(slot) once its last byte is written (or the connection
-	 * dropped). NULL: every room may, and room_end is not called. */
-	int (*room_begin)(void *arg, uint32_t slot, uint64_t room);
+	 * dropped); TCP_ROOM_NOT_LIVE and TCP_ROOM_DEST discard the payload.
+	 * NULL: every room may, and room_end is not called. */
+	int (*room_begin)(void *arg, uint32_t slot, uint64_t room,
+			  uint64_t incarnation, const uint8_t *copies,
+			  uint32_t ncopies);
 	void (*room_end)(void *arg, uint32_t slot);
 	/* Told of every refusal (what happened, for a rate-limited log);
 	 * may be NULL. */

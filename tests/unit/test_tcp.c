@@ -47,6 +47,7 @@
 
 #define POOL_BYTES (1u << 20)
 #define NOT_LIVE_ROOM 666u
+#define DEST_ROOM 667u /* the hook says: a copy outside its pages */
 
 struct fx {
 	char src_path[96], dst_path[96];
@@ -68,14 +69,26 @@ static int stop_now(void) { return atomic_load(&stop_flag); }
 
 static atomic_int held; /* rooms held by the sink, not yet ended */
 
-static int begin(void *arg, uint32_t slot, uint64_t room)
+/* The hook saw the batch's copy list as sent: the last one seen. */
+static _Atomic uint64_t seen_off, seen_len;
+static atomic_uint seen_n;
+
+static int begin(void *arg, uint32_t slot, uint64_t room, uint64_t inc,
+		 const uint8_t *copies, uint32_t ncopies)
 {
 	(void)arg;
+	(void)inc;
 	assert_true(slot < 1024);
+	assert_true(ncopies > 0);
+	atomic_store(&seen_n, ncopies);
+	atomic_store(&seen_off, le_get(copies, 8));
+	atomic_store(&seen_len, le_get(copies + 8, 8));
 	if (room == NOT_LIVE_ROOM)
-		return 0;
+		return TCP_ROOM_NOT_LIVE;
+	if (room == DEST_ROOM)
+		return TCP_ROOM_DEST;
 	atomic_fetch_add(&held, 1);
-	return 1;
+	return TCP_ROOM_OK;
 }
 
 static void end(void *arg, uint32_t slot)
@@ -269,6 +282,36 @@ static void test_a_batch_for_a_room_not_live_is_discarded(void **state)
 	assert_only(f, &c, 0); /* nothing written */
 	assert_true(f->st.not_live == 1);
 	/* The connection stays usable for a live room. */
+	xport_set_room(f->px, 8);
+	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err, sizeof f->err), 0);
+	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), 0);
+	assert_only(f, &c, 1);
+}
+
+/* A batch the hook refuses for its destinations (TCP_ROOM_DEST) is read
+ * and discarded: no byte written, nothing held, counted apart from "not
+ * live", and the writer hears a refusal; the hook got the copy list as
+ * sent, and the connection serves the next batch. */
+static void test_a_batch_refused_for_its_destinations_writes_nothing(void **state)
+{
+	struct fx *f = *state;
+	struct xport_copy c = { .src_off = 100, .dst_off = 5000, .len = 3000,
+				.src = f->src_id };
+	uint32_t rid;
+
+	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &rid,
+				       f->err, sizeof f->err), 0);
+	c.dst = rid;
+	xport_set_room(f->px, DEST_ROOM);
+	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err, sizeof f->err), 0);
+	assert_true(xport_wait(f->px, -1, f->err, sizeof f->err) < 0);
+	assert_only(f, &c, 0); /* nothing written */
+	assert_true(f->st.dest == 1);
+	assert_true(f->st.not_live == 0);
+	assert_int_equal(atomic_load(&seen_n), 1);
+	assert_true(atomic_load(&seen_off) == 5000);
+	assert_true(atomic_load(&seen_len) == 3000);
+	assert_int_equal(atomic_load(&held), 0);
 	xport_set_room(f->px, 8);
 	assert_int_equal(xport_write_batch(f->px, &c, 1, f->err, sizeof f->err), 0);
 	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), 0);
@@ -813,6 +856,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_jobs_in_flight_to_a_decode_gone_for_good_each_fail, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_peer_that_stops_inside_a_batch_is_closed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_client_without_the_groups_data_key_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_batch_refused_for_its_destinations_writes_nothing,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copies_outside_either_side_are_refused_before_sending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peers_are_refused_and_the_sink_keeps_serving, setup, teardown),
 	};
