@@ -20,13 +20,6 @@
 #include "xport/tcp_proto.h"
 #include "xport/tcp_sink.h"
 
-struct sink_ctx {
-	struct rtab *t;
-	struct rtab_fence *f;
-	struct rtab_grant *g;
-	uint32_t id;
-};
-
 /* Copy i of a copy list as the wire has it. */
 static void copy_at(const uint8_t *copies, uint32_t i, uint64_t *off,
 		    uint64_t *len)
@@ -41,7 +34,7 @@ static void copy_at(const uint8_t *copies, uint32_t i, uint64_t *off,
  * `incarnation`, 0 when the wire does not say): TCP_ROOM_OK, DEST with
  * the first copy outside in *bad, or NOT_LIVE when there is no grant for
  * it or the grant changed during the check. */
-static int granted(const struct sink_ctx *x, struct rtab_ref ref,
+static int granted(const struct sink_hook *x, struct rtab_ref ref,
 		   uint64_t incarnation, const uint8_t *copies,
 		   uint32_t ncopies, uint32_t *bad)
 {
@@ -65,7 +58,7 @@ static int granted(const struct sink_ctx *x, struct rtab_ref ref,
 /* A batch naming a page its room was not given: nobody honest sends one
  * (a flipped bit, a swapped copy list, a forged batch), so it is counted
  * as a security refusal and its room fails with `integrity`. */
-static void refused(struct sink_ctx *x, struct rtab_ref ref, uint64_t room,
+static void refused(struct sink_hook *x, struct rtab_ref ref, uint64_t room,
 		    const uint8_t *copies, uint32_t bad)
 {
 	uint64_t off, len;
@@ -84,11 +77,11 @@ static void refused(struct sink_ctx *x, struct rtab_ref ref, uint64_t room,
  * room is held in the fence *before* its state is read (rtab_fence.h says
  * why that order makes "releasable" final); anything but TCP_ROOM_OK lets
  * it go again, and nothing of the batch is written. */
-static int room_begin(void *arg, uint32_t slot, uint64_t room,
+int sink_room_begin(void *arg, uint32_t slot, uint64_t room,
 		      uint64_t incarnation, const uint8_t *copies,
 		      uint32_t ncopies)
 {
-	struct sink_ctx *x = arg;
+	struct sink_hook *x = arg;
 	struct rtab_ref ref;
 	struct rtab_view v;
 	uint32_t bad = 0;
@@ -108,23 +101,23 @@ static int room_begin(void *arg, uint32_t slot, uint64_t room,
 	return rc;
 }
 
-static void room_end(void *arg, uint32_t slot)
+void sink_room_end(void *arg, uint32_t slot)
 {
-	struct sink_ctx *x = arg;
+	struct sink_hook *x = arg;
 
 	rtab_fence_leave(x->f, x->id, slot);
 }
 
 static void on_event(void *arg, const char *what)
 {
-	struct sink_ctx *x = arg;
+	struct sink_hook *x = arg;
 
 	MALFORMED(x->t, "data port: %s", what);
 }
 
 static void on_auth_failed(void *arg)
 {
-	struct sink_ctx *x = arg;
+	struct sink_hook *x = arg;
 
 	rtab_sec_add(x->t, RTAB_S_AUTH_FAILED, 1);
 }
@@ -145,7 +138,7 @@ int sink_grant_path(const char *table, char *buf, size_t len)
 
 int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 {
-	struct sink_ctx x = { .id = cfg->id };
+	struct sink_hook x = { .id = cfg->id };
 	uint8_t group[KEYS_DATA];
 	struct pool *p = NULL;
 	struct tcp_sink_stats st = { 0 };
@@ -154,8 +147,8 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 				   .group_key = wire_auth_data_key(group) ? group
 									 : NULL,
 				   .max_conns = SINK_MAX_CONNS,
-				   .room_begin = room_begin,
-				   .room_end = room_end,
+				   .room_begin = sink_room_begin,
+				   .room_end = sink_room_end,
 				   .event = on_event,
 				   .auth_failed = on_auth_failed,
 				   .arg = &x,
