@@ -7,7 +7,11 @@
  * other room is untouched; a batch for a room that is unknown, terminal,
  * armed, not granted yet, or of another incarnation token is "not live";
  * and after CLEAR and a new begin under the same id, the old
- * incarnation's late batch is not live while the new one's passes.
+ * incarnation's late batch is not live while the new one's passes. Last,
+ * the same hook under the real tcp sink loop, fed by the real tcp client
+ * over loopback: a well-formed batch for one room that names a page of
+ * another is refused, that page's canary stays, and the other room's own
+ * batch lands.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +19,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,8 +30,10 @@
 #include "table/rtab.h"
 #include "table/rtab_fence.h"
 #include "table/rtab_grant.h"
+#include "xport/pool.h"
 #include "xport/tcp_proto.h"
 #include "xport/tcp_sink.h"
+#include "xport/xport.h"
 
 #define ITEM 512u
 #define PAGES 32u
@@ -226,6 +234,107 @@ static void test_a_cleared_incarnations_late_batch_writes_nothing(void **state)
 	assert_int_equal(dest_refused(f), 0);
 }
 
+/* ---- over the wire ---------------------------------------------------- */
+
+#define POOL_BYTES (1u << 16)
+
+static atomic_int stop_flag;
+static int stop_now(void) { return atomic_load(&stop_flag); }
+
+struct wire {
+	char src_path[96], dst_path[96];
+	struct pool *src, *dst;
+	struct xport *dx, *px;
+	struct tcp_sink_cfg cfg;
+	struct tcp_sink_stats st;
+	pthread_t th;
+};
+
+static void *sink_main(void *arg)
+{
+	struct wire *w = arg;
+	char err[128];
+
+	(void)tcp_sink_run(&w->cfg, &w->st, err, sizeof err);
+	return NULL;
+}
+
+static void test_over_the_wire_a_batch_into_another_rooms_page_lands_nowhere(void **state)
+{
+	struct fx *f = *state;
+	struct wire w = { 0 };
+	uint8_t desc[KVW_MAX_DESC], secret[16], *d, *s;
+	size_t desclen;
+	uint32_t dst_id, src_id, rid;
+	char err[256];
+	int lfd;
+	/* Room 42 (pages 3, 4) aims one copy at room 43's page 5. */
+	struct xport_copy bad = { .src_off = 0, .dst_off = page(0, 5),
+				  .len = ITEM };
+	struct rtab_view v;
+
+	snprintf(w.src_path, sizeof w.src_path, "/dev/shm/kvwire.tsinkw-s-%d.pool",
+		 (int)getpid());
+	snprintf(w.dst_path, sizeof w.dst_path, "/dev/shm/kvwire.tsinkw-d-%d.pool",
+		 (int)getpid());
+	assert_int_equal(pool_create(w.src_path, POOL_BYTES, &w.src, err,
+				     sizeof err), 0);
+	assert_int_equal(pool_create(w.dst_path, POOL_BYTES, &w.dst, err,
+				     sizeof err), 0);
+	s = pool_base(w.src);
+	d = pool_base(w.dst);
+	memset(s, 0x5a, POOL_BYTES);
+	memset(d, 0xc3, POOL_BYTES); /* the canary, everywhere */
+	assert_int_equal(xport_open(xport_find("tcp"), &w.dx, err, sizeof err), 0);
+	assert_int_equal(xport_tcp_listen(w.dx, "127.0.0.1:0", err, sizeof err), 0);
+	assert_int_equal(xport_register(w.dx, w.dst, &dst_id, desc, sizeof desc,
+					&desclen, err, sizeof err), 0);
+	assert_int_equal(xport_tcp_sink_info(w.dx, &lfd, secret), 0);
+	w.cfg = (struct tcp_sink_cfg){ .listen_fd = lfd, .base = d,
+		.size = POOL_BYTES, .secret = secret,
+		.room_begin = sink_room_begin, .room_end = sink_room_end,
+		.arg = &f->h, .stop = stop_now };
+	atomic_store(&stop_flag, 0);
+	assert_int_equal(pthread_create(&w.th, NULL, sink_main, &w), 0);
+	assert_int_equal(xport_open(xport_find("tcp"), &w.px, err, sizeof err), 0);
+	assert_int_equal(xport_register(w.px, w.src, &src_id,
+					(uint8_t[KVW_MAX_DESC]){ 0 },
+					KVW_MAX_DESC, &(size_t){ 0 }, err,
+					sizeof err), 0);
+	assert_int_equal(xport_connect(w.px, desc, desclen, &rid, err,
+				       sizeof err), 0);
+	bad.src = src_id;
+	bad.dst = rid;
+	xport_set_room(w.px, 42);
+	assert_int_equal(xport_write_batch(w.px, &bad, 1, err, sizeof err), 0);
+	assert_true(xport_wait(w.px, -1, err, sizeof err) < 0);
+	for (uint32_t i = 0; i < POOL_BYTES; i++)
+		if (d[i] != 0xc3)
+			fail_msg("byte %u written", i);
+	assert_true(w.st.dest == 1);
+	assert_int_equal(dest_refused(f), 1);
+	assert_int_equal(rtab_get(f->owner, f->a, &v), 0);
+	assert_int_equal(v.state, KVW_FAILED);
+	assert_int_equal(v.reason, KVW_R_INTEGRITY);
+	/* The same bytes from room 43, whose page it is, land. */
+	xport_set_room(w.px, 43);
+	assert_int_equal(xport_write_batch(w.px, &bad, 1, err, sizeof err), 0);
+	assert_int_equal(xport_wait(w.px, -1, err, sizeof err), 0);
+	for (uint32_t i = 0; i < POOL_BYTES; i++)
+		assert_int_equal(d[i], i >= page(0, 5) && i < page(0, 6) ? 0x5a
+									 : 0xc3);
+	assert_int_equal(rtab_state(f->owner, f->b), KVW_BOOTSTRAPPING);
+	assert_false(rtab_fence_busy(f->rf, f->b));
+	atomic_store(&stop_flag, 1);
+	pthread_join(w.th, NULL);
+	xport_close(&w.px);
+	xport_close(&w.dx);
+	pool_close(&w.src);
+	pool_close(&w.dst);
+	pool_unlink(w.src_path);
+	pool_unlink(w.dst_path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -233,6 +342,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_copy_into_another_rooms_page_fails_its_room_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rooms_not_live_for_this_batch_hold_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_cleared_incarnations_late_batch_writes_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_over_the_wire_a_batch_into_another_rooms_page_lands_nowhere, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
