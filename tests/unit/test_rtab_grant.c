@@ -7,8 +7,9 @@
  * grant refuses its late batch; a slot reused under a new generation
  * grants only the new incarnation; a page given to another room is that
  * room's; bad arguments change nothing; files that are not grants are
- * refused; and a reader in another process, racing the writer 200,000
- * times, never acts on half of a grant.
+ * refused; rooms of thousands of pages are checked page by page; and a
+ * reader in another process, racing the writer 200,000 times, never acts
+ * on half of a grant.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -326,6 +327,41 @@ static void test_files_and_layouts_that_are_not_grants_are_refused(void **state)
 	rtab_grant_close(&g);
 }
 
+/* Rooms of thousands of pages: one copy over all 5,000 pages of a room
+ * passes, one byte into the next room's first page does not; after the
+ * first room is withdrawn its pages go to a third room whole. */
+static void test_rooms_of_thousands_of_pages(void **state)
+{
+	static const struct kvw_buf big[] = {
+		{ .role = KVW_ROLE_KV, .offset = 0, .item_len = 64,
+		  .pages = 8192 },
+	};
+	static uint32_t pa[5000], pb[3192];
+	struct rtab_grant *g = NULL;
+	struct rtab_ref a = { 1, 1 }, b = { 2, 1 }, c = { 3, 1 };
+	char err[160];
+
+	(void)state;
+	for (uint32_t i = 0; i < 5000; i++)
+		pa[i] = i;
+	for (uint32_t i = 0; i < 3192; i++)
+		pb[i] = 5000 + i;
+	assert_int_equal(rtab_grant_create(path, SLOTS, big, 1, &g, err,
+					   sizeof err), 0);
+	assert_int_equal(rtab_grant_pages(g), 8192);
+	assert_int_equal(rtab_grant_give(g, a, 1, pa, 5000, RTAB_GRANT_NO_AUX), 0);
+	assert_int_equal(rtab_grant_give(g, b, 2, pb, 3192, RTAB_GRANT_NO_AUX), 0);
+	assert_int_equal(check(g, a, 1, 0, 5000 * 64), 1);
+	assert_int_equal(check(g, a, 1, 0, 5000 * 64 + 1), 0);
+	assert_int_equal(check(g, b, 2, 5000 * 64, 3192 * 64), 1);
+	assert_int_equal(check(g, b, 2, 5000 * 64 - 1, 2), 0);
+	assert_int_equal(rtab_grant_withdraw(g, a, pa, 5000, RTAB_GRANT_NO_AUX), 1);
+	assert_int_equal(rtab_grant_give(g, c, 3, pa, 5000, RTAB_GRANT_NO_AUX), 0);
+	assert_int_equal(check(g, c, 3, 0, 5000 * 64), 1);
+	assert_int_equal(check(g, a, 1, 0, 64), -1);
+	rtab_grant_close(&g);
+}
+
 /* The race: the writer grants slot 7 to generation n = 1 + i % 4 with
  * token 0x100 + n and the RACE_PAGES pages from RACE_PAGES * n,
  * withdrawing the last one first, and yields every other round (so some
@@ -420,6 +456,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_page_given_to_another_room_is_that_rooms, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_bad_grants_change_nothing, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_files_and_layouts_that_are_not_grants_are_refused, fresh, gone),
+		cmocka_unit_test_setup_teardown(test_rooms_of_thousands_of_pages, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_a_reader_process_never_sees_a_torn_grant, fresh, gone),
 	};
 
