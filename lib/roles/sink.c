@@ -78,8 +78,8 @@ static void refused(struct sink_hook *x, struct rtab_ref ref, uint64_t room,
  * why that order makes "releasable" final); anything but TCP_ROOM_OK lets
  * it go again, and nothing of the batch is written. */
 int sink_room_begin(void *arg, uint32_t slot, uint64_t room,
-		      uint64_t incarnation, const uint8_t *copies,
-		      uint32_t ncopies)
+		    uint64_t incarnation, const uint8_t *copies,
+		    uint32_t ncopies)
 {
 	struct sink_hook *x = arg;
 	struct rtab_ref ref;
