@@ -18,8 +18,11 @@
 #include <cmocka.h>
 
 #include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,9 +71,17 @@ static int fresh(void **state)
 	return 0;
 }
 
+static pid_t race_pid; /* the race's reader while it may run */
+
 static int gone(void **state)
 {
 	(void)state;
+	/* A failed assertion left the race's reader spinning: end it. */
+	if (race_pid > 0) {
+		kill(race_pid, SIGKILL);
+		waitpid(race_pid, NULL, 0);
+		race_pid = 0;
+	}
 	unlink(path);
 	return 0;
 }
@@ -364,14 +375,21 @@ static void test_rooms_of_thousands_of_pages(void **state)
 
 /* The race: the writer grants slot 7 to generation n = 1 + i % 4 with
  * token 0x100 + n and the RACE_PAGES pages from RACE_PAGES * n,
- * withdrawing the last one first, and yields every other round (so some
- * grants stay put a while, others are rewritten back to back); a reader in
- * another process checks every (generation, token) pair against its own
- * pages and one of the next generation's. A view it keeps (begin OK and
- * still unchanged) must be whole: the right token, all its pages
- * covered, none of the others. */
+ * withdrawing the last one first, back to back; every RACE_HOLD rounds it
+ * holds a grant until the reader has kept a view of it (a handshake
+ * through shared memory, so a kept view exists however loaded the machine
+ * is). A reader in another process checks every (generation, token) pair
+ * against its own pages and one of the next generation's until the writer
+ * is done. A view it keeps (begin OK and still unchanged) must be whole:
+ * the right token, all its pages covered, none of the others. */
 #define RACE_PAGES 32u
 #define RACE_ROUNDS 200000u
+#define RACE_HOLD 1000u
+
+struct race {
+	_Atomic uint32_t kept; /* whole views the reader kept */
+	_Atomic uint32_t done; /* the writer finished */
+};
 
 static void race_pages(uint32_t n, uint32_t *p)
 {
@@ -379,17 +397,16 @@ static void race_pages(uint32_t n, uint32_t *p)
 		p[i] = RACE_PAGES * n + i;
 }
 
-/* Child: 0 when every kept view was whole and at least one was kept, 1 on
- * a torn view, 2 when none was kept, 3 when it cannot map the file. */
-static int race_reader(void)
+/* Child: 0 when every kept view was whole, 1 on a torn view, 3 when it
+ * cannot map the file. */
+static int race_reader(struct race *sh)
 {
 	struct rtab_grant *g;
-	uint64_t kept = 0;
 	char err[160];
 
 	if (rtab_grant_open(path, &g, err, sizeof err) != 0)
 		return 3;
-	for (uint32_t i = 0; i < RACE_ROUNDS; i++) {
+	for (uint32_t i = 0; !atomic_load(&sh->done); i++) {
 		uint32_t n = 1 + i % 4, tok = 0x100 + 1 + (i / 4) % 4;
 		struct rtab_ref ref = { 7, n };
 		struct rtab_grant_read rd;
@@ -406,25 +423,31 @@ static int race_reader(void)
 			continue;
 		if (tok != 0x100 + n || mine != (int)RACE_PAGES || theirs)
 			return 1;
-		kept++;
+		atomic_fetch_add(&sh->kept, 1);
 	}
 	rtab_grant_close(&g);
-	return kept ? 0 : 2;
+	return 0;
 }
 
 static void test_a_reader_process_never_sees_a_torn_grant(void **state)
 {
 	struct rtab_grant *g = make();
-	uint32_t p[RACE_PAGES], last[RACE_PAGES], n = 0;
+	struct race *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	uint32_t p[RACE_PAGES], last[RACE_PAGES], n = 0, holds = 0;
 	pid_t pid;
-	int st = -1;
+	int st = -1, gone_early = 0;
 
 	(void)state;
+	assert_true(sh != MAP_FAILED);
+	atomic_store(&sh->kept, 0);
+	atomic_store(&sh->done, 0);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0)
-		_exit(race_reader());
-	for (uint32_t i = 0; waitpid(pid, &st, WNOHANG) == 0; i++) {
+		_exit(race_reader(sh));
+	race_pid = pid;
+	for (uint32_t i = 0; i < RACE_ROUNDS && !gone_early; i++) {
 		uint32_t next = 1 + i % 4;
 
 		if (n)
@@ -437,11 +460,25 @@ static void test_a_reader_process_never_sees_a_torn_grant(void **state)
 						 RTAB_GRANT_NO_AUX), 0);
 		memcpy(last, p, sizeof p);
 		n = next;
-		if (i % 2)
-			sched_yield(); /* a grant that stays put a while */
+		if (i % RACE_HOLD == 0) {
+			uint32_t k = atomic_load(&sh->kept);
+
+			while (atomic_load(&sh->kept) == k && !gone_early) {
+				gone_early = waitpid(pid, &st, WNOHANG) == pid;
+				sched_yield();
+			}
+			holds++;
+		}
 	}
+	atomic_store(&sh->done, 1);
+	if (!gone_early)
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+	race_pid = 0;
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_false(gone_early);
+	assert_true(atomic_load(&sh->kept) >= holds);
+	munmap(sh, sizeof *sh);
 	rtab_grant_close(&g);
 }
 
