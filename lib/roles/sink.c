@@ -189,13 +189,12 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 		rc = tcp_sink_run(&sc, &st, err, errlen);
 		LOG(LOG_INFO, "stopping: %llu connections, %llu batches, %llu "
 		    "bytes; refused %llu connections, %llu batches; %llu "
-		    "checksum mismatches, %llu discarded, %llu outside their "
-		    "room's pages, %llu not copied to the GPU",
+		    "checksum mismatches, %llu discarded, %llu not copied to "
+		    "the GPU",
 		    (unsigned long long)st.conns, (unsigned long long)st.batches,
 		    (unsigned long long)st.bytes, (unsigned long long)st.refused,
 		    (unsigned long long)st.bad, (unsigned long long)st.checksum,
 		    (unsigned long long)st.not_live,
-		    (unsigned long long)st.dest,
 		    (unsigned long long)st.device);
 	}
 	cstage_close(&sc.stage);
