@@ -241,13 +241,16 @@ uint32_t rtab_grant_pages(const struct rtab_grant *g)
 
 /* ---- the one writer: a seqlock write around each record change ------- */
 
+/* Without fences (ThreadSanitizer has none): every store between
+ * write_begin and write_end is a release store and every reader's load of
+ * those words an acquire load, so a reader that saw any store of a
+ * rewrite also sees the odd sequence before it when it reads the sequence
+ * again (rtab_grant_still). On x86 these are plain moves. */
 static void write_begin(struct rtab_grant_room *r)
 {
 	uint64_t s = atomic_load_explicit(&r->seq, memory_order_relaxed);
 
 	atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);
-	/* The odd sequence is seen before any store below. */
-	atomic_thread_fence(memory_order_release);
 }
 
 static void write_end(struct rtab_grant_room *r)
@@ -273,14 +276,14 @@ int rtab_grant_give(struct rtab_grant *g, struct rtab_ref ref, uint64_t token,
 		return KVW_ERANGE;
 	r = &g->rooms[ref.slot];
 	write_begin(r);
-	atomic_store_explicit(&r->ref, want, memory_order_relaxed);
-	atomic_store_explicit(&r->token, token, memory_order_relaxed);
+	atomic_store_explicit(&r->ref, want, memory_order_release);
+	atomic_store_explicit(&r->token, token, memory_order_release);
 	for (uint32_t i = 0; i < npages; i++)
 		atomic_store_explicit(&g->page_owner[pages[i]], want,
-				      memory_order_relaxed);
+				      memory_order_release);
 	if (aux != RTAB_GRANT_NO_AUX)
 		atomic_store_explicit(&g->aux_owner[aux], want,
-				      memory_order_relaxed);
+				      memory_order_release);
 	write_end(r);
 	return 0;
 }
@@ -291,7 +294,7 @@ static void disown(_Atomic uint64_t *w, uint64_t want)
 	uint64_t cur = want;
 
 	(void)atomic_compare_exchange_strong_explicit(
-		w, &cur, 0, memory_order_relaxed, memory_order_relaxed);
+		w, &cur, 0, memory_order_release, memory_order_relaxed);
 }
 
 int rtab_grant_withdraw(struct rtab_grant *g, struct rtab_ref ref,
@@ -306,8 +309,8 @@ int rtab_grant_withdraw(struct rtab_grant *g, struct rtab_ref ref,
 	if (atomic_load_explicit(&r->ref, memory_order_relaxed) != want)
 		return 0;
 	write_begin(r);
-	atomic_store_explicit(&r->ref, 0, memory_order_relaxed);
-	atomic_store_explicit(&r->token, 0, memory_order_relaxed);
+	atomic_store_explicit(&r->ref, 0, memory_order_release);
+	atomic_store_explicit(&r->token, 0, memory_order_release);
 	for (uint32_t i = 0; pages && i < npages; i++)
 		if (pages[i] < g->npages)
 			disown(&g->page_owner[pages[i]], want);
@@ -332,9 +335,9 @@ int rtab_grant_begin(const struct rtab_grant *g, struct rtab_ref ref,
 	/* Odd: being granted (no XFER_INFO has left yet) or withdrawn. */
 	if (s & 1)
 		return RTAB_GRANT_NOT_LIVE;
-	if (atomic_load_explicit(&r->ref, memory_order_relaxed) != want ||
+	if (atomic_load_explicit(&r->ref, memory_order_acquire) != want ||
 	    (incarnation != 0 &&
-	     atomic_load_explicit(&r->token, memory_order_relaxed) !=
+	     atomic_load_explicit(&r->token, memory_order_acquire) !=
 		     incarnation))
 		return RTAB_GRANT_NOT_LIVE;
 	*rd = (struct rtab_grant_read){ .seq = s, .want = want,
@@ -378,7 +381,7 @@ int rtab_grant_covers(const struct rtab_grant *g,
 	n = b->aux ? g->naux : g->npages;
 	for (uint64_t p = first; p <= last; p++)
 		if (p >= n || atomic_load_explicit(&map[p],
-						   memory_order_relaxed) !=
+						   memory_order_acquire) !=
 				      rd->want)
 			return 0;
 	return 1;
@@ -387,8 +390,8 @@ int rtab_grant_covers(const struct rtab_grant *g,
 int rtab_grant_still(const struct rtab_grant *g,
 		     const struct rtab_grant_read *rd)
 {
-	/* The loads above are done before the sequence is read again. */
-	atomic_thread_fence(memory_order_acquire);
+	/* After the acquire loads of the record and the pages (see
+	 * write_begin). */
 	return atomic_load_explicit(&g->rooms[rd->slot].seq,
-				    memory_order_relaxed) == rd->seq;
+				    memory_order_acquire) == rd->seq;
 }
