@@ -37,7 +37,7 @@ static const char *const live_lbl[] = { "unknown", "alive", "dead" };
 
 static const char *const sec_lbl[RTAB_NSEC] = {
 	"unauthorised", "rate_limited", "auth_failed", "reclaimed",
-	"integrity_failed", "redials", "resent",
+	"integrity_failed", "redials", "resent", "dest_refused",
 };
 
 /* Plain counters of the header: name, help, counter index. */

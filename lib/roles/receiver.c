@@ -373,6 +373,7 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 			       kvw_state_str((unsigned)st));
 			return;
 		}
+		receiver_room_withdraw(r, room);
 		receiver_room_free(receiver_rooms_del(&r->rooms, id));
 	}
 	rc = rtab_insert(r->tab, id, 0, deadline, &ref);
@@ -442,6 +443,9 @@ static void engine_msg(struct receiver *r, const struct frame_msg *m)
 			receiver_room_abort(r, room, KVW_R_CLEARED);
 		if (rtab_lookup(r->tab, m->hdr.room, &ref) == 0)
 			(void)rtab_clear(r->tab, ref, KVW_R_CLEARED);
+		/* A late batch of this incarnation writes nothing. */
+		if (room)
+			receiver_room_withdraw(r, room);
 		receiver_room_free(receiver_rooms_del(&r->rooms, m->hdr.room));
 		return;
 	default:

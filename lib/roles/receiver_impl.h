@@ -32,6 +32,7 @@ void receiver_rset_free(struct receiver_rset *s);
 struct rx_peer;
 struct rx_boot;
 struct rtab_fence;
+struct rtab_grant;
 struct wire_in;
 
 #define RX_RETIRED 4u /* earlier epochs remembered per prefill peer */
@@ -210,6 +211,8 @@ struct receiver {
 	struct rx_sink sink[RX_MAX_SINKS];
 	uint32_t nsinks;  /* 0 unless the transport needs sinks (tcp) */
 	struct rtab_fence *fence; /* which room each sink writes (tcp) */
+	struct rtab_grant *grant; /* which pages each room's sinks may
+				   * write (tcp) */
 	uint32_t fence_waiting;   /* rooms with fence_wait set */
 	char *exe;        /* program exec'd in sink mode */
 	char **sink_env;  /* its environment: ours + the secret; owned */
@@ -316,6 +319,13 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
  * its reason (every ack, none needed, the release deadline). */
 void receiver_room_release(struct receiver *r, struct rx_room *room,
 			   const char *why);
+/* tcp: the room's incarnation and pages granted to the sinks
+ * (table/rtab_grant.h), before any XFER_INFO of it leaves: 0, or -1 (the
+ * room cannot be sent). Without sinks: 0, nothing to do. */
+int receiver_room_grant(struct receiver *r, struct rx_room *room);
+/* tcp: withdraws the room's grant (at CLEAR and when releasable): a late
+ * batch of this incarnation writes nothing. Without sinks a no-op. */
+void receiver_room_withdraw(struct receiver *r, struct rx_room *room);
 /* Rechecks the rooms waiting for a sink (tcp); 1 while any still waits. */
 int receiver_fence_tick(struct receiver *r);
 void receiver_room_fail(struct receiver *r, struct rx_room *room,

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "table/rtab_fence.h"
+#include "table/rtab_grant.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
 #include "xport/xport.h"
@@ -494,6 +495,13 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 					   "REGISTER not sent");
 			return;
 		}
+	/* The grant exists before any XFER_INFO can make a prefill rank
+	 * write: a sink never refuses an honest first batch. */
+	if (receiver_room_grant(r, room) != 0) {
+		receiver_room_fail(r, room, KVW_R_TRANSFER,
+				   "its pages could not be granted to the sinks");
+		return;
+	}
 	for (uint32_t i = 0; i < room->ntargets; i++) {
 		struct rx_target *t = &room->targets[i];
 		struct frame_xfer_info *x = &m.u.xfer_info;
@@ -582,6 +590,35 @@ void receiver_room_release(struct receiver *r, struct rx_room *room,
 	room->fence_wait = 0;
 	if (rtab_flags_or(r->tab, room->ref, RTAB_F_RELEASABLE) >= 0)
 		LOG_ROOM(LOG_DEBUG, room->id, "releasable: %s", why);
+	/* The engine may give the pages to another room now. */
+	receiver_room_withdraw(r, room);
+}
+
+/* The aux slot a room's grant names: none when the layout has no AUX. */
+static uint32_t grant_aux(const struct receiver *r, const struct rx_room *room)
+{
+	return r->shape.aux_slots ? room->aux_slot : RTAB_GRANT_NO_AUX;
+}
+
+int receiver_room_grant(struct receiver *r, struct rx_room *room)
+{
+	int rc;
+
+	if (!r->grant)
+		return 0;
+	rc = rtab_grant_give(r->grant, room->ref, room->token, room->pages,
+			     room->npages, grant_aux(r, room));
+	if (rc)
+		LOG_ROOM(LOG_ERROR, room->id, "grant refused: %s",
+			 kvw_strerror(rc));
+	return rc ? -1 : 0;
+}
+
+void receiver_room_withdraw(struct receiver *r, struct rx_room *room)
+{
+	if (r->grant && rtab_grant_withdraw(r->grant, room->ref, room->pages,
+					    room->npages, grant_aux(r, room)))
+		LOG_ROOM(LOG_DEBUG, room->id, "grant withdrawn");
 }
 
 int receiver_fence_tick(struct receiver *r)

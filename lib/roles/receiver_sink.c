@@ -6,7 +6,8 @@
  * A sink that dies is restarted, at most once a second; they all get
  * SIGKILL with the receiver (proc_spawn), so no sink of a dead receiver
  * keeps writing into the pool. The fence they share with the receiver
- * (table/rtab_fence.h) is made fresh before the first sink starts; a dead
+ * (table/rtab_fence.h) and the destination grants they read
+ * (table/rtab_grant.h) are made fresh before the first sink starts; a dead
  * sink's row is cleared only once it is reaped.
  */
 #include "receiver_impl.h"
@@ -23,6 +24,7 @@
 #include "base/proc.h"
 #include "sink.h"
 #include "table/rtab_fence.h"
+#include "table/rtab_grant.h"
 #include "xport/xport.h"
 
 #define SINK_HOLDOFF_NS 1000000000ull
@@ -97,6 +99,12 @@ int receiver_sinks_start(struct receiver *r, char *err, size_t errlen)
 	if (rc == 0)
 		rc = rtab_fence_create(path, r->nsinks, SINK_MAX_CONNS, &r->fence,
 				       err, errlen);
+	/* Fresh grants (none given), for this receiver's sinks only. */
+	if (rc == 0)
+		rc = sink_grant_path(r->table_path, path, sizeof path);
+	if (rc == 0)
+		rc = rtab_grant_create(path, rtab_capacity(r->tab), r->bufs,
+				       r->nbufs, &r->grant, err, errlen);
 	if (rc)
 		return rc;
 	for (uint32_t k = 0; k < r->nsinks; k++)
@@ -157,6 +165,13 @@ void receiver_sinks_stop(struct receiver *r)
 
 		rtab_fence_close(&r->fence);
 		if (sink_fence_path(r->table_path, path, sizeof path) == 0)
+			unlink(path);
+	}
+	if (r->grant) {
+		char path[4096];
+
+		rtab_grant_close(&r->grant);
+		if (sink_grant_path(r->table_path, path, sizeof path) == 0)
 			unlink(path);
 	}
 	if (r->sink_env) {

@@ -1,6 +1,7 @@
 /*
  * sink.c - a kv-receiver sink process (sink.h): the room table says which
- * rooms may be written; everything else is xport/tcp_sink.c.
+ * rooms may be written, the receiver's grants (table/rtab_grant.h) which
+ * incarnation and which pages; everything else is xport/tcp_sink.c.
  */
 #include "sink.h"
 
@@ -12,67 +13,119 @@
 #include "base/proc.h"
 #include "table/rtab.h"
 #include "table/rtab_fence.h"
+#include "table/rtab_grant.h"
 #include "wire/wire_auth.h"
 #include "xport/cuda_stage.h"
 #include "xport/pool.h"
+#include "xport/tcp_proto.h"
 #include "xport/tcp_sink.h"
 #include "xport/xport.h"
 
-struct sink_ctx {
-	struct rtab *t;
-	struct rtab_fence *f;
-	uint32_t id;
-};
-
-/* May write: in the table, not terminal, and not armed for an abort. The
- * room is held in the fence *before* its state is read (rtab_fence.h says
- * why that order makes "releasable" final); a no lets it go again. The
- * incarnation and the copies are not checked here yet (helper "dest"). */
-static int room_begin(void *arg, uint32_t slot, uint64_t room,
-		      uint64_t incarnation, const uint8_t *copies,
-		      uint32_t ncopies)
+/* Copy i of a copy list as the wire has it. */
+static void copy_at(const uint8_t *copies, uint32_t i, uint64_t *off,
+		    uint64_t *len)
 {
-	struct sink_ctx *x = arg;
+	const uint8_t *p = copies + (size_t)i * TCP_COPY_LEN;
+
+	*off = le_get(p, 8);
+	*len = le_get(p + 8, 8);
+}
+
+/* Every copy inside the pages granted to the incarnation ref (carrying
+ * `incarnation`, 0 when the wire does not say): TCP_ROOM_OK, DEST with
+ * the first copy outside in *bad, or NOT_LIVE when there is no grant for
+ * it or the grant changed during the check. */
+static int granted(const struct sink_hook *x, struct rtab_ref ref,
+		   uint64_t incarnation, const uint8_t *copies,
+		   uint32_t ncopies, uint32_t *bad)
+{
+	struct rtab_grant_read rd;
+	uint64_t off, len;
+	uint32_t i;
+
+	if (rtab_grant_begin(x->g, ref, incarnation, &rd) != RTAB_GRANT_OK)
+		return TCP_ROOM_NOT_LIVE;
+	for (i = 0; i < ncopies; i++) {
+		copy_at(copies, i, &off, &len);
+		if (!rtab_grant_covers(x->g, &rd, off, len))
+			break;
+	}
+	if (!rtab_grant_still(x->g, &rd))
+		return TCP_ROOM_NOT_LIVE;
+	*bad = i;
+	return i < ncopies ? TCP_ROOM_DEST : TCP_ROOM_OK;
+}
+
+/* A batch naming a page its room was not given: nobody honest sends one
+ * (a flipped bit, a swapped copy list, a forged batch), so it is counted
+ * as a security refusal and its room fails with `integrity`. */
+static void refused(struct sink_hook *x, struct rtab_ref ref, uint64_t room,
+		    const uint8_t *copies, uint32_t bad)
+{
+	uint64_t off, len;
+
+	copy_at(copies, bad, &off, &len);
+	rtab_sec_add(x->t, RTAB_S_DEST_REFUSED, 1);
+	LOG_RL(LOG_WARN, "room %llu: batch refused: copy %u (%llu bytes at "
+	       "%llu) lies outside the pages the decode granted the room; "
+	       "the room fails (integrity)", (unsigned long long)room, bad,
+	       (unsigned long long)len, (unsigned long long)off);
+	(void)rtab_fail(x->t, ref, KVW_R_INTEGRITY);
+}
+
+/* May write: in the table, not terminal, not armed for an abort, of the
+ * granted incarnation, and every copy inside the pages granted to it. The
+ * room is held in the fence *before* its state is read (rtab_fence.h says
+ * why that order makes "releasable" final); anything but TCP_ROOM_OK lets
+ * it go again, and nothing of the batch is written. */
+int sink_room_begin(void *arg, uint32_t slot, uint64_t room,
+		    uint64_t incarnation, const uint8_t *copies,
+		    uint32_t ncopies)
+{
+	struct sink_hook *x = arg;
 	struct rtab_ref ref;
 	struct rtab_view v;
+	uint32_t bad = 0;
+	int rc = TCP_ROOM_NOT_LIVE;
 
-	(void)incarnation;
-	(void)copies;
-	(void)ncopies;
 	if (rtab_lookup(x->t, room, &ref) != 0 ||
 	    !rtab_fence_enter(x->f, x->id, slot, ref))
 		return TCP_ROOM_NOT_LIVE;
 	if (rtab_get(x->t, ref, &v) == 0 && !rtab_terminal(v.state) &&
 	    !(v.flags & RTAB_F_ARMED))
-		return TCP_ROOM_OK;
+		rc = granted(x, ref, incarnation, copies, ncopies, &bad);
+	if (rc == TCP_ROOM_OK)
+		return rc;
 	rtab_fence_leave(x->f, x->id, slot);
-	return TCP_ROOM_NOT_LIVE;
+	if (rc == TCP_ROOM_DEST)
+		refused(x, ref, room, copies, bad);
+	return rc;
 }
 
-static void room_end(void *arg, uint32_t slot)
+void sink_room_end(void *arg, uint32_t slot)
 {
-	struct sink_ctx *x = arg;
+	struct sink_hook *x = arg;
 
 	rtab_fence_leave(x->f, x->id, slot);
 }
 
 static void on_event(void *arg, const char *what)
 {
-	struct sink_ctx *x = arg;
+	struct sink_hook *x = arg;
 
 	MALFORMED(x->t, "data port: %s", what);
 }
 
 static void on_auth_failed(void *arg)
 {
-	struct sink_ctx *x = arg;
+	struct sink_hook *x = arg;
 
 	rtab_sec_add(x->t, RTAB_S_AUTH_FAILED, 1);
 }
 
 static void on_integrity_failed(void *arg)
 {
-	struct sink_ctx *x = arg;
+	struct sink_hook *x = arg;
 
 	rtab_sec_add(x->t, RTAB_S_INTEGRITY_FAILED, 1);
 }
@@ -84,9 +137,16 @@ int sink_fence_path(const char *table, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? KVW_EINVAL : 0;
 }
 
+int sink_grant_path(const char *table, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s.grant", table);
+
+	return n < 0 || (size_t)n >= len ? KVW_EINVAL : 0;
+}
+
 int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 {
-	struct sink_ctx x = { .id = cfg->id };
+	struct sink_hook x = { .id = cfg->id };
 	uint8_t group[KEYS_DATA];
 	struct pool *p = NULL;
 	struct tcp_sink_stats st = { 0 };
@@ -95,22 +155,29 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 				   .group_key = wire_auth_data_key(group) ? group
 									 : NULL,
 				   .max_conns = SINK_MAX_CONNS,
-				   .room_begin = room_begin,
-				   .room_end = room_end,
+				   .room_begin = sink_room_begin,
+				   .room_end = sink_room_end,
 				   .event = on_event,
 				   .auth_failed = on_auth_failed,
 				   .integrity_failed = on_integrity_failed,
 				   .require_encrypt = xport_tcp_encrypt_env(),
 				   .arg = &x,
 				   .stop = proc_stopping };
-	char fence[4096];
+	char fence[4096], grant[4096];
 	int rc;
 
-	if (sink_fence_path(cfg->table, fence, sizeof fence) != 0)
+	if (sink_fence_path(cfg->table, fence, sizeof fence) != 0 ||
+	    sink_grant_path(cfg->table, grant, sizeof grant) != 0)
 		return kvw_errf(err, errlen, KVW_EINVAL, "table path too long");
 	rc = rtab_open(cfg->table, 1, &x.t, err, errlen);
 	if (rc == 0)
 		rc = rtab_fence_open(fence, &x.f, err, errlen);
+	if (rc == 0)
+		rc = rtab_grant_open(grant, &x.g, err, errlen);
+	if (rc == 0 && rtab_grant_slots(x.g) != rtab_capacity(x.t))
+		rc = kvw_errf(err, errlen, KVW_EVERSION, "grant file has %u "
+			      "slots, the table %u", rtab_grant_slots(x.g),
+			      rtab_capacity(x.t));
 	if (rc == 0 && x.id >= rtab_fence_sinks(x.f))
 		rc = kvw_errf(err, errlen, KVW_EINVAL, "sink %u: the fence has "
 			      "%u rows", x.id, rtab_fence_sinks(x.f));
@@ -142,6 +209,7 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 	}
 	cstage_close(&sc.stage);
 	pool_close(&p);
+	rtab_grant_close(&x.g);
 	rtab_fence_close(&x.f);
 	rtab_close(&x.t);
 	return rc;

@@ -163,6 +163,7 @@ const char *rtab_sec_str(unsigned which)
 		[RTAB_S_INTEGRITY_FAILED] = "integrity_failed",
 		[RTAB_S_REDIALS] = "redials",
 		[RTAB_S_RESENT] = "resent",
+		[RTAB_S_DEST_REFUSED] = "dest_refused",
 	};
 
 	return which < RTAB_NSEC ? name[which] : "?";

@@ -58,7 +58,9 @@ enum rtab_sec {
 				      * or sequence number (issue 29) */
 	RTAB_S_REDIALS = 5,      /* tcp data connections re-dialled */
 	RTAB_S_RESENT = 6,       /* tcp batches sent again on them */
-	RTAB_NSEC = 7,
+	RTAB_S_DEST_REFUSED = 7, /* tcp batches refused by a sink for a copy
+				  * outside their room's granted pages */
+	RTAB_NSEC = 8,
 };
 
 /* Non-cumulative bucket counts; the count is their sum. */
@@ -127,7 +129,8 @@ void rtab_sec_add(struct rtab *t, unsigned which, uint64_t n);
 void rtab_set_insecure(struct rtab *t, int on);
 
 /* "unauthorised", "rate_limited", "auth_failed", "reclaimed",
- * "integrity_failed", "redials", "resent"; "?" out of range. */
+ * "integrity_failed", "redials", "resent", "dest_refused"; "?" out of
+ * range. */
 const char *rtab_sec_str(unsigned which);
 
 /* ---- hooks for rtab.c (not for callers outside lib/table) ---------- */

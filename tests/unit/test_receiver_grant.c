@@ -1,0 +1,234 @@
+/*
+ * test_receiver_grant.c - kv-receiver's side of the destination grants
+ * (table/rtab_grant.h) on a real receiver (receiver_open on files in /tmp
+ * and /dev/shm, handlers driven directly), with a grant file attached as
+ * receiver_sinks_start attaches it on tcp. Proved: a room has no grant
+ * until its XFER_INFO goes out, then exactly its pages under its token;
+ * CLEAR withdraws it, and the next incarnation under the same id gets its
+ * own token (the old one stays refused); the release of an aborted room
+ * withdraws it; and a grant that cannot be written fails the room before
+ * any XFER_INFO leaves.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plan/rankmap.h"
+#include "plan/shape.h"
+#include "roles/receiver_impl.h"
+#include "roles/sink.h"
+#include "table/rtab.h"
+#include "table/rtab_grant.h"
+#include "xport/pool.h"
+
+struct fix {
+	char dir[32], listen[96], eng[96], table[96], pool[96];
+	struct receiver *r;
+	struct rtab_grant *sink; /* a sink's read-only view */
+};
+
+/* Opens a receiver and attaches a grant file of its layout, cut to
+ * `pages` pages per buffer when pages != 0. */
+static int open_fix(void **state, uint32_t pages)
+{
+	struct fix *f = test_calloc(1, sizeof *f);
+	struct receiver_cfg cfg = { 0 };
+	struct kvw_buf b[KVW_MAX_BUFFERS];
+	char err[256], path[160];
+
+	snprintf(f->dir, sizeof f->dir, "/tmp/kvwrg.XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->listen, sizeof f->listen, "ipc://%s/d", f->dir);
+	snprintf(f->eng, sizeof f->eng, "ipc://%s/e", f->dir);
+	snprintf(f->table, sizeof f->table, "%s/t.rooms", f->dir);
+	snprintf(f->pool, sizeof f->pool, "/dev/shm/kvwire.trxg-%d.pool",
+		 (int)getpid());
+	cfg.listen = f->listen;
+	cfg.engine = f->eng;
+	cfg.table = f->table;
+	cfg.pool = f->pool;
+	cfg.transport = "shm";
+	cfg.topo = (struct kvw_topo){ 1, 1, 1, 1 };
+	shape_default(&cfg.shape);
+	cfg.shape.layers = 2;
+	cfg.shape.pages = 16;
+	cfg.waiting_timeout_ns = 60000000000ull;
+	if (receiver_open(&cfg, &f->r, err, sizeof err) != 0) {
+		fprintf(stderr, "receiver_open: %s\n", err);
+		return -1;
+	}
+	memcpy(b, f->r->bufs, f->r->nbufs * sizeof *b);
+	for (uint32_t i = 0; pages && i < f->r->nbufs; i++)
+		if (b[i].role != KVW_ROLE_AUX)
+			b[i].pages = pages;
+	if (sink_grant_path(f->table, path, sizeof path) ||
+	    rtab_grant_create(path, rtab_capacity(f->r->tab), b, f->r->nbufs,
+			      &f->r->grant, err, sizeof err) ||
+	    rtab_grant_open(path, &f->sink, err, sizeof err)) {
+		fprintf(stderr, "grant: %s\n", err);
+		return -1;
+	}
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state) { return open_fix(state, 0); }
+static int setup_short(void **state) { return open_fix(state, 2); }
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+	char path[128];
+
+	rtab_grant_close(&f->sink);
+	receiver_close(&f->r); /* closes and removes the grant file */
+	unlink(f->table);
+	pool_unlink(f->pool);
+	snprintf(path, sizeof path, "%s/d", f->dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/e", f->dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/t.rooms.grant", f->dir);
+	assert_int_equal(access(path, F_OK), -1);
+	rmdir(f->dir);
+	test_free(f);
+	return 0;
+}
+
+/* RECV_BEGIN for room id with pages {2, 3}, its one target prefill rank
+ * 0 resolved; not sent yet. */
+static struct rx_room *begin_room(struct fix *f, uint64_t id)
+{
+	struct receiver *r = f->r;
+	struct rankmap_in in = { .prefill = { 1, 1, 1, 1 },
+				 .decode = { 1, 1, 1, 1 } };
+	static const uint32_t pages[] = { 2, 3 };
+	struct frame_msg m;
+	struct rankmap map;
+	struct rx_room *room;
+	char ep[128], err[200];
+
+	snprintf(ep, sizeof ep, "ipc://%s/p0", f->dir);
+	frame_msg_init(&m, FRAME_RECV_BEGIN, 0, id, 0x1);
+	snprintf(m.u.recv_begin.bootstrap, sizeof m.u.recv_begin.bootstrap,
+		 "ipc://%s/boot", f->dir);
+	m.u.recv_begin.pages = frame_u32s_of(pages, 2);
+	receiver_dispatch(r, 1, &m);
+	room = receiver_rooms_get(&r->rooms, id);
+	assert_non_null(room);
+	assert_int_equal(rankmap_compute(&in, &map, err, sizeof err), 0);
+	assert_int_equal(receiver_room_set_targets(room, &map, 1), 0);
+	room->targets[0].peer = receiver_peer_get(r, ep, 0, err, sizeof err);
+	assert_non_null(room->targets[0].peer);
+	return room;
+}
+
+static void engine(struct fix *f, unsigned type, uint64_t id)
+{
+	struct frame_msg m;
+
+	frame_msg_init(&m, type, 0, id, 0x1);
+	receiver_dispatch(f->r, 1, &m);
+}
+
+/* What a sink would answer for one copy of page p of the first buffer:
+ * 1 written, 0 refused for its destination, -1 not live. */
+static int sink_says(const struct fix *f, struct rtab_ref ref, uint64_t tok,
+		     uint32_t p)
+{
+	const struct kvw_buf *b = &f->r->bufs[0];
+	struct rtab_grant_read rd;
+	int ok;
+
+	if (rtab_grant_begin(f->sink, ref, tok, &rd) != RTAB_GRANT_OK)
+		return -1;
+	ok = rtab_grant_covers(f->sink, &rd, b->offset + (uint64_t)p * b->item_len,
+			       b->item_len);
+	return rtab_grant_still(f->sink, &rd) ? ok : -1;
+}
+
+static void a_room_is_granted_its_pages_when_its_xfer_info_goes_out(void **state)
+{
+	struct fix *f = *state;
+	struct rx_room *room = begin_room(f, 7);
+
+	assert_int_equal(sink_says(f, room->ref, room->token, 2), -1);
+	receiver_room_send(f->r, room);
+	assert_true(room->sent);
+	assert_int_equal(rtab_state(f->r->tab, room->ref), KVW_WAITING);
+	assert_int_equal(sink_says(f, room->ref, room->token, 2), 1);
+	assert_int_equal(sink_says(f, room->ref, room->token, 3), 1);
+	assert_int_equal(sink_says(f, room->ref, room->token, 1), 0);
+	assert_int_equal(sink_says(f, room->ref, room->token, 4), 0);
+	assert_int_equal(sink_says(f, room->ref, room->token + 1, 2), -1);
+}
+
+static void clear_withdraws_and_the_next_incarnation_has_its_own_token(void **state)
+{
+	struct fix *f = *state;
+	struct rx_room *room = begin_room(f, 7);
+	struct rtab_ref old;
+	uint64_t tok;
+
+	receiver_room_send(f->r, room);
+	old = room->ref;
+	tok = room->token;
+	engine(f, FRAME_CLEAR, 7);
+	assert_int_equal(sink_says(f, old, tok, 2), -1);
+	assert_int_equal(sink_says(f, old, 0, 2), -1);
+	room = begin_room(f, 7); /* same id, same pages */
+	assert_true(room->ref.gen != old.gen || room->ref.slot != old.slot);
+	assert_int_equal(sink_says(f, room->ref, 0, 2), -1); /* not sent yet */
+	receiver_room_send(f->r, room);
+	assert_true(room->token != tok);
+	assert_int_equal(sink_says(f, room->ref, tok, 2), -1); /* late batch */
+	assert_int_equal(sink_says(f, room->ref, room->token, 2), 1);
+}
+
+static void the_release_of_an_aborted_room_withdraws_its_grant(void **state)
+{
+	struct fix *f = *state;
+	struct rx_room *room = begin_room(f, 9);
+
+	receiver_room_send(f->r, room);
+	engine(f, FRAME_RECV_ABORT, 9);
+	assert_true(room->armed);
+	/* The armed room's batches are refused by the live check already;
+	 * once releasable its pages may go to another room. */
+	receiver_room_release(f->r, room, "test");
+	assert_int_equal(sink_says(f, room->ref, room->token, 2), -1);
+}
+
+static void a_grant_that_cannot_be_written_sends_no_xfer_info(void **state)
+{
+	struct fix *f = *state; /* grants hold 2 pages: 2 and 3 are outside */
+	struct rx_room *room = begin_room(f, 11);
+	struct rtab_view v;
+
+	receiver_room_send(f->r, room);
+	assert_false(room->sent);
+	assert_int_equal(rtab_get(f->r->tab, room->ref, &v), 0);
+	assert_int_equal(v.state, KVW_FAILED);
+	assert_int_equal(v.reason, KVW_R_TRANSFER);
+	assert_int_equal(sink_says(f, room->ref, room->token, 2), -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(a_room_is_granted_its_pages_when_its_xfer_info_goes_out, setup, teardown),
+		cmocka_unit_test_setup_teardown(clear_withdraws_and_the_next_incarnation_has_its_own_token, setup, teardown),
+		cmocka_unit_test_setup_teardown(the_release_of_an_aborted_room_withdraws_its_grant, setup, teardown),
+		cmocka_unit_test_setup_teardown(a_grant_that_cannot_be_written_sends_no_xfer_info, setup_short, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
