@@ -142,6 +142,7 @@ tampered_case() {
 	[ "$(relayed conns)" -ge 1 ]
 	[ "$(relayed batches)" -ge "$rooms" ]
 	[ "$(relayed hash_bad)" = 0 ]
+	[ "$(relayed bad_frames)" = 0 ]
 	[ "$(relayed tampered)" -ge 1 ]
 	clean "$rooms"
 	[ "$(($(summary success) + $(summary failed)))" = "$rooms" ]
@@ -163,6 +164,7 @@ tampered_case() {
 	[ "$(summary success)" = 1000 ]
 	[ "$(relayed batches)" -ge 1000 ]
 	[ "$(relayed hash_bad)" = 0 ]
+	[ "$(relayed bad_frames)" = 0 ]
 	[ "$(($(sec p integrity_failed) + $(sec d integrity_failed)))" = 0 ]
 }
 

@@ -47,12 +47,13 @@ them) is tampered with, as MODE says:
   none     forwards everything (for checking the path)
 
 --state FILE gets, after every change, one line "tampered=T
-tampered_conns=K batches=B conns=C hash_bad=H" (written to a temporary
-file and renamed: a reader never sees half of it): T batches tampered
-with (a replay counts once it was sent), K connections that carried at
-least one of them, B batches seen from clients, C client connections, H
-v3 trailers that did not match the payload as the relay computed them (0,
-or the relay's framing is wrong). Each tampering is also logged on
+tampered_conns=K batches=B conns=C hash_bad=H bad_frames=F" (written to
+a temporary file and renamed: a reader never sees half of it): T batches
+tampered with (a replay counts once it was sent), K connections that
+carried at least one of them, B batches seen from clients, C client
+connections, H v3 trailers that did not match the payload as the relay
+computed them and F connections dropped for bytes that were not the
+framing it expected (both 0, or the relay's framing is wrong). Each tampering is also logged on
 stderr. --port-file gets the port it listens on (PORT 0: a free one);
 --ready-fd FD gets "READY" once it listens (start_ready in helpers.bash).
 SIGTERM ends it. Exit 0, or 2 on a usage or setup error.
@@ -172,7 +173,7 @@ class Relay:
         self.rng = random.Random(args.seed)
         self.sel = selectors.DefaultSelector()
         self.tampered = self.batches = self.conns = self.hash_bad = 0
-        self.tampered_conns = 0
+        self.tampered_conns = self.bad_frames = 0
         self.want = False  # the Nth batch came and was not eligible
         host, port = args.listen.rsplit(":", 1)
         self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -194,8 +195,9 @@ class Relay:
         tmp = self.a.state + ".tmp"
         with open(tmp, "w") as f:
             f.write("tampered=%d tampered_conns=%d batches=%d conns=%d "
-                    "hash_bad=%d\n" % (self.tampered, self.tampered_conns,
-                                       self.batches, self.conns, self.hash_bad))
+                    "hash_bad=%d bad_frames=%d\n" %
+                    (self.tampered, self.tampered_conns, self.batches,
+                     self.conns, self.hash_bad, self.bad_frames))
         os.rename(tmp, self.a.state)
 
     def port(self):
@@ -340,7 +342,13 @@ class Pair:
                     self.from_sink()
         except (BlockingIOError, InterruptedError):
             pass
-        except (OSError, ValueError) as e:
+        except ValueError as e:
+            self.r.bad_frames += 1
+            self.r.save()
+            self.r.log("connection dropped: %s" % e)
+            self.close()
+            return
+        except OSError as e:
             if not isinstance(e, (ConnectionResetError, BrokenPipeError)):
                 self.r.log("connection dropped: %s" % e)
             self.close()
@@ -475,8 +483,9 @@ class Pair:
         self.r.tampered += 1
         self.r.tampered_conns += not self.tampered
         self.tampered = True
-        self.r.log("v%d batch %d (room %x, %d copies, %d bytes): %s" %
-                   (b.p.version, b.id, b.room, b.ncopies, b.total, what))
+        seq = "" if b.seq is None else ", seq %d" % b.seq
+        self.r.log("v%d batch %d (room %x%s, %d copies, %d bytes): %s" %
+                   (b.p.version, b.id, b.room, seq, b.ncopies, b.total, what))
 
 
 def main():
