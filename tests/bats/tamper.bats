@@ -126,11 +126,11 @@ counters() {
 # tampered_case MODE ROOMS ARGS...: a group, the relay in MODE (ARGS: its
 # flags), ROOMS verified rooms through it, and the checks every case
 # shares: every room terminal and intact, the relay tampered, each
-# connection it tampered on caught (integrity_failed), the batches resent
-# on a new connection, and the rooms that did not succeed failed with
-# reason `integrity`.
+# connection it tampered on caught (integrity_failed) and warned of, the
+# batches resent on a new connection, and the rooms that did not succeed
+# failed with reason `integrity`.
 tampered_case() {
-	local mode=$1 rooms=$2
+	local mode=$1 rooms=$2 warned
 	shift 2
 	split --workers 2 $SHAPE
 	relay "$mode" "$@"
@@ -147,6 +147,13 @@ tampered_case() {
 	clean "$rooms"
 	[ "$(($(summary success) + $(summary failed)))" = "$rooms" ]
 	[ "$(($(sec p integrity_failed) + $(sec d integrity_failed)))" -ge "$(relayed tampered_conns)" ]
+	# ... and warned of, naming the other end (the sink sees the relay's
+	# address, the prefill side the decode's: both 10.202.0.2), besides
+	# the redial's own warning.
+	warned=$(grep -h ' warn: .*10\.202\.0\.2:' "$RUN"/p/logs/*.log "$RUN"/d/logs/*.log |
+		grep -v 're-dialled' || true)
+	echo "$warned" | head -n 3
+	[ -n "$warned" ]
 	[ "$(sec p redials)" -ge 1 ]
 	[ "$(sec p resent)" -ge 1 ]
 	[ "$(failed_by d integrity)" = "$(summary failed)" ]

@@ -400,6 +400,7 @@ class Pair:
                 a += xxh3_128(a)
             self.cout += a
             self.acks_out += 1
+            self.r.log("forged ACK OK for batch %d sent" % bid)
 
     def from_client(self):
         while self.p is not None:
