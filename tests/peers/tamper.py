@@ -22,9 +22,11 @@ TCPV4.md's v4:
             u64, total u64, seq u64, flags u32, 0 u32) | copies | head
             tag 16 | payload | body tag 16;          ACK 40 (magic,
             status u32, id u64, seq u64, tag 16)
+            (with --encrypt the payload is ciphertext: the same framing)
 
-Every Nth batch seen (counting all connections, from 1; at most M of
-them) is tampered with, as MODE says:
+Every Nth batch seen (default 50; counting all connections, resent
+batches included, from 1; at most M of them, default no limit) is
+tampered with, as MODE says:
   payload  rewrites 16 payload bytes and recomputes the unkeyed hash (v3's
            trailer; v4's tags as --insecure computes them, XXH3-128: a
            keyless attacker can do no better)
@@ -53,10 +55,11 @@ tampered with (a replay counts once it was sent), K connections that
 carried at least one of them, B batches seen from clients, C client
 connections, H v3 trailers that did not match the payload as the relay
 computed them and F connections dropped for bytes that were not the
-framing it expected (both 0, or the relay's framing is wrong). Each tampering is also logged on
-stderr. --port-file gets the port it listens on (PORT 0: a free one);
---ready-fd FD gets "READY" once it listens (start_ready in helpers.bash).
-SIGTERM ends it. Exit 0, or 2 on a usage or setup error.
+framing it expected (both 0, or the relay's framing is wrong). Each
+tampering, and each forged ACK, is also logged on stderr. --port-file
+gets the port it listens on (PORT 0: a free one); --ready-fd FD gets
+"READY" once it listens (start_ready in helpers.bash). SIGTERM ends it.
+Exit 0, or 2 on a usage or setup error.
 """
 import argparse
 import collections
@@ -128,10 +131,13 @@ class Batch:
         self.id = struct.unpack_from("<Q", raw, 8)[0]
         self.room = struct.unpack_from("<Q", raw, 16)[0]
         self.total = struct.unpack_from("<Q", raw, p.total_at)[0]
-        self.seq = struct.unpack_from("<Q", raw, 40)[0] if p.version == 4 else None
+        self.seq = None
+        if p.version == 4:
+            self.seq = struct.unpack_from("<Q", raw, 40)[0]
         o = p.header
         self.header = bytearray(raw[:o])
-        self.copies = [list(struct.unpack_from("<QQ", raw, o + 16 * i)) for i in range(n)]
+        self.copies = [list(struct.unpack_from("<QQ", raw, o + 16 * i))
+                       for i in range(n)]
         o += 16 * n
         self.head_tag = bytes(raw[o:o + p.head_tag])
         o += p.head_tag
@@ -423,7 +429,8 @@ class Pair:
 
     def batch(self, b, raw):
         r, mode = self.r, self.r.a.mode
-        if b.p.version == 3 and struct.pack("<Q", xxh3_64(b.payload)) != b.trailer:
+        if (b.p.version == 3 and
+                struct.pack("<Q", xxh3_64(b.payload)) != b.trailer):
             r.hash_bad += 1
         for k in self.replays:
             k[0] -= 1
@@ -494,7 +501,8 @@ def main():
     ap.add_argument("--listen", required=True)
     ap.add_argument("--to", required=True)
     ap.add_argument("--mode", required=True,
-                    choices=["payload", "copybit", "swap", "replay", "drop", "none"])
+                    choices=["payload", "copybit", "swap", "replay", "drop",
+                             "none"])
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--max", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
