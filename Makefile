@@ -26,7 +26,7 @@ OPT ?= -O2 -g
 CPPFLAGS += -Ilib -D_GNU_SOURCE
 # Hidden by default: libkvwire.so exports only what lib/api.h marks KVW_API.
 CFLAGS += -std=c17 $(OPT) $(WARN) -fPIC -pthread -fvisibility=hidden
-LDLIBS += -lzmq -lsodium -lxxhash -lbsd -ldl -lrt -lm -pthread
+LDLIBS += -lzmq -lsodium -lcrypto -lxxhash -lbsd -ldl -lrt -lm -pthread
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)

@@ -9,6 +9,7 @@
  * enforced: a benchmark, not a test.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench_copy.h"
@@ -28,10 +29,13 @@ static void tcp_usage(FILE *f)
 		"  --mib N        MiB per pass (default 64)\n"
 		"  --seconds S    minimum time of each measurement (default 0.5)\n"
 		"  --reps N       stream/tcp/stream rounds, best of each (default 3)\n"
-		"  --auth MODE    off (default), on (every data connection proves the\n"
-		"                 group's data key: the keyed handshake of tcp_auth.h)\n"
+		"  --auth MODE    on (default: every data connection proves the\n"
+		"                 group's data key and every batch carries GMAC tags,\n"
+		"                 tcp_proto.h), off (--insecure: XXH3-128 tags)\n"
 		"                 or both: each case without, then with, and the ratio\n"
 		"                 of their tcp GiB/s (the cost of authentication)\n"
+		"  --encrypt      AES-256-GCM payloads (the group's --encrypt; with\n"
+		"                 --auth on)\n"
 		"  --json         one JSON document\n"
 		"Goals (reported, not enforced): ratio >= 0.6 scattered, >= 0.8 at\n"
 		"64 KiB (and <= 1.0 CPU s/GB), >= 0.85 at 1 MiB.\n"
@@ -77,14 +81,14 @@ static void row(const struct tcp_case *k, const struct bench_copy_result *r,
 
 int kvb_tcp_main(int argc, char **argv, const struct kvb_opts *o)
 {
-	enum { O_MIB = 256, O_SECS, O_REPS, O_AUTH };
+	enum { O_MIB = 256, O_SECS, O_REPS, O_AUTH, O_ENC };
 	static const struct option opts[] = {
 		{ "mib", 1, NULL, O_MIB }, { "seconds", 1, NULL, O_SECS },
 		{ "reps", 1, NULL, O_REPS }, { "auth", 1, NULL, O_AUTH },
-		{ NULL, 0, NULL, 0 },
+		{ "encrypt", 0, NULL, O_ENC }, { NULL, 0, NULL, 0 },
 	};
 	static uint8_t group_key[32];
-	int auth = 1; /* bit 0: a pass without the key, bit 1: one with it */
+	int auth = 2; /* bit 0: a pass without the key, bit 1: one with it */
 	struct bench_copy_cfg cfg = { .page_bytes = 4096, .total_bytes = 64u << 20,
 				      .min_s = 0.5, .reps = 3, .seed = 1,
 				      .tcp = 1 };
@@ -115,6 +119,9 @@ int kvb_tcp_main(int argc, char **argv, const struct kvb_opts *o)
 			if (!auth)
 				return cli_bad(&cl, "--auth: want off, on or "
 					       "both, got %s", cl.arg);
+			break;
+		case O_ENC: /* read by the tcp transport at its open */
+			setenv("KVW_TCP_ENCRYPT", "1", 1);
 			break;
 		case CLI_HELP: tcp_usage(stdout); return KVW_EXIT_OK;
 		default: return KVW_EXIT_USAGE; /* CLI_BAD: line written */

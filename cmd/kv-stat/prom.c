@@ -37,6 +37,7 @@ static const char *const live_lbl[] = { "unknown", "alive", "dead" };
 
 static const char *const sec_lbl[RTAB_NSEC] = {
 	"unauthorised", "rate_limited", "auth_failed", "reclaimed",
+	"integrity_failed", "redials", "resent",
 };
 
 /* Plain counters of the header: name, help, counter index. */
@@ -200,7 +201,9 @@ int prom_write(FILE *f, const struct render_table *tb, unsigned n)
 				s[i].lbl, s[i].m.insecure);
 	family(f, "kvwire_security_refusals_total", "counter",
 	       "Messages and connections refused: unauthorised, rate_limited, "
-	       "auth_failed (ZAP or data-port handshake).");
+	       "auth_failed (ZAP or data-port handshake), integrity_failed "
+	       "(tcp batch or ACK with a wrong tag or seq); and the tcp "
+	       "redials and resent batches.");
 	for (unsigned i = 0; i < n; i++)
 		if (tb[i].t)
 			labelled(f, "kvwire_security_refusals_total", s[i].lbl,

@@ -23,7 +23,7 @@
 /* The common options' vals, above every value cli_next returns. */
 enum { O_HELP = 0x4100, O_READY, O_LOG, O_NAME, O_SHAPE, O_LISTEN, O_ENGINE,
        O_TABLE, O_POOL, O_TRANSPORT, O_TOPO, O_RANK, O_CHECK, O_RDMA_DEV,
-       O_RDMA_GID, O_KEYS, O_INSECURE };
+       O_RDMA_GID, O_KEYS, O_INSECURE, O_ENCRYPT };
 
 void cli_init(struct cli *c, const char *prog, unsigned flags, int log_level,
 	      struct shape *shape)
@@ -56,6 +56,7 @@ static int build(struct cli *c, const struct option *own)
 		{ "check", no_argument, NULL, O_CHECK },
 		{ "keys", required_argument, NULL, O_KEYS },
 		{ "insecure", no_argument, NULL, O_INSECURE },
+		{ "encrypt", no_argument, NULL, O_ENCRYPT },
 	};
 	static const struct option member[] = {
 		{ "listen", required_argument, NULL, O_LISTEN },
@@ -71,7 +72,7 @@ static int build(struct cli *c, const struct option *own)
 		{ "rdma-gid-index", required_argument, NULL, O_RDMA_GID },
 	};
 	const unsigned want[] = { 0, CLI_READY_FD, CLI_LOG_LEVEL, CLI_NAME,
-				  CLI_CHECK, CLI_AUTH, CLI_AUTH };
+				  CLI_CHECK, CLI_AUTH, CLI_AUTH, CLI_AUTH };
 	const char *sname;
 	int has, n = 0;
 
@@ -160,6 +161,13 @@ static int common(struct cli *c, int v)
 	case O_INSECURE:
 		c->insecure = 1;
 		return 0;
+	/* --encrypt: the tcp data port's payloads AES-256-GCM encrypted
+	 * (xport_tcp.c reads it from the environment, so the processes
+	 * this one execs - workers, sinks - follow). */
+	case O_ENCRYPT:
+		setenv("KVW_TCP_ENCRYPT", "1", 1);
+		c->encrypt = 1;
+		return 0;
 	case O_LISTEN: c->member.listen = c->arg; return 0;
 	case O_ENGINE: c->member.engine = c->arg; return 0;
 	case O_TABLE: c->member.table = c->arg; return 0;
@@ -223,6 +231,9 @@ static int auth(struct cli *c)
 				 "exclude each other");
 	if (c->insecure)
 		wire_auth_insecure();
+	if (!c->keys && c->encrypt)
+		return cli_fatal(c->prog, CLI_BAD, "--encrypt needs the "
+				 "group's keys (--keys)");
 	if (!c->keys)
 		return CLI_END;
 	if (keys_load(c->keys, &k, err, sizeof err) != 0)

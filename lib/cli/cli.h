@@ -82,6 +82,7 @@ struct cli {
 	int check;                 /* --check: validate, make nothing, exit */
 	const char *keys;          /* --keys DIR (CLI_AUTH) */
 	int insecure;              /* --insecure (CLI_AUTH) */
+	int encrypt;               /* --encrypt (CLI_AUTH): KVW_TCP_ENCRYPT=1 */
 	const char *opt;           /* long name of the option just returned */
 	const char *arg;           /* its value, NULL when it takes none */
 	struct option table[CLI_MAX_OPTS]; /* own + common, built by cli_next */

@@ -16,6 +16,7 @@
 #include "xport/cuda_stage.h"
 #include "xport/pool.h"
 #include "xport/tcp_sink.h"
+#include "xport/xport.h"
 
 struct sink_ctx {
 	struct rtab *t;
@@ -25,21 +26,27 @@ struct sink_ctx {
 
 /* May write: in the table, not terminal, and not armed for an abort. The
  * room is held in the fence *before* its state is read (rtab_fence.h says
- * why that order makes "releasable" final); a no lets it go again. */
-static int room_begin(void *arg, uint32_t slot, uint64_t room)
+ * why that order makes "releasable" final); a no lets it go again. The
+ * incarnation and the copies are not checked here yet (helper "dest"). */
+static int room_begin(void *arg, uint32_t slot, uint64_t room,
+		      uint64_t incarnation, const uint8_t *copies,
+		      uint32_t ncopies)
 {
 	struct sink_ctx *x = arg;
 	struct rtab_ref ref;
 	struct rtab_view v;
 
+	(void)incarnation;
+	(void)copies;
+	(void)ncopies;
 	if (rtab_lookup(x->t, room, &ref) != 0 ||
 	    !rtab_fence_enter(x->f, x->id, slot, ref))
-		return 0;
+		return TCP_ROOM_NOT_LIVE;
 	if (rtab_get(x->t, ref, &v) == 0 && !rtab_terminal(v.state) &&
 	    !(v.flags & RTAB_F_ARMED))
-		return 1;
+		return TCP_ROOM_OK;
 	rtab_fence_leave(x->f, x->id, slot);
-	return 0;
+	return TCP_ROOM_NOT_LIVE;
 }
 
 static void room_end(void *arg, uint32_t slot)
@@ -61,6 +68,13 @@ static void on_auth_failed(void *arg)
 	struct sink_ctx *x = arg;
 
 	rtab_sec_add(x->t, RTAB_S_AUTH_FAILED, 1);
+}
+
+static void on_integrity_failed(void *arg)
+{
+	struct sink_ctx *x = arg;
+
+	rtab_sec_add(x->t, RTAB_S_INTEGRITY_FAILED, 1);
 }
 
 int sink_fence_path(const char *table, char *buf, size_t len)
@@ -85,6 +99,8 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 				   .room_end = room_end,
 				   .event = on_event,
 				   .auth_failed = on_auth_failed,
+				   .integrity_failed = on_integrity_failed,
+				   .require_encrypt = xport_tcp_encrypt_env(),
 				   .arg = &x,
 				   .stop = proc_stopping };
 	char fence[4096];
@@ -116,13 +132,13 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 		rc = tcp_sink_run(&sc, &st, err, errlen);
 		LOG(LOG_INFO, "stopping: %llu connections, %llu batches, %llu "
 		    "bytes; refused %llu connections, %llu batches; %llu "
-		    "checksum mismatches, %llu discarded, %llu not copied to "
-		    "the GPU",
+		    "integrity failures, %llu discarded, %llu not copied to "
+		    "the GPU, %llu outside the room's pages",
 		    (unsigned long long)st.conns, (unsigned long long)st.batches,
 		    (unsigned long long)st.bytes, (unsigned long long)st.refused,
-		    (unsigned long long)st.bad, (unsigned long long)st.checksum,
+		    (unsigned long long)st.bad, (unsigned long long)st.integrity,
 		    (unsigned long long)st.not_live,
-		    (unsigned long long)st.device);
+		    (unsigned long long)st.device, (unsigned long long)st.dest);
 	}
 	cstage_close(&sc.stage);
 	pool_close(&p);

@@ -100,6 +100,7 @@ struct worker {
 	uint32_t pipe_head, pipe_n, pipe_depth;
 	uint64_t pipe_batches, pipe_bytes;
 	uint64_t delay_us; /* TEST ONLY: KVW_TEST_COPY_DELAY_US */
+	uint64_t tcp_seen[3]; /* tcp redials, resent, integrity counted */
 };
 
 /* TEST ONLY (never set in production): KVW_TEST_COPY_DELAY_US, the
@@ -232,8 +233,10 @@ static void job_write(struct worker *w, const struct frame_msg *m,
 {
 	const struct frame_job *j = &m->u.job;
 
-	/* The decode's writer (tcp) checks this room before each batch. */
+	/* The decode's writer (tcp) checks this room's incarnation before
+	 * each batch. */
 	xport_set_room(w->x, m->hdr.room);
+	xport_tcp_set_incarnation(w->x, j->token);
 	e->lo = xport_mark(w->x, e->dst);
 	for (uint32_t i = 0; i < j->copies.n; i += WORKER_BATCH) {
 		uint32_t k = j->copies.n - i < WORKER_BATCH ? j->copies.n - i
@@ -369,6 +372,19 @@ static void job_end(struct worker *w, const struct frame_msg *m,
 	answer(w, m->hdr.room, j->slot, j->generation, rc, bytes, 1);
 }
 
+/* The tcp transport's redials, resends and integrity failures since the
+ * last look, into the table's counters (kv-stat, Prometheus). */
+static void tcp_counts(struct worker *w)
+{
+	uint64_t now[3];
+
+	xport_tcp_counts(w->x, &now[0], &now[1], &now[2]);
+	rtab_sec_add(w->t, RTAB_S_REDIALS, now[0] - w->tcp_seen[0]);
+	rtab_sec_add(w->t, RTAB_S_RESENT, now[1] - w->tcp_seen[1]);
+	rtab_sec_add(w->t, RTAB_S_INTEGRITY_FAILED, now[2] - w->tcp_seen[2]);
+	memcpy(w->tcp_seen, now, sizeof now);
+}
+
 /* Lands the oldest job in flight: waits for its batches (what was written
  * lands or fails before the room's outstanding count drops: tcp and rdma
  * write ahead), decides its outcome and ends it. A failure fails the room
@@ -387,6 +403,7 @@ static void land_oldest(struct worker *w)
 		rc = r;
 		snprintf(e->why, sizeof e->why, "%s", why);
 	}
+	tcp_counts(w);
 	if (e->dst != NO_DST && rc < 0)
 		conn_broken(w, e->dst);
 	if (e->ended) {

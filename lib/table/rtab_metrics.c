@@ -160,6 +160,9 @@ const char *rtab_sec_str(unsigned which)
 		[RTAB_S_RATE_LIMITED] = "rate_limited",
 		[RTAB_S_AUTH_FAILED] = "auth_failed",
 		[RTAB_S_RECLAIMED] = "reclaimed",
+		[RTAB_S_INTEGRITY_FAILED] = "integrity_failed",
+		[RTAB_S_REDIALS] = "redials",
+		[RTAB_S_RESENT] = "resent",
 	};
 
 	return which < RTAB_NSEC ? name[which] : "?";

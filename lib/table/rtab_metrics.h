@@ -54,7 +54,11 @@ enum rtab_sec {
 				  * handshakes */
 	RTAB_S_RECLAIMED = 3,    /* peer slots of dead or never completed
 				  * registrations freed for new peers */
-	RTAB_NSEC = 4,
+	RTAB_S_INTEGRITY_FAILED = 4, /* tcp batches or ACKs with a wrong tag
+				      * or sequence number (issue 29) */
+	RTAB_S_REDIALS = 5,      /* tcp data connections re-dialled */
+	RTAB_S_RESENT = 6,       /* tcp batches sent again on them */
+	RTAB_NSEC = 7,
 };
 
 /* Non-cumulative bucket counts; the count is their sum. */
@@ -122,7 +126,8 @@ void rtab_sec_add(struct rtab *t, unsigned which, uint64_t n);
 /* The owner: records whether it runs --insecure (kv-stat shows it). */
 void rtab_set_insecure(struct rtab *t, int on);
 
-/* "unauthorised", "rate_limited", "auth_failed"; "?" out of range. */
+/* "unauthorised", "rate_limited", "auth_failed", "reclaimed",
+ * "integrity_failed", "redials", "resent"; "?" out of range. */
 const char *rtab_sec_str(unsigned which);
 
 /* ---- hooks for rtab.c (not for callers outside lib/table) ---------- */

@@ -1,11 +1,13 @@
 /*
- * tcp_auth.h - the tcp data port's handshake proof. The sink sends a fresh
- * 16-byte challenge on every connection; the client answers with
- * HMAC-SHA256 (libsodium) keyed by the group's data key and the
- * registration's secret, over a fixed label and the challenge. So the
- * secret never travels on the data connection, a recorded answer is
- * worthless on the next connection, and with the group's keys in use a
- * peer needs both the keys and a live registration's secret. Without
+ * tcp_auth.h - the tcp data port's handshake (protocol v4, TCPV4.md). The
+ * sink sends a fresh 16-byte challenge on every connection; the client
+ * answers with its own nonce and HMAC-SHA256 (libsodium) keyed by the
+ * group's data key and the registration's secret over a fixed label, both
+ * nonces and the flags; the sink's WELCOME carries the same kind of proof
+ * back. Both sides then derive the connection's keys, one per direction,
+ * from the same secret material and both nonces: so the secret never
+ * travels, a recorded connection is worthless on the next, and every
+ * batch and ACK after the handshake is authenticated (tcp_mac.h). Without
  * group keys the data key is all zeros and the secret alone protects.
  */
 #ifndef KVW_TCP_AUTH_H
@@ -17,15 +19,33 @@
 
 #define TCP_GROUP_KEY_LEN 32u
 #define TCP_MAC_LEN 32u
+#define TCP_FP_LEN 8u
 
-/* mac = HMAC-SHA256(group || secret, "kvwire-data-v3" || nonce); group may
- * be NULL (zeros). */
-void tcp_auth_mac(const uint8_t *group, const uint8_t secret[TCP_SECRET_LEN],
-		  const uint8_t nonce[TCP_NONCE_LEN], uint8_t mac[TCP_MAC_LEN]);
+/* HELLO's mac: HMAC-SHA256(group || secret, "kvwire-data-v4" || nonce_s
+ * || nonce_c || flags u16). group may be NULL (zeros). */
+void tcp_auth_hello(const uint8_t *group, const uint8_t *secret,
+		    const uint8_t *nonce_s, const uint8_t *nonce_c,
+		    uint16_t flags, uint8_t mac[TCP_MAC_LEN]);
 
-/* 1 when mac is the right answer (compared in constant time), else 0. */
-int tcp_auth_ok(const uint8_t *group, const uint8_t secret[TCP_SECRET_LEN],
-		const uint8_t nonce[TCP_NONCE_LEN],
-		const uint8_t mac[TCP_MAC_LEN]);
+/* WELCOME's mac: the same key over "kvwire-welcome-v4" || nonce_s ||
+ * nonce_c || status u32. */
+void tcp_auth_welcome(const uint8_t *group, const uint8_t *secret,
+		      const uint8_t *nonce_s, const uint8_t *nonce_c,
+		      uint32_t status, uint8_t mac[TCP_MAC_LEN]);
+
+/* 1 when a and b (TCP_MAC_LEN bytes) are equal, in constant time. */
+int tcp_auth_same(const uint8_t *a, const uint8_t *b);
+
+/* The connection's keys (32 bytes each): client -> sink and back. */
+void tcp_auth_keys(const uint8_t *group, const uint8_t *secret,
+		   const uint8_t *nonce_s, const uint8_t *nonce_c,
+		   uint16_t flags, uint8_t c2s[32], uint8_t s2c[32]);
+
+/* The first 8 bytes of BLAKE2b(group data key) (zeros for NULL): names the
+ * key in a log line without giving it away. */
+void tcp_auth_fingerprint(const uint8_t *group, uint8_t fp[TCP_FP_LEN]);
+
+/* fp as 16 hex digits and a NUL. */
+void tcp_auth_fp_hex(const uint8_t fp[TCP_FP_LEN], char out[17]);
 
 #endif

@@ -1,9 +1,10 @@
 /*
  * tcp_sink.h - the decode side of the tcp transport: one poll loop that
  * accepts connections on the listening socket xport_tcp_listen opened,
- * checks each connection's secret, and writes every batch straight into
- * the pool (readv into the destination pages: no staging copy) after
- * checking its whole copy list against the pool. A batch for a room the
+ * checks each connection's handshake and every batch's tags and sequence
+ * number (tcp_proto.h), and writes every batch straight into the pool
+ * (readv into the destination pages: no staging copy) after checking its
+ * head tag and its whole copy list against the pool. A batch for a room the
  * caller says is not live is read and discarded, never written. Hostile
  * input (a wrong secret, garbage, a copy outside the pool, a copy count
  * over the cap, a peer that stops half way through a hello) closes that
@@ -24,9 +25,22 @@ struct tcp_sink_stats {
 	_Atomic uint64_t batches;    /* batches written and acked OK */
 	_Atomic uint64_t bytes;      /* payload bytes written into the pool */
 	_Atomic uint64_t bad;        /* batches refused: malformed or out of the pool */
-	_Atomic uint64_t checksum;   /* batches whose bytes did not match */
 	_Atomic uint64_t not_live;   /* batches discarded: room not live */
 	_Atomic uint64_t device;     /* batches whose copy to the GPU failed */
+	_Atomic uint64_t integrity;  /* batches with a wrong tag or seq (or a
+				      * wrong ACK flow): connection dropped */
+	_Atomic uint64_t dest;       /* batches refused by room_begin's
+				      * destination check (TCP_ROOM_DEST) */
+	_Atomic uint64_t evicted;    /* connections still in the handshake
+				      * closed for a newer one (slots full) */
+};
+
+/* room_begin's answers. */
+enum tcp_room {
+	TCP_ROOM_OK = 0,       /* may write; the room is held: room_end owed */
+	TCP_ROOM_NOT_LIVE = 1, /* read and discard the payload, ACK NOT_LIVE */
+	TCP_ROOM_DEST = 2,     /* a copy outside the pages the decode granted
+				* this incarnation: discard, ACK DEST */
 };
 
 struct tcp_sink_cfg {
@@ -40,19 +54,31 @@ struct tcp_sink_cfg {
 	const uint8_t *secret;     /* 16 bytes */
 	const uint8_t *group_key;  /* the group's data key (32 bytes), or
 				    * NULL without group keys (tcp_auth.h) */
-	uint32_t max_conns;        /* open connections at most (0: 1024) */
+	uint32_t max_conns;        /* authenticated connections at most
+				    * (0: 1024) */
 	uint32_t max_per_source;   /* of them from one address (0: 64) */
-	uint32_t handshake_ms;     /* a hello must arrive within (0: 5000) */
+	uint32_t max_pending;      /* connections still in the handshake, in
+				    * slots of their own (0: 64): when full,
+				    * the oldest is closed for the newest, so
+				    * idle keyless connections never keep a
+				    * peer with the keys out */
+	uint32_t handshake_ms;     /* a hello must arrive within (0: 2000) */
+	int require_encrypt;       /* refuse a HELLO without ENCRYPT */
 	uint32_t stall_ms;         /* a batch begun must make progress within
 				    * (0: 10000), or its connection closes:
 				    * a half-open link or a slow loris never
 				    * holds a room in the fence for long */
-	/* A batch's copy list checked, before its payload is read: may the
-	 * batch for `room` be written now? `slot` (< max_conns) names the
-	 * connection; a nonzero answer holds the room for that slot until
-	 * room_end(slot) once its last byte is written (or the connection
-	 * dropped). NULL: every room may, and room_end is not called. */
-	int (*room_begin)(void *arg, uint32_t slot, uint64_t room);
+	/* A batch's head tag verified and its copy list checked against the
+	 * pool, before its payload is read: may the batch for this room's
+	 * incarnation be written, with these copies (ncopies x (dst_off u64
+	 * | len u64), little-endian, as on the wire)? `slot` (< max_conns)
+	 * names the connection; TCP_ROOM_OK holds the room for that slot
+	 * until room_end(slot) once its last byte is written and checked
+	 * (or the connection dropped). NULL: every room may, and room_end is
+	 * not called. */
+	int (*room_begin)(void *arg, uint32_t slot, uint64_t room,
+			  uint64_t incarnation, const uint8_t *copies,
+			  uint32_t ncopies);
 	void (*room_end)(void *arg, uint32_t slot);
 	/* Told of every refusal (what happened, for a rate-limited log);
 	 * may be NULL. */
@@ -61,6 +87,9 @@ struct tcp_sink_cfg {
 	 * (a wrong secret or group key, a bad hello, none in time): what
 	 * kv-stat counts as auth_failed. May be NULL. */
 	void (*auth_failed)(void *arg);
+	/* Told, besides event, of each batch refused for a wrong tag or
+	 * sequence number: kv-stat's integrity_failed. May be NULL. */
+	void (*integrity_failed)(void *arg);
 	void *arg;
 	/* Polled between wakeups: nonzero ends the loop. */
 	int (*stop)(void);

@@ -195,6 +195,26 @@ int xport_tcp_sink_info(const struct xport *x, int *listen_fd,
  * it the registration's secret alone does. 0, or KVW_EINVAL (not tcp). */
 int xport_tcp_set_group_key(struct xport *x, const uint8_t key[32]);
 
+/* 1 when the group runs --encrypt (KVW_TCP_ENCRYPT=1 in the environment,
+ * set by the flag): a tcp instance asks every sink for ENCRYPT from its
+ * open on, and a sink refuses connections without it. */
+int xport_tcp_encrypt_env(void);
+
+/* tcp only: ask every sink for ENCRYPT (AES-256-GCM payloads; needs the
+ * group's keys). 0 or KVW_EINVAL. */
+int xport_tcp_set_encrypt(struct xport *x, int on);
+
+/* tcp only (a no-op elsewhere): the incarnation (the decode room's
+ * XFER_INFO token) the next batches carry; xport_set_room resets it to 0.
+ * The sink discards a batch of another incarnation. */
+void xport_tcp_set_incarnation(struct xport *x, uint64_t inc);
+
+/* tcp only (zeros elsewhere): data connections re-dialled, batches sent
+ * again on them, and ACKs or batches that failed integrity, over the
+ * instance's life. */
+void xport_tcp_counts(const struct xport *x, uint64_t *redials,
+		      uint64_t *resent, uint64_t *integrity);
+
 /* tcp only: "HOST:PORT" the registration listens on, into buf[len]; 0 or
  * KVW_ENOENT (not listening). */
 int xport_tcp_address(const struct xport *x, char *buf, size_t len);

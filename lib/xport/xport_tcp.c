@@ -51,6 +51,11 @@ struct xtcp_xport {
 	struct xtcp_remote *rmt;
 	uint32_t nrmt, caprmt;
 	uint64_t room;  /* tag of the batches (xport_set_room) */
+	uint64_t inc;   /* and their room's incarnation
+			 * (xport_tcp_set_incarnation) */
+	int encrypt;    /* ask every sink for ENCRYPT */
+	/* What closed clients had counted (their remotes disconnected). */
+	uint64_t gone_redials, gone_resent, gone_integrity;
 	int lfd;        /* decode side: the listening socket, or -1 */
 	char host[TCP_HOST_MAX + 1];
 	uint16_t port;
@@ -76,6 +81,7 @@ static int xtcp_open(struct xport **out, char *err, size_t errlen)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "tcp: out of memory");
 	t->base.ops = &xport_tcp_ops;
 	t->lfd = -1;
+	t->encrypt = xport_tcp_encrypt_env();
 	*out = &t->base;
 	return 0;
 }
@@ -129,6 +135,46 @@ int xport_tcp_set_group_key(struct xport *x, const uint8_t key[32])
 	memcpy(t->group, key, TCP_GROUP_KEY_LEN);
 	t->has_group = 1;
 	return 0;
+}
+
+int xport_tcp_encrypt_env(void)
+{
+	const char *e = getenv("KVW_TCP_ENCRYPT");
+
+	return e && strcmp(e, "1") == 0;
+}
+
+int xport_tcp_set_encrypt(struct xport *x, int on)
+{
+	if (x->ops != &xport_tcp_ops)
+		return KVW_EINVAL;
+	XPORT_SELF(struct xtcp_xport, x)->encrypt = !!on;
+	return 0;
+}
+
+void xport_tcp_set_incarnation(struct xport *x, uint64_t inc)
+{
+	if (x && x->ops == &xport_tcp_ops)
+		XPORT_SELF(struct xtcp_xport, x)->inc = inc;
+}
+
+void xport_tcp_counts(const struct xport *x, uint64_t *redials,
+		      uint64_t *resent, uint64_t *integrity)
+{
+	const struct xtcp_xport *t = tcp_of(x);
+
+	*redials = *resent = *integrity = 0;
+	if (!t)
+		return;
+	*redials = t->gone_redials;
+	*resent = t->gone_resent;
+	*integrity = t->gone_integrity;
+	for (uint32_t i = 0; i < t->nrmt; i++)
+		if (t->rmt[i].cl) {
+			*redials += tcp_client_redials(t->rmt[i].cl);
+			*resent += tcp_client_resent(t->rmt[i].cl);
+			*integrity += tcp_client_integrity(t->rmt[i].cl);
+		}
 }
 
 int xport_tcp_address(const struct xport *x, char *buf, size_t len)
@@ -255,7 +301,8 @@ static int xtcp_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 	if (!r->desc)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "tcp: out of memory");
 	rc = tcp_client_open(&r->cl, host, port, secret,
-			     t->has_group ? t->group : NULL, err, errlen);
+			     t->has_group ? t->group : NULL, t->encrypt, err,
+			     errlen);
 	if (rc) {
 		free(r->desc);
 		r->desc = NULL;
@@ -275,6 +322,9 @@ static void xtcp_disconnect(struct xport *x, uint32_t id)
 
 	if (id >= t->nrmt || !t->rmt[id].cl)
 		return;
+	t->gone_redials += tcp_client_redials(t->rmt[id].cl);
+	t->gone_resent += tcp_client_resent(t->rmt[id].cl);
+	t->gone_integrity += tcp_client_integrity(t->rmt[id].cl);
 	tcp_client_close(&t->rmt[id].cl);
 	free(t->rmt[id].desc);
 	t->rmt[id] = (struct xtcp_remote){ 0 };
@@ -282,7 +332,10 @@ static void xtcp_disconnect(struct xport *x, uint32_t id)
 
 static void xtcp_set_room(struct xport *x, uint64_t room)
 {
-	XPORT_SELF(struct xtcp_xport, x)->room = room;
+	struct xtcp_xport *t = XPORT_SELF(struct xtcp_xport, x);
+
+	t->room = room;
+	t->inc = 0; /* until xport_tcp_set_incarnation names it */
 }
 
 /* Where the source engine keeps its KV on a GPU (cuda_stage.h): the
@@ -353,7 +406,7 @@ static int xtcp_write_batch(struct xport *x, const struct xport_copy *c,
 	rc = stage_gpu_pages(t, c, n, err, errlen);
 	if (rc)
 		return rc;
-	return tcp_client_send(r->cl, t->room, t->span, n, err, errlen);
+	return tcp_client_send(r->cl, t->room, t->inc, t->span, n, err, errlen);
 }
 
 static int xtcp_wait(struct xport *x, int timeout_ms, char *err,
