@@ -201,3 +201,10 @@ tampered_case() {
 @test "tamper: one batch dropped (its ACK forged): caught, corrupt=0" {
 	tampered_case drop 2000 --every 500 --max 1
 }
+
+@test "tamper: every batch rewritten on the first 3 connections: the first batch's room fails with reason integrity, the others succeed, corrupt=0" {
+	# A batch that fails integrity on 3 connections fails its room.
+	tampered_case payload 1000 --every 1 --first-conns 3
+	[ "$(relayed tampered_conns)" = 3 ]
+	[ "$(summary failed)" -ge 1 ]
+}

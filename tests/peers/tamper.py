@@ -7,8 +7,8 @@ tamper with exactly the batches it picks. Standard library only (Debian's
 /usr/bin/python3); xxh3 through ctypes from libxxhash (mk/deps.sh).
 
   tamper.py --listen HOST:PORT --to HOST:PORT --mode MODE [--every N]
-            [--max M] [--seed S] [--lag L] [--retarget] [--state FILE]
-            [--port-file FILE] [--ready-fd FD]
+            [--max M] [--first-conns K] [--seed S] [--lag L] [--retarget]
+            [--state FILE] [--port-file FILE] [--ready-fd FD]
 
 The handshake (CHALLENGE, HELLO, WELCOME) passes through untouched; its
 CHALLENGE's version picks the framing, lib/xport/tcp_proto.h's v3 or
@@ -25,8 +25,9 @@ TCPV4.md's v4:
             (with --encrypt the payload is ciphertext: the same framing)
 
 Every Nth batch seen (default 50; counting all connections, resent
-batches included, from 1; at most M of them, default no limit) is
-tampered with, as MODE says:
+batches included, from 1; at most M of them, default no limit; with
+--first-conns K only on the first K client connections) is tampered
+with, as MODE says:
   payload  rewrites 16 payload bytes and recomputes the unkeyed hash (v3's
            trailer; v4's tags as --insecure computes them, XXH3-128: a
            keyless attacker can do no better)
@@ -225,12 +226,15 @@ class Relay:
             k.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conns += 1
         self.save()
-        Pair(self, c, s)
+        Pair(self, c, s, self.conns)
 
-    # The choice: is this (the Nth) batch the one?
-    def pick(self, b):
+    # The choice: is this (the Nth) batch, on connection number conn
+    # (from 1), the one?
+    def pick(self, b, conn):
         self.batches += 1
         if self.a.mode == "none":
+            return False
+        if self.a.first_conns and conn > self.a.first_conns:
             return False
         if self.batches % self.a.every == 0:
             self.want = True
@@ -270,8 +274,9 @@ def swap_pair(b):
 class Pair:
     """One client connection and its connection to the sink."""
 
-    def __init__(self, relay, c, s):
+    def __init__(self, relay, c, s, number):
         self.r = relay
+        self.number = number    # of the connection, from 1
         self.c, self.s = c, s
         self.cin, self.sin = bytearray(), bytearray()
         self.cout, self.sout = bytearray(), bytearray()
@@ -434,7 +439,7 @@ class Pair:
             r.hash_bad += 1
         for k in self.replays:
             k[0] -= 1
-        if not r.pick(b):
+        if not r.pick(b, self.number):
             self.owed.append(None)
             self.send_sink(raw, True)
         elif mode == "drop":
@@ -508,6 +513,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lag", type=int, default=1)
     ap.add_argument("--retarget", action="store_true")
+    ap.add_argument("--first-conns", type=int, default=0)
     ap.add_argument("--state")
     ap.add_argument("--port-file")
     ap.add_argument("--ready-fd", type=int)
