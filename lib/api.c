@@ -236,18 +236,22 @@ static int send_msg(struct kvw_engine *e, const struct frame_msg *m)
 	return rc;
 }
 
+/* An api_inc error: nothing was queued. */
+static int noted(struct kvw_engine *e, int rc)
+{
+	snprintf(e->err, sizeof e->err, "%s: nothing queued",
+		 rc == KVW_EAGAIN ? "room table busy" : "out of memory");
+	return rc;
+}
+
 /* Sends a BEGIN of m's room after recording the incarnation it replaces
  * (api_inc.h), so kvw_poll never shows that one as this room. */
 static int send_begin(struct kvw_engine *e, const struct frame_msg *m)
 {
 	int rc = api_inc_begin(e->inc, e->tab, m->hdr.room);
 
-	if (rc < 0) {
-		snprintf(e->err, sizeof e->err, "%s: %s",
-			 rc == KVW_EAGAIN ? "room table busy" : "out of memory",
-			 "nothing queued");
-		return rc;
-	}
+	if (rc < 0)
+		return noted(e, rc);
 	return send_msg(e, m);
 }
 
@@ -322,11 +326,13 @@ int kvw_clear(struct kvw_engine *e, uint64_t room)
 	struct frame_msg m;
 	int rc;
 
+	/* Recorded first: the incarnation cleared is whatever the table
+	 * shows before the control takes the CLEAR. */
+	rc = api_inc_clear(e->inc, e->tab, room);
+	if (rc < 0)
+		return noted(e, rc);
 	frame_msg_init(&m, FRAME_CLEAR, 0, room, e->epoch);
-	rc = send_msg(e, &m);
-	if (rc == 0)
-		api_inc_clear(e->inc, room);
-	return rc;
+	return send_msg(e, &m);
 }
 
 int kvw_poll(const struct kvw_engine *e, uint64_t room,

@@ -1,6 +1,6 @@
 /*
- * api_inc.c - an engine's record of the incarnation each BEGIN replaced
- * (see api_inc.h).
+ * api_inc.c - an engine's record of the incarnations it is done with (see
+ * api_inc.h).
  */
 #include "api_inc.h"
 
@@ -9,9 +9,10 @@
 #include "base/kvw.h"
 
 struct api_inc_rec {
-	struct idmap_node node;  /* id = room */
-	struct rtab_ref stale;   /* over when the BEGIN was queued; {0,0}:
-				  * none (generations start at 1) */
+	struct idmap_node node; /* id = room */
+	struct rtab_ref stale;  /* never reported; {0,0}: none (generations
+				 * start at 1) */
+	int begun;              /* a BEGIN since the last CLEAR */
 };
 
 int api_inc_init(struct api_inc *a)
@@ -22,6 +23,7 @@ int api_inc_init(struct api_inc *a)
 		pthread_mutex_destroy(&a->lock);
 		return KVW_ENOMEM;
 	}
+	a->idle = 0;
 	a->ready = 1;
 	return 0;
 }
@@ -42,76 +44,116 @@ void api_inc_fini(struct api_inc *a)
 	a->ready = 0;
 }
 
-/* The incarnation of room the table shows now if it is over, else {0,0}:
- * 0 or KVW_EAGAIN. */
-static int over_now(const struct rtab *t, uint64_t room, struct rtab_ref *out)
+/* The table's incarnation of room now: 0 with *ref and *state ({0,0} when
+ * there is none), or KVW_EAGAIN. */
+static int table_now(const struct rtab *t, uint64_t room,
+		     struct rtab_ref *ref, unsigned *state)
 {
-	struct rtab_ref ref;
 	struct rtab_view v;
 	int rc;
 
-	*out = (struct rtab_ref){ 0, 0 };
 	for (int tries = 0; tries < 4; tries++) {
-		rc = rtab_lookup(t, room, &ref);
-		if (rc == KVW_ENOENT)
+		*ref = (struct rtab_ref){ 0, 0 };
+		*state = KVW_CLEARED;
+		rc = rtab_lookup(t, room, ref);
+		if (rc == KVW_ENOENT) {
+			*ref = (struct rtab_ref){ 0, 0 };
 			return 0;
+		}
 		if (rc < 0)
 			return rc;
-		rc = rtab_get(t, ref, &v);
+		rc = rtab_get(t, *ref, &v);
 		if (rc == KVW_ESTALE)
 			continue; /* the slot was reused meanwhile: look again */
 		if (rc < 0)
 			return rc;
-		if (rtab_terminal(v.state))
-			*out = ref;
+		*state = v.state;
 		return 0;
 	}
 	return KVW_EAGAIN;
 }
 
-int api_inc_begin(struct api_inc *a, const struct rtab *t, uint64_t room)
+/* Drops the records of ids cleared and not begun again whose CLEAR the
+ * table shows done (their incarnation Cleared, or gone). Under the lock. */
+static void sweep(struct api_inc *a, const struct rtab *t)
+{
+	struct idmap_iter it = { 0 };
+	struct idmap_node *n;
+
+	while ((n = idmap_next(&a->map, &it)) != NULL) {
+		struct api_inc_rec *r = idmap_entry(n, struct api_inc_rec, node);
+		struct rtab_ref ref;
+		unsigned state;
+
+		if (r->begun || table_now(t, n->id, &ref, &state) < 0)
+			continue;
+		if (ref.gen != 0 && ref.slot == r->stale.slot &&
+		    ref.gen == r->stale.gen && state != KVW_CLEARED)
+			continue;
+		idmap_del(&a->map, n->id);
+		free(r);
+		a->idle--;
+	}
+}
+
+/* The record of room, made if missing; NULL when out of memory. Under the
+ * lock. */
+static struct api_inc_rec *rec_of(struct api_inc *a, uint64_t room)
+{
+	struct idmap_node *n = idmap_get(&a->map, room);
+	struct api_inc_rec *r;
+
+	if (n != NULL)
+		return idmap_entry(n, struct api_inc_rec, node);
+	r = calloc(1, sizeof *r);
+	if (r == NULL)
+		return NULL;
+	r->node.id = room;
+	r->begun = 1; /* the callers set it; counted as idle only by clear */
+	if (idmap_put(&a->map, &r->node) != 0) {
+		free(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* BEGIN (begin != 0) or CLEAR of room, before it is queued. */
+static int note(struct api_inc *a, const struct rtab *t, uint64_t room,
+		int begin)
 {
 	struct api_inc_rec *r;
-	struct idmap_node *n;
-	struct rtab_ref stale;
-	int rc = over_now(t, room, &stale);
+	struct rtab_ref ref;
+	unsigned state;
+	int rc = table_now(t, room, &ref, &state);
 
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&a->lock);
-	n = idmap_get(&a->map, room);
-	if (n != NULL) {
-		r = idmap_entry(n, struct api_inc_rec, node);
-		/* A second BEGIN without CLEAR: the control refuses it while
-		 * the first incarnation lives; keep what the first hid. */
-		if (stale.gen != 0)
-			r->stale = stale;
-		pthread_mutex_unlock(&a->lock);
-		return 0;
+	if (!begin && a->idle >= API_INC_SWEEP)
+		sweep(a, t);
+	r = rec_of(a, room);
+	if (r != NULL) {
+		/* CLEAR: the one the engine is done with. BEGIN: one that
+		 * is over is not this room's; a live one is (kept hidden
+		 * only if CLEAR recorded it). */
+		if (ref.gen != 0 && (!begin || rtab_terminal(state)))
+			r->stale = ref;
+		if (r->begun != begin)
+			a->idle += begin ? -1u : 1u;
+		r->begun = begin;
 	}
-	r = calloc(1, sizeof *r);
-	if (r == NULL) {
-		pthread_mutex_unlock(&a->lock);
-		return KVW_ENOMEM;
-	}
-	r->node.id = room;
-	r->stale = stale;
-	rc = idmap_put(&a->map, &r->node);
 	pthread_mutex_unlock(&a->lock);
-	if (rc < 0)
-		free(r);
-	return rc;
+	return r ? 0 : KVW_ENOMEM;
 }
 
-void api_inc_clear(struct api_inc *a, uint64_t room)
+int api_inc_begin(struct api_inc *a, const struct rtab *t, uint64_t room)
 {
-	struct idmap_node *n;
+	return note(a, t, room, 1);
+}
 
-	pthread_mutex_lock(&a->lock);
-	n = idmap_del(&a->map, room);
-	pthread_mutex_unlock(&a->lock);
-	if (n != NULL)
-		free(idmap_entry(n, struct api_inc_rec, node));
+int api_inc_clear(struct api_inc *a, const struct rtab *t, uint64_t room)
+{
+	return note(a, t, room, 0);
 }
 
 int api_inc_hidden(struct api_inc *a, const struct rtab_view *v)

@@ -254,26 +254,55 @@ static void poll_after_clear_and_rebegin_never_shows_the_old(void **state)
 }
 
 /* Prefill: a decode's XFER_INFO may open the incarnation before the
- * engine's SEND_BEGIN; a live incarnation found at BEGIN is the room's own
- * and poll shows it. */
+ * engine's SEND_BEGIN (the Python KVSender polls it before init()). After
+ * the engine's CLEAR the old Success is never shown, but the incarnation
+ * the XFER_INFO opens is, before and after SEND_BEGIN. */
 static void poll_shows_an_incarnation_opened_before_begin(void **state)
+{
+	struct fx *f = *state;
+	struct kvw_room_status st;
+	struct rtab_ref r1, r2;
+
+	assert_int_equal(rtab_insert(f->t, 9, 0, 0, &r1), 0);
+	assert_int_equal(kvw_send_begin(f->e, 9, 2, 0), 0);
+	take(f, FRAME_SEND_BEGIN, 9);
+	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
+	assert_int_equal(st.state, KVW_BOOTSTRAPPING);
+	assert_int_equal(rtab_transition(f->t, r1, KVW_SUCCESS, 0), 0);
+	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
+	assert_int_equal(st.state, KVW_SUCCESS);
+
+	assert_int_equal(kvw_clear(f->e, 9), 0);
+	assert_int_equal(kvw_poll(f->e, 9, &st), KVW_ENOENT);
+	take(f, FRAME_CLEAR, 9);
+	assert_int_equal(rtab_clear(f->t, r1, KVW_R_CLEARED), 0);
+	assert_int_equal(kvw_poll(f->e, 9, &st), KVW_ENOENT);
+	assert_int_equal(rtab_insert(f->t, 9, 0, 0, &r2), 0); /* XFER_INFO */
+	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
+	assert_int_equal(st.state, KVW_BOOTSTRAPPING);
+	assert_int_equal(st.generation, r2.gen);
+	assert_int_equal(kvw_send_begin(f->e, 9, 2, 0), 0);
+	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
+	assert_int_equal(st.generation, r2.gen);
+}
+
+/* The records of ids cleared and not begun again are swept once their
+ * CLEAR shows in the table: a long run of distinct ids keeps poll right
+ * (a Cleared tombstone is then shown as it is) and memory bounded. */
+static void cleared_ids_are_swept(void **state)
 {
 	struct fx *f = *state;
 	struct kvw_room_status st;
 	struct rtab_ref r;
 
-	assert_int_equal(rtab_insert(f->t, 9, 0, 0, &r), 0);
-	assert_int_equal(kvw_send_begin(f->e, 9, 2, 0), 0);
-	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
-	assert_int_equal(st.state, KVW_BOOTSTRAPPING);
-	assert_int_equal(rtab_transition(f->t, r, KVW_SUCCESS, 0), 0);
-	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
-	assert_int_equal(st.state, KVW_SUCCESS);
-	/* After its CLEAR the engine holds no record: the table as it is
-	 * (Success until the owner takes the CLEAR). */
-	assert_int_equal(kvw_clear(f->e, 9), 0);
-	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
-	assert_int_equal(st.state, KVW_SUCCESS);
+	for (uint64_t id = 100; id < 100 + 3000; id++) {
+		assert_int_equal(kvw_clear(f->e, id), 0);
+		take(f, FRAME_CLEAR, id);
+	}
+	/* Not in the table at all: nothing hidden, nothing to show. */
+	assert_int_equal(kvw_poll(f->e, 100, &st), KVW_ENOENT);
+	assert_int_equal(rtab_insert(f->t, 5000, 0, 0, &r), 0);
+	assert_int_equal(kvw_poll(f->e, 5000, &st), 0);
 }
 
 static void commands_arrive_as_their_frames(void **state)
@@ -390,6 +419,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			poll_shows_an_incarnation_opened_before_begin, setup,
 			teardown),
+		cmocka_unit_test_setup_teardown(cleared_ids_are_swept, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(commands_arrive_as_their_frames,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(
