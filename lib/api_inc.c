@@ -24,6 +24,7 @@ int api_inc_init(struct api_inc *a)
 		return KVW_ENOMEM;
 	}
 	a->idle = 0;
+	a->sweep_at = API_INC_SWEEP;
 	a->ready = 1;
 	return 0;
 }
@@ -129,8 +130,13 @@ static int note(struct api_inc *a, const struct rtab *t, uint64_t room,
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&a->lock);
-	if (!begin && a->idle >= API_INC_SWEEP)
+	if (!begin && a->idle >= a->sweep_at) {
 		sweep(a, t);
+		/* What stays is waiting for its CLEAR to be taken: sweep
+		 * again only once that many more piled up (amortised O(1)). */
+		a->sweep_at = a->idle > API_INC_SWEEP / 2 ? 2 * a->idle
+							   : API_INC_SWEEP;
+	}
 	r = rec_of(a, room);
 	if (r != NULL) {
 		/* CLEAR: the one the engine is done with. BEGIN: one that

@@ -14,7 +14,8 @@
  * kvw_poll never reports the recorded incarnation nor a Cleared tombstone
  * of a recorded id: "not in the table yet" (KVW_ENOENT) instead. Records
  * of ids cleared and not begun again are dropped in a sweep once the table
- * shows their CLEAR done (API_INC_SWEEP of them at most between sweeps).
+ * shows their CLEAR done (a sweep once API_INC_SWEEP of them, or twice
+ * what the last sweep left, piled up).
  *
  * Thread-safe: kvw_poll may run in any thread while another sends.
  */
@@ -33,6 +34,7 @@ struct api_inc {
 	pthread_mutex_t lock;
 	struct idmap map;  /* room -> struct api_inc_rec */
 	uint32_t idle;     /* records of ids cleared and not begun again */
+	uint32_t sweep_at; /* idle count that starts the next sweep */
 	int ready;
 };
 
