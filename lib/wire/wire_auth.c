@@ -53,7 +53,8 @@ static struct {
 	uint32_t nctx;
 	_Atomic uint64_t refused; /* by the ZAP handler */
 	_Atomic uint64_t failed;  /* CURVE handshakes that failed before ZAP
-				   * (another server key, no CURVE) */
+				   * (another server key, no CURVE), and
+				   * those our dialling sockets saw fail */
 	_Atomic uint64_t seq;     /* names of monitor endpoints */
 	char client_fp[KEYS_FP];  /* fingerprints for the logs (keys.h) */
 	char group_fp[KEYS_FP];
@@ -160,9 +161,9 @@ static int pending_at(struct watch *w, const char *ep, int add)
 	return -1;
 }
 
-/* Counts a failure; 1 when it is to be logged: the socket's first, then
- * one per WATCH_LOG_S (libzmq redials every 100 ms), saying in *quiet how
- * many went unlogged since. */
+/* A failed handshake is logged at once the first time, then once per
+ * WATCH_LOG_S (libzmq redials every 100 ms) with how many went unlogged
+ * between. */
 #define WATCH_LOG_S 10u
 
 /* "" or "; N more unlogged" for a line that log_due let through. */
@@ -174,6 +175,8 @@ static const char *more(unsigned unlogged, char buf[48])
 	return buf;
 }
 
+/* 1 when the failure l counts is to be logged (*unlogged: how many were
+ * not, since the last line), else 0. */
 static int log_due(struct quiet *l, unsigned *unlogged)
 {
 	struct timespec ts;
@@ -202,6 +205,7 @@ static struct {
 	struct quiet q[QUIET_EPS];
 } qs = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* Counts a failed handshake with ep; 1 when it is to be logged. */
 static int failed_now(const char *ep, unsigned *unlogged)
 {
 	unsigned i, old = 0;
