@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "api_inc.h"
 #include "base/proc.h"
 #include "table/rtab.h"
 #include "wire/frame.h"
@@ -28,6 +29,8 @@ struct kvw_engine {
 	uint64_t epoch;
 	char *table_path; /* for kvw_control_check */
 	int gpu_registered; /* this engine wrote the pool's GPU record */
+	struct api_inc *inc; /* what each BEGIN replaced (kvw_poll hides it;
+			     * behind a pointer: poll takes its lock) */
 	char err[256]; /* last send error */
 };
 
@@ -97,6 +100,11 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 	if (e == NULL)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	e->epoch = proc_epoch();
+	e->inc = calloc(1, sizeof *e->inc);
+	if (e->inc == NULL || api_inc_init(e->inc) != 0) {
+		rc = kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+		goto fail;
+	}
 	e->table_path = strdup(table_path);
 	if (e->table_path == NULL) {
 		rc = kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
@@ -154,6 +162,9 @@ void kvw_engine_close(struct kvw_engine **ep)
 			unlink(rec);
 	}
 	pool_close(&e->pool);
+	if (e->inc)
+		api_inc_fini(e->inc);
+	free(e->inc);
 	free(e->table_path);
 	free(e);
 	*ep = NULL;
@@ -225,6 +236,25 @@ static int send_msg(struct kvw_engine *e, const struct frame_msg *m)
 	return rc;
 }
 
+/* An api_inc error: nothing was queued. */
+static int noted(struct kvw_engine *e, int rc)
+{
+	snprintf(e->err, sizeof e->err, "%s: nothing queued",
+		 rc == KVW_EAGAIN ? "room table busy" : "out of memory");
+	return rc;
+}
+
+/* Sends a BEGIN of m's room after recording the incarnation it replaces
+ * (api_inc.h), so kvw_poll never shows that one as this room. */
+static int send_begin(struct kvw_engine *e, const struct frame_msg *m)
+{
+	int rc = api_inc_begin(e->inc, e->tab, m->hdr.room);
+
+	if (rc < 0)
+		return noted(e, rc);
+	return send_msg(e, m);
+}
+
 static int bad(struct kvw_engine *e, const char *what)
 {
 	snprintf(e->err, sizeof e->err, "%s", what);
@@ -239,7 +269,7 @@ int kvw_send_begin(struct kvw_engine *e, uint64_t room, uint32_t num_pages,
 	frame_msg_init(&m, FRAME_SEND_BEGIN, 0, room, e->epoch);
 	m.u.send_begin.num_pages = num_pages;
 	m.u.send_begin.aux_slot = aux_slot;
-	return send_msg(e, &m);
+	return send_begin(e, &m);
 }
 
 int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *pages,
@@ -280,7 +310,7 @@ int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 	m.u.recv_begin.aux_slot = aux_slot;
 	m.u.recv_begin.prefill_dp_rank = prefill_dp_rank;
 	m.u.recv_begin.pages = frame_u32s_of(pages, n);
-	return send_msg(e, &m);
+	return send_begin(e, &m);
 }
 
 int kvw_abort(struct kvw_engine *e, uint64_t room)
@@ -294,7 +324,13 @@ int kvw_abort(struct kvw_engine *e, uint64_t room)
 int kvw_clear(struct kvw_engine *e, uint64_t room)
 {
 	struct frame_msg m;
+	int rc;
 
+	/* Recorded first: the incarnation cleared is whatever the table
+	 * shows before the control takes the CLEAR. */
+	rc = api_inc_clear(e->inc, e->tab, room);
+	if (rc < 0)
+		return noted(e, rc);
 	frame_msg_init(&m, FRAME_CLEAR, 0, room, e->epoch);
 	return send_msg(e, &m);
 }
@@ -317,6 +353,9 @@ int kvw_poll(const struct kvw_engine *e, uint64_t room,
 			continue;
 		if (rc < 0)
 			return rc;
+		if (api_inc_hidden(e->inc, &v))
+			return KVW_ENOENT; /* an older incarnation: ours is
+					    * not in the table yet */
 		st->state = v.state;
 		st->reason = v.reason;
 		st->generation = v.ref.gen;

@@ -138,7 +138,21 @@ KVW_API int kvw_clear(struct kvw_engine *e, uint64_t room);
  * no message. Returns 0 and fills *st; KVW_ENOENT when the room is not in
  * the table (its BEGIN not processed yet: "pending"); KVW_EAGAIN when the
  * owner is rewriting the slot right now (retry). *st is unchanged on
- * error. */
+ * error.
+ *
+ * Only the incarnation of this engine's last BEGIN is reported: once the
+ * engine sent CLEAR for a room id (and maybe a new BEGIN under it), the
+ * incarnation the table showed when the CLEAR was sent, any incarnation
+ * already over (Success, Failed) when the BEGIN was sent, and any Cleared
+ * tombstone of the id are reported as KVW_ENOENT ("pending"), never as the
+ * room's state, until the control process inserts the new one (a new
+ * generation). An incarnation still live at BEGIN is the room's own (on
+ * prefill a decode may open it before SEND_BEGIN). So poll through the
+ * handle that sends BEGIN and CLEAR: another handle reads the table as it
+ * is (Cleared tombstones included). A BEGIN without CLEAR of a room that
+ * ended is refused by the control process and stays "pending". BEGIN and
+ * CLEAR read the table once before they queue: KVW_EAGAIN (nothing
+ * queued) also when its slot stayed mid-rewrite. */
 KVW_API int kvw_poll(const struct kvw_engine *e, uint64_t room,
 	     struct kvw_room_status *st);
 

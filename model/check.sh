@@ -21,6 +21,7 @@ checks() {
 	cat <<'EOF'
 tcp|-DTCP|quiescence|holds
 tcp|-DTCP|success_complete|holds
+tcp|-DTCP|batch_incarnation|holds
 real||terminal|holds
 real||quiescence|holds
 real||absorbing|holds
@@ -29,6 +30,7 @@ real||abort_acked|holds
 real||success_complete|holds
 ack_early|-DMUT_ACK_EARLY|quiescence|fails
 sink_no_wait|-DTCP -DMUT_SINK_NO_WAIT|quiescence|fails
+batch_no_inc|-DTCP -DMUT_BATCH_NO_INC|batch_incarnation|fails
 success_store|-DMUT_SUCCESS_STORE|absorbing|fails
 status_no_token|-DMUT_STATUS_NO_TOKEN|no_resurrect|fails
 status_no_token|-DMUT_STATUS_NO_TOKEN|success_complete|fails

@@ -63,6 +63,7 @@ bool badwrite;       /* a write landed in released or reused pages */
 bool shortsucc;      /* decode Success while a chunk had not landed */
 bool leftterm;       /* a terminal state left for anything but Cleared */
 bool resurrect;      /* a message of another incarnation changed a room */
+bool wrongbatch;     /* a batch of another incarnation was written */
 byte pend;           /* jobs of the current epoch not yet past their write */
 
 chan d2p = [4] of { mtype, byte, byte };      /* type, token, decode's idea of the epoch */
@@ -94,12 +95,19 @@ inline trans(st, to)
 	fi
 }
 
-/* Bytes of token tk land in decode memory. */
+/* Bytes of token tk land in decode memory. A batch of another
+ * incarnation (tk != dinc) writing is `wrongbatch`: with the room id
+ * reused, its pages may be the new incarnation's. */
 inline land(tk)
 {
 	if
 	:: tk == dinc && !rel && dst != CLEARED -> landed++
-	:: else -> badwrite = 1
+	:: else ->
+		badwrite = 1;
+		if
+		:: tk != dinc -> wrongbatch = 1
+		:: else -> skip
+		fi
 	fi
 }
 
@@ -397,7 +405,14 @@ end:	do
 	:: w2s ? tk ->
 		if
 		:: sinflight = tk;
+		   /* The batch incarnation rule: a batch carries its room's
+		    * incarnation token; one of another incarnation is read
+		    * and discarded, never written. */
+#ifdef MUT_BATCH_NO_INC
+		   live = (!armed && dst != CLEARED && !rel);
+#else
 		   live = (tk == dinc && !armed && dst != CLEARED && !rel);
+#endif
 		   if
 		   :: live -> land(tk)
 		   :: else -> skip
@@ -459,5 +474,8 @@ ltl absorbing { [] !leftterm }
 ltl no_resurrect { [] !resurrect }
 /* An armed room is acked, or released by its deadline. */
 ltl abort_acked { [] ((armed && !rel) -> <> rel) }
+/* A batch of another incarnation of the room id is never written (the
+ * sink's batch incarnation rule; tcp). */
+ltl batch_incarnation { [] !wrongbatch }
 /* Decode sees Success only for a room whose bytes all landed. */
 ltl success_complete { [] !shortsucc }

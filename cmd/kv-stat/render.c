@@ -42,11 +42,14 @@ static void security_line(FILE *f, const struct rtab *t)
 	for (unsigned c = 0; c < RTAB_NSEC; c++)
 		fprintf(f, " %s=%llu", rtab_sec_str(c),
 			(unsigned long long)m.sec[c]);
+	if (m.key_fp)
+		fprintf(f, " keys=%016llx", (unsigned long long)m.key_fp);
 	fprintf(f, "%s\n", m.insecure ? " INSECURE (owner runs --insecure: "
 		"no authentication on tcp://)" : "");
 }
 
-/* Closes "counters" and adds "security" and "insecure" to the JSON. */
+/* Closes "counters" and adds "security", "insecure" and "keys" (the
+ * owner's group keys' fingerprint, or null) to the JSON. */
 static void security_json(FILE *f, const struct rtab *t)
 {
 	struct rtab_metrics_view m;
@@ -57,6 +60,11 @@ static void security_json(FILE *f, const struct rtab *t)
 		fprintf(f, "%s\"%s\":%llu", c ? "," : "", rtab_sec_str(c),
 			(unsigned long long)m.sec[c]);
 	fprintf(f, "},\"insecure\":%s", m.insecure ? "true" : "false");
+	if (m.key_fp)
+		fprintf(f, ",\"keys\":\"%016llx\"",
+			(unsigned long long)m.key_fp);
+	else
+		fputs(",\"keys\":null", f);
 }
 
 static int owner_alive(uint32_t pid)

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,48 @@ void keys_wipe(struct keys *k)
 
 	for (size_t i = 0; i < sizeof *k; i++)
 		p[i] = 0;
+}
+
+/* BLAKE2b-256 of n bytes, its first 8 as hex. */
+static void fp_of(const uint8_t *in, size_t n, char out[KEYS_FP])
+{
+	uint8_t h[32];
+
+	crypto_generichash(h, sizeof h, in, n, NULL, 0);
+	for (int i = 0; i < 8; i++)
+		snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+void keys_fp(const uint8_t raw[32], char out[KEYS_FP])
+{
+	fp_of(raw, 32, out);
+}
+
+int keys_fp_z85(const char *z85, char out[KEYS_FP])
+{
+	uint8_t raw[32];
+
+	if (strlen(z85) != KEYS_Z85 - 1 || !zmq_z85_decode(raw, z85)) {
+		snprintf(out, KEYS_FP, "?");
+		return KVW_EINVAL;
+	}
+	keys_fp(raw, out);
+	return 0;
+}
+
+int keys_group_fp(const struct keys *k, char out[KEYS_FP])
+{
+	uint8_t raw[64];
+
+	if (strlen(k->server_public) != KEYS_Z85 - 1 ||
+	    strlen(k->client_public) != KEYS_Z85 - 1 ||
+	    !zmq_z85_decode(raw, k->server_public) ||
+	    !zmq_z85_decode(raw + 32, k->client_public)) {
+		snprintf(out, KEYS_FP, "?");
+		return KVW_EINVAL;
+	}
+	fp_of(raw, sizeof raw, out);
+	return 0;
 }
 
 /* st is safe to hold keys: ours, nobody else may read or write it. */

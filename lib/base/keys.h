@@ -45,6 +45,18 @@ int keys_make(const char *dir, char *err, size_t errlen);
  * KVW_ESYS, with err; *k is zeroed on any error. */
 int keys_load(const char *dir, struct keys *k, char *err, size_t errlen);
 
+/* Fingerprints, for logs and kv-stat (never the keys themselves): the
+ * first 8 bytes of BLAKE2b-256 (libsodium's crypto_generichash) as 16 hex
+ * digits and a NUL. keys_fp of one raw 32-byte public key; keys_fp_z85 of
+ * one in Z85 (0, or KVW_EINVAL with out "?"); keys_group_fp of the group:
+ * of its server public key's 32 bytes then its client public key's, so
+ * two key directories share it only if both public halves match. An
+ * operator can reproduce one: the raw bytes through `b2sum -l 256`. */
+#define KEYS_FP 17u
+void keys_fp(const uint8_t raw[32], char out[KEYS_FP]);
+int keys_fp_z85(const char *z85, char out[KEYS_FP]);
+int keys_group_fp(const struct keys *k, char out[KEYS_FP]);
+
 /* Zeroes *k in a way the compiler keeps. */
 void keys_wipe(struct keys *k);
 

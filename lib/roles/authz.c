@@ -3,11 +3,17 @@
  */
 #include "authz.h"
 
+#include <stdlib.h>
+
 #include "wire/wire_auth.h"
 
 void authz_mark(struct rtab *t)
 {
+	char fp[KEYS_FP];
+
 	rtab_set_insecure(t, wire_auth_mode() == WIRE_AUTH_INSECURE);
+	rtab_set_key_fp(t, wire_auth_group_fp(fp) ? strtoull(fp, NULL, 16)
+						   : 0);
 }
 
 void authz_publish(struct rtab *t, uint64_t *seen)

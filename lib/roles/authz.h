@@ -31,7 +31,8 @@
 		LOG_RL(LOG_WARN, "rate limited: " fmt, ##__VA_ARGS__); \
 	} while (0)
 
-/* Records in t whether this process runs --insecure (wire_auth_mode). */
+/* Records in t whether this process runs --insecure (wire_auth_mode) and
+ * its group keys' fingerprint (keys.h; kv-stat shows both). */
 void authz_mark(struct rtab *t);
 
 /* Adds to t's RTAB_S_AUTH_FAILED the handshakes this process's ZAP

@@ -138,6 +138,7 @@ void rtab_metrics_get(const struct rtab *t, struct rtab_metrics_view *v)
 		v->sec[i] = FLD_LOAD(&m->sec[i]);
 	v->insecure = atomic_load_explicit(&m->insecure,
 					   memory_order_relaxed) != 0;
+	v->key_fp = atomic_load_explicit(&m->key_fp, memory_order_relaxed);
 }
 
 void rtab_sec_add(struct rtab *t, unsigned which, uint64_t n)
@@ -150,6 +151,13 @@ void rtab_set_insecure(struct rtab *t, int on)
 {
 	if (t && t->writable)
 		atomic_store_explicit(&t->hdr->metrics.insecure, on ? 1u : 0u,
+				      memory_order_relaxed);
+}
+
+void rtab_set_key_fp(struct rtab *t, uint64_t fp)
+{
+	if (t && t->writable)
+		atomic_store_explicit(&t->hdr->metrics.key_fp, fp,
 				      memory_order_relaxed);
 }
 

@@ -78,9 +78,11 @@ struct rtab_metrics {
 	_Atomic uint64_t sec[RTAB_MAX_SEC]; /* enum rtab_sec */
 	_Atomic uint32_t insecure; /* 1: the owner runs --insecure */
 	uint32_t reserved1;
+	_Atomic uint64_t key_fp; /* the owner's group keys' fingerprint (first
+				  * 8 bytes, big-endian; keys.h); 0: none */
 	uint8_t reserved[RTAB_METRICS_SIZE - 8 - 8 * RTAB_MAX_STATES -
 			 8 * RTAB_MAX_REASONS - RTAB_NHISTS * 8 *
-			 (RTAB_HIST_BUCKETS + 1) - 8 * RTAB_MAX_SEC - 8];
+			 (RTAB_HIST_BUCKETS + 1) - 8 * RTAB_MAX_SEC - 16];
 };
 
 _Static_assert(sizeof(struct rtab_metrics) == RTAB_METRICS_SIZE,
@@ -101,6 +103,7 @@ struct rtab_metrics_view {
 	struct rtab_hist_view hist[RTAB_NHISTS];
 	uint64_t sec[RTAB_NSEC];
 	int insecure;
+	uint64_t key_fp;
 };
 
 struct rtab;
@@ -127,6 +130,10 @@ void rtab_sec_add(struct rtab *t, unsigned which, uint64_t n);
 
 /* The owner: records whether it runs --insecure (kv-stat shows it). */
 void rtab_set_insecure(struct rtab *t, int on);
+
+/* The owner: records its group keys' fingerprint (kv-stat shows it, so
+ * two sides' can be compared; 0: no keys). */
+void rtab_set_key_fp(struct rtab *t, uint64_t fp);
 
 /* "unauthorised", "rate_limited", "auth_failed", "reclaimed",
  * "integrity_failed", "redials", "resent", "dest_refused"; "?" out of

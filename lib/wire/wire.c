@@ -35,8 +35,10 @@ void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 		zmq_close(s);
 		return NULL;
 	}
-	/* ROUTERs are the servers: their failed handshakes are counted. */
-	if (type == ZMQ_ROUTER && wire_auth_watch(ctx, s, err, errlen) != 0) {
+	/* ROUTERs are the servers, DEALERs and REQs dial: their failed
+	 * handshakes are counted and logged (with keys only). */
+	if ((type == ZMQ_ROUTER || type == ZMQ_DEALER || type == ZMQ_REQ) &&
+	    wire_auth_watch(ctx, s, type == ZMQ_ROUTER, err, errlen) != 0) {
 		zmq_close(s);
 		return NULL;
 	}

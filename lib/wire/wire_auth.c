@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "base/kvw.h"
@@ -52,8 +53,11 @@ static struct {
 	uint32_t nctx;
 	_Atomic uint64_t refused; /* by the ZAP handler */
 	_Atomic uint64_t failed;  /* CURVE handshakes that failed before ZAP
-				   * (another server key, no CURVE) */
+				   * (another server key, no CURVE), and
+				   * those our dialling sockets saw fail */
 	_Atomic uint64_t seq;     /* names of monitor endpoints */
+	char client_fp[KEYS_FP];  /* fingerprints for the logs (keys.h) */
+	char group_fp[KEYS_FP];
 } wa = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 void wire_auth_use(const struct keys *k)
@@ -61,6 +65,8 @@ void wire_auth_use(const struct keys *k)
 	pthread_mutex_lock(&wa.lock);
 	wa.keys = *k;
 	(void)zmq_z85_decode(wa.client_raw, wa.keys.client_public);
+	keys_fp(wa.client_raw, wa.client_fp);
+	(void)keys_group_fp(&wa.keys, wa.group_fp);
 	wa.mode = WIRE_AUTH_KEYS;
 	pthread_mutex_unlock(&wa.lock);
 }
@@ -95,26 +101,211 @@ int wire_auth_data_key(uint8_t out[KEYS_DATA])
 	return have;
 }
 
+int wire_auth_group_fp(char out[KEYS_FP])
+{
+	int have;
+
+	pthread_mutex_lock(&wa.lock);
+	have = wa.mode == WIRE_AUTH_KEYS;
+	if (have)
+		memcpy(out, wa.group_fp, KEYS_FP);
+	pthread_mutex_unlock(&wa.lock);
+	return have;
+}
+
 uint64_t wire_auth_refused(void)
 {
 	return atomic_load(&wa.refused) + atomic_load(&wa.failed);
 }
 
-/* Handshakes ZAP never sees: a client with another group's server key or
- * without CURVE fails inside libzmq. The socket monitor reports them
- * (ZAP's own refusals, HANDSHAKE_FAILED_AUTH, are counted by the handler
- * already). Ends when the socket closes or its context terminates. */
-#define WATCHED (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | \
-		 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+/* Handshakes that fail are counted and logged (rate-limited, at once for
+ * the first: an operator sees wrong keys within a second, never a silent
+ * hang). A server socket (ROUTER) sees the ones ZAP never does: a client
+ * with another group's server key or without CURVE fails inside libzmq
+ * (ZAP's own refusals are counted and logged by the handler). A client
+ * socket (DEALER, REQ) sees the server refuse its client key (ZAP 400),
+ * a protocol failure, or the connection closed before the handshake
+ * completed (the server could not read our HELLO: its server key is not
+ * the one we were given). The monitor thread ends when the socket closes
+ * or its context terminates. */
+#define SERVER_EVENTS (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | \
+		       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+#define CLIENT_EVENTS (SERVER_EVENTS | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | \
+		       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | \
+		       ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+#define WATCH_EPS 8u
+
+/* One logger of failed handshakes (a socket's, a ZAP handler's). */
+struct quiet {
+	uint64_t logged_ns; /* last line logged (0: none yet) */
+	unsigned n;         /* failures since, not logged */
+};
+
+struct watch {
+	void *pair;
+	int server;
+	/* client: endpoints connected whose handshake has not completed */
+	char pending[WATCH_EPS][128];
+};
+
+static int pending_at(struct watch *w, const char *ep, int add)
+{
+	for (unsigned i = 0; i < WATCH_EPS; i++)
+		if (w->pending[i][0] && strcmp(w->pending[i], ep) == 0)
+			return (int)i;
+	for (unsigned i = 0; add && i < WATCH_EPS; i++)
+		if (!w->pending[i][0]) {
+			snprintf(w->pending[i], sizeof w->pending[i], "%s", ep);
+			return (int)i;
+		}
+	return -1;
+}
+
+/* A failed handshake is logged at once the first time, then once per
+ * WATCH_LOG_S (libzmq redials every 100 ms) with how many went unlogged
+ * between. */
+#define WATCH_LOG_S 10u
+
+/* "" or "; N more unlogged" for a line that log_due let through. */
+static const char *more(unsigned unlogged, char buf[48])
+{
+	buf[0] = '\0';
+	if (unlogged)
+		snprintf(buf, 48, "; %u more unlogged", unlogged);
+	return buf;
+}
+
+/* 1 when the failure l counts is to be logged (*unlogged: how many were
+ * not, since the last line), else 0. */
+static int log_due(struct quiet *l, unsigned *unlogged)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (l->logged_ns != 0 &&
+	    now - l->logged_ns < WATCH_LOG_S * 1000000000ull) {
+		l->n++;
+		return 0;
+	}
+	l->logged_ns = now;
+	*unlogged = l->n;
+	l->n = 0;
+	return 1;
+}
+
+/* The loggers of failed handshakes, one per endpoint, process-wide: a
+ * member that dials again on a new socket still logs one line per
+ * WATCH_LOG_S per peer. The least recently logged one is reused. */
+#define QUIET_EPS 16u
+static struct {
+	pthread_mutex_t lock;
+	char ep[QUIET_EPS][128];
+	struct quiet q[QUIET_EPS];
+} qs = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Counts a failed handshake with ep; 1 when it is to be logged. */
+static int failed_now(const char *ep, unsigned *unlogged)
+{
+	unsigned i, old = 0;
+	int due;
+
+	atomic_fetch_add(&wa.failed, 1);
+	pthread_mutex_lock(&qs.lock);
+	for (i = 0; i < QUIET_EPS; i++) {
+		if (strcmp(qs.ep[i], ep) == 0)
+			break;
+		if (qs.q[i].logged_ns < qs.q[old].logged_ns)
+			old = i;
+	}
+	if (i == QUIET_EPS) {
+		i = old;
+		snprintf(qs.ep[i], sizeof qs.ep[i], "%s", ep);
+		qs.q[i] = (struct quiet){ 0, 0 };
+	}
+	due = log_due(&qs.q[i], unlogged);
+	pthread_mutex_unlock(&qs.lock);
+	return due;
+}
+
+static void server_event(unsigned e, uint32_t v, const char *ep)
+{
+	char mb[48];
+	unsigned q;
+
+	if (!(e & SERVER_EVENTS) || !failed_now(ep, &q))
+		return;
+	LOG(LOG_WARN, "auth: CURVE handshake on %s failed (%s 0x%x): a "
+	       "peer with another group's server key, or without keys; this "
+	       "group's keys have fingerprint %s%s", ep,
+	       e == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error"
+							 : "no detail",
+	       (unsigned)v, wa.group_fp, more(q, mb));
+}
+
+static void client_event(struct watch *w, unsigned e, uint32_t v,
+			 const char *ep)
+{
+	char mb[48];
+	unsigned q;
+	int i;
+
+	switch (e) {
+	case ZMQ_EVENT_CONNECTED:
+		pending_at(w, ep, 1);
+		return;
+	case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+		if ((i = pending_at(w, ep, 0)) >= 0)
+			w->pending[i][0] = '\0';
+		return;
+	case ZMQ_EVENT_DISCONNECTED:
+		if ((i = pending_at(w, ep, 0)) < 0)
+			return; /* a link that had worked: not about keys */
+		w->pending[i][0] = '\0';
+		if (failed_now(ep, &q))
+			LOG(LOG_WARN, "auth: CURVE handshake with %s failed: "
+			    "the peer closed the connection before the "
+			    "handshake completed (its server key is not this "
+			    "group's, or it runs another group's keys or "
+			    "none); this group's keys have fingerprint %s "
+			    "(client key %s%s)", ep,
+			    wa.group_fp, wa.client_fp, more(q, mb));
+		return;
+	case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+		if ((i = pending_at(w, ep, 0)) >= 0)
+			w->pending[i][0] = '\0';
+		if (failed_now(ep, &q))
+			LOG(LOG_WARN, "auth: CURVE handshake with %s refused "
+			    "by the peer (ZAP %u): our client key %s is not "
+			    "its group's; this group's keys have fingerprint "
+			    "%s%s", ep, (unsigned)v,
+			    wa.client_fp, wa.group_fp, more(q, mb));
+		return;
+	default:
+		if (!(e & SERVER_EVENTS))
+			return;
+		if ((i = pending_at(w, ep, 0)) >= 0)
+			w->pending[i][0] = '\0';
+		if (failed_now(ep, &q))
+			LOG(LOG_WARN, "auth: CURVE handshake with %s failed "
+			    "(%s 0x%x): the peer's keys differ from this "
+			    "group's (fingerprint %s%s)", ep,
+			    e == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+				    ? "protocol error" : "no detail",
+			    (unsigned)v, wa.group_fp, more(q, mb));
+	}
+}
 
 static void *watch_main(void *arg)
 {
-	void *p = arg;
+	struct watch *w = arg;
+	void *p = w->pair;
 
 	for (;;) {
 		uint8_t ev[6];
-		char spill[256];
-		int n = zmq_recv(p, ev, sizeof ev, 0), more = 0;
+		char addr[256];
+		int n = zmq_recv(p, ev, sizeof ev, 0), more = 0, k = 0;
 		size_t ml = sizeof more;
 
 		if (n < 0 && errno == ETERM)
@@ -122,27 +313,39 @@ static void *watch_main(void *arg)
 		if (n < 0)
 			continue;
 		zmq_getsockopt(p, ZMQ_RCVMORE, &more, &ml);
-		if (more && zmq_recv(p, spill, sizeof spill, 0) < 0 &&
-		    errno == ETERM)
-			break;
-		if (n >= 2) {
-			uint16_t e = (uint16_t)(ev[0] | ev[1] << 8);
+		if (more) {
+			k = zmq_recv(p, addr, sizeof addr - 1, 0);
+			if (k < 0 && errno == ETERM)
+				break;
+		}
+		addr[k < 0 ? 0 : k > (int)sizeof addr - 1 ? (int)sizeof addr - 1
+							  : k] = '\0';
+		if (n >= 6) {
+			unsigned e = (unsigned)(ev[0] | ev[1] << 8);
+			uint32_t v = (uint32_t)ev[2] | (uint32_t)ev[3] << 8 |
+				     (uint32_t)ev[4] << 16 |
+				     (uint32_t)ev[5] << 24;
 
 			if (e == ZMQ_EVENT_MONITOR_STOPPED)
 				break;
-			if (e & WATCHED)
-				atomic_fetch_add(&wa.failed, 1);
+			if (w->server)
+				server_event(e, v, addr);
+			else
+				client_event(w, e, v, addr);
 		}
 	}
 	zmq_close(p);
+	free(w);
 	return NULL;
 }
 
-int wire_auth_watch(void *ctx, void *sock, char *err, size_t errlen)
+int wire_auth_watch(void *ctx, void *sock, int server, char *err,
+		    size_t errlen)
 {
 	char ep[64];
 	pthread_attr_t at;
 	pthread_t th;
+	struct watch *w;
 	void *p;
 	int zero = 0;
 
@@ -150,22 +353,29 @@ int wire_auth_watch(void *ctx, void *sock, char *err, size_t errlen)
 		return 0;
 	snprintf(ep, sizeof ep, "inproc://kvw-auth-watch-%llu",
 		 (unsigned long long)atomic_fetch_add(&wa.seq, 1));
-	if (zmq_socket_monitor(sock, ep, WATCHED | ZMQ_EVENT_MONITOR_STOPPED))
+	if (zmq_socket_monitor(sock, ep, (server ? SERVER_EVENTS
+						 : CLIENT_EVENTS) |
+				       ZMQ_EVENT_MONITOR_STOPPED))
 		return kvw_errf(err, errlen, KVW_ESYS, "monitor: %s",
 				zmq_strerror(errno));
+	w = calloc(1, sizeof *w);
 	p = zmq_socket(ctx, ZMQ_PAIR);
-	if (!p || zmq_setsockopt(p, ZMQ_LINGER, &zero, sizeof zero) ||
+	if (!w || !p || zmq_setsockopt(p, ZMQ_LINGER, &zero, sizeof zero) ||
 	    connect_again(p, ep) != 0) {
 		if (p)
 			zmq_close(p);
+		free(w);
 		return kvw_errf(err, errlen, KVW_ESYS, "monitor: %s",
 				zmq_strerror(errno));
 	}
+	w->pair = p;
+	w->server = server;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&th, &at, watch_main, p) != 0) {
+	if (pthread_create(&th, &at, watch_main, w) != 0) {
 		pthread_attr_destroy(&at);
 		zmq_close(p);
+		free(w);
 		return kvw_errf(err, errlen, KVW_ESYS, "monitor: cannot start "
 				"its thread");
 	}
@@ -269,9 +479,37 @@ static void zap_forget(void *ctx)
 	pthread_mutex_unlock(&wa.lock);
 }
 
+/* Says which peer ZAP refused and why (rate-limited): its address, and
+ * for CURVE its client key's fingerprint beside the one this group
+ * admits. */
+static void zap_refused(struct quiet *l, char frames[][256], const int *len,
+			int n)
+{
+	char addr[64], fp[KEYS_FP], mb[48];
+	int al = len[3] < (int)sizeof addr - 1 ? len[3] : (int)sizeof addr - 1;
+	unsigned q;
+
+	if (!log_due(l, &q))
+		return;
+	memcpy(addr, frames[3], (size_t)al);
+	addr[al] = '\0';
+	if (n == 7 && len[6] == 32) {
+		keys_fp((const uint8_t *)frames[6], fp);
+		LOG(LOG_WARN, "auth: CURVE handshake from %s refused: its "
+		    "client key %s is not this group's (%s; group keys %s): "
+		    "the peer runs another group's keys%s",
+		    addr, fp, wa.client_fp, wa.group_fp, more(q, mb));
+	} else {
+		LOG(LOG_WARN, "auth: handshake from %s refused: not CURVE with "
+		    "a key (this group's keys %s%s)", addr,
+		    wa.group_fp, more(q, mb));
+	}
+}
+
 static void *zap_main(void *arg)
 {
 	struct zap z = *(struct zap *)arg;
+	struct quiet zq = { 0, 0 };
 	void *s = z.sock;
 
 	free(arg);
@@ -306,8 +544,10 @@ static void *zap_main(void *arg)
 			ok = memcmp(key, wa.client_raw, 32) == 0;
 			pthread_mutex_unlock(&wa.lock);
 		}
-		if (!ok)
+		if (!ok) {
 			atomic_fetch_add(&wa.refused, 1);
+			zap_refused(&zq, frames, len, n);
+		}
 		if (zmq_send(s, "1.0", 3, ZMQ_SNDMORE) < 0 ||
 		    zmq_send(s, frames[1], (size_t)len[1], ZMQ_SNDMORE) < 0 ||
 		    zmq_send(s, ok ? "200" : "400", 3, ZMQ_SNDMORE) < 0 ||

@@ -51,14 +51,23 @@ int wire_auth_zap_start(void *ctx, char *err, size_t errlen);
  * transport's tcp_auth.h): 1 with keys in use, else 0 (out untouched). */
 int wire_auth_data_key(uint8_t out[KEYS_DATA]);
 
-/* With keys: counts the CURVE handshakes that fail on server socket
- * sock (of ctx) before its ZAP handler is asked (another group's server
- * key, no CURVE at all), with a socket monitor and a thread that ends with
- * the socket or the context. A no-op otherwise. 0 or KVW_ESYS with err. */
-int wire_auth_watch(void *ctx, void *sock, char *err, size_t errlen);
+/* With keys: counts and logs (rate-limited, naming the peer and the
+ * keys' fingerprints) the CURVE handshakes that fail on sock (of ctx),
+ * with a socket monitor and a thread that ends with the socket or the
+ * context. server != 0 (a ROUTER): those that fail before its ZAP handler
+ * is asked (another group's server key, no CURVE at all); server == 0 (a
+ * DEALER or REQ that dials): the peer refusing our client key, a protocol
+ * failure, or the peer closing the connection before the handshake
+ * completed. A no-op otherwise. 0 or KVW_ESYS with err. */
+int wire_auth_watch(void *ctx, void *sock, int server, char *err,
+		    size_t errlen);
 
-/* Handshakes this process refused: by its ZAP handlers, and failed on a
- * watched socket. */
+/* The group's fingerprint (keys.h, keys_group_fp) into out: 1 with keys
+ * in use, else 0 (out untouched). */
+int wire_auth_group_fp(char out[KEYS_FP]);
+
+/* Handshakes this process refused or saw fail: by its ZAP handlers, and
+ * on a watched socket (server or client). */
 uint64_t wire_auth_refused(void);
 
 #endif

@@ -251,7 +251,9 @@ class KVManager:
         self.kv_args.kv_item_lens = list(kv_item_lens)
 
     def status(self, room) -> Optional[_lib.RoomStatus]:
-        """The room's row in the table, or None when it is not there."""
+        """The room's row in the table, or None when it is not there yet:
+        an incarnation of the id this manager cleared, or one that was over
+        when it began the room again, is never returned (kvw_poll)."""
         st = _lib.RoomStatus()
         for _ in range(1000):
             rc = lib.kvw_poll(self._handle(), room, _lib.ctypes.byref(st))

@@ -5,7 +5,9 @@
  * open fails cleanly (NULL *out, message) on a missing table, pool or bad
  * endpoint; kvw_poll reports ENOENT for an unknown room and otherwise
  * exactly what the owner wrote (state, reason, generation, pages, bytes,
- * flags), including a new generation after CLEAR and reuse; every command
+ * flags), including a new generation after CLEAR and reuse, and never
+ * the previous incarnation after the engine's own CLEAR and new BEGIN (issue
+ * 29) while the owner has not taken them yet; every command
  * arrives at the control socket as the frame it stands for; argument
  * errors are EINVAL and send nothing; the pool mapping is the file's.
  */
@@ -194,6 +196,124 @@ static void poll_after_clear_and_reuse_sees_the_new_generation(void **state)
 	assert_int_equal(st.reason, KVW_R_NONE);
 }
 
+/* Plays the control process: takes the next command off the ROUTER and
+ * checks its type and room. */
+static void take(struct fx *f, unsigned type, uint64_t room)
+{
+	struct frame_msg m;
+	struct wire_in in;
+
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, type);
+	assert_int_equal(m.hdr.room, room);
+	wire_in_release(&in);
+}
+
+/* Issue 29: the engine's CLEAR and new BEGIN of room 7 are queued while
+ * the table still holds the previous incarnation's Success, then its
+ * Cleared tombstone: poll says "not in the table yet" (ENOENT) through
+ * both, and only the new incarnation once the owner inserted it. Before
+ * the fix it returned the old Success (and then Cleared). */
+static void poll_after_clear_and_rebegin_never_shows_the_old(void **state)
+{
+	struct fx *f = *state;
+	struct kvw_room_status st;
+	struct rtab_ref r1, r2;
+	uint32_t pages[1] = { 3 };
+
+	assert_int_equal(kvw_recv_begin(f->e, 7, "ipc:///x/boot", 0, pages,
+					1, 0), 0);
+	take(f, FRAME_RECV_BEGIN, 7);
+	assert_int_equal(rtab_insert(f->t, 7, 0, 0, &r1), 0);
+	assert_int_equal(rtab_transition(f->t, r1, KVW_SUCCESS, 0), 0);
+	assert_int_equal(kvw_poll(f->e, 7, &st), 0);
+	assert_int_equal(st.state, KVW_SUCCESS);
+	assert_int_equal(st.generation, r1.gen);
+
+	assert_int_equal(kvw_clear(f->e, 7), 0);
+	assert_int_equal(kvw_recv_begin(f->e, 7, "ipc:///x/boot", 0, pages,
+					1, 0), 0);
+	assert_int_equal(kvw_poll(f->e, 7, &st), KVW_ENOENT);
+	take(f, FRAME_CLEAR, 7);
+	assert_int_equal(rtab_clear(f->t, r1, KVW_R_CLEARED), 0);
+	assert_int_equal(kvw_poll(f->e, 7, &st), KVW_ENOENT);
+	take(f, FRAME_RECV_BEGIN, 7);
+	assert_int_equal(rtab_insert(f->t, 7, 0, 0, &r2), 0);
+	assert_int_equal(kvw_poll(f->e, 7, &st), 0);
+	assert_int_equal(st.state, KVW_BOOTSTRAPPING);
+	assert_int_equal(st.generation, r2.gen);
+	assert_true(r2.gen != r1.gen);
+
+	/* Failed, then cleared, then begun again: the same. */
+	assert_int_equal(rtab_fail(f->t, r2, KVW_R_TIMEOUT), 0);
+	assert_int_equal(kvw_clear(f->e, 7), 0);
+	take(f, FRAME_CLEAR, 7);
+	assert_int_equal(rtab_clear(f->t, r2, KVW_R_CLEARED), 0);
+	assert_int_equal(kvw_send_begin(f->e, 7, 1, 0), 0);
+	assert_int_equal(kvw_poll(f->e, 7, &st), KVW_ENOENT);
+}
+
+/* Prefill: a decode's XFER_INFO may open the incarnation before the
+ * engine's SEND_BEGIN (the Python KVSender polls it before init()). After
+ * the engine's CLEAR the old Success is never shown, but the incarnation
+ * the XFER_INFO opens is, before and after SEND_BEGIN. */
+static void poll_shows_an_incarnation_opened_before_begin(void **state)
+{
+	struct fx *f = *state;
+	struct kvw_room_status st;
+	struct rtab_ref r1, r2;
+
+	assert_int_equal(rtab_insert(f->t, 9, 0, 0, &r1), 0);
+	assert_int_equal(kvw_send_begin(f->e, 9, 2, 0), 0);
+	take(f, FRAME_SEND_BEGIN, 9);
+	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
+	assert_int_equal(st.state, KVW_BOOTSTRAPPING);
+	assert_int_equal(rtab_transition(f->t, r1, KVW_SUCCESS, 0), 0);
+	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
+	assert_int_equal(st.state, KVW_SUCCESS);
+
+	assert_int_equal(kvw_clear(f->e, 9), 0);
+	assert_int_equal(kvw_poll(f->e, 9, &st), KVW_ENOENT);
+	take(f, FRAME_CLEAR, 9);
+	assert_int_equal(rtab_clear(f->t, r1, KVW_R_CLEARED), 0);
+	assert_int_equal(kvw_poll(f->e, 9, &st), KVW_ENOENT);
+	assert_int_equal(rtab_insert(f->t, 9, 0, 0, &r2), 0); /* XFER_INFO */
+	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
+	assert_int_equal(st.state, KVW_BOOTSTRAPPING);
+	assert_int_equal(st.generation, r2.gen);
+	assert_int_equal(kvw_send_begin(f->e, 9, 2, 0), 0);
+	assert_int_equal(kvw_poll(f->e, 9, &st), 0);
+	assert_int_equal(st.generation, r2.gen);
+}
+
+/* The records of ids cleared and not begun again are swept once the
+ * table shows their CLEAR done: memory stays bounded over a long run of
+ * distinct ids, and a swept id's Cleared tombstone is then shown as it is
+ * (before the sweep the record hides it). */
+static void cleared_ids_are_swept(void **state)
+{
+	struct fx *f = *state;
+	struct kvw_room_status st;
+	struct rtab_ref r;
+
+	for (uint64_t id = 1; id <= 40; id++) {
+		assert_int_equal(rtab_insert(f->t, id, 0, 0, &r), 0);
+		assert_int_equal(rtab_transition(f->t, r, KVW_SUCCESS, 0), 0);
+		assert_int_equal(kvw_clear(f->e, id), 0);
+		take(f, FRAME_CLEAR, id);
+		assert_int_equal(rtab_clear(f->t, r, KVW_R_CLEARED), 0);
+	}
+	/* (Each insert may take an earlier id's tombstone: the last id's
+	 * is still in the table.) */
+	assert_int_equal(kvw_poll(f->e, 40, &st), KVW_ENOENT);
+	for (uint64_t id = 1000; id < 1000 + 1100; id++) {
+		assert_int_equal(kvw_clear(f->e, id), 0);
+		take(f, FRAME_CLEAR, id);
+	}
+	assert_int_equal(kvw_poll(f->e, 40, &st), 0);
+	assert_int_equal(st.state, KVW_CLEARED);
+}
+
 static void commands_arrive_as_their_frames(void **state)
 {
 	struct fx *f = *state;
@@ -302,6 +422,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			poll_after_clear_and_reuse_sees_the_new_generation,
 			setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			poll_after_clear_and_rebegin_never_shows_the_old,
+			setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			poll_shows_an_incarnation_opened_before_begin, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(cleared_ids_are_swept, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(commands_arrive_as_their_frames,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(

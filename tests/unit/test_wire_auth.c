@@ -212,12 +212,44 @@ static void test_tcp_needs_a_policy_then_admits_only_the_groups_key(void **state
 	zmq_ctx_term(ctx);
 }
 
+/* Fingerprints (issue 29): BLAKE2b-256's first 8 bytes in hex (the value
+ * for 32 zero bytes is Python's hashlib.blake2b(bytes(32),
+ * digest_size=32)); a Z85 key gives its raw bytes' fingerprint; a bad one
+ * "?" and EINVAL; two groups' fingerprints differ; a fingerprint never
+ * holds the key. */
+static void test_fingerprints(void **state)
+{
+	uint8_t zero[32] = { 0 }, raw[32];
+	char fp[KEYS_FP], fp2[KEYS_FP], err[256];
+	struct keys k, k2;
+
+	(void)state;
+	keys_fp(zero, fp);
+	assert_string_equal(fp, "89eb0d6a8a691dae");
+	assert_int_equal(keys_fp_z85("nonsense", fp), KVW_EINVAL);
+	assert_string_equal(fp, "?");
+	assert_int_equal(keys_make(dir, err, sizeof err), 0);
+	assert_int_equal(keys_make(other, err, sizeof err), 0);
+	assert_int_equal(keys_load(dir, &k, err, sizeof err), 0);
+	assert_int_equal(keys_load(other, &k2, err, sizeof err), 0);
+	assert_non_null(zmq_z85_decode(raw, k.client_public));
+	keys_fp(raw, fp);
+	assert_int_equal(keys_fp_z85(k.client_public, fp2), 0);
+	assert_string_equal(fp, fp2);
+	assert_int_equal(keys_group_fp(&k, fp), 0);
+	assert_int_equal(keys_group_fp(&k2, fp2), 0);
+	assert_int_equal(strlen(fp), 16);
+	assert_string_not_equal(fp, fp2);
+	assert_null(strstr(k.client_public, fp));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_keys_made_load_back_and_are_never_overwritten, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_keys_others_could_read_or_that_are_malformed_are_refused, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_tcp_needs_a_policy_then_admits_only_the_groups_key, fresh, gone),
+		cmocka_unit_test_setup_teardown(test_fingerprints, fresh, gone),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,82 @@
+"""test_reuse.py - a room id used again (issue 29, item 4): right after
+clear() and a new KVReceiver/KVSender under the same id, poll() never shows
+the previous incarnation's Success. The control processes are SIGSTOPped
+while the engines clear and begin again, so the table still holds the old
+incarnation when they poll (no race to win); once resumed, the new
+incarnation runs to Success with its own bytes."""
+import os
+import signal
+
+import numpy as np
+
+from conftest import Group
+from kvwire import KVArgs, KVManager, KVPoll, KVReceiver, KVSender
+from test_binding import SHAPE, room_id, wait_for
+
+
+def pid_of(group, member):
+    with open(os.path.join(group.dir, "pids", member + ".pid")) as f:
+        return int(f.read().split()[0])
+
+
+def run_room(pm, dm, room, src, dst, fill):
+    for layer in (0, 1):
+        pm.pool.k(layer)[src] = fill + layer
+    s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+    r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+    r.init(0)
+    r.send_metadata(np.array(dst, np.int32), 1)
+    wait_for("prefill WaitingForInput",
+             lambda: s.poll() == KVPoll.WaitingForInput)
+    s.init(len(src), 0)
+    s.send(np.array(src, np.int32))
+    wait_for("decode Success", lambda: r.poll() == KVPoll.Success)
+    wait_for("prefill Success", lambda: s.poll() == KVPoll.Success)
+    for layer in (0, 1):
+        assert np.array_equal(dm.pool.k(layer)[dst], pm.pool.k(layer)[src])
+    return s, r
+
+
+def test_poll_after_clear_and_rebegin_is_the_new_incarnation():
+    with Group("--heartbeat-interval", 300, *SHAPE) as g:
+        pm = KVManager(KVArgs.from_run_dir(g.dir, "prefill"), "prefill")
+        dm = KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode")
+        stopped = []
+        try:
+            room = room_id()
+            s, r = run_room(pm, dm, room, [3, 4], [10, 11], 1.0)
+            for m in ("p0", "d0"):
+                os.kill(pid_of(g, m), signal.SIGSTOP)
+                stopped.append(m)
+            s.clear()
+            r.clear()
+            s2 = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+            r2 = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+            r2.init(0)
+            r2.send_metadata(np.array([12, 13], np.int32), 1)
+            # The table still holds incarnation 1 (Success) on both sides.
+            assert dm.status(room) is None
+            assert pm.status(room) is None
+            assert r2.poll() == KVPoll.WaitingForInput
+            assert s2.poll() == KVPoll.Bootstrapping
+            for m in stopped:
+                os.kill(pid_of(g, m), signal.SIGCONT)
+            stopped = []
+            wait_for("prefill WaitingForInput",
+                     lambda: s2.poll() == KVPoll.WaitingForInput)
+            s2.init(2, 0)
+            for layer in (0, 1):
+                pm.pool.k(layer)[[5, 6]] = 7.0 + layer
+            s2.send(np.array([5, 6], np.int32))
+            wait_for("decode Success", lambda: r2.poll() == KVPoll.Success)
+            wait_for("prefill Success", lambda: s2.poll() == KVPoll.Success)
+            for layer in (0, 1):
+                assert np.array_equal(dm.pool.k(layer)[[12, 13]],
+                                      pm.pool.k(layer)[[5, 6]])
+            s2.clear()
+            r2.clear()
+        finally:
+            for m in stopped:
+                os.kill(pid_of(g, m), signal.SIGCONT)
+            pm.close()
+            dm.close()
