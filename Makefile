@@ -93,7 +93,8 @@ $(BINDIR)/kv-stat: LDLIBS += -lmicrohttpd
 $(BINDIR)/kv-sender $(BINDIR)/kv-receiver $(BINDIR)/kv-bootstrap $(BINDIR)/kv-heartbeat: LDLIBS += -lsystemd
 
 # Unit tests may include a program's own headers ("kv-bench/bench.h").
-$(B)/tests/unit/%.o: CPPFLAGS += -Icmd
+# Every test under its own bound (tests/unit/unit_bound.h).
+$(B)/tests/unit/%.o: CPPFLAGS += -Icmd -include tests/unit/unit_bound.h
 $(B)/tests/test_bench: $(BENCH_LIB_OBJ)
 $(B)/tests/%: $(B)/tests/unit/%.o $(KVWCLI) $(LIBDIR)/libkvwire.a
 	@mkdir -p $(@D)
