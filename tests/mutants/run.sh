@@ -13,6 +13,8 @@
 # Usage: tests/mutants/run.sh [LIST] [NAME-GLOB] (default: every mutant).
 # KVW_MUTANT_TIMEOUT: seconds per test run (default 180);
 # KVW_UNIT_TEST_TIMEOUT: each unit test's own bound (default 30).
+# KVW_MUTANTS_EVERY=1: every listed test must catch its mutant, not just
+# the first (for checking a new record; slower).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 list=${1:-$root/tests/mutants/list}
@@ -58,10 +60,10 @@ runtest() {
 		build $progs build/default/tests/libfakecudart.so || return 2
 		if [ -n "${3:-}" ]; then
 			(cd "$tree" && KVW_BIN="$tree/bin" timeout -k 5 "$limit" \
-				bats -f "$3" "$2") >"$log" 2>&1
+				bats --tap -f "$3" "$2") >"$log" 2>&1
 		else
 			(cd "$tree" && KVW_BIN="$tree/bin" timeout -k 5 "$limit" \
-				bats "$2") >"$log" 2>&1
+				bats --tap "$2") >"$log" 2>&1
 		fi
 		;;
 	*)
@@ -109,19 +111,29 @@ one() {
 			why=$(grep -m1 -e '^\[  FAILED  \] [a-z]' -e '^not ok' "$log" | sed 's/^\[  FAILED  \] //')
 			why="$why${why:+: }$(grep -m1 -e '^\[  ERROR   \]' -e 'did not finish' "$log" | sed 's/^\[  ERROR   \] --- //')"
 			echo "killed by $kind $tname${tfilt:+ [$tfilt]}${why:+: $why}"
-			exit 1
+			[ -n "${KVW_MUTANTS_EVERY:-}" ] || exit 1
 			;;
 		2) echo "does not build"; exit 2 ;;
+		*)
+			# Every listed test must catch it: one that passed is a hole.
+			if [ -n "${KVW_MUTANTS_EVERY:-}" ]; then
+				echo "not caught by $kind $tname${tfilt:+ [$tfilt]}"
+				exit 3
+			fi
+			;;
 		esac
 	done >"$scratch/verdict"
-	case $? in
+	rc=$?
+	[ -z "${KVW_MUTANTS_EVERY:-}" ] || [ "$rc" -ne 0 ] || rc=1
+	case $rc in
 	1) verdict=$(cat "$scratch/verdict"); killed=$((killed + 1)) ;;
 	2) verdict="BROKEN: does not build"; broken=$((broken + 1)) ;;
+	3) verdict="SURVIVED: $(cat "$scratch/verdict")"; survived=$((survived + 1)) ;;
 	*) survived=$((survived + 1)) ;;
 	esac
 	cp "$root/$file" "$tree/$file" # a new mtime: rebuilt next time
 	echo "mutant $name ($file): $verdict ($(($(date +%s) - t0)) s)"
-	[ "$verdict" != SURVIVED ] || tail -n 15 "$log" | sed 's/^/    | /'
+	case $verdict in SURVIVED*) tail -n 15 "$log" | sed 's/^/    | /' ;; esac
 }
 
 # The list: records of "key<TAB>value" lines, a blank line ends one.
