@@ -21,6 +21,7 @@ struct sink_ctx {
 	struct rtab *t;
 	struct rtab_fence *f;
 	uint32_t id;
+	uint64_t delay_us; /* TEST ONLY: KVW_TEST_SINK_DELAY_US (proc.h) */
 };
 
 /* May write: in the table, not terminal, and not armed for an abort. The
@@ -36,8 +37,13 @@ static int room_begin(void *arg, uint32_t slot, uint64_t room)
 	    !rtab_fence_enter(x->f, x->id, slot, ref))
 		return 0;
 	if (rtab_get(x->t, ref, &v) == 0 && !rtab_terminal(v.state) &&
-	    !(v.flags & RTAB_F_ARMED))
+	    !(v.flags & RTAB_F_ARMED)) {
+		if (x->delay_us) { /* TEST ONLY: widens the race (proc.h) */
+			LOG_ROOM(LOG_DEBUG, room, "test delay before a batch");
+			proc_test_sleep_us(x->delay_us);
+		}
 		return 1;
+	}
 	rtab_fence_leave(x->f, x->id, slot);
 	return 0;
 }
@@ -72,7 +78,8 @@ int sink_fence_path(const char *table, char *buf, size_t len)
 
 int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 {
-	struct sink_ctx x = { .id = cfg->id };
+	struct sink_ctx x = { .id = cfg->id,
+			      .delay_us = proc_test_delay_us("KVW_TEST_SINK_DELAY_US") };
 	uint8_t group[KEYS_DATA];
 	struct pool *p = NULL;
 	struct tcp_sink_stats st = { 0 };

@@ -109,7 +109,7 @@ one() {
 		case $? in
 		1)
 			why=$(grep -m1 -e '^\[  FAILED  \] [a-z]' -e '^not ok' "$log" | sed 's/^\[  FAILED  \] //')
-			why="$why${why:+: }$(grep -m1 -e '^\[  ERROR   \]' -e 'did not finish' "$log" | sed 's/^\[  ERROR   \] --- //')"
+			why="$why${why:+: }$(grep -m1 -e '^\[  ERROR   \]' -e 'did not finish' -e '^# *(in test file' -e '^# *`' "$log" | sed -e 's/^\[  ERROR   \] --- //' -e 's/^# *//')"
 			echo "killed by $kind $tname${tfilt:+ [$tfilt]}${why:+: $why}"
 			[ -n "${KVW_MUTANTS_EVERY:-}" ] || exit 1
 			;;
