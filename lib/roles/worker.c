@@ -100,6 +100,7 @@ struct worker {
 	uint32_t pipe_head, pipe_n, pipe_depth;
 	uint64_t pipe_batches, pipe_bytes;
 	uint64_t delay_us; /* TEST ONLY: KVW_TEST_COPY_DELAY_US */
+	uint64_t resent;   /* xport_tcp_resent when last looked at */
 };
 
 /* TEST ONLY: sleeps the configured delay between a batch's liveness check
@@ -345,6 +346,20 @@ static void job_end(struct worker *w, const struct frame_msg *m,
 	answer(w, m->hdr.room, j->slot, j->generation, rc, bytes, 1);
 }
 
+/* Says in the log when batches were sent again over a re-dialled tcp
+ * connection (how many), so a cut link shows; the count is the
+ * connections' own (tcp_client_resent). */
+static void note_resent(struct worker *w)
+{
+	uint64_t n = xport_tcp_resent(w->x);
+
+	if (n > w->resent)
+		LOG(LOG_INFO, "tcp: a data connection was re-dialled: %llu "
+		    "batches resent (%llu in all)",
+		    (unsigned long long)(n - w->resent), (unsigned long long)n);
+	w->resent = n;
+}
+
 /* Lands the oldest job in flight: waits for its batches (what was written
  * lands or fails before the room's outstanding count drops: tcp and rdma
  * write ahead), decides its outcome and ends it. A failure fails the room
@@ -359,6 +374,7 @@ static void land_oldest(struct worker *w)
 	 * this job to read back (it answers for them again). */
 	if (e->dst != NO_DST && (rc == 0 || xport_pipelines(w->x)))
 		r = xport_wait_for(w->x, e->dst, e->lo, e->hi, why, sizeof why);
+	note_resent(w);
 	if (rc == 0 && r < 0) {
 		rc = r;
 		snprintf(e->why, sizeof e->why, "%s", why);

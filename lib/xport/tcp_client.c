@@ -51,6 +51,7 @@ struct tcp_client {
 	int has_group;
 	uint64_t next_id;
 	uint64_t redials;
+	uint64_t resent; /* batches sent again over a re-dialled link */
 	char lost_why[256]; /* why the lost batches were lost */
 	uint32_t resend_ms;
 	struct kept *q; /* ring of unacked batches, oldest at head */
@@ -256,8 +257,10 @@ static int mend(struct tcp_client *c, char *err, size_t errlen)
 			for (i = 0; i < c->n; i++)
 				if (!at(c, i)->lost && put_batch(c, at(c, i)) < 0)
 					break;
-			if (i == c->n)
+			if (i == c->n) {
+				c->resent += tcp_client_unacked(c);
 				return 0;
+			}
 			hang_up(c);
 		}
 		if (mono_ms() + pause >= end)
@@ -447,4 +450,9 @@ uint32_t tcp_client_unacked(const struct tcp_client *c)
 uint64_t tcp_client_redials(const struct tcp_client *c)
 {
 	return c->redials;
+}
+
+uint64_t tcp_client_resent(const struct tcp_client *c)
+{
+	return c->resent;
 }

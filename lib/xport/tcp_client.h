@@ -70,8 +70,10 @@ uint64_t tcp_client_mark(const struct tcp_client *c);
 int tcp_client_wait_for(struct tcp_client *c, uint64_t lo, uint64_t hi,
 			char *err, size_t errlen);
 
-/* Batches sent and not acked yet (lost ones not counted); times the connection was re-dialled. */
+/* Batches sent and not acked yet (lost ones not counted); times the connection was re-dialled;
+ * batches sent again over a re-dialled connection. */
 uint32_t tcp_client_unacked(const struct tcp_client *c);
 uint64_t tcp_client_redials(const struct tcp_client *c);
+uint64_t tcp_client_resent(const struct tcp_client *c);
 
 #endif

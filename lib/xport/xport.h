@@ -199,6 +199,10 @@ int xport_tcp_set_group_key(struct xport *x, const uint8_t key[32]);
  * KVW_ENOENT (not listening). */
 int xport_tcp_address(const struct xport *x, char *buf, size_t len);
 
+/* tcp only: batches sent again over re-dialled connections, summed over
+ * the connections open now (0 for another transport). */
+uint64_t xport_tcp_resent(const struct xport *x);
+
 /* rdma only, decode side, before xport_register: starts the queue pair
  * exchange (lib/xport/rdma_serve.h) on HOST[:PORT] (numeric host; port 0
  * or none: a free one) with a fresh random secret; the registration then

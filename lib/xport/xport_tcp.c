@@ -141,6 +141,17 @@ int xport_tcp_address(const struct xport *x, char *buf, size_t len)
 	return 0;
 }
 
+uint64_t xport_tcp_resent(const struct xport *x)
+{
+	const struct xtcp_xport *t = tcp_of(x);
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; t && i < t->nrmt; i++)
+		if (t->rmt[i].cl)
+			n += tcp_client_resent(t->rmt[i].cl);
+	return n;
+}
+
 int xport_tcp_sink_info(const struct xport *x, int *listen_fd,
 			uint8_t secret[16])
 {

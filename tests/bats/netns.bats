@@ -301,3 +301,43 @@ INTRUDER=("/usr/bin/python3" "$BATS_TEST_DIRNAME/../peers/intruder.py")
 	[ "$(stat_of p p0 .insecure)" = true ]
 	[ "$(stat_of d d0 .insecure)" = true ]
 }
+
+# cut_data_link PORT: kills (ss -K, inside the prefill host) every tcp
+# connection to the decode's data port, then waits a bounded while for a
+# worker to say it re-dialled and resent; 0 once one has.
+cut_data_link() {
+	nsA ss -tK dst 10.201.0.2 "dport = :$1" >/dev/null
+	wait_for 5 grep -q "batches resent" "$RUN/p/logs/p0.log"
+}
+
+# resent_total: batches the prefill's workers resent, summed over the
+# log lines that say so.
+resent_total() {
+	sed -n 's/.*re-dialled: \([0-9]*\) batches resent.*/\1/p' "$RUN/p/logs/p0.log" |
+		awk '{ s += $1 } END { print s + 0 }'
+}
+
+@test "two hosts, the data connection cut mid-run (ss -K, no process killed): batches resent and counted, every room succeeds" {
+	split --workers 2 $SHAPE --waiting-timeout 60 --bootstrap-timeout 60
+	wait_for 20 grep -q "sink\[0\] info: serving" "$RUN/d/logs/d0.log"
+	dp=$(grep -o 'data port 10.201.0.2:[0-9]*' "$RUN/d/logs/d0.log" | head -n 1 | cut -d: -f2)
+	[ -n "$dp" ]
+	sink=$(pgrep -f -- "--sink-id 0 .*$(awk '/^member=d0/ { for (i = 1; i <= NF; i++) if ($i ~ /^table=/) print substr($i, 7) }' "$RUN/endpoints")")
+	bench_bg --rooms 1500 --pages-per-room 16 --chunk-pages 4 --verify
+	# Cut while batches are in flight (rooms are moving), again (at most
+	# ten times) until a worker says it resent.
+	wait_for 60 decode_has Success 1
+	n=0
+	until cut_data_link "$dp"; do
+		n=$((n + 1))
+		[ "$n" -lt 10 ]
+	done
+	bench_end
+	clean 1500
+	[ "$(summary success)" = 1500 ]
+	echo "batches resent: $(resent_total)"
+	[ "$(resent_total)" -gt 0 ]
+	# No process was killed to get there: the same sink serves.
+	kill -0 "$sink"
+	refute grep -q "killed by signal" "$RUN/d/logs/d0.log"
+}
