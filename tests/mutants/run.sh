@@ -12,7 +12,8 @@
 # a listed line is not in its file exactly once, or a mutant did not build.
 # Usage: tests/mutants/run.sh [LIST] [NAME-GLOB] (default: every mutant).
 # KVW_MUTANT_TIMEOUT: seconds per test run (default 180);
-# KVW_UNIT_TEST_TIMEOUT: each unit test's own bound (default 30).
+# KVW_UNIT_TEST_TIMEOUT: each unit test's own bound (default 20: the
+# listed tests take seconds; a hang is a kill).
 # KVW_MUTANTS_EVERY=1: every listed test must catch its mutant, not just
 # the first (for checking a new record; slower).
 set -u
@@ -53,7 +54,7 @@ runtest() {
 	case $1 in
 	unit)
 		build "build/default/tests/$2" || return 2
-		(cd "$tree" && KVW_UNIT_FILTER=${3:-} KVW_UNIT_TEST_TIMEOUT=${KVW_UNIT_TEST_TIMEOUT:-30} \
+		(cd "$tree" && KVW_UNIT_FILTER=${3:-} KVW_UNIT_TEST_TIMEOUT=${KVW_UNIT_TEST_TIMEOUT:-20} \
 			timeout -k 5 "$limit" "build/default/tests/$2") >"$log" 2>&1
 		;;
 	bats)
