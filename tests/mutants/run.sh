@@ -162,5 +162,6 @@ while IFS= read -r line || [ -n "$line" ]; do
 done <"$list"
 [ -n "$name" ] && one
 
-echo "mutants: $killed killed, $survived survived${broken:+, $broken missing or broken}"
+[ "$broken" -eq 0 ] || echo "mutants: $broken listed lines missing or mutants that do not build"
+echo "mutants: $killed killed, $survived survived"
 [ "$survived" -eq 0 ] && [ "$broken" -eq 0 ]
