@@ -14,7 +14,9 @@
 # and later rooms succeeding: 5 % packet loss on the decode host (nft
 # numgen), a rate limit (tc tbf), the link down for less than the
 # deadline (rooms succeed) and for longer (rooms fail), kill -9 of a sink
-# and of a prefill worker mid-run, and an abort storm with canaries.
+# and of a prefill worker mid-run, an abort storm with canaries, and the
+# data connection cut mid-run with no process killed (ss -K: the workers
+# re-dial and resend, and say how many batches).
 # Issue 14: a client without the group's keys gets nothing through on
 # either host (bootstrap, a member's peer socket, a data port), each
 # refusal counted where kv-stat shows it, while the group with the keys
