@@ -53,7 +53,7 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS := $(FUZZ_SRC:tests/fuzz/%.c=build/fuzz/%)
 DEPS_OK := build/.deps-ok
 
-.PHONY: all deps test unit bats model pytest demo fuzz bench seeds checktests clean man cuda-decl
+.PHONY: all deps test unit bats model pytest demo fuzz bench seeds checktests clean man cuda-decl mutants
 # Keep objects of tests and programs: they are not throwaway intermediates.
 .SECONDARY:
 all: $(LIBDIR)/libkvwire.a $(LIBDIR)/libkvwire.so $(PROGS) $(if $(SANITIZE),,man)
@@ -93,7 +93,8 @@ $(BINDIR)/kv-stat: LDLIBS += -lmicrohttpd
 $(BINDIR)/kv-sender $(BINDIR)/kv-receiver $(BINDIR)/kv-bootstrap $(BINDIR)/kv-heartbeat: LDLIBS += -lsystemd
 
 # Unit tests may include a program's own headers ("kv-bench/bench.h").
-$(B)/tests/unit/%.o: CPPFLAGS += -Icmd
+# Every test under its own bound (tests/unit/unit_bound.h).
+$(B)/tests/unit/%.o: CPPFLAGS += -Icmd -include tests/unit/unit_bound.h
 $(B)/tests/test_bench: $(BENCH_LIB_OBJ)
 $(B)/tests/%: $(B)/tests/unit/%.o $(KVWCLI) $(LIBDIR)/libkvwire.a
 	@mkdir -p $(@D)
@@ -134,6 +135,12 @@ checktests:
 	@./mk/check-tests.sh
 
 test: checktests all unit model bats pytest
+
+# Breaks one promise at a time (tests/mutants/list) in a scratch copy of
+# the tree and runs the tests listed with it: each must fail
+# (tests/mutants/run.sh; ends "mutants: N killed, N survived").
+mutants: all $(UNITS) $(FAKECUDA)
+	@./tests/mutants/run.sh
 
 # The model's tables come from the compiled C table (lib/table/rtab_rules.c
 # over rtab_states.def), generated here so they cannot go stale.

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "kvw.h"
+#include "log.h"
 
 static volatile sig_atomic_t stop_flag;
 static volatile sig_atomic_t chld_flag;
@@ -132,4 +134,30 @@ long proc_poll_ms(uint64_t deadline_ns, uint64_t now_ns, long cap_ms)
 	/* Round up so a loop never wakes just before its deadline and spins. */
 	ms = (deadline_ns - now_ns + 999999u) / 1000000u;
 	return ms < (uint64_t)cap_ms ? (long)ms : cap_ms;
+}
+
+uint64_t proc_test_delay_us(const char *name)
+{
+	const char *d = getenv(name);
+	uint64_t us;
+
+	if (!d || !*d)
+		return 0;
+	us = strtoull(d, NULL, 10);
+	if (us > 10000000u)
+		us = 10000000u;
+	if (us)
+		LOG(LOG_WARN, "test-only delay %s: %llu us", name,
+		    (unsigned long long)us);
+	return us;
+}
+
+void proc_test_sleep_us(uint64_t us)
+{
+	struct timespec ts = { (time_t)(us / 1000000u),
+			       (long)(us % 1000000u) * 1000 };
+
+	while (us && nanosleep(&ts, &ts) != 0 && errno == EINTR &&
+	       !proc_stopping())
+		;
 }

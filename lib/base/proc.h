@@ -48,4 +48,15 @@ pid_t proc_spawn(char *const argv[], char *const envp[], int keep_fd);
  * deadline 0 means none (cap_ms). For a poll loop's timeout. */
 long proc_poll_ms(uint64_t deadline_ns, uint64_t now_ns, long cap_ms);
 
+/* TEST ONLY (never set in production): the microseconds the environment
+ * variable `name` asks for, capped at 10 s; 0 when unset. A process reads
+ * it once at start (its log says so when set), then sleeps that long with
+ * proc_test_sleep_us at the one point it names, so a test can land an
+ * abort there (KVW_TEST_COPY_DELAY_US: a worker between its room check and
+ * its write; KVW_TEST_SINK_DELAY_US: a sink between its room check and
+ * its write). */
+uint64_t proc_test_delay_us(const char *name);
+/* Sleeps us microseconds (through EINTR, until a stop is asked). */
+void proc_test_sleep_us(uint64_t us);
+
 #endif

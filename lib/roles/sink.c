@@ -94,8 +94,13 @@ int sink_room_begin(void *arg, uint32_t slot, uint64_t room,
 	if (rtab_get(x->t, ref, &v) == 0 && !rtab_terminal(v.state) &&
 	    !(v.flags & RTAB_F_ARMED))
 		rc = granted(x, ref, incarnation, copies, ncopies, &bad);
-	if (rc == TCP_ROOM_OK)
+	if (rc == TCP_ROOM_OK) {
+		if (x->delay_us) { /* TEST ONLY: widens the race (proc.h) */
+			LOG_ROOM(LOG_DEBUG, room, "test delay before a batch");
+			proc_test_sleep_us(x->delay_us);
+		}
 		return rc;
+	}
 	rtab_fence_leave(x->f, x->id, slot);
 	if (rc == TCP_ROOM_DEST)
 		refused(x, ref, room, copies, bad);
@@ -146,7 +151,8 @@ int sink_grant_path(const char *table, char *buf, size_t len)
 
 int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 {
-	struct sink_hook x = { .id = cfg->id };
+	struct sink_hook x = { .id = cfg->id,
+			       .delay_us = proc_test_delay_us("KVW_TEST_SINK_DELAY_US") };
 	uint8_t group[KEYS_DATA];
 	struct pool *p = NULL;
 	struct tcp_sink_stats st = { 0 };

@@ -42,6 +42,7 @@ struct sink_hook {
 	struct rtab_fence *f;
 	struct rtab_grant *g;
 	uint32_t id;
+	uint64_t delay_us; /* TEST ONLY: KVW_TEST_SINK_DELAY_US (proc.h) */
 };
 
 /* The tcp sink's room_begin (xport/tcp_sink.h; arg is a struct

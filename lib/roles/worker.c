@@ -103,39 +103,15 @@ struct worker {
 	uint64_t tcp_seen[3]; /* tcp redials, resent, integrity counted */
 };
 
-/* TEST ONLY (never set in production): KVW_TEST_COPY_DELAY_US, the
- * microseconds every batch of copies waits before its write, so a test can
- * abort a copy in flight. Read once at start; capped at 10 s; 0 when unset. */
-static uint64_t test_delay_env(void)
-{
-	const char *d = getenv("KVW_TEST_COPY_DELAY_US");
-	uint64_t us;
-
-	if (!d || !*d)
-		return 0;
-	us = strtoull(d, NULL, 10);
-	if (us > 10000000u)
-		us = 10000000u;
-	if (us)
-		LOG(LOG_WARN, "test-only copy delay: %llu us per batch",
-		    (unsigned long long)us);
-	return us;
-}
-
 /* TEST ONLY: sleeps the configured delay between a batch's liveness check
  * and its write, so tests can land an ABORT on a copy in flight. */
 static void test_delay(const struct worker *w, uint64_t room, uint32_t left)
 {
-	struct timespec ts;
-
 	if (!w->delay_us)
 		return;
 	LOG_ROOM(LOG_DEBUG, room, "test delay before a batch, %u copies left",
 		 left);
-	ts.tv_sec = (time_t)(w->delay_us / 1000000u);
-	ts.tv_nsec = (long)(w->delay_us % 1000000u) * 1000;
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !proc_stopping())
-		;
+	proc_test_sleep_us(w->delay_us);
 }
 
 /* 1 while the incarnation may still receive bytes. */
@@ -604,7 +580,7 @@ int worker_run(const struct worker_cfg *cfg, char *err, size_t errlen)
 	chan_init(&w->ch, cfg->job_fd);
 	w->id = cfg->id;
 	w->epoch = proc_epoch();
-	w->delay_us = test_delay_env();
+	w->delay_us = proc_test_delay_us("KVW_TEST_COPY_DELAY_US");
 	rc = worker_open(w, cfg, err, errlen);
 	if (rc < 0)
 		goto out;

@@ -82,3 +82,36 @@ auth_failed_at_least() {
 	[ "$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json | jq -r '.tables[] | select(.name == "p0") | .insecure')" = true ]
 	"$KVW_BIN/kv-stat" --run-dir "$RUN" --prom | grep -qx 'kvwire_insecure{table="d0"} 1'
 }
+
+# stranger_keys DIR: a key file that holds the group's own server keys
+# (so the CURVE handshake reaches the member's ZAP handler) but a client
+# key pair of another group: only the ZAP check of the client key stands
+# between it and the member (issue 36).
+stranger_keys() {
+	"$KVW_BIN/kv-keygen" "$RUN/other" >/dev/null
+	mkdir -m 700 "$1"
+	{
+		grep -v -e '^client-' -e '^data ' "$RUN/keys/group.keys"
+		grep -e '^client-' -e '^data ' "$RUN/other/group.keys"
+	} >"$1/group.keys"
+	chmod 600 "$1/group.keys"
+}
+
+@test "a client with the group's server key but another client key is refused by every member's ZAP check and counted" {
+	kv_up --transport tcp --advertise 127.0.0.1 --port-base 26400 --workers 1 $SHAPE
+	stranger_keys "$RUN/stranger"
+	# The keys load (the file is well formed) ...
+	run timeout 10 "$KVW_BIN/kv-ctl" --keys "$RUN/keys" ping "$(boot_ep)"
+	[ "$status" -eq 0 ]
+	# ... yet no member answers them: the bootstrap, a prefill, a decode.
+	for m in bootstrap p0 d0; do
+		if [ "$m" = bootstrap ]; then ep=$(boot_ep); else ep=$(endpoint "$m" listen); fi
+		run timeout 10 "$KVW_BIN/kv-ctl" --keys "$RUN/stranger" --timeout 1 ping "$ep"
+		[ "$status" -eq 99 ]
+	done
+	wait_for 10 auth_failed_at_least p0 1
+	wait_for 10 auth_failed_at_least d0 1
+	# The group's own key still gets in, and rooms still move.
+	run timeout 120 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 20 --verify
+	[ "$status" -eq 0 ]
+}

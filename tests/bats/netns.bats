@@ -14,7 +14,9 @@
 # and later rooms succeeding: 5 % packet loss on the decode host (nft
 # numgen), a rate limit (tc tbf), the link down for less than the
 # deadline (rooms succeed) and for longer (rooms fail), kill -9 of a sink
-# and of a prefill worker mid-run, and an abort storm with canaries.
+# and of a prefill worker mid-run, an abort storm with canaries, and the
+# data connection cut mid-run with no process killed (ss -K: the workers
+# re-dial and resend, and say how many batches).
 # Issue 14: a client without the group's keys gets nothing through on
 # either host (bootstrap, a member's peer socket, a data port), each
 # refusal counted where kv-stat shows it, while the group with the keys
@@ -300,4 +302,45 @@ INTRUDER=("/usr/bin/python3" "$BATS_TEST_DIRNAME/../peers/intruder.py")
 	grep -q "INSECURE: binding tcp://10.201.0.2:" "$RUN/d/logs/d0.log"
 	[ "$(stat_of p p0 .insecure)" = true ]
 	[ "$(stat_of d d0 .insecure)" = true ]
+}
+
+# cut_data_link PORT: kills (ss -K, inside the prefill host) every tcp
+# connection to the decode's data port, then waits a bounded while for a
+# worker to say it re-dialled and sent the unacked batches again; 0 once
+# one has.
+cut_data_link() {
+	nsA ss -tK dst 10.201.0.2 "dport = :$1" >/dev/null
+	wait_for 5 grep -q "unacked batches again" "$RUN/p/logs/p0.log"
+}
+
+# resent_total: batches the prefill's workers resent, as kv-stat counts
+# them (security counter resent, summed over the prefill's tables).
+resent_total() {
+	timeout 10 "$KVW_BIN/kv-stat" --run-dir "$RUN/p" --json |
+		jq '[.tables[].security.resent // 0] | add // 0'
+}
+
+@test "two hosts, the data connection cut mid-run (ss -K, no process killed): batches resent and counted, every room succeeds" {
+	split --workers 2 $SHAPE --waiting-timeout 60 --bootstrap-timeout 60
+	wait_for 20 grep -q "sink\[0\] info: serving" "$RUN/d/logs/d0.log"
+	dp=$(grep -o 'data port 10.201.0.2:[0-9]*' "$RUN/d/logs/d0.log" | head -n 1 | cut -d: -f2)
+	[ -n "$dp" ]
+	sink=$(pgrep -f -- "--sink-id 0 .*$(awk '/^member=d0/ { for (i = 1; i <= NF; i++) if ($i ~ /^table=/) print substr($i, 7) }' "$RUN/endpoints")")
+	bench_bg --rooms 1500 --pages-per-room 16 --chunk-pages 4 --verify
+	# Cut while batches are in flight (rooms are moving), again (at most
+	# ten times) until a worker says it resent.
+	wait_for 60 decode_has Success 1
+	n=0
+	until cut_data_link "$dp"; do
+		n=$((n + 1))
+		[ "$n" -lt 10 ]
+	done
+	bench_end
+	clean 1500
+	[ "$(summary success)" = 1500 ]
+	echo "batches resent: $(resent_total)"
+	[ "$(resent_total)" -gt 0 ]
+	# No process was killed to get there: the same sink serves.
+	kill -0 "$sink"
+	refute grep -q "killed by signal" "$RUN/d/logs/d0.log"
 }

@@ -3,7 +3,9 @@
 # closing line "unit: N passed, N failed" (test cases, summed over binaries).
 # Exit status is non-zero when any case failed or a binary crashed. Each
 # binary runs under `timeout` (KVW_UNIT_TIMEOUT seconds, default 300): a
-# hang fails that binary instead of stalling `make test`.
+# hang fails that binary instead of stalling `make test`. Inside it, each
+# test has its own bound (KVW_UNIT_TEST_TIMEOUT, tests/unit/unit_bound.h):
+# a hung test fails with its name and the next one runs.
 limit=${KVW_UNIT_TIMEOUT:-300}
 passed=0
 failed=0

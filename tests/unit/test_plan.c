@@ -874,6 +874,49 @@ static void test_cp_split_10_over_4_is_3_3_2_2(void **st)
 	assert_int_equal(plan_cp_split(10, 0, 0, &a, &c), KVW_EINVAL);
 }
 
+/* Issue 36: every buffer of a layout with draft layers named by layer and
+ * role: target K then V (layers first..), then draft K then V (ids from
+ * LAYOUT_DRAFT_BASE, the same ids for K and V), back to back. A V layer id
+ * off by one, target or draft, is a buffer the other side pairs with the
+ * wrong layer. */
+static void test_layout_make_names_draft_v_buffers_by_their_draft_layer(void **st)
+{
+	struct layout_spec sp = {.first_layer = 3,
+				 .layers = 2,
+				 .draft_layers = 2,
+				 .item_len = 10,
+				 .pages = 4,
+				 .pool = 1,
+				 .base = 0};
+	const struct {
+		uint32_t layer;
+		uint8_t role;
+	} want[8] = {
+	    {3, KVW_ROLE_K},
+	    {4, KVW_ROLE_K},
+	    {3, KVW_ROLE_V},
+	    {4, KVW_ROLE_V},
+	    {LAYOUT_DRAFT_BASE, KVW_ROLE_K},
+	    {LAYOUT_DRAFT_BASE + 1, KVW_ROLE_K},
+	    {LAYOUT_DRAFT_BASE, KVW_ROLE_V},
+	    {LAYOUT_DRAFT_BASE + 1, KVW_ROLE_V},
+	};
+	struct kvw_buf b[8];
+	uint32_t n = 0;
+	uint64_t end = 0;
+	char err[128];
+
+	(void)st;
+	assert_int_equal(layout_make(&sp, b, 8, &n, &end, err, sizeof err), 0);
+	assert_int_equal(n, 8);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_int_equal(b[i].layer_id, want[i].layer);
+		assert_int_equal(b[i].role, want[i].role);
+		assert_int_equal(b[i].offset, 40 * i);
+	}
+	assert_int_equal(end, 8 * 40);
+}
+
 static void test_layout_make_orders_target_draft_aux_back_to_back(void **st)
 {
 	struct layout_spec sp = {.first_layer = 3,
@@ -955,6 +998,8 @@ int main(void)
 	    cmocka_unit_test(test_cp_split_10_over_4_is_3_3_2_2),
 	    cmocka_unit_test(
 		test_layout_make_orders_target_draft_aux_back_to_back),
+	    cmocka_unit_test(
+		test_layout_make_names_draft_v_buffers_by_their_draft_layer),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

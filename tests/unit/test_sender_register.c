@@ -15,7 +15,9 @@
  * of the room changes nothing and is counted as unauthorised; a REGISTER
  * naming the prefill's own pool, another decode's or another group's is
  * refused, counted, and its room fails cleanly; a full peer list
- * reclaims refused, dead and silent registrations no room names.
+ * reclaims refused, dead and silent registrations no room names. And
+ * (issue 36) a pool that is not a regular file, belongs to another user
+ * or is not the file its descriptor's dev and ino state is refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,8 +25,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -513,6 +517,111 @@ static void test_a_register_naming_the_prefills_own_or_another_decodes_pool_is_r
 	assert_non_null(strstr(f->s->peers[1]->why, DECODE_EP));
 }
 
+/* A shm descriptor (xport_shm.c's layout: magic, version, path length,
+ * size, dev, ino, path) naming path with the identity given. */
+static size_t shm_desc(uint8_t *out, const char *path, uint64_t dev,
+		       uint64_t ino)
+{
+	size_t n = strlen(path);
+	uint64_t v[3] = { 1 << 20, dev, ino };
+
+	memset(out, 0, 32);
+	memcpy(out, "KVSH", 4);
+	out[4] = 1;
+	out[6] = (uint8_t)n;
+	out[7] = (uint8_t)(n >> 8);
+	for (int k = 0; k < 3; k++)
+		for (int b = 0; b < 8; b++)
+			out[8 + 8 * k + b] = (uint8_t)(v[k] >> (8 * b));
+	memcpy(out + 32, path, n);
+	return 32 + n;
+}
+
+/* sender_pool_allowed on a REGISTER from DECODE_EP naming path with the
+ * identity (dev, ino): 1 or 0, the reason in why. */
+static int pool_allowed(struct fix *f, const char *path, uint64_t dev,
+			uint64_t ino, char *why, size_t whylen)
+{
+	struct frame_msg m;
+	uint8_t desc[256];
+	uint64_t d, i;
+
+	frame_msg_init(&m, FRAME_REGISTER, 0, 0, E1);
+	snprintf(m.u.reg.endpoint, sizeof m.u.reg.endpoint, "%s", DECODE_EP);
+	snprintf(m.u.reg.transport, sizeof m.u.reg.transport, "shm");
+	m.u.reg.coord = f->coord;
+	m.u.reg.topo = f->topo;
+	m.u.reg.desc.p = desc;
+	m.u.reg.desc.len = (uint32_t)shm_desc(desc, path, dev, ino);
+	why[0] = '\0';
+	return sender_pool_allowed(f->s, NULL, &m.u.reg, &d, &i, why, whylen);
+}
+
+/* Issue 36: the pool a REGISTER names must be a regular file (lstat):
+ * a FIFO, described with its own dev and ino so that every later check
+ * would pass, is refused. The honest descriptor of a decode pool is
+ * accepted (so the refusals below are about the one check each). */
+static void test_a_register_naming_a_pool_that_is_not_a_regular_file_is_refused(void **state)
+{
+	struct fix *f = *state;
+	char path[128], why[512];
+	struct stat st;
+
+	assert_int_equal(stat(f->dpool[0], &st), 0);
+	assert_int_equal(pool_allowed(f, f->dpool[0], st.st_dev, st.st_ino,
+				      why, sizeof why), 1);
+	snprintf(path, sizeof path, "/dev/shm/kvwire.treg-%d-fifo.pool",
+		 (int)getpid());
+	unlink(path);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(lstat(path, &st), 0);
+	assert_int_equal(pool_allowed(f, path, st.st_dev, st.st_ino, why,
+				      sizeof why), 0);
+	unlink(path);
+	assert_non_null(strstr(why, "not a regular file"));
+}
+
+/* Issue 36: a pool file of another user is refused, though it is a
+ * regular file described with its own dev and ino. */
+static void test_a_register_naming_another_users_pool_is_refused(void **state)
+{
+	struct fix *f = *state;
+	char path[128], why[512];
+	struct stat st;
+	int fd;
+
+	if (geteuid() != 0)
+		skip(); /* only root can give a file away */
+	snprintf(path, sizeof path, "/dev/shm/kvwire.treg-%d-other.pool",
+		 (int)getpid());
+	fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(fchown(fd, 4242, 4242), 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	close(fd);
+	assert_int_equal(pool_allowed(f, path, st.st_dev, st.st_ino, why,
+				      sizeof why), 0);
+	unlink(path);
+	assert_non_null(strstr(why, "belongs to uid 4242"));
+}
+
+/* Issue 36: a descriptor whose dev or ino is not the named file's (the
+ * file was replaced, or the peer lies) is refused. */
+static void test_a_register_whose_pool_is_not_the_file_the_descriptor_states_is_refused(void **state)
+{
+	struct fix *f = *state;
+	char why[512];
+	struct stat st;
+
+	assert_int_equal(stat(f->dpool[0], &st), 0);
+	assert_int_equal(pool_allowed(f, f->dpool[0], st.st_dev, st.st_ino + 1,
+				      why, sizeof why), 0);
+	assert_non_null(strstr(why, "not the file the descriptor states"));
+	assert_int_equal(pool_allowed(f, f->dpool[0], st.st_dev + 1, st.st_ino,
+				      why, sizeof why), 0);
+	assert_non_null(strstr(why, "not the file the descriptor states"));
+}
+
 /* Issue 14: in a group kv-up started, the decode at rank (0,0) may only
  * name its group's d0 pool: the same member's pool of another group is
  * refused and counted; its own is accepted. */
@@ -684,6 +793,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_cleared_room_with_a_job_in_flight_outlives_its_ack_deadline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_an_abort_from_a_decode_that_is_not_a_destination_changes_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_register_naming_the_prefills_own_or_another_decodes_pool_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_register_naming_a_pool_that_is_not_a_regular_file_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_register_naming_another_users_pool_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_register_whose_pool_is_not_the_file_the_descriptor_states_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_under_kvup_names_a_register_naming_another_groups_pool_is_refused, setup_kvup, teardown),
 		cmocka_unit_test_setup_teardown(test_ten_thousand_fake_registers_from_one_source_leave_room_for_real_peers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_full_peer_table_reclaims_refused_registrations, setup, teardown),
