@@ -193,6 +193,24 @@ for k in range(int(sys.argv[6])):
 		"$(endpoint "$1" pool)" "$2" "$3" "$PAGES" "$ITEM" "${NBUF:-4}"
 }
 
+# run_copy SECS ARGS...: `run timeout SECS kv-bench copy ARGS...`, with
+# kv-bench's own pid (the one in its pool names) kept in $RUN/copy.pid.
+run_copy() {
+	local secs=$1
+	shift
+	run timeout "$secs" sh -c 'echo $$ >"$0" && exec kv-bench copy "$@"' \
+		"$RUN/copy.pid" "$@"
+}
+
+# copy_pools: the /dev/shm pool files of run_copy's kv-bench (only its
+# own: bats files running beside this one may have theirs).
+copy_pools() {
+	local pid
+	pid=$(cat "$RUN/copy.pid")
+	[ -n "$pid" ] || return 1
+	ls /dev/shm | grep -F "kvwire.bench-copy-$pid-" || true
+}
+
 # summary KEY: a value of kv-bench's summary line (rooms= success= ...) in
 # $output (after `run kv-bench ...`).
 summary() {
