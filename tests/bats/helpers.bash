@@ -125,8 +125,10 @@ endpoint() {
 	awk -v m="member=$1" -v k="$2=" '$1 == m { for (i = 2; i <= NF; i++) if (index($i, k) == 1) print substr($i, length(k) + 1) }' "$RUN/endpoints"
 }
 
-# ctl ARGS...: kv-ctl playing an engine (bounded).
-ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
+# ctl ARGS...: kv-ctl playing an engine (bounded). kv-ctl waits for a
+# connected peer, by default 2 s: on a loaded machine its own start and
+# the connection can take longer, so one generous deadline (issue 30).
+ctl() { timeout 60 "$KVW_BIN/kv-ctl" --timeout 30 "$@"; }
 
 # field MEMBER ROOM KEY: one field of the room in MEMBER's table (kv-stat
 # --json --all); empty when the table has no such room.
