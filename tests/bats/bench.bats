@@ -90,6 +90,7 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
 @test "kv-bench rooms --spawn --auth-cost: a group with keys, then one with --insecure, and the ratio" {
 	run timeout 300 kv-bench rooms --spawn --auth-cost --up-arg --workers --up-arg 1 \
 		--rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
+	echo "$output"
 	[ "$status" -eq 0 ]
 	[[ $output == *"auth cost: group with keys (CURVE)"* ]]
 	[[ $output == *"auth cost: group with --insecure"* ]]

@@ -99,10 +99,10 @@ need_fake() {
 	run timeout 30 kv-bench --spawn --transport cuda --verify
 	[ "$status" -eq 77 ]
 	[[ $output == *"$want"* ]]
-	run timeout 30 kv-bench copy --transport cuda --mib 1
+	run_copy 30 --transport cuda --mib 1
 	[ "$status" -eq 77 ]
 	[[ $output == *"$want"* ]]
-	[ -z "$(ls /dev/shm | grep -F "bench-copy-")" ]
+	[ -z "$(copy_pools)" ]
 	nothing_made
 }
 
@@ -135,12 +135,12 @@ need_fake() {
 @test "stand-in runtime: kv-bench copy --transport cuda measures both patterns against cudaMemcpy D2D and verifies" {
 	need_fake
 	export KVW_CUDART=$FAKE
-	run timeout 60 kv-bench copy --transport cuda --mib 2 --reps 1 --seconds 0.01 --json
+	run_copy 60 --transport cuda --mib 2 --reps 1 --seconds 0.01 --json
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[ "$(jq -r .limit <<<"$output")" = "cudaMemcpy D2D" ]
 	[ "$(jq '[.results[] | select(.verified == true and .ratio > 0)] | length' <<<"$output")" -eq 2 ]
-	[ -z "$(ls /dev/shm | grep -F "bench-copy-")" ]
+	[ -z "$(copy_pools)" ]
 }
 
 @test "kv-bench --gpu-pools without a GPU: the probe's text, exit 77" {

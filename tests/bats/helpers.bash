@@ -125,8 +125,10 @@ endpoint() {
 	awk -v m="member=$1" -v k="$2=" '$1 == m { for (i = 2; i <= NF; i++) if (index($i, k) == 1) print substr($i, length(k) + 1) }' "$RUN/endpoints"
 }
 
-# ctl ARGS...: kv-ctl playing an engine (bounded).
-ctl() { timeout 10 "$KVW_BIN/kv-ctl" "$@"; }
+# ctl ARGS...: kv-ctl playing an engine (bounded). kv-ctl waits for a
+# connected peer, by default 2 s: on a loaded machine its own start and
+# the connection can take longer, so one generous deadline (issue 30).
+ctl() { timeout 60 "$KVW_BIN/kv-ctl" --timeout 30 "$@"; }
 
 # field MEMBER ROOM KEY: one field of the room in MEMBER's table (kv-stat
 # --json --all); empty when the table has no such room.
@@ -191,6 +193,24 @@ for k in range(int(sys.argv[6])):
         o = k * P * I + g * I
         m[o:o + I] = bytes([int(sys.argv[2], 16)]) * I' \
 		"$(endpoint "$1" pool)" "$2" "$3" "$PAGES" "$ITEM" "${NBUF:-4}"
+}
+
+# run_copy SECS ARGS...: `run timeout SECS kv-bench copy ARGS...`, with
+# kv-bench's own pid (the one in its pool names) kept in $RUN/copy.pid.
+run_copy() {
+	local secs=$1
+	shift
+	run timeout "$secs" sh -c 'echo $$ >"$0" && exec kv-bench copy "$@"' \
+		"$RUN/copy.pid" "$@"
+}
+
+# copy_pools: the /dev/shm pool files of run_copy's kv-bench (only its
+# own: bats files running beside this one may have theirs).
+copy_pools() {
+	local pid
+	pid=$(cat "$RUN/copy.pid")
+	[ -n "$pid" ] || return 1
+	ls /dev/shm | grep -F "kvwire.bench-copy-$pid-" || true
 }
 
 # summary KEY: a value of kv-bench's summary line (rooms= success= ...) in

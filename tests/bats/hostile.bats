@@ -132,10 +132,15 @@ ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 		--layers 2 --pages 64 --heads 2 --head-dim 16 --aux-slots 8
 	timeout 10 "$PY" "$FAKE" engine "ipc://$RUN/eng" begin 1 "ipc://$RUN/boot" 0 0 1
 	wait_for 10 eval '[[ "$(timeout 10 "$PY" "$FAKE" room "$TAB" 1)" == "state=WaitingForInput"* ]]'
-	start_ready hb 60 "$KVW_BIN/kv-heartbeat" --table "$TAB" --interval 0.1 --max-failures 2
+	# Each PING gets 500 malformed replies, then the PONG: the Python
+	# peer takes a while to write them, more than the 0.1 s ping timeout
+	# twice running on a loaded machine (seen: the room failed, peer
+	# dead). 50 misses in a row (5 s without one PONG through) make it
+	# dead here: alive means the PONGs behind the garbage keep arriving.
+	start_ready hb 60 "$KVW_BIN/kv-heartbeat" --table "$TAB" --interval 0.1 --max-failures 50
 	HB=$BG_PID
 	start=$SECONDS
-	wait_for 30 malformed_ge "$TAB" 5000
+	wait_for 60 malformed_ge "$TAB" 5000
 	kill -0 "$HB"
 	timeout 10 "$PY" "$FAKE" peers "$TAB" | grep -q "^1 alive "
 	[[ "$(timeout 10 "$PY" "$FAKE" room "$TAB" 1)" == "state=WaitingForInput"* ]]

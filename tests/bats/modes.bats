@@ -13,17 +13,19 @@ SHAPE="--layers 2 --pages 256 --heads 8 --head-dim 16"
 setup() {
 	command -v inotifywait >/dev/null || skip "inotifywait (inotify-tools) is not installed"
 	kvw_setup
-	mkdir -m 700 "$RUN/g"
+	mkdir -m 700 "$RUN/mg"
 }
 teardown() {
 	# The reader ends at the end of the events.
 	[ -z "${WATCH_PID:-}" ] || kill "$WATCH_PID" 2>/dev/null
-	# The group lives in $RUN/g, which kvw_teardown does not stop.
-	[ ! -d "$RUN/g" ] || timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/g" >/dev/null 2>&1 || true
+	# The group lives in $RUN/mg, which kvw_teardown does not stop. (Its
+	# name is this file's alone: /dev/shm entries of other groups, of
+	# bats files running beside this one, are kvwire.<other>-*.)
+	[ ! -d "$RUN/mg" ] || timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/mg" >/dev/null 2>&1 || true
 	kvw_teardown
 }
 
-# watch: starts the watcher on $RUN/g (recursive) and /dev/shm; each new
+# watch: starts the watcher on $RUN/mg (recursive) and /dev/shm; each new
 # entry goes to $RUN/modes as "MODE TYPE PATH" the moment the event is
 # read ("gone - PATH" for one removed before it could be looked at).
 # Returns once its watches are established.
@@ -31,10 +33,10 @@ watch() {
 	mkfifo "$RUN/events"
 	# Neither holds bats' fd 3, so the test ends when it ends.
 	inotifywait -m -r -q -e create -e moved_to --format '%w%f' \
-		"$RUN/g" /dev/shm >"$RUN/events" 2>"$RUN/watch.err" 3>&- &
+		"$RUN/mg" /dev/shm >"$RUN/events" 2>"$RUN/watch.err" 3>&- &
 	WATCH_PID=$!
 	while IFS= read -r f; do
-		case $f in /dev/shm/*) case ${f##*/} in kvwire.*) ;; *) continue ;; esac ;; esac
+		case $f in /dev/shm/*) case ${f##*/} in kvwire.mg-*) ;; *) continue ;; esac ;; esac
 		stat -c '%a %F %n' -- "$f" 2>/dev/null || echo "gone - $f"
 	done <"$RUN/events" >"$RUN/modes" 3>&- &
 	# inotifywait -q says nothing once its watches exist: a probe file
@@ -43,38 +45,38 @@ watch() {
 }
 
 watching() {
-	: >"$RUN/g/.probe" && rm -f "$RUN/g/.probe"
-	grep -q "/g/.probe" "$RUN/modes" 2>/dev/null
+	: >"$RUN/mg/.probe" && rm -f "$RUN/mg/.probe"
+	grep -q "/mg/.probe" "$RUN/modes" 2>/dev/null
 }
 
 # wider: the recorded entries of this group whose mode is not 600 (700
 # for directories); empty when every one was private from the start.
 wider() {
-	grep -v '/g/.probe$' "$RUN/modes" |
+	grep -v '/mg/.probe$' "$RUN/modes" |
 		awk '$1 != "gone" && (($2 == "directory" && $1 != "700") || ($2 != "directory" && $1 != "600"))'
 }
 
 @test "an ipc group: every file and socket is 0600 and every directory 0700 as it appears" {
 	watch
-	timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/g" --workers 1 $SHAPE
+	timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/mg" --workers 1 $SHAPE
 	# The members' sockets, tables and pools all exist now.
 	wait_for 10 grep -q 'socket' "$RUN/modes"
-	wait_for 10 grep -q '/dev/shm/kvwire\..*\.pool' "$RUN/modes"
+	wait_for 10 grep -q '/dev/shm/kvwire\.mg-.*\.pool' "$RUN/modes"
 	run wider
 	echo "$output"
 	[ -z "$output" ]
 	[ "$(grep -c . "$RUN/modes")" -ge 10 ]
-	timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/g"
+	timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/mg"
 }
 
 @test "a tcp group with keys: keys, logs, tables and pools are private as they appear" {
 	watch
-	timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/g" --workers 1 \
+	timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/mg" --workers 1 \
 		--transport tcp --advertise 127.0.0.1 --port-base 26500 $SHAPE
-	wait_for 10 grep -q '/g/keys/group.keys$' "$RUN/modes"
-	wait_for 10 grep -q '/dev/shm/kvwire\..*\.rooms' "$RUN/modes"
+	wait_for 10 grep -q '/mg/keys/group.keys$' "$RUN/modes"
+	wait_for 10 grep -q '/dev/shm/kvwire\.mg-.*\.rooms' "$RUN/modes"
 	run wider
 	echo "$output"
 	[ -z "$output" ]
-	timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/g"
+	timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN/mg"
 }

@@ -34,12 +34,11 @@ need_device() { has_rdma || skip "no usable RDMA device here (kv-probe rdma)"; }
 
 @test "rdma without a device: kv-bench copy exits 77 with the probe's reason and makes no pool" {
 	need_no_device
-	before=$(ls /dev/shm | grep -c 'kvwire.bench-copy' || true)
-	run timeout 20 kv-bench copy --transport rdma --mib 1
+	run_copy 20 --transport rdma --mib 1
 	echo "$output"
 	[ "$status" -eq 77 ]
 	[[ $output == *"kv-bench: fatal: copy: rdma: not available: "* ]]
-	[ "$(ls /dev/shm | grep -c 'kvwire.bench-copy' || true)" -eq "$before" ]
+	[ -z "$(copy_pools)" ]
 }
 
 @test "rdma without a device: kv-bench --spawn exits 77 with kv-up's reason, no run directory left" {

@@ -1,11 +1,20 @@
 #!/bin/sh
 # run.sh - runs the bats suites given (default: every tests/bats/*.bats) and
 # ends with one closing line "bats: N passed, N failed, N skipped".
-# The exit status is bats's own.
+# The exit status is bats's own. Files run KVW_BATS_JOBS at a time
+# (default 2; GNU parallel runs them, 1 without it), the tests of one file
+# one after another: the files are independent (each test has its own
+# mktemp run directory and /dev/shm names, fixed ports are each one
+# file's, a check of /dev/shm looks only at names of its own test).
 dir=$(dirname "$0")
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 [ $# -gt 0 ] || set -- "$dir"
+jobs=${KVW_BATS_JOBS:-2}
+command -v parallel >/dev/null || jobs=1
+if [ "$jobs" -gt 1 ]; then
+	set -- --jobs "$jobs" --no-parallelize-within-files "$@"
+fi
 bats --tap --timing "$@" | tee "$out"
 skipped=$(grep -c '^ok .* # skip' "$out")
 passed=$(($(grep -c '^ok ' "$out") - skipped))

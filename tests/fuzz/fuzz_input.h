@@ -22,6 +22,14 @@
 
 #define FUZZ_NMAX (KVW_MAX_FRAMES + 1)
 
+/* fuzz_roles: a record is byte 0 = the handler (mod FUZZ_ROLES_HANDLERS:
+ * sender peer, sender engine, sender worker's JOB_DONE, receiver engine,
+ * receiver peer, receiver bootstrap reply), then one message as fuzz_boot
+ * reads it; the decode registered at the start talks as src_rank 0 with
+ * this epoch. */
+#define FUZZ_ROLES_HANDLERS 6
+#define FUZZ_DECODE_EPOCH 0x5eed5eed5eed5eedull
+
 /* A copy of len bytes at p in a buffer of its own (abort on no memory). */
 static inline struct frame_part fuzz_part(const uint8_t *p, size_t len,
 					  uint8_t **mem)

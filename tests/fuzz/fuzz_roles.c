@@ -34,7 +34,6 @@
 
 #define NMAX FUZZ_NMAX
 #define MAX_MSGS 64
-#define FUZZ_DECODE_EPOCH 0x5eed5eed5eed5eedull
 #define REOPEN 256
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -259,7 +258,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int k = 0; k < MAX_MSGS && off < size; k++) {
 		struct frame_part parts[NMAX];
 		uint8_t *mem[NMAX] = { 0 };
-		unsigned which = data[off++] % 6;
+		unsigned which = data[off++] % FUZZ_ROLES_HANDLERS;
 		struct frame_msg m;
 		char err[256];
 		int n = fuzz_cut(data, size, &off, 0, parts, mem);

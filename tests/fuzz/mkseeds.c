@@ -12,7 +12,11 @@
  *  - fuzz_rtab: an operation program touching every operation, and table
  *    files made by rtab_create (raw, and as entries behind a header);
  *  - fuzz_rdma: rdma descriptors (RoCE, InfiniBand), an exchange hello and
- *    replies, each behind the byte that picks its decoder.
+ *    replies, each behind the byte that picks its decoder;
+ *  - fuzz_roles: per handler, every frame type of frame_fixture.h sent to
+ *    it (as the registered decode where a peer talks), and a prefill and
+ *    a decode room's life (begin, transfer, done, abort, clear) on one
+ *    room id, each record behind the byte that picks its handler.
  * Usage: mkseeds DIR. Exit 0, or 111 with a message when a write fails.
  */
 #include <errno.h>
@@ -369,6 +373,71 @@ static void rdma_seeds(void)
 	rdma_seed("reply_secret", 2, h, RCM_REPLY_LEN);
 }
 
+/* ---- fuzz_roles: records of handler byte + message ---- */
+
+enum { H_S_PEER, H_S_ENG, H_S_JOB, H_R_ENG, H_R_PEER, H_R_BOOT };
+
+/* One record: the handler byte, then m as fuzz_boot reads a message. */
+static void role_put(FILE *f, unsigned handler, const struct frame_msg *m)
+{
+	if (fputc((int)handler, f) == EOF)
+		fatal("write a seed", "roles record");
+	put_msg(f, m);
+}
+
+/* The fixture of type t (variant 0) on room, as the handler would hear
+ * it: a peer message of the sender from the registered decode. */
+static void role_fixture(unsigned handler, unsigned t, uint64_t room,
+			 struct frame_msg *m)
+{
+	fixture(t, 0, m);
+	m->hdr.room = room;
+	if (handler == H_S_PEER) {
+		m->hdr.src_rank = 0;
+		m->hdr.epoch = FUZZ_DECODE_EPOCH;
+	}
+}
+
+static void roles_seeds(void)
+{
+	static const unsigned prefill_life[][2] = {
+		{ H_S_ENG, FRAME_SEND_BEGIN }, { H_S_PEER, FRAME_XFER_INFO },
+		{ H_S_ENG, FRAME_SEND_CHUNK }, { H_S_JOB, FRAME_JOB_DONE },
+		{ H_S_PEER, FRAME_PING },      { H_S_PEER, FRAME_ABORT },
+		{ H_S_ENG, FRAME_CLEAR },
+	};
+	static const unsigned decode_life[][2] = {
+		{ H_R_ENG, FRAME_RECV_BEGIN }, { H_R_BOOT, FRAME_BOOT_REPLY },
+		{ H_R_PEER, FRAME_STATUS },    { H_R_PEER, FRAME_ABORT_ACK },
+		{ H_R_ENG, FRAME_RECV_ABORT }, { H_R_ENG, FRAME_CLEAR },
+	};
+	struct frame_msg m;
+	char name[64];
+	FILE *f;
+
+	for (unsigned h = 0; h < FUZZ_ROLES_HANDLERS; h++) {
+		snprintf(name, sizeof name, "handler%u_every_type", h);
+		f = seed_open("fuzz_roles", name);
+		for (unsigned t = 1; t <= FRAME_TYPE_MAX; t++) {
+			role_fixture(h, t, 7, &m);
+			role_put(f, h, &m);
+		}
+		seed_close(f);
+	}
+	f = seed_open("fuzz_roles", "prefill_room_life");
+	for (size_t i = 0; i < sizeof prefill_life / sizeof *prefill_life; i++) {
+		role_fixture(prefill_life[i][0], prefill_life[i][1], 7, &m);
+		role_put(f, prefill_life[i][0], &m);
+	}
+	seed_close(f);
+	f = seed_open("fuzz_roles", "decode_room_life");
+	for (size_t i = 0; i < sizeof decode_life / sizeof *decode_life; i++) {
+		role_fixture(decode_life[i][0], decode_life[i][1], 9, &m);
+		role_put(f, decode_life[i][0], &m);
+	}
+	seed_close(f);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -382,5 +451,6 @@ int main(int argc, char **argv)
 	runinfo_seeds();
 	rtab_seeds();
 	rdma_seeds();
+	roles_seeds();
 	return 0;
 }

@@ -7,7 +7,9 @@
  * decodes (but the spoiled first one of a bad_* seed); every fuzz_runinfo
  * seed parses with members; the raw fuzz_rtab table file opens with its
  * rooms and peer, and the ops program starts with an even byte; every
- * fuzz_rdma seed decodes as what its first byte picks. A seed the
+ * fuzz_rdma seed decodes as what its first byte picks; every record of
+ * every fuzz_roles seed decodes, and together they send every frame type
+ * to every handler. A seed the
  * codec refuses is a stale seed: run `make seeds`. Run from the repository
  * root (KVW_CORPUS overrides the corpus folder).
  */
@@ -290,6 +292,48 @@ static void rtab_seeds_are_a_program_and_tables_that_open(void **state)
 	unload(s, n);
 }
 
+static void every_roles_seed_record_decodes_and_every_handler_gets_every_type(
+	void **state)
+{
+	static struct seed s[32];
+	size_t n = load("fuzz_roles", s, 32);
+	uint32_t types[FUZZ_ROLES_HANDLERS] = { 0 };
+	char err[200];
+
+	(void)state;
+	for (size_t i = 0; i < n; i++) {
+		size_t off = 0;
+		unsigned msgs = 0;
+
+		while (off < s[i].len) {
+			struct frame_part parts[FUZZ_NMAX];
+			uint8_t *mem[FUZZ_NMAX] = { 0 };
+			unsigned h = s[i].data[off++];
+			struct frame_msg m;
+			int k;
+
+			assert_true(h < FUZZ_ROLES_HANDLERS);
+			k = fuzz_cut(s[i].data, s[i].len, &off, 0, parts, mem);
+			assert_true(k > 0);
+			err[0] = '\0';
+			if (frame_decode(parts, (size_t)k, &m, err, sizeof err))
+				fail_msg("fuzz_roles/%s record %u is refused: %s",
+					 s[i].name, msgs, err);
+			types[h] |= 1u << m.hdr.type;
+			msgs++;
+			free_parts(mem, k);
+		}
+		/* fuzz_roles reads at most 64 records of an input */
+		assert_true(msgs >= 1 && msgs <= 64);
+	}
+	for (unsigned h = 0; h < FUZZ_ROLES_HANDLERS; h++)
+		for (unsigned t = 1; t <= FRAME_TYPE_MAX; t++)
+			if (!(types[h] & 1u << t))
+				fail_msg("no fuzz_roles record sends %s to handler %u",
+					 frame_type_str(t), h);
+	unload(s, n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -300,6 +344,8 @@ int main(void)
 		cmocka_unit_test(every_runinfo_seed_parses_with_members),
 		cmocka_unit_test(rtab_seeds_are_a_program_and_tables_that_open),
 		cmocka_unit_test(every_rdma_seed_decodes_as_its_first_byte_says),
+		cmocka_unit_test(
+			every_roles_seed_record_decodes_and_every_handler_gets_every_type),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
