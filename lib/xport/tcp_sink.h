@@ -31,7 +31,7 @@ struct tcp_sink_stats {
 				      * room's granted pages */
 };
 
-/* What room_begin answers (TCPV4.md). */
+/* What room_begin answers. */
 enum {
 	TCP_ROOM_NOT_LIVE = 0, /* read and discard the payload; ACK NOT_LIVE */
 	TCP_ROOM_OK = 1,       /* held: room_end owed */
