@@ -1,5 +1,5 @@
 /*
- * tcp_auth.h - the tcp data port's handshake (protocol v4, TCPV4.md). The
+ * tcp_auth.h - the tcp data port's handshake (protocol v4, docs/TCP-V4.md). The
  * sink sends a fresh 16-byte challenge on every connection; the client
  * answers with its own nonce and HMAC-SHA256 (libsodium) keyed by the
  * group's data key and the registration's secret over a fixed label, both

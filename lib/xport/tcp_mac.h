@@ -1,5 +1,5 @@
 /*
- * tcp_mac.h - the tags of tcp protocol v4 (tcp_proto.h, TCPV4.md): one
+ * tcp_mac.h - the tags of tcp protocol v4 (tcp_proto.h, docs/TCP-V4.md): one
  * direction of one connection. With the group's keys a tag is Poly1305
  * (OpenSSL) under a one-time key per tag, drawn from ChaCha20 under the
  * direction's connection key with the nonce (seq, kind), so no key is

@@ -1,6 +1,6 @@
 /*
  * tcp_proto.h - the tcp transport's byte protocol, version 4 (the full
- * contract, with the MAC's exact definition: TCPV4.md of issue 29), shared
+ * contract, with the MAC's exact definition: docs/TCP-V4.md), shared
  * by the prefill side (xport_tcp.c, tcp_client.c) and the decode's sink
  * (tcp_sink.c). Everything is little-endian and packed field by field.
  *

@@ -84,7 +84,7 @@ port = int(sys.argv[1])
 s = socket.create_connection(("127.0.0.1", port))
 ch = s.recv(24, socket.MSG_WAITALL)
 assert len(ch) == 24 and struct.unpack("<I", ch[:4])[0] == 0x4354564B, ch
-# v4: magic, version, flags, nonce_c 16, fingerprint 8, mac 32 (TCPV4.md)
+# v4: magic, version, flags, nonce_c 16, fingerprint 8, mac 32 (docs/TCP-V4.md)
 s.sendall(struct.pack("<IHH", 0x4854564B, 4, 0) + b"\x00" * 56)
 w = s.recv(48, socket.MSG_WAITALL)
 assert len(w) == 48 and struct.unpack("<II", w[:8])[1] == 4, w

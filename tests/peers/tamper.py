@@ -12,7 +12,7 @@ tamper with exactly the batches it picks. Standard library only (Debian's
 
 The handshake (CHALLENGE, HELLO, WELCOME) passes through untouched; its
 CHALLENGE's version picks the framing, lib/xport/tcp_proto.h's v3 or
-TCPV4.md's v4:
+docs/TCP-V4.md's v4:
 
   v3 batch: header 40 (magic, ncopies u32, id u64, room u64, total u64,
             0 u64) | copies 16 each (dst_off u64, len u64) | payload |
@@ -96,7 +96,7 @@ def xxh3_64(b):
 
 
 def xxh3_128(b):
-    """The 16-byte unkeyed tag as TCPV4.md's --insecure sends it: XXH3-128
+    """The 16-byte unkeyed tag as docs/TCP-V4.md's --insecure sends it: XXH3-128
     in its canonical form (XXH128_canonicalFromHash: big-endian, the high
     64 bits first)."""
     b = bytes(b)
