@@ -277,7 +277,7 @@ class Pair:
     def __init__(self, relay, c, s, number):
         self.r = relay
         self.number = number    # of the connection, from 1
-        self.c, self.s = c, s
+        self.client, self.server = c, s
         self.cin, self.sin = bytearray(), bytearray()
         self.cout, self.sout = bytearray(), bytearray()
         self.p = None           # Proto, once the CHALLENGE came
@@ -302,7 +302,7 @@ class Pair:
         if self.closed:
             return
         self.closed = True
-        for k in (self.c, self.s):
+        for k in (self.client, self.server):
             try:
                 self.r.sel.unregister(k)
             except (KeyError, ValueError):
@@ -313,8 +313,8 @@ class Pair:
         if self.closed:
             return
         for k, inbuf_full, out, cur in (
-                (self.c, len(self.sout) > HIGH_WATER, self.cout, "sel_c"),
-                (self.s, len(self.cout) > HIGH_WATER, self.sout, "sel_s")):
+                (self.client, len(self.sout) > HIGH_WATER, self.cout, "sel_c"),
+                (self.server, len(self.cout) > HIGH_WATER, self.sout, "sel_s")):
             ev = 0 if (inbuf_full or self.eof) else selectors.EVENT_READ
             if out:
                 ev |= selectors.EVENT_WRITE
@@ -338,14 +338,14 @@ class Pair:
             return
         try:
             if ev & selectors.EVENT_WRITE:
-                out = self.cout if k is self.c else self.sout
+                out = self.cout if k is self.client else self.sout
                 n = k.send(out)
                 del out[:n]
             if ev & selectors.EVENT_READ:
                 d = k.recv(1 << 20)
                 if not d:
                     self.eof = True
-                elif k is self.c:
+                elif k is self.client:
                     self.cin += d
                     self.from_client()
                 else:
