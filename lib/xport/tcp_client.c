@@ -564,6 +564,22 @@ static int refusal(uint32_t st, char *err, size_t errlen)
 	}
 }
 
+/* A batch that ends without an answer (rc, why): where the decode had
+ * already refused it for integrity on an earlier connection, the cut that
+ * followed is the tampering's too (the sink closes after an INTEGRITY ACK,
+ * and whether the client reads that ACK or the reset first is a matter of
+ * timing): it fails as integrity, so the room's reason never depends on
+ * which came first. */
+static int failed(uint32_t strikes, int rc, const char *why, char *err,
+		  size_t errlen)
+{
+	if (strikes > 0)
+		return kvw_errf(err, errlen, KVW_ECORRUPT, "tcp: the batch "
+				"failed its integrity check at the decode, "
+				"then %s (integrity)", why);
+	return kvw_errf(err, errlen, rc, "%s", why);
+}
+
 /* 1 when ACK a is the next one on this connection, for batch id, with a
  * right tag; else counted as tampering and told (rate-limited). */
 static int ack_ok(struct tcp_client *c, const uint8_t *a, uint64_t id)
@@ -609,21 +625,23 @@ static int collect(struct tcp_client *c, uint64_t lo, uint64_t hi, int lost,
 
 		if (at(c, 0)->lost) {
 			if (lost && id >= lo && first == 0)
-				first = kvw_errf(err, errlen, KVW_ESYS, "%s",
-						 c->lost_why);
+				first = failed(at(c, 0)->strikes, KVW_ESYS,
+					       c->lost_why, err, errlen);
 			forget_head(c);
 			continue;
 		}
 		if (c->fd < 0 || xnet_io_all(c->fd, a, sizeof a, 0) < 0) {
 			if (++at(c, 0)->losses >= TCP_LOSSES) {
+				uint32_t strikes = at(c, 0)->strikes;
+
 				/* Never answered: fails, never lands. */
 				forget_head(c);
+				snprintf(why, sizeof why, "tcp: batch "
+					 "unanswered on %u connections in a "
+					 "row", TCP_LOSSES);
 				if (id >= lo && first == 0)
-					first = kvw_errf(err, errlen,
-							 KVW_ESYS, "tcp: batch "
-							 "unanswered on %u "
-							 "connections in a row",
-							 TCP_LOSSES);
+					first = failed(strikes, KVW_ESYS, why,
+						       err, errlen);
 				hang_up(c);
 				if (live_kept(c))
 					(void)mend(c, why, sizeof why);
@@ -631,7 +649,8 @@ static int collect(struct tcp_client *c, uint64_t lo, uint64_t hi, int lost,
 			}
 			rc = mend(c, why, sizeof why);
 			if (rc && id >= lo && first == 0)
-				first = kvw_errf(err, errlen, rc, "%s", why);
+				first = failed(at(c, 0)->strikes, rc, why, err,
+					       errlen);
 			continue;
 		}
 		st = (uint32_t)le_get(a + 4, 4);
