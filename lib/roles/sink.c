@@ -205,13 +205,13 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 		rc = tcp_sink_run(&sc, &st, err, errlen);
 		LOG(LOG_INFO, "stopping: %llu connections, %llu batches, %llu "
 		    "bytes; refused %llu connections, %llu batches; %llu "
-		    "integrity failures, %llu discarded, %llu not copied to "
-		    "the GPU, %llu outside the room's pages",
+		    "integrity failures, %llu outside the room's pages, %llu "
+		    "discarded, %llu not copied to the GPU",
 		    (unsigned long long)st.conns, (unsigned long long)st.batches,
 		    (unsigned long long)st.bytes, (unsigned long long)st.refused,
 		    (unsigned long long)st.bad, (unsigned long long)st.integrity,
-		    (unsigned long long)st.not_live,
-		    (unsigned long long)st.device, (unsigned long long)st.dest);
+		    (unsigned long long)st.dest, (unsigned long long)st.not_live,
+		    (unsigned long long)st.device);
 	}
 	cstage_close(&sc.stage);
 	pool_close(&p);

@@ -172,7 +172,7 @@ sink_stop_line() {
 	stop=$(sink_stop_line)
 	echo "$stop"
 	[[ $stop =~ stopping:\ [1-9][0-9]*\ connections,\ [1-9][0-9]*\ batches ]]
-	[[ $stop == *" 0 checksum mismatches, 0 discarded, 0 not copied to the GPU" ]]
+	[[ $stop == *" 0 integrity failures, 0 outside the room's pages, 0 discarded, 0 not copied to the GPU" ]]
 }
 
 @test "stand-in runtime: GPU pools over tcp, TP 2 -> 4, a third of the rooms aborted: every room terminal, no canary on GPU memory touched" {
