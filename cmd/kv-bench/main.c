@@ -81,9 +81,13 @@ static int one_group(struct kvb_flags *fl, char *const *up,
 static int auth_cost(struct kvb_flags *fl, struct kvb_opts *mo,
 		     const struct bench_config *cfg, struct kvb_progress *prog)
 {
-	static char *const variant[2][6] = {
-		{ "--advertise", "127.0.0.1", "--port-base", "27400", NULL },
-		{ "--advertise", "127.0.0.1", "--port-base", "27500",
+	/* Fixed ports by default (kv-up's --advertise needs them); a
+	 * test or a shared host picks its own with --port-base N. */
+	uint32_t pb = mo->port_base ? mo->port_base : 27400;
+	char ports[2][12];
+	char *const variant[2][6] = {
+		{ "--advertise", "127.0.0.1", "--port-base", ports[0], NULL },
+		{ "--advertise", "127.0.0.1", "--port-base", ports[1],
 		  "--insecure", NULL },
 	};
 	static const char *const name[2] = { "keys (CURVE)", "--insecure" };
@@ -93,6 +97,8 @@ static int auth_cost(struct kvb_flags *fl, struct kvb_opts *mo,
 	size_t n = 0;
 	int rc = KVW_EXIT_OK;
 
+	snprintf(ports[0], sizeof ports[0], "%u", (unsigned)pb);
+	snprintf(ports[1], sizeof ports[1], "%u", (unsigned)pb + 100);
 	while (base[n] && n < sizeof up / sizeof up[0] - 6)
 		n++;
 	memcpy(up, base, n * sizeof *up);

@@ -91,6 +91,20 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 			i++;
 			continue;
 		}
+		if (strcmp(a, "--port-base") == 0) {
+			/* kv-up takes bases up to 64000; the second group's
+			 * is N + 100. */
+			if (o->mode != KVB_ROOMS)
+				return cli_fatal(PROG, KVW_EXIT_USAGE,
+						 "only kv-bench rooms takes: %s", a);
+			if (i + 1 >= n ||
+			    cli_u32(argv[i + 1], 1, 63900, &o->port_base))
+				return cli_fatal(PROG, KVW_EXIT_USAGE,
+						 "want an integer in 1..63900 "
+						 "after: %s", a);
+			i++;
+			continue;
+		}
 		if (strcmp(a, "--auth-cost") == 0) {
 			if (o->mode != KVB_ROOMS)
 				return cli_fatal(PROG, KVW_EXIT_USAGE,
@@ -104,6 +118,10 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 	if (o->auth_cost && (!spawn || o->json))
 		return cli_fatal(PROG, KVW_EXIT_USAGE, "--auth-cost starts its "
 				 "own groups: with --spawn, not --json");
+	if (o->port_base && !o->auth_cost)
+		return cli_fatal(PROG, KVW_EXIT_USAGE,
+				 "--port-base is for --auth-cost's groups "
+				 "(else: --up-arg --port-base --up-arg N)");
 	if (o->cost && o->json)
 		return cli_fatal(PROG, KVW_EXIT_USAGE,
 				 "--metrics-cost prints a line: not with --json");
@@ -151,7 +169,9 @@ void kvb_usage(FILE *f)
 		"         --warmup N untimed rooms first (default 3000)\n"
 		"         --auth-cost (with --spawn): the same on a group with keys\n"
 		"         (tcp:// control, CURVE), then one with --insecure, and the\n"
-		"         ratio of their rooms/s\n"
+		"         ratio of their rooms/s; --port-base N their control "
+		"ports\n"
+		"         (kv-up --port-base N, then N + 100; default 27400)\n"
 		"  copy   a transport (shm, tcp, rdma) vs its limit, no group: kv-bench "
 		"copy --help\n"
 		"         --metrics-cost N: N rate passes with the tables' "

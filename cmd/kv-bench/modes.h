@@ -32,6 +32,9 @@ struct kvb_opts {
 	int auth_cost;      /* rooms --spawn: --auth-cost, the same bench on
 			     * a group with keys, then one with --insecure
 			     * (main.c), and the ratio of their rooms/s */
+	uint32_t port_base; /* --auth-cost: --port-base N, the keys group's
+			     * kv-up --port-base (the --insecure one's is
+			     * N + 100); default 27400 */
 	double *rooms_per_s; /* rooms: where the rate run's rooms/s goes */
 };
 

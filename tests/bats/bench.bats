@@ -88,8 +88,12 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
 }
 
 @test "kv-bench rooms --spawn --auth-cost: a group with keys, then one with --insecure, and the ratio" {
-	run timeout 300 kv-bench rooms --spawn --auth-cost --up-arg --workers --up-arg 1 \
-		--rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
+	# Its two groups' control ports from a free block (kv-bench's own
+	# 27400 and 27500 collide with a parallel file or another checkout):
+	# B.., then B+100.., each with ranks at +512.
+	pb=$(free_port_base 700)
+	run timeout 300 kv-bench rooms --spawn --auth-cost --port-base "$pb" \
+		--up-arg --workers --up-arg 1 --rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[[ $output == *"auth cost: group with keys (CURVE)"* ]]
@@ -98,6 +102,23 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
 	[[ $output =~ "auth cost: rooms/s with keys "[0-9.]+", with --insecure "[0-9.]+", ratio "[0-9.]+ ]]
 	# Without --spawn there is no group of its own to vary: usage.
 	run kv-bench rooms --auth-cost --run-dir "$RUN"
+	[ "$status" -eq 100 ]
+	# --port-base is its groups' ports: one held by a listener here
+	# stops the first group from starting.
+	"$PY" -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+print("listening", flush=True); time.sleep(120)' "$pb" >"$RUN/hold.out" &
+	echo "$!" >>"$RUN/bg.pids"
+	wait_for 10 grep -q listening "$RUN/hold.out"
+	run env TMPDIR="$RUN" timeout 120 kv-bench rooms --spawn --auth-cost \
+		--port-base "$pb" --up-arg --workers --up-arg 1 \
+		--rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
+	echo "$output"
+	[ "$status" -ne 0 ]
+	# (the --insecure group at the base + 100 still runs)
+	[ "$(grep -c "rate run: rooms=30 success=30 " <<<"$output")" -eq 1 ]
+	# Without --auth-cost, --port-base is a usage error.
+	run kv-bench rooms --spawn --port-base "$pb"
 	[ "$status" -eq 100 ]
 }
 

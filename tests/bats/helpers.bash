@@ -103,6 +103,30 @@ start_ready() {
 	rm -f "$fifo"
 }
 
+# free_port_base SPAN: a base B such that nothing listens on loopback
+# ports B..B+SPAN-1 now, for a kv-up --port-base (bootstrap B, ranks
+# B+1.., B+512..): drawn at random below the ephemeral range (no port-0
+# socket of a parallel test lands there) and away from kv-up's default
+# 17000, kv-bench's 27400 and the fixed bases of other tests (26100..27199),
+# so that parallel bats files and other checkouts do not share one.
+free_port_base() {
+	local span=$1 b tries
+	for ((tries = 0; tries < 200; tries++)); do
+		b=$((10000 + RANDOM % 21000))
+		[ $((b + span)) -le 16900 ] || [ "$b" -ge 18200 ] || continue
+		[ $((b + span)) -le 26000 ] || [ "$b" -ge 28200 ] || continue
+		[ $((b + span)) -le 32768 ] || continue
+		ss -Hltn | awk -v lo="$b" -v hi=$((b + span)) '
+			{ n = split($4, a, ":"); p = a[n] + 0 }
+			p >= lo && p < hi { found = 1 }
+			END { exit !found }' && continue
+		echo "$b"
+		return 0
+	done
+	echo "free_port_base: no free block of $span ports" >&2
+	return 1
+}
+
 # kv_up ARGS...: starts a group in $RUN (daemon mode) or fails the test.
 kv_up() {
 	timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN" "$@" || {

@@ -79,9 +79,9 @@ static void test_a_new_socket_is_due_at_once_and_a_drained_quiet_one_times_out(v
 	uint64_t t0;
 
 	assert_int_equal(wpoll_set(p->w, 0, p->a), 0);
-	t0 = proc_now_ns();
-	assert_int_equal(wpoll_wait(p->w, 5000), 1);
-	assert_true(proc_now_ns() - t0 < 1000000000ull);
+	/* Due at once: a wait that may not block at all reports it (timed
+	 * against a clock, "at once" would depend on the machine's load). */
+	assert_int_equal(wpoll_wait(p->w, 0), 1);
 	assert_true(wpoll_due(p->w, 0));
 	assert_int_equal(drain_a(p), 0);
 	assert_false(wpoll_due(p->w, 0));
