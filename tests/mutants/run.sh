@@ -54,8 +54,18 @@ runtest() {
 	case $1 in
 	unit)
 		build "build/default/tests/$2" || return 2
+		shm_before=$(mktemp)
+		ls /dev/shm | grep '^kvwire\.t' | sort >"$shm_before"
 		(cd "$tree" && KVW_UNIT_FILTER=${3:-} KVW_UNIT_TEST_TIMEOUT=${KVW_UNIT_TEST_TIMEOUT:-20} \
 			timeout -k 5 "$limit" "build/default/tests/$2") >"$log" 2>&1
+		rc=$?
+		# A mutated test that failed half-way (or was stopped at its
+		# bound) never reached its teardown: the unit tests' /dev/shm
+		# files that appeared during it go now, so no run leaves any.
+		ls /dev/shm | grep '^kvwire\.t' | sort | comm -13 "$shm_before" - |
+			while read -r f; do rm -f "/dev/shm/$f"; done
+		rm -f "$shm_before"
+		(exit $rc)
 		;;
 	bats)
 		build $progs build/default/tests/libfakecudart.so || return 2
