@@ -283,7 +283,9 @@ room_reason() {
 	t0=${EPOCHREALTIME/./}
 	for p in "${pids[@]}"; do kill -TERM "$p"; done
 	for i in "${!pids[@]}"; do alive[i]=$t0; done
-	while [ "$left" -gt 0 ] && [ $((${EPOCHREALTIME/./} - t0)) -lt 5000000 ]; do
+	# One round per wait_for poll (it runs in this shell, so the arrays
+	# are these); true once every process was seen gone.
+	exit_round() {
 		for i in "${!pids[@]}"; do
 			[ -z "${seen[i]:-}" ] || continue
 			now=${EPOCHREALTIME/./}
@@ -293,8 +295,9 @@ room_reason() {
 				seen[i]=$now left=$((left - 1))
 			fi
 		done
-		sleep 0.02 # poll interval of a bounded wait, not a synchronisation
-	done
+		[ "$left" -eq 0 ]
+	}
+	wait_for 5 exit_round || true # the verdict is below, per process
 	for i in "${!pids[@]}"; do
 		echo "${names[$i]}: alive $(((alive[i] - t0) / 1000)) ms after the signal, gone at ${seen[i]:+$(((seen[i] - t0) / 1000)) ms}"
 	done
