@@ -292,6 +292,12 @@ int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
 				tcp_sink_handshake_failed(s, c, "connection without a "
 						       "hello in time closed");
 				drop(s, i);
+			} else if (c->state == C_CLOSING) {
+				/* Refused already (and told): a peer that
+				 * neither reads its ACK nor hangs up is cut
+				 * quietly. */
+				if (now > c->last_ns + stall)
+					drop(s, i);
 			} else if (c->state != C_HELLO && mid && !c->ack_left &&
 				   now > c->last_ns + stall) {
 				s->st->refused++;

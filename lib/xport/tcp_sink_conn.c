@@ -60,14 +60,46 @@ static int ack(struct conn *c, uint32_t status)
 	return tcp_sink_flush_ack(c);
 }
 
-/* Before a refused connection closes: what the peer sent and we did not
- * read is read and dropped (up to a bound), so the close is a FIN, not a
- * RST that can destroy the refusal's ACK before the peer reads it. */
-static void drain(struct sink *s, struct conn *c)
+/* After a refusal's ACK the connection closes, but not at once: our side
+ * shuts (a FIN behind the ACK) and what the peer still sends is read and
+ * dropped until it hangs up. A close with unread bytes would be a RST,
+ * and a peer still writing the batches behind the refused one would meet
+ * the RST before the ACK and never learn why (it would count a lost
+ * connection where the decode had found tampering). Bounded by
+ * SINK_LINGER_BYTES here and by the stall timer in the loop. */
+static int closing(struct sink *s, struct conn *c)
 {
-	for (int i = 0; i < 16; i++)
-		if (recv(c->fd, s->scratch, sizeof s->scratch, MSG_DONTWAIT) <= 0)
-			return;
+	tcp_sink_release(s, c);
+	free(c->copies);
+	c->copies = NULL;
+	c->state = C_CLOSING;
+	c->have = 0;
+	return 1;
+}
+
+/* C_CLOSING: the ACK is out; shut our side, then drop what comes until
+ * the peer's EOF (-1: close now) or the socket runs dry (0: keep). */
+static int linger(struct sink *s, struct conn *c)
+{
+	if (!c->shut) {
+		(void)shutdown(c->fd, SHUT_WR);
+		c->shut = 1;
+	}
+	for (;;) {
+		ssize_t k = recv(c->fd, s->scratch, sizeof s->scratch,
+				 MSG_DONTWAIT);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (k <= 0)
+			return -1;
+		c->last_ns = tcp_sink_now_ns();
+		c->have += (size_t)k;
+		if (c->have > SINK_LINGER_BYTES)
+			return -1;
+	}
 }
 
 /* A batch whose tag or seq is wrong: nothing more from this connection
@@ -80,9 +112,7 @@ static int tampered(struct sink *s, struct conn *c, const char *what)
 	tcp_sink_cevent(s, c, what);
 	if (s->cfg->integrity_failed)
 		s->cfg->integrity_failed(s->cfg->arg);
-	(void)ack(c, TCP_INTEGRITY);
-	drain(s, c);
-	return -1;
+	return ack(c, TCP_INTEGRITY) < 0 ? -1 : closing(s, c);
 }
 
 /* Reads into dst up to want - have bytes: 1 when the unit is complete, 0
@@ -210,9 +240,7 @@ static int refuse(struct sink *s, struct conn *c, const char *what)
 {
 	s->st->bad++;
 	tcp_sink_event(s, what);
-	(void)ack(c, TCP_BAD);
-	drain(s, c);
-	return -1;
+	return ack(c, TCP_BAD) < 0 ? -1 : closing(s, c);
 }
 
 /* The header alone: what can be checked before its tag is, refused as
@@ -467,7 +495,8 @@ int tcp_sink_serve(struct sink *s, struct conn *c)
 		case C_HDR: rc = header(s, c); break;
 		case C_COPIES: rc = copy_list(s, c); break;
 		case C_PAYLOAD: rc = payload(s, c); break;
-		default: rc = trailer(s, c); break;
+		case C_TRAILER: rc = trailer(s, c); break;
+		default: rc = linger(s, c); break;
 		}
 	}
 	return rc < 0 ? -1 : 0;

@@ -21,8 +21,11 @@
  * held, megabytes, left the hash to read memory again; measured). */
 #define SINK_READ (1u << 20)
 #define SINK_DISCARD 65536u
+/* Bytes a refused connection may still send before it is cut. */
+#define SINK_LINGER_BYTES (64ull << 20)
 
-enum { C_HELLO, C_HDR, C_COPIES, C_PAYLOAD, C_TRAILER };
+/* C_CLOSING: refused, the ACK said why; see linger() in tcp_sink_conn.c */
+enum { C_HELLO, C_HDR, C_COPIES, C_PAYLOAD, C_TRAILER, C_CLOSING };
 
 #define NO_SLOT UINT32_MAX
 
@@ -42,6 +45,7 @@ struct conn {
 	int discard;          /* payload read and dropped: the ACK status */
 	int dev_fail;         /* landed, but not copied on to the GPU */
 	int keyed;            /* the macs are set up (handshake done) */
+	int shut;             /* C_CLOSING: our side is shut */
 	int encrypt;          /* HELLO asked for ENCRYPT */
 	struct tcp_mac in;    /* client -> sink: checks batch tags */
 	struct tcp_mac out;   /* sink -> client: tags ACKs */

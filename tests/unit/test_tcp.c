@@ -578,7 +578,8 @@ struct proxy {
 };
 
 /* Forwards what one recv gives, tampered as p says (dir 0 client to sink,
- * 1 back); *count is the direction's bytes so far. */
+ * 1 back); *count is the direction's bytes so far. 0 forwarded, 1 that
+ * side's EOF, -1 an error. */
 static int pump(struct proxy *p, int dir, int from, int to, long *count)
 {
 	static uint8_t buf[16384]; /* small: a cut lands inside a batch */
@@ -586,7 +587,9 @@ static int pump(struct proxy *p, int dir, int from, int to, long *count)
 	long o = *count, n = k, skip = 0;
 	int on = p->always || atomic_load(&p->accepts) == 1;
 
-	if (k <= 0)
+	if (k == 0)
+		return 1;
+	if (k < 0)
 		return -1;
 	for (const uint8_t *h = buf; dir == 0 && p->needle &&
 	     (h = memmem(h, (size_t)(buf + k - h), p->needle, 32)); h++)
@@ -662,18 +665,30 @@ static void *proxy_main(void *arg)
 			continue;
 		atomic_fetch_add(&p->accepts, 1);
 		sfd = socket(AF_INET, SOCK_STREAM, 0);
+		/* A half-close goes on as one (as a router's would): the
+		 * sink shuts its side after a refusal and reads on. */
 		if (connect(sfd, (struct sockaddr *)&a, sizeof a) == 0)
-			for (;;) {
-				struct pollfd pf[2] = { { cfd, POLLIN, 0 },
-							{ sfd, POLLIN, 0 } };
+			for (int open[2] = { 1, 1 }; open[0] || open[1];) {
+				struct pollfd pf[2] = {
+					{ open[0] ? cfd : -1, POLLIN, 0 },
+					{ open[1] ? sfd : -1, POLLIN, 0 } };
 				long cut = atomic_load(&p->cut_after);
+				int r = 0;
 
 				if (atomic_load(&p->stop) || poll(pf, 2, 20) < 0)
 					break;
-				if ((pf[0].revents &&
-				     pump(p, 0, cfd, sfd, &sent) < 0) ||
-				    (pf[1].revents &&
-				     pump(p, 1, sfd, cfd, &back) < 0))
+				for (int d = 0; d < 2 && r >= 0; d++) {
+					if (!pf[d].revents)
+						continue;
+					r = d ? pump(p, 1, sfd, cfd, &back)
+					      : pump(p, 0, cfd, sfd, &sent);
+					if (r == 1) {
+						(void)shutdown(d ? cfd : sfd,
+							       SHUT_WR);
+						open[d] = 0;
+					}
+				}
+				if (r < 0)
 					break;
 				if (cut >= 0 && sent >= cut) {
 					atomic_store(&p->cut_after, -1);
