@@ -198,6 +198,17 @@ tampered_case() {
 	tampered_case replay 2000 --every 50 --lag 300 --retarget
 }
 
+@test "tamper: a copy count rewritten to 2^32-1: refused on its header before any allocation, caught, corrupt=0" {
+	# The count sizes the copy list the sink reads before the head tag
+	# that covers it: the sink must refuse it by its cap, as tampering,
+	# not try to allocate 64 GiB for it (which fails as "out of memory",
+	# a BAD answer and a room failed for another reason).
+	tampered_case count 2000 --every 50
+	grep -h 'copy count over the cap' "$RUN"/d/logs/*.log | head -n 1
+	[ -n "$(grep -h 'copy count over the cap' "$RUN"/d/logs/*.log)" ]
+	[ -z "$(grep -h 'out of memory for a copy list' "$RUN"/d/logs/*.log)" ]
+}
+
 @test "tamper: one batch dropped (its ACK forged): caught, corrupt=0" {
 	tampered_case drop 2000 --every 500 --max 1
 }

@@ -47,6 +47,9 @@ with, as MODE says:
   drop     never forwards the batch, and answers the client with a forged
            ACK OK for it, in its place among the sink's ACKs (v4: with the
            next sequence number and an unkeyed tag)
+  count    rewrites the header's copy count to 0xFFFFFFFF (the rest of
+           the batch unchanged): a size no sink may allocate for before
+           the header is checked (its tag comes after the copy list)
   none     forwards everything (for checking the path)
 
 --state FILE gets, after every change, one line "tampered=T
@@ -487,6 +490,9 @@ class Pair:
             if b.p.version == 4:
                 b.rehash()
             what = "copies %d and %d swapped" % (i, j)
+        elif mode == "count":
+            struct.pack_into("<I", b.header, 4, 0xFFFFFFFF)
+            what = "copy count %d rewritten to 0xffffffff" % b.ncopies
         else:
             raise ValueError("mode %s" % mode)
         self.count(b, what)
@@ -507,6 +513,7 @@ def main():
     ap.add_argument("--to", required=True)
     ap.add_argument("--mode", required=True,
                     choices=["payload", "copybit", "swap", "replay", "drop",
+                             "count",
                              "none"])
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--max", type=int, default=0)
