@@ -32,7 +32,13 @@ def fill(a):
         epoch = random.getrandbits(63) | 1
         s.send_multipart(fd.register_msg(shape, '%s-%d' % (a.prefix, i), b'',
                                          0, epoch, transport='none'))
-        s.close()  # LINGER 1000 (fd.connect): the REGISTER still goes out
+        # fd.connect's LINGER is 1 s: on a loaded machine 1,024 ipc
+        # handshakes queued at once take longer than that, and a socket
+        # whose linger ran out drops its REGISTER (issue 30: reclaim.bats
+        # saw fewer than 1,024 peers). ctx.term() waits for every one,
+        # within one generous bound.
+        s.setsockopt(zmq.LINGER, 60000)
+        s.close()
     ctx.term()
     print('sent', a.count, flush=True)
 
