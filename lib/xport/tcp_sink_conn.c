@@ -291,6 +291,11 @@ static int copy_list(struct sink *s, struct conn *c)
 	if (!tcp_mac_check(&c->in, c->copies + clen))
 		return tampered(s, c, "batch whose head tag is wrong refused "
 				      "(nothing written)");
+	/* Batch flags and the reserved word: none is defined in v4, so a
+	 * keyed peer that sets one speaks something this sink does not. */
+	if (le_get(c->head + 48, 8) != 0)
+		return refuse(s, c, "batch with flags this sink does not know "
+				    "refused");
 	/* The whole list before one payload byte: a single copy outside
 	 * the pool refuses the batch and nothing is written. */
 	for (uint32_t i = 0; i < c->ncopies; i++) {
