@@ -481,10 +481,11 @@ static void status_msg(struct receiver *r, const struct frame_msg *m)
 		       (unsigned long long)m->hdr.room, m->hdr.src_rank);
 		return;
 	}
-	if (!receiver_room_token_ok(room, s->token)) {
+	if (s->token == 0 || s->token != t->token) {
 		/* About an earlier incarnation of this room id (a worker's
 		 * late STATUS, a restarted control's answer to an old
-		 * XFER_INFO): it changes nothing in this one. */
+		 * XFER_INFO), or another target's token (each has its own):
+		 * it changes nothing in this one. */
 		rtab_counter_add(r->tab, RTAB_C_STALE, 1);
 		LOG_RL(LOG_INFO, "room %llu: STATUS(%s) from rank %u of "
 		       "another incarnation: dropped",

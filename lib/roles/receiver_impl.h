@@ -33,6 +33,7 @@ struct rx_peer;
 struct rx_boot;
 struct rtab_fence;
 struct rtab_grant;
+struct rtab_grant_target;
 struct wire_in;
 
 #define RX_RETIRED 4u /* earlier epochs remembered per prefill peer */
@@ -60,6 +61,9 @@ struct rx_target {
 	uint8_t dummy;         /* dummy XFER_INFO, no data, no STATUS */
 	uint32_t page_start;   /* its share of the room's pages */
 	uint32_t page_count;
+	uint64_t token;        /* its XFER_INFO token (receiver_room_send):
+				* its STATUS counts only with it, its
+				* batches carry it */
 	struct rx_peer *peer;  /* NULL until the bootstrap resolved it */
 };
 
@@ -70,8 +74,10 @@ struct rx_room {
 		uint64_t id;            /* member) */
 	};
 	struct rtab_ref ref;
-	uint64_t token;       /* this incarnation's token (XFER_INFO carries
-			       * it; a STATUS counts only with it), != 0 */
+	uint64_t token;       /* this incarnation's base token, != 0: each
+			       * target's own is derived from it
+			       * (receiver_target_token) */
+	struct kvw_topo ptopo; /* the prefill topology its targets map */
 	uint32_t *pages;
 	uint32_t npages;
 	uint32_t aux_slot, prefill_dp;
@@ -259,6 +265,7 @@ struct receiver {
 	uint64_t next_sync_ns;  /* next receiver_peers_sync */
 	uint64_t abort_seq;     /* tokens drawn so far (receiver_token) */
 	uint8_t token_key[16];  /* their key (receiver_token_init) */
+	uint8_t target_key[16]; /* the targets' tokens' key without a grant */
 	uint32_t rnd;           /* jitter state */
 	uint64_t zap_seen;      /* ZAP refusals already in the table (authz.h) */
 	struct ratelimit rl_status, rl_ack, rl_ping; /* per source, on the
@@ -323,6 +330,17 @@ void receiver_room_release(struct receiver *r, struct rx_room *room,
  * (table/rtab_grant.h), before any XFER_INFO of it leaves: 0, or -1 (the
  * room cannot be sent). Without sinks: 0, nothing to do. */
 int receiver_room_grant(struct receiver *r, struct rx_room *room);
+/* The token of target i of room (its XFER_INFO carries it): derived from
+ * the room's base token as the sinks check it (rtab_grant_token). */
+uint64_t receiver_target_token(const struct receiver *r,
+			       const struct rx_room *room, uint32_t i);
+/* receiver_slice.c: what target t of room may write (its PP stage's
+ * layers, the aux slot, its head slice of each K/V token slot), as the
+ * prefill rank's plan (sender_peer.c) writes it; a dummy nothing. */
+void receiver_target_slice(const struct receiver *r,
+			   const struct rx_room *room,
+			   const struct rx_target *t,
+			   struct rtab_grant_target *out);
 /* tcp: withdraws the room's grant (at CLEAR and when releasable): a late
  * batch of this incarnation writes nothing. Without sinks a no-op. */
 void receiver_room_withdraw(struct receiver *r, struct rx_room *room);
@@ -338,7 +356,8 @@ void receiver_token_init(struct receiver *r);
  * another incarnation's nor another room's tokens tell it, so a prefill
  * rank can echo only the tokens of the rooms it was sent. */
 uint64_t receiver_token(struct receiver *r);
-/* 1 when a STATUS carrying token is about this incarnation of the room. */
+/* 1 when token is the token of one of this incarnation's targets (a
+ * STATUS counts only with its own target's: receiver.c). */
 int receiver_room_token_ok(const struct rx_room *room, uint64_t token);
 
 /* rdma: where the engine keeps the pool on a GPU, the registration

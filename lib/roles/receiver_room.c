@@ -116,6 +116,10 @@ int receiver_room_set_targets(struct rx_room *room, const struct rankmap *m,
 	free(room->targets);
 	room->targets = t;
 	room->ntargets = m->ntargets;
+	room->ptopo = m->prefill;
+	if (room->ptopo.tp == 0) /* a map that states no topology (tests) */
+		room->ptopo = (struct kvw_topo){ .tp = prefill_tp, .pp = 1,
+						 .cp = 1, .dp = 1 };
 	room->required_dst_info_num = m->required_dst_info_num;
 	room->required_resp = m->required_prefill_response_num;
 	return 0;
@@ -261,6 +265,7 @@ void receiver_token_init(struct receiver *r)
 
 	memcpy(r->token_key, k, sizeof r->token_key);
 	r->abort_seq = 0;
+	randombytes_buf(r->target_key, sizeof r->target_key);
 }
 
 uint64_t receiver_token(struct receiver *r)
@@ -283,7 +288,18 @@ uint64_t receiver_token(struct receiver *r)
 
 int receiver_room_token_ok(const struct rx_room *room, uint64_t token)
 {
-	return token != 0 && token == room->token;
+	for (uint32_t i = 0; token != 0 && i < room->ntargets; i++)
+		if (room->targets[i].token == token)
+			return 1;
+	return 0;
+}
+
+uint64_t receiver_target_token(const struct receiver *r,
+			       const struct rx_room *room, uint32_t i)
+{
+	/* The sinks check batches against the grant file's key. */
+	return r->grant ? rtab_grant_token(r->grant, room->token, i)
+			: rtab_grant_token_of(r->target_key, room->token, i);
 }
 
 struct rx_peer *receiver_peer_get(struct receiver *r, const char *ep,
@@ -489,12 +505,14 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 				   "the GPU pool is not registered for rdma");
 		return;
 	}
-	for (uint32_t i = 0; i < room->ntargets; i++)
+	for (uint32_t i = 0; i < room->ntargets; i++) {
 		if (receiver_peer_ready(r, room->targets[i].peer) != 0) {
 			receiver_room_fail(r, room, KVW_R_TRANSFER,
 					   "REGISTER not sent");
 			return;
 		}
+		room->targets[i].token = receiver_target_token(r, room, i);
+	}
 	/* The grant exists before any XFER_INFO can make a prefill rank
 	 * write: a sink never refuses an honest first batch. */
 	if (receiver_room_grant(r, room) != 0) {
@@ -511,7 +529,7 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 		x->aux_slot = room->aux_slot;
 		x->required_dst_info_num = room->required_dst_info_num;
 		x->dummy = t->dummy;
-		x->token = room->token;
+		x->token = t->token;
 		if (!t->dummy)
 			x->pages = frame_u32s_of(room->pages + t->page_start,
 						 t->page_count);
@@ -524,10 +542,11 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 			first_real = t->peer->id;
 	}
 	receiver_room_mark_sent(room);
-	/* The token every STATUS of this incarnation must echo: named so an
-	 * operator (and tests/bats/reuse.bats) can tell incarnations apart. */
+	/* The base of the tokens every STATUS of this incarnation must echo
+	 * (each target its own): named so an operator can tell incarnations
+	 * apart. */
 	LOG_ROOM(LOG_DEBUG, room->id, "XFER_INFO sent to %u targets, "
-		 "incarnation token %llu", room->ntargets,
+		 "incarnation base token %llu", room->ntargets,
 		 (unsigned long long)room->token);
 	(void)rtab_set_peer(r->tab, room->ref, first_real);
 	if (rtab_transition_if(r->tab, room->ref, RTAB_M(KVW_BOOTSTRAPPING),
@@ -602,12 +621,18 @@ static uint32_t grant_aux(const struct receiver *r, const struct rx_room *room)
 
 int receiver_room_grant(struct receiver *r, struct rx_room *room)
 {
+	struct rtab_grant_target tg[RANKMAP_MAX_TARGETS];
 	int rc;
 
 	if (!r->grant)
 		return 0;
-	rc = rtab_grant_give(r->grant, room->ref, room->token, room->pages,
-			     room->npages, grant_aux(r, room));
+	_Static_assert(RANKMAP_MAX_TARGETS <= RTAB_GRANT_MAX_TARGETS,
+		       "a target index fits a token's low byte");
+	for (uint32_t i = 0; i < room->ntargets; i++)
+		receiver_target_slice(r, room, &room->targets[i], &tg[i]);
+	rc = rtab_grant_give_targets(r->grant, room->ref, room->token, tg,
+				     room->ntargets, room->pages, room->npages,
+				     grant_aux(r, room));
 	if (rc)
 		LOG_ROOM(LOG_ERROR, room->id, "grant refused: %s",
 			 kvw_strerror(rc));

@@ -31,13 +31,14 @@ static void copy_at(const uint8_t *copies, uint32_t i, uint64_t *off,
 	*len = le_get(p + 8, 8);
 }
 
-/* Every copy inside the pages granted to the incarnation ref (carrying
- * `incarnation`, 0 when the wire does not say): TCP_ROOM_OK, DEST with
- * the first copy outside in *bad, or NOT_LIVE when there is no grant for
- * it or the grant changed during the check. */
+/* Every copy inside the pages granted to the incarnation ref and inside
+ * the slice of the target whose token (`incarnation`) the batch carries:
+ * TCP_ROOM_OK, DEST with the first copy outside in *bad and the target in
+ * *target, or NOT_LIVE when there is no grant for it, the token is no
+ * target's, or the grant changed during the check. */
 static int granted(const struct sink_hook *x, struct rtab_ref ref,
 		   uint64_t incarnation, const uint8_t *copies,
-		   uint32_t ncopies, uint32_t *bad)
+		   uint32_t ncopies, uint32_t *bad, uint32_t *target)
 {
 	struct rtab_grant_read rd;
 	uint64_t off, len;
@@ -53,23 +54,27 @@ static int granted(const struct sink_hook *x, struct rtab_ref ref,
 	if (!rtab_grant_still(x->g, &rd))
 		return TCP_ROOM_NOT_LIVE;
 	*bad = i;
+	*target = rd.target;
 	return i < ncopies ? TCP_ROOM_DEST : TCP_ROOM_OK;
 }
 
-/* A batch naming a page its room was not given: nobody honest sends one
- * (a flipped bit, a swapped copy list, a forged batch), so it is counted
- * as a security refusal and its room fails with `integrity`. */
+/* A batch naming a page its room was not given, or bytes of it another
+ * prefill rank writes (another stage's layer, another rank's heads):
+ * nobody honest sends one (a flipped bit, a swapped copy list, a forged
+ * batch, a wrong plan), so it is counted as a security refusal and its
+ * room fails with `integrity`. */
 static void refused(struct sink_hook *x, struct rtab_ref ref, uint64_t room,
-		    const uint8_t *copies, uint32_t bad)
+		    const uint8_t *copies, uint32_t bad, uint32_t target)
 {
 	uint64_t off, len;
 
 	copy_at(copies, bad, &off, &len);
 	rtab_sec_add(x->t, RTAB_S_DEST_REFUSED, 1);
 	LOG_RL(LOG_WARN, "room %llu: batch refused: copy %u (%llu bytes at "
-	       "%llu) lies outside the pages the decode granted the room; "
-	       "the room fails (integrity)", (unsigned long long)room, bad,
-	       (unsigned long long)len, (unsigned long long)off);
+	       "%llu) of target %u lies outside what the decode granted it "
+	       "(the room's pages, its layers and head slice); the room "
+	       "fails (integrity)", (unsigned long long)room, bad,
+	       (unsigned long long)len, (unsigned long long)off, target);
 	(void)rtab_fail(x->t, ref, KVW_R_INTEGRITY);
 }
 
@@ -85,7 +90,7 @@ int sink_room_begin(void *arg, uint32_t slot, uint64_t room,
 	struct sink_hook *x = arg;
 	struct rtab_ref ref;
 	struct rtab_view v;
-	uint32_t bad = 0;
+	uint32_t bad = 0, target = 0;
 	int rc = TCP_ROOM_NOT_LIVE;
 
 	if (rtab_lookup(x->t, room, &ref) != 0 ||
@@ -93,7 +98,8 @@ int sink_room_begin(void *arg, uint32_t slot, uint64_t room,
 		return TCP_ROOM_NOT_LIVE;
 	if (rtab_get(x->t, ref, &v) == 0 && !rtab_terminal(v.state) &&
 	    !(v.flags & RTAB_F_ARMED))
-		rc = granted(x, ref, incarnation, copies, ncopies, &bad);
+		rc = granted(x, ref, incarnation, copies, ncopies, &bad,
+			     &target);
 	if (rc == TCP_ROOM_OK) {
 		if (x->delay_us) { /* TEST ONLY: widens the race (proc.h) */
 			LOG_ROOM(LOG_DEBUG, room, "test delay before a batch");
@@ -103,7 +109,7 @@ int sink_room_begin(void *arg, uint32_t slot, uint64_t room,
 	}
 	rtab_fence_leave(x->f, x->id, slot);
 	if (rc == TCP_ROOM_DEST)
-		refused(x, ref, room, copies, bad);
+		refused(x, ref, room, copies, bad, target);
 	return rc;
 }
 

@@ -1,7 +1,8 @@
 /*
  * rtab_grant.c - the destination grants of rtab_grant.h: a file of a
- * header, the decode layout, one seqlocked record per room-table slot and
- * two owner maps (pool pages, aux slots) of packed rtab_refs. Geometry and
+ * header, the decode layout, one seqlocked record per room-table slot, the
+ * target slice table and two owner maps (pool pages, aux slots) of packed
+ * rtab_refs. Geometry and
  * layout are copied into the handle when it is opened and checked there,
  * so a reader never trusts the shared bytes for its own bounds.
  */
@@ -12,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sodium.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +28,9 @@ struct rtab_grant {
 	uint32_t nbufs, nslots, npages, naux;
 	struct rtab_grant_buf *bufs;    /* private copy, sorted by offset */
 	struct rtab_grant_room *rooms;  /* in the map */
+	struct rtab_grant_target *slices; /* in the map; appended only */
+	uint32_t nslices;               /* writer: entries used so far */
+	uint8_t key[16];                /* rtab_grant_token's */
 	_Atomic uint64_t *page_owner;   /* in the map */
 	_Atomic uint64_t *aux_owner;    /* in the map */
 };
@@ -39,6 +45,7 @@ static size_t grant_len(uint32_t nbufs, uint32_t nslots, uint32_t npages,
 {
 	return RTAB_GRANT_HDR + (size_t)nbufs * sizeof(struct rtab_grant_buf) +
 	       (size_t)nslots * sizeof(struct rtab_grant_room) +
+	       (size_t)RTAB_GRANT_SLICES * sizeof(struct rtab_grant_target) +
 	       ((size_t)npages + naux) * sizeof(uint64_t);
 }
 
@@ -99,10 +106,13 @@ static int map_fd(int fd, size_t len, int writable,
 	g->nslots = h->nslots;
 	g->npages = h->npages;
 	g->naux = h->naux;
+	memcpy(g->key, h->key, sizeof g->key);
 	base = (char *)g->map + RTAB_GRANT_HDR +
 	       (size_t)h->nbufs * sizeof(struct rtab_grant_buf);
 	g->rooms = (struct rtab_grant_room *)(void *)base;
 	base += (size_t)h->nslots * sizeof(struct rtab_grant_room);
+	g->slices = (struct rtab_grant_target *)(void *)base;
+	base += (size_t)RTAB_GRANT_SLICES * sizeof(struct rtab_grant_target);
 	g->page_owner = (_Atomic uint64_t *)(void *)base;
 	g->aux_owner = g->page_owner + h->npages;
 	*out = g;
@@ -137,7 +147,8 @@ int rtab_grant_create(const char *path, uint32_t nslots,
 			continue; /* nothing to grant in it */
 		b[h.nbufs] = (struct rtab_grant_buf){
 			.offset = bufs[i].offset, .item_len = bufs[i].item_len,
-			.pages = bufs[i].pages, .aux = aux,
+			.pages = bufs[i].pages, .aux = (uint8_t)aux,
+			.layer_id = bufs[i].layer_id, .role = bufs[i].role,
 			.end = bufs[i].offset +
 			       (uint64_t)bufs[i].item_len * bufs[i].pages };
 		if (bufs[i].pages > *most)
@@ -145,6 +156,12 @@ int rtab_grant_create(const char *path, uint32_t nslots,
 		h.nbufs++;
 	}
 	qsort(b, h.nbufs, sizeof *b, buf_cmp);
+	/* The token key: only this receiver and its sinks read the file. */
+	if (getrandom(h.key, sizeof h.key, 0) != (ssize_t)sizeof h.key) {
+		free(b);
+		return kvw_errf(err, errlen, KVW_ESYS, "grant: getrandom: %s",
+				strerror(errno));
+	}
 	if (h.npages > GRANT_MAX_PAGES || h.naux > GRANT_MAX_PAGES ||
 	    bufs_check(b, h.nbufs, h.npages, h.naux) != 0) {
 		free(b);
@@ -260,24 +277,95 @@ static void write_end(struct rtab_grant_room *r)
 	atomic_store_explicit(&r->seq, s + 1, memory_order_release);
 }
 
+uint64_t rtab_grant_token_of(const uint8_t key[16], uint64_t base,
+			     uint32_t i)
+{
+	uint8_t in[12], out[crypto_shorthash_BYTES];
+	uint64_t t;
+
+	_Static_assert(crypto_shorthash_KEYBYTES == 16, "siphash key");
+	memcpy(in, &base, 8);
+	memcpy(in + 8, &i, 4);
+	crypto_shorthash(out, in, sizeof in, key);
+	memcpy(&t, out, sizeof t);
+	t = (t & ~(uint64_t)0xff) | (i & 0xff);
+	return t ? t : 0x100; /* never 0: 0 is "no token" */
+}
+
+uint64_t rtab_grant_token(const struct rtab_grant *g, uint64_t base,
+			  uint32_t i)
+{
+	return rtab_grant_token_of(g->key, base, i);
+}
+
+void rtab_grant_key(const struct rtab_grant *g, uint8_t key[16])
+{
+	memcpy(key, g->key, sizeof g->key);
+}
+
+struct rtab_grant_target rtab_grant_whole(void)
+{
+	return (struct rtab_grant_target){ .layer_count = UINT32_MAX,
+					   .flags = RTAB_GRANT_T_AUX };
+}
+
+/* The first slice of a run equal to tg[0..n) in the table, appended when
+ * there is none; UINT32_MAX when the table is full. Runs are few (one per
+ * prefill topology the receiver met), so a scan is cheap; an entry, once
+ * written, is never rewritten, so a reader that saw a record naming it
+ * reads it whole. */
+static uint32_t slices_find(struct rtab_grant *g,
+			    const struct rtab_grant_target *tg, uint32_t n)
+{
+	size_t len = (size_t)n * sizeof *tg;
+
+	for (uint32_t at = 0; at + n <= g->nslices; at++)
+		if (memcmp(&g->slices[at], tg, len) == 0)
+			return at;
+	if (g->nslices + n > RTAB_GRANT_SLICES)
+		return UINT32_MAX;
+	memcpy(&g->slices[g->nslices], tg, len);
+	g->nslices += n;
+	return g->nslices - n;
+}
+
 int rtab_grant_give(struct rtab_grant *g, struct rtab_ref ref, uint64_t token,
 		    const uint32_t *pages, uint32_t npages, uint32_t aux)
 {
+	struct rtab_grant_target w = rtab_grant_whole();
+
+	return rtab_grant_give_targets(g, ref, token, &w, 1, pages, npages,
+				       aux);
+}
+
+int rtab_grant_give_targets(struct rtab_grant *g, struct rtab_ref ref,
+			    uint64_t token, const struct rtab_grant_target *tg,
+			    uint32_t ntg, const uint32_t *pages,
+			    uint32_t npages, uint32_t aux)
+{
 	struct rtab_grant_room *r;
 	uint64_t want = pack(ref);
+	uint32_t at;
 
 	if (!g->writable || ref.gen == 0 || ref.slot >= g->nslots ||
-	    token == 0 || (npages && !pages))
+	    token == 0 || (npages && !pages) || !tg || ntg == 0 ||
+	    ntg > RTAB_GRANT_MAX_TARGETS)
 		return KVW_EINVAL;
 	for (uint32_t i = 0; i < npages; i++)
 		if (pages[i] >= g->npages)
 			return KVW_ERANGE;
 	if (aux != RTAB_GRANT_NO_AUX && aux >= g->naux)
 		return KVW_ERANGE;
+	/* Written (if new) before the record names it. */
+	at = slices_find(g, tg, ntg);
+	if (at == UINT32_MAX)
+		return KVW_ERANGE;
 	r = &g->rooms[ref.slot];
 	write_begin(r);
 	atomic_store_explicit(&r->ref, want, memory_order_release);
 	atomic_store_explicit(&r->token, token, memory_order_release);
+	atomic_store_explicit(&r->targets, (uint64_t)at << 32 | ntg,
+			      memory_order_release);
 	for (uint32_t i = 0; i < npages; i++)
 		atomic_store_explicit(&g->page_owner[pages[i]], want,
 				      memory_order_release);
@@ -311,6 +399,7 @@ int rtab_grant_withdraw(struct rtab_grant *g, struct rtab_ref ref,
 	write_begin(r);
 	atomic_store_explicit(&r->ref, 0, memory_order_release);
 	atomic_store_explicit(&r->token, 0, memory_order_release);
+	atomic_store_explicit(&r->targets, 0, memory_order_release);
 	for (uint32_t i = 0; pages && i < npages; i++)
 		if (pages[i] < g->npages)
 			disown(&g->page_owner[pages[i]], want);
@@ -326,22 +415,31 @@ int rtab_grant_begin(const struct rtab_grant *g, struct rtab_ref ref,
 		     uint64_t incarnation, struct rtab_grant_read *rd)
 {
 	const struct rtab_grant_room *r;
-	uint64_t want = pack(ref), s;
+	uint64_t want = pack(ref), s, base, tw;
+	uint32_t i = (uint32_t)(incarnation & 0xff), at, n;
 
-	if (ref.gen == 0 || ref.slot >= g->nslots)
+	if (ref.gen == 0 || ref.slot >= g->nslots || incarnation == 0)
 		return RTAB_GRANT_NOT_LIVE;
 	r = &g->rooms[ref.slot];
 	s = atomic_load_explicit(&r->seq, memory_order_acquire);
 	/* Odd: being granted (no XFER_INFO has left yet) or withdrawn. */
 	if (s & 1)
 		return RTAB_GRANT_NOT_LIVE;
-	if (atomic_load_explicit(&r->ref, memory_order_acquire) != want ||
-	    (incarnation != 0 &&
-	     atomic_load_explicit(&r->token, memory_order_acquire) !=
-		     incarnation))
+	if (atomic_load_explicit(&r->ref, memory_order_acquire) != want)
+		return RTAB_GRANT_NOT_LIVE;
+	base = atomic_load_explicit(&r->token, memory_order_acquire);
+	tw = atomic_load_explicit(&r->targets, memory_order_acquire);
+	at = (uint32_t)(tw >> 32);
+	n = (uint32_t)tw;
+	/* The shared words are checked before they index anything: a torn
+	 * read is caught by rtab_grant_still, a wild one here. */
+	if (base == 0 || i >= n || n > RTAB_GRANT_MAX_TARGETS ||
+	    at > RTAB_GRANT_SLICES - n ||
+	    rtab_grant_token(g, base, i) != incarnation)
 		return RTAB_GRANT_NOT_LIVE;
 	*rd = (struct rtab_grant_read){ .seq = s, .want = want,
-					.slot = ref.slot };
+					.slot = ref.slot, .target = i,
+					.t = g->slices[at + i] };
 	return RTAB_GRANT_OK;
 }
 
@@ -364,6 +462,34 @@ static const struct rtab_grant_buf *buf_at(const struct rtab_grant *g,
 	return &g->bufs[lo - 1];
 }
 
+/* 1 when [off, off + len) of buffer b (inside it) is target t's to write:
+ * the aux slot when t may, a buffer of its layers, and under a head slice
+ * the bytes of one token slot of a K or V page that the slice names. */
+static int slice_covers(const struct rtab_grant_target *t,
+			const struct rtab_grant_buf *b, uint64_t off,
+			uint64_t len)
+{
+	uint64_t pos;
+
+	if (b->aux)
+		return (t->flags & RTAB_GRANT_T_AUX) != 0;
+	if (b->layer_id < t->layer_first ||
+	    b->layer_id - t->layer_first >= t->layer_count)
+		return 0;
+	if ((b->role != KVW_ROLE_K && b->role != KVW_ROLE_V) ||
+	    t->slice_len == 0 ||
+	    (t->slice_off == 0 && t->slice_len >= t->slot_len))
+		return 1; /* whole slots: MLA's KV, no TP mismatch */
+	if (t->slot_len == 0)
+		return 0;
+	/* Where the copy starts in its token slot; it must end in the
+	 * slice, so it never reaches the next slot (honest plans send one
+	 * slot's slice per copy: plan_chunk). */
+	pos = (off - b->offset) % b->item_len % t->slot_len;
+	return pos >= t->slice_off && len <= t->slice_len &&
+	       pos - t->slice_off <= t->slice_len - len;
+}
+
 int rtab_grant_covers(const struct rtab_grant *g,
 		      const struct rtab_grant_read *rd, uint64_t off,
 		      uint64_t len)
@@ -373,7 +499,7 @@ int rtab_grant_covers(const struct rtab_grant *g,
 	uint64_t end, first, last, n;
 
 	if (!b || __builtin_add_overflow(off, len ? len : 1, &end) ||
-	    end > b->end)
+	    end > b->end || !slice_covers(&rd->t, b, off, end - off))
 		return 0;
 	first = (off - b->offset) / b->item_len;
 	last = (end - 1 - b->offset) / b->item_len;

@@ -2,13 +2,18 @@
 # dest.bats - issue 29 item 3 with real processes (tcp, loopback): every
 # decode receiver writes its rooms' destination grants (<table>.grant)
 # before their XFER_INFO, and its sinks write a batch only into the pages
-# granted to its room. Honest groups must never trip the check: TP 4 -> 2
-# (two prefill ranks write head slices of each decode page) and TP 1 -> 1
-# with half of the rooms aborted, both with pages handed from room to room
-# all run long, stay byte-exact with no batch refused for its destination
+# granted to its room, and only into the slice of them granted to the
+# prefill rank whose token the batch carries (its PP stage's layers, its
+# head slice of each token slot). Honest groups must never trip the check:
+# TP 4 -> 2 (two prefill ranks write head slices of each decode page),
+# prefill PP 2 -> decode PP 1 with draft layers on decode (each stage
+# writes only its layers, nobody the drafts) and TP 1 -> 1 with half of
+# the rooms aborted, all with pages handed from room to room all run
+# long, stay byte-exact with no batch refused for its destination
 # (kv-stat's dest_refused), and the grant files go with their group. A
-# batch that names another room's page is refused with real sockets in
-# tests/unit/test_sink.c (its canary untouched).
+# batch that names another room's page, or another rank's head slice, is
+# refused with real sockets in tests/unit/test_sink.c (its canary
+# untouched).
 
 load helpers
 
@@ -48,6 +53,17 @@ grants() {
 	g=$(grants)
 	timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"
 	for f in $g; do [ ! -e "$f" ]; done
+}
+
+@test "dest: prefill PP 2 -> decode PP 1 with 2 draft layers, and PP 2 x TP 2 -> 1: each stage and rank writes only its slice, byte-exact, nothing refused" {
+	kv_up --transport tcp --workers 2 --prefill-pp 2 --prefill-tp 2 \
+		$SHAPE --layers 4 --draft-layers 2
+	bench --prefill-pp 2 --prefill-tp 2 --decode-tp 1 --rooms 400 \
+		--pages-per-room 8 --chunk-pages 3 --verify
+	[ "$status" -eq 0 ]
+	clean 400
+	[ "$(summary success)" = 400 ]
+	[ "$(sec_sum dest_refused)" = 0 ]
 }
 
 @test "dest: TP 1 -> 1 with half of the rooms aborted: grants withdrawn and given again as pages move on, no honest batch refused" {

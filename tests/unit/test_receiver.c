@@ -206,20 +206,33 @@ static void acks_of_another_incarnation_never_count(void **state)
 }
 
 /* A STATUS counts only for the incarnation whose XFER_INFO token it
- * echoes: the token of the room id's previous incarnation, or 0, never. */
+ * echoes, and each target has its own: the tokens of the room id's
+ * previous incarnation, the bare base token, or 0, never. (receiver.c
+ * compares a STATUS with the token of the very target that sends it.) */
 static void status_token_must_be_this_incarnations(void **state)
 {
 	struct rx_room *old = receiver_room_new(9, NULL, 0);
 	struct rx_room *room = receiver_room_new(9, NULL, 0);
 
 	(void)state;
-	old->token = 0x51;
+	old->targets = calloc(1, sizeof *old->targets);
+	room->targets = calloc(2, sizeof *room->targets);
+	assert_non_null(old->targets);
+	assert_non_null(room->targets);
+	old->ntargets = 1;
+	room->ntargets = 2;
+	old->token = 0x50;
+	old->targets[0].token = 0x51;
 	room->token = 0x52;
+	room->targets[0].token = 0x5300;
+	room->targets[1].token = 0x5301;
 	assert_true(receiver_room_token_ok(old, 0x51));
-	assert_true(receiver_room_token_ok(room, 0x52));
+	assert_true(receiver_room_token_ok(room, 0x5300));
+	assert_true(receiver_room_token_ok(room, 0x5301));
 	assert_false(receiver_room_token_ok(room, 0x51));
+	assert_false(receiver_room_token_ok(room, 0x52));
 	assert_false(receiver_room_token_ok(room, 0));
-	room->token = 0; /* never drawn: nothing matches */
+	room->targets[0].token = 0; /* never sent: nothing matches */
 	assert_false(receiver_room_token_ok(room, 0));
 	receiver_room_free(old);
 	receiver_room_free(room);

@@ -7,7 +7,12 @@
  * CLEAR withdraws it, and the next incarnation under the same id gets its
  * own token (the old one stays refused); the release of an aborted room
  * withdraws it; and a grant that cannot be written fails the room before
- * any XFER_INFO leaves.
+ * any XFER_INFO leaves. Then, per target (issue 29 item 3): each target of
+ * a room gets its own token, and for TP 4 -> 2, TP 2 -> 4, PP 2 -> 1 with
+ * draft layers, TP and PP at once, MLA and replicated heads, every copy of
+ * each prefill rank's honest plan (built as sender_peer.c builds it) lies
+ * in the slice granted for its token, and, where ranks split the bytes,
+ * in no other rank's slice.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "plan/plan.h"
 #include "plan/rankmap.h"
 #include "plan/shape.h"
 #include "roles/receiver_impl.h"
@@ -159,16 +165,24 @@ static void a_room_is_granted_its_pages_when_its_xfer_info_goes_out(void **state
 {
 	struct fix *f = *state;
 	struct rx_room *room = begin_room(f, 7);
+	uint64_t tok;
 
 	assert_int_equal(sink_says(f, room->ref, room->token, 2), -1);
 	receiver_room_send(f->r, room);
 	assert_true(room->sent);
 	assert_int_equal(rtab_state(f->r->tab, room->ref), KVW_WAITING);
-	assert_int_equal(sink_says(f, room->ref, room->token, 2), 1);
-	assert_int_equal(sink_says(f, room->ref, room->token, 3), 1);
-	assert_int_equal(sink_says(f, room->ref, room->token, 1), 0);
-	assert_int_equal(sink_says(f, room->ref, room->token, 4), 0);
-	assert_int_equal(sink_says(f, room->ref, room->token + 1, 2), -1);
+	tok = room->targets[0].token; /* what its XFER_INFO carried */
+	assert_true(tok != 0 && tok != room->token);
+	assert_int_equal(tok, rtab_grant_token(f->sink, room->token, 0));
+	assert_int_equal(sink_says(f, room->ref, tok, 2), 1);
+	assert_int_equal(sink_says(f, room->ref, tok, 3), 1);
+	assert_int_equal(sink_says(f, room->ref, tok, 1), 0);
+	assert_int_equal(sink_says(f, room->ref, tok, 4), 0);
+	assert_int_equal(sink_says(f, room->ref, tok + 1, 2), -1);
+	assert_int_equal(sink_says(f, room->ref, room->token, 2), -1);
+	assert_true(receiver_room_token_ok(room, tok));
+	assert_false(receiver_room_token_ok(room, room->token));
+	assert_false(receiver_room_token_ok(room, 0));
 }
 
 static void clear_withdraws_and_the_next_incarnation_has_its_own_token(void **state)
@@ -180,7 +194,7 @@ static void clear_withdraws_and_the_next_incarnation_has_its_own_token(void **st
 
 	receiver_room_send(f->r, room);
 	old = room->ref;
-	tok = room->token;
+	tok = room->targets[0].token;
 	engine(f, FRAME_CLEAR, 7);
 	assert_int_equal(sink_says(f, old, tok, 2), -1);
 	assert_int_equal(sink_says(f, old, 0, 2), -1);
@@ -188,9 +202,10 @@ static void clear_withdraws_and_the_next_incarnation_has_its_own_token(void **st
 	assert_true(room->ref.gen != old.gen || room->ref.slot != old.slot);
 	assert_int_equal(sink_says(f, room->ref, 0, 2), -1); /* not sent yet */
 	receiver_room_send(f->r, room);
-	assert_true(room->token != tok);
+	assert_true(room->targets[0].token != tok);
 	assert_int_equal(sink_says(f, room->ref, tok, 2), -1); /* late batch */
-	assert_int_equal(sink_says(f, room->ref, room->token, 2), 1);
+	assert_int_equal(sink_says(f, room->ref, room->targets[0].token, 2),
+			 1);
 }
 
 static void the_release_of_an_aborted_room_withdraws_its_grant(void **state)
@@ -204,7 +219,8 @@ static void the_release_of_an_aborted_room_withdraws_its_grant(void **state)
 	/* The armed room's batches are refused by the live check already;
 	 * once releasable its pages may go to another room. */
 	receiver_room_release(f->r, room, "test");
-	assert_int_equal(sink_says(f, room->ref, room->token, 2), -1);
+	assert_int_equal(sink_says(f, room->ref, room->targets[0].token, 2),
+			 -1);
 }
 
 static void a_grant_that_cannot_be_written_sends_no_xfer_info(void **state)
@@ -221,6 +237,152 @@ static void a_grant_that_cannot_be_written_sends_no_xfer_info(void **state)
 	assert_int_equal(sink_says(f, room->ref, room->token, 2), -1);
 }
 
+/* ---- per target: the slices against the planner ---------------------- */
+
+#define SL_CAP 1024u
+
+/* Decode rank drank (tp) of dt, a room of pages {5, 6} and aux slot 3
+ * whose targets rankmap gives over pt: every copy of each real target's
+ * honest plan lies in the slice granted for that target's token; where
+ * `split` (the ranks write disjoint bytes) in no other target's slice,
+ * the shared aux slot excepted. A dummy's token grants nothing. */
+static void slices_cover_the_plans(const struct shape *s, struct kvw_topo pt,
+				   struct kvw_topo dt, uint32_t drank,
+				   int split)
+{
+	static struct plan_copy out[SL_CAP];
+	static const uint32_t pages[] = { 5, 6 };
+	struct receiver r = { 0 };
+	struct kvw_buf db[64], sb[64];
+	struct rtab_grant_target tg[RANKMAP_MAX_TARGETS];
+	struct rankmap_in in = { .prefill = pt, .decode = dt };
+	struct rankmap map;
+	struct rx_room *room;
+	struct rtab_grant *g;
+	uint64_t dsize, ssize, aux_at = 0;
+	uint32_t dn, sn;
+	char err[200], path[96];
+
+	r.shape = *s;
+	r.topo = dt;
+	r.rank.tp = drank;
+	in.decode_rank.tp = drank;
+	in.model_flags = s->mla ? KVW_MODEL_MLA : 0;
+	shape_model(s, &dt, &r.rank, &r.model);
+	assert_int_equal(shape_layout(s, &dt, &r.rank, 1, db, 64, &dn, &dsize,
+				      err, sizeof err), 0);
+	for (uint32_t k = 0; k < dn; k++)
+		if (db[k].role == KVW_ROLE_AUX)
+			aux_at = db[k].offset;
+	assert_int_equal(rankmap_compute(&in, &map, err, sizeof err), 0);
+	room = receiver_room_new(1, pages, 2);
+	assert_non_null(room);
+	assert_int_equal(receiver_room_set_targets(room, &map, pt.tp), 0);
+	snprintf(path, sizeof path, "/dev/shm/kvwire.trgs-%d.grant",
+		 (int)getpid());
+	assert_int_equal(rtab_grant_create(path, 4, db, dn, &g, err,
+					   sizeof err), 0);
+	for (uint32_t i = 0; i < room->ntargets; i++)
+		receiver_target_slice(&r, room, &room->targets[i], &tg[i]);
+	assert_int_equal(rtab_grant_give_targets(g, (struct rtab_ref){ 1, 1 },
+						 0x77, tg, room->ntargets,
+						 pages, 2, 3), 0);
+	for (uint32_t i = 0; i < room->ntargets; i++) {
+		const struct rx_target *t = &room->targets[i];
+		struct kvw_model pm;
+		struct plan_heads h;
+		struct plan_side src, dst;
+		struct plan *p = NULL;
+		size_t n = 0;
+
+		if (t->dummy) {
+			assert_int_equal(tg[i].layer_count, 0);
+			assert_int_equal(tg[i].flags, 0);
+			continue;
+		}
+		shape_model(s, &pt, &t->coord, &pm);
+		assert_int_equal(shape_layout(s, &pt, &t->coord, 0, sb, 64, &sn,
+					      &ssize, err, sizeof err), 0);
+		src = (struct plan_side){ &pm, sb, sn, &ssize, 1 };
+		dst = (struct plan_side){ &r.model, db, dn, &dsize, 1 };
+		if (pt.tp != dt.tp)
+			assert_int_equal(plan_heads_compute(&pm, pt.tp,
+							    t->coord.tp, dt.tp,
+							    drank, &h, err,
+							    sizeof err), 0);
+		assert_int_equal(plan_build(&src, &dst,
+					    pt.tp != dt.tp ? &h : NULL, &p,
+					    err, sizeof err), 0);
+		assert_int_equal(plan_chunk(p, pages, pages, 2, 1, 0, 3, out,
+					    SL_CAP, &n, err, sizeof err), 0);
+		assert_true(n > 0);
+		for (uint32_t j = 0; j < room->ntargets; j++) {
+			struct rtab_grant_read rd;
+
+			assert_int_equal(rtab_grant_begin(
+				g, (struct rtab_ref){ 1, 1 },
+				rtab_grant_token(g, 0x77, j), &rd),
+				RTAB_GRANT_OK);
+			for (size_t k = 0; k < n; k++) {
+				int in_j = rtab_grant_covers(g, &rd,
+							     out[k].dst_off,
+							     out[k].len);
+
+				if (j == i)
+					assert_true(in_j);
+				else if (split && out[k].dst_off < aux_at)
+					assert_false(in_j);
+			}
+		}
+		plan_free(&p);
+	}
+	/* A token of no target. */
+	assert_int_equal(rtab_grant_begin(g, (struct rtab_ref){ 1, 1 },
+					  rtab_grant_token(g, 0x77,
+							   room->ntargets),
+					  &(struct rtab_grant_read){ 0 }),
+			 RTAB_GRANT_NOT_LIVE);
+	rtab_grant_close(&g);
+	unlink(path);
+	receiver_room_free(room);
+}
+
+static struct shape small_shape(void)
+{
+	struct shape s;
+
+	shape_default(&s);
+	s.layers = 4;
+	s.page_tokens = 4;
+	s.head_dim = 8;
+	s.pages = 8;
+	s.aux_slots = 4;
+	return s;
+}
+
+static void each_prefill_rank_is_granted_what_its_plan_writes(void **state)
+{
+	struct shape s = small_shape();
+	const struct kvw_topo t1 = { 1, 1, 1, 1 }, t2 = { 2, 1, 1, 1 },
+			      t4 = { 4, 1, 1, 1 }, pp2 = { 1, 2, 1, 1 },
+			      tp2pp2 = { 2, 2, 1, 1 };
+
+	(void)state;
+	slices_cover_the_plans(&s, t4, t2, 0, 1); /* halves of each slot */
+	slices_cover_the_plans(&s, t4, t2, 1, 1);
+	slices_cover_the_plans(&s, t2, t4, 3, 0); /* whole decode slots */
+	slices_cover_the_plans(&s, t1, t1, 0, 0);
+	slices_cover_the_plans(&s, tp2pp2, t1, 0, 1); /* 4 ranks, 2 x 2 */
+	s.draft_layers = 2; /* on decode only: nobody's to write */
+	slices_cover_the_plans(&s, pp2, t1, 0, 1);
+	s.draft_layers = 0;
+	s.kv_heads = 2; /* fewer heads than prefill ranks: replicated */
+	slices_cover_the_plans(&s, t4, t2, 0, 0);
+	s.kv_heads = 8;
+	s.mla = 1; /* one real target, whole slots; the dummy nothing */
+	slices_cover_the_plans(&s, t4, t2, 0, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -228,6 +390,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(clear_withdraws_and_the_next_incarnation_has_its_own_token, setup, teardown),
 		cmocka_unit_test_setup_teardown(the_release_of_an_aborted_room_withdraws_its_grant, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_grant_that_cannot_be_written_sends_no_xfer_info, setup_short, teardown),
+		cmocka_unit_test(each_prefill_rank_is_granted_what_its_plan_writes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -244,10 +244,12 @@ static void status_from_a_rank_not_the_rooms_target_changes_nothing(void **state
 	struct fix *f = *state;
 	struct rx_room *room = room_of_rank0(f);
 	uint64_t stale = counter(f, RTAB_C_STALE), now = T0;
+	uint64_t tok = room->targets[0].token; /* what rank 0 was sent */
 
-	/* Prefill rank 1 reports the room as done, even with its token (a
-	 * member that learnt it): dropped, counted, the room still waits. */
-	from(f, 9, FRAME_STATUS, 1, ROOM, room->token, now);
+	/* Prefill rank 1 reports the room as done, even with rank 0's token
+	 * (a member that learnt it): dropped, counted, the room still
+	 * waits. */
+	from(f, 9, FRAME_STATUS, 1, ROOM, tok, now);
 	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 1);
 	assert_int_equal(rtab_state(f->r->tab, room->ref), KVW_WAITING);
 	/* ... and as failed: nothing fails. */
@@ -258,24 +260,27 @@ static void status_from_a_rank_not_the_rooms_target_changes_nothing(void **state
 		frame_msg_init(&m, FRAME_STATUS, 1, ROOM, 0x5eed);
 		m.u.status.state = KVW_FAILED;
 		m.u.status.reason = KVW_R_TRANSFER;
-		m.u.status.token = room->token;
+		m.u.status.token = tok;
 		receiver_peer_in(f->r, &in, &m, now);
 	}
 	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 2);
 	assert_int_equal(rtab_state(f->r->tab, room->ref), KVW_WAITING);
-	/* Its own target with another token (another incarnation's): stale. */
-	from(f, 8, FRAME_STATUS, 0, ROOM, room->token + 1, now);
+	/* Its own target with another token (another incarnation's, or the
+	 * room's base token, which no target is sent): stale. */
+	from(f, 8, FRAME_STATUS, 0, ROOM, tok + 1, now);
 	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 3);
+	from(f, 8, FRAME_STATUS, 0, ROOM, room->token, now);
+	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 4);
 	assert_int_equal(rtab_state(f->r->tab, room->ref), KVW_WAITING);
 	/* An ABORT_ACK from rank 1 releases nothing (the room is not armed,
 	 * and rank 1 is no target). */
-	from(f, 9, FRAME_ABORT_ACK, 1, ROOM, room->token, now);
-	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 4);
+	from(f, 9, FRAME_ABORT_ACK, 1, ROOM, tok, now);
+	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 5);
 	assert_int_equal(rtab_state(f->r->tab, room->ref), KVW_WAITING);
-	/* The target itself, with the room's token: Success. */
-	from(f, 8, FRAME_STATUS, 0, ROOM, room->token, now);
+	/* The target itself, with its own token: Success. */
+	from(f, 8, FRAME_STATUS, 0, ROOM, tok, now);
 	assert_int_equal(rtab_state(f->r->tab, room->ref), KVW_SUCCESS);
-	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 4);
+	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 5);
 	assert_int_equal(sec(f, RTAB_S_RATE_LIMITED), 0);
 }
 
@@ -329,7 +334,7 @@ static void another_rooms_token_does_not_tell_this_ones(void **state)
 	for (int64_t d = -4096; d <= 4096; d++) {
 		frame_msg_init(&m, FRAME_STATUS, 0, ROOM, 0xE1);
 		m.u.status.state = KVW_SUCCESS;
-		m.u.status.token = b->token + (uint64_t)d;
+		m.u.status.token = b->targets[0].token + (uint64_t)d;
 		receiver_peer_in(f->r, &in, &m, T0);
 	}
 	assert_int_equal(rtab_state(f->r->tab, a->ref), KVW_WAITING);

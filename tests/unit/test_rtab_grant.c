@@ -9,7 +9,11 @@
  * room's; bad arguments change nothing; files that are not grants are
  * refused; rooms of thousands of pages are checked page by page; and a
  * reader in another process, racing the writer 200,000 times, never acts
- * on half of a grant.
+ * on half of a grant. Per target (issue 29 item 3): a PP stage's token
+ * writes only its layers, a TP head slice only its bytes of each token
+ * slot (one slot per copy), whole-slot targets (no TP mismatch, MLA's KV,
+ * AUX) are not narrowed, a token of no target is not live, and rooms of
+ * one topology share one run of the slice table.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -107,7 +111,9 @@ static int check(const struct rtab_grant *g, struct rtab_ref ref,
 	struct rtab_grant_read rd;
 	int ok;
 
-	if (rtab_grant_begin(g, ref, inc, &rd) != RTAB_GRANT_OK)
+	/* inc is the room's base token: the batch carries its one target's. */
+	if (rtab_grant_begin(g, ref, inc ? rtab_grant_token(g, inc, 0) : 0,
+			     &rd) != RTAB_GRANT_OK)
 		return -1;
 	ok = rtab_grant_covers(g, &rd, off, len);
 	return rtab_grant_still(g, &rd) ? ok : -1;
@@ -139,9 +145,10 @@ static void test_copies_inside_granted_pages_pass_up_to_the_last_byte(void **sta
 	assert_int_equal(check(r, a, 0xabc, AUX_BASE + 4 * AUX_ITEM, AUX_ITEM), 0);
 	assert_int_equal(check(r, a, 0xabc, AUX_BASE + 5 * AUX_ITEM, AUX_ITEM + 1),
 			 0);
-	/* Incarnation 0 (not carried by the wire) skips only the token. */
-	assert_int_equal(check(r, a, 0, at(0, 7), ITEM), 1);
-	assert_int_equal(check(r, a, 0, at(0, 6), ITEM), 0);
+	/* Incarnation 0 and the bare base token are no target's. */
+	assert_int_equal(check(r, a, 0, at(0, 7), ITEM), -1);
+	assert_int_equal(rtab_grant_begin(r, a, 0xabc, &(struct rtab_grant_read){
+					  0 }), RTAB_GRANT_NOT_LIVE);
 	rtab_grant_close(&r);
 	rtab_grant_close(&g);
 	assert_null(g);
@@ -412,7 +419,8 @@ static int race_reader(struct race *sh)
 		struct rtab_grant_read rd;
 		int mine = 0, theirs;
 
-		if (rtab_grant_begin(g, ref, tok, &rd) != RTAB_GRANT_OK)
+		if (rtab_grant_begin(g, ref, rtab_grant_token(g, tok, 0), &rd) !=
+		    RTAB_GRANT_OK)
 			continue;
 		for (uint32_t p = 0; p < RACE_PAGES; p++)
 			mine += rtab_grant_covers(g, &rd,
@@ -482,6 +490,225 @@ static void test_a_reader_process_never_sees_a_torn_grant(void **state)
 	rtab_grant_close(&g);
 }
 
+/* Layer 0's K/V pages are stage 0's, layer 1's stage 1's (PP 2 -> 1);
+ * both write the aux slot. Each stage's token writes its own layer whole
+ * and nothing of the other's. */
+static void test_a_pp_stage_writes_only_its_layers(void **state)
+{
+	struct rtab_grant *g = make();
+	struct rtab_ref a = { 3, 1 };
+	const uint32_t pages[] = { 7 };
+	const struct rtab_grant_target tg[2] = {
+		{ .layer_first = 0, .layer_count = 1,
+		  .flags = RTAB_GRANT_T_AUX },
+		{ .layer_first = 1, .layer_count = 1,
+		  .flags = RTAB_GRANT_T_AUX },
+	};
+	struct rtab_grant_read rd;
+	uint64_t t0, t1;
+
+	(void)state;
+	assert_int_equal(rtab_grant_give_targets(g, a, 0x5a, tg, 2, pages, 1,
+						 2), 0);
+	t0 = rtab_grant_token(g, 0x5a, 0);
+	t1 = rtab_grant_token(g, 0x5a, 1);
+	assert_int_equal(rtab_grant_begin(g, a, t0, &rd), RTAB_GRANT_OK);
+	assert_int_equal(rd.target, 0);
+	assert_int_equal(rtab_grant_covers(g, &rd, at(1, 7), ITEM), 1); /* K0 */
+	assert_int_equal(rtab_grant_covers(g, &rd, at(3, 7), ITEM), 1); /* V0 */
+	assert_int_equal(rtab_grant_covers(g, &rd, at(2, 7), ITEM), 0); /* K1 */
+	assert_int_equal(rtab_grant_covers(g, &rd, at(0, 7), 1), 0);    /* V1 */
+	assert_int_equal(rtab_grant_covers(g, &rd, AUX_BASE + 2 * AUX_ITEM,
+					   AUX_ITEM), 1);
+	assert_int_equal(rtab_grant_still(g, &rd), 1);
+	assert_int_equal(rtab_grant_begin(g, a, t1, &rd), RTAB_GRANT_OK);
+	assert_int_equal(rd.target, 1);
+	assert_int_equal(rtab_grant_covers(g, &rd, at(2, 7), ITEM), 1);
+	assert_int_equal(rtab_grant_covers(g, &rd, at(0, 7), ITEM), 1);
+	assert_int_equal(rtab_grant_covers(g, &rd, at(1, 7), 1), 0);
+	assert_int_equal(rtab_grant_covers(g, &rd, AUX_BASE + 2 * AUX_ITEM,
+					   AUX_ITEM), 1);
+	/* A target without the aux slot (a dummy) writes none of it. */
+	assert_int_equal(rtab_grant_give_targets(
+		g, a, 0x5b, (struct rtab_grant_target[]){ { 0 } }, 1, pages,
+		1, 2), 0);
+	assert_int_equal(check(g, a, 0x5b, AUX_BASE + 2 * AUX_ITEM, 1), 0);
+	assert_int_equal(check(g, a, 0x5b, at(1, 7), 1), 0);
+	rtab_grant_close(&g);
+}
+
+/* TP 4 -> 2: ITEM 256 = 4 token slots of 64 bytes; rank 0 writes bytes
+ * [0, 32) of each slot, rank 1 [32, 64). */
+static void test_a_tp_rank_writes_only_its_head_slice(void **state)
+{
+	struct rtab_grant *g = make();
+	struct rtab_ref a = { 3, 1 };
+	const uint32_t pages[] = { 7 };
+	const struct rtab_grant_target tg[3] = {
+		{ .layer_count = 2, .slot_len = 64, .slice_off = 0,
+		  .slice_len = 32, .flags = RTAB_GRANT_T_AUX },
+		{ .layer_count = 2, .slot_len = 64, .slice_off = 32,
+		  .slice_len = 32, .flags = RTAB_GRANT_T_AUX },
+		/* A slice that is the whole slot (TP 2 -> 4): no slice. */
+		{ .layer_count = 2, .slot_len = 64, .slice_off = 0,
+		  .slice_len = 64, .flags = RTAB_GRANT_T_AUX },
+	};
+	struct rtab_grant_read r0, r1, r2;
+
+	(void)state;
+	assert_int_equal(rtab_grant_give_targets(g, a, 0x6a, tg, 3, pages, 1,
+						 RTAB_GRANT_NO_AUX), 0);
+	assert_int_equal(rtab_grant_begin(g, a, rtab_grant_token(g, 0x6a, 0),
+					  &r0), RTAB_GRANT_OK);
+	assert_int_equal(rtab_grant_begin(g, a, rtab_grant_token(g, 0x6a, 1),
+					  &r1), RTAB_GRANT_OK);
+	assert_int_equal(rtab_grant_begin(g, a, rtab_grant_token(g, 0x6a, 2),
+					  &r2), RTAB_GRANT_OK);
+	for (uint32_t slot = 0; slot < 4; slot++) {
+		uint64_t o = at(1, 7) + 64 * slot;
+
+		assert_int_equal(rtab_grant_covers(g, &r0, o, 32), 1);
+		assert_int_equal(rtab_grant_covers(g, &r0, o + 31, 1), 1);
+		assert_int_equal(rtab_grant_covers(g, &r0, o + 32, 32), 0);
+		assert_int_equal(rtab_grant_covers(g, &r0, o + 16, 32), 0);
+		assert_int_equal(rtab_grant_covers(g, &r1, o + 32, 32), 1);
+		assert_int_equal(rtab_grant_covers(g, &r1, o, 32), 0);
+		assert_int_equal(rtab_grant_covers(g, &r1, o + 31, 2), 0);
+		assert_int_equal(rtab_grant_covers(g, &r2, o, 64), 1);
+	}
+	/* One copy over two slots lies in neither rank's slice; the whole
+	 * page is the whole-slot target's. */
+	assert_int_equal(rtab_grant_covers(g, &r0, at(1, 7), 96), 0);
+	assert_int_equal(rtab_grant_covers(g, &r1, at(1, 7) + 32, 64), 0);
+	assert_int_equal(rtab_grant_covers(g, &r2, at(1, 7), ITEM), 1);
+	/* The other rank's pages are still checked (page 8 is not granted). */
+	assert_int_equal(rtab_grant_covers(g, &r0, at(1, 8), 32), 0);
+	rtab_grant_close(&g);
+}
+
+/* MLA's latent KV buffer is never head-sliced: a target with a slice
+ * writes whole pages of it (the planner sends page copies). */
+static void test_whole_slot_buffers_are_not_sliced(void **state)
+{
+	static const struct kvw_buf mla[] = {
+		{ .layer_id = 0, .role = KVW_ROLE_KV, .offset = 0,
+		  .item_len = 256, .pages = 16 },
+		{ .layer_id = 0, .role = KVW_ROLE_AUX, .offset = 4096,
+		  .item_len = 32, .pages = 4 },
+	};
+	const struct rtab_grant_target tg = {
+		.layer_count = 1, .slot_len = 64, .slice_off = 32,
+		.slice_len = 32, .flags = RTAB_GRANT_T_AUX
+	};
+	const uint32_t pages[] = { 2, 3 };
+	struct rtab_grant *g = NULL;
+	struct rtab_ref a = { 1, 1 };
+	char err[160];
+
+	(void)state;
+	assert_int_equal(rtab_grant_create(path, SLOTS, mla, 2, &g, err,
+					   sizeof err), 0);
+	assert_int_equal(rtab_grant_give_targets(g, a, 0x7a, &tg, 1, pages, 2,
+						 1), 0);
+	assert_int_equal(check(g, a, 0x7a, 2 * 256, 2 * 256), 1);
+	assert_int_equal(check(g, a, 0x7a, 4096 + 32, 32), 1);
+	assert_int_equal(check(g, a, 0x7a, 4 * 256, 1), 0);
+	rtab_grant_close(&g);
+}
+
+/* A token of no target: an index past the room's targets, another
+ * room's base, a flipped bit, 0. */
+static void test_a_token_of_no_target_is_not_live(void **state)
+{
+	struct rtab_grant *g = make();
+	struct rtab_ref a = { 3, 1 };
+	const uint32_t pages[] = { 7 };
+	const struct rtab_grant_target tg[2] = { rtab_grant_whole(),
+						 rtab_grant_whole() };
+	struct rtab_grant_read rd;
+	uint64_t t1;
+
+	(void)state;
+	assert_int_equal(rtab_grant_give_targets(g, a, 0x8a, tg, 2, pages, 1,
+						 RTAB_GRANT_NO_AUX), 0);
+	t1 = rtab_grant_token(g, 0x8a, 1);
+	assert_true(t1 != rtab_grant_token(g, 0x8a, 0));
+	assert_true(t1 != rtab_grant_token(g, 0x8b, 1));
+	assert_int_equal((unsigned)(t1 & 0xff), 1);
+	assert_int_equal(rtab_grant_begin(g, a, t1, &rd), RTAB_GRANT_OK);
+	assert_int_equal(rtab_grant_begin(g, a, rtab_grant_token(g, 0x8a, 2),
+					  &rd), RTAB_GRANT_NOT_LIVE);
+	assert_int_equal(rtab_grant_begin(g, a, rtab_grant_token(g, 0x8b, 1),
+					  &rd), RTAB_GRANT_NOT_LIVE);
+	assert_int_equal(rtab_grant_begin(g, a, t1 ^ 0x100, &rd),
+			 RTAB_GRANT_NOT_LIVE);
+	assert_int_equal(rtab_grant_begin(g, a, 0, &rd), RTAB_GRANT_NOT_LIVE);
+	/* Another grant file has another key: the same base, other tokens. */
+	{
+		struct rtab_grant *h = NULL;
+		char err[160], p2[160];
+
+		snprintf(p2, sizeof p2, "%s.2", path);
+		assert_int_equal(rtab_grant_create(p2, SLOTS, bufs, NBUFS, &h,
+						   err, sizeof err), 0);
+		assert_true(rtab_grant_token(h, 0x8a, 1) != t1);
+		rtab_grant_close(&h);
+		unlink(p2);
+	}
+	/* Bad target lists change nothing. */
+	assert_int_equal(rtab_grant_give_targets(g, a, 0x8c, tg, 0, pages, 1,
+						 RTAB_GRANT_NO_AUX), KVW_EINVAL);
+	assert_int_equal(rtab_grant_give_targets(g, a, 0x8c, NULL, 1, pages, 1,
+						 RTAB_GRANT_NO_AUX), KVW_EINVAL);
+	assert_int_equal(rtab_grant_give_targets(g, a, 0x8c, tg,
+						 RTAB_GRANT_MAX_TARGETS + 1,
+						 pages, 1, RTAB_GRANT_NO_AUX),
+			 KVW_EINVAL);
+	assert_int_equal(rtab_grant_begin(g, a, t1, &rd), RTAB_GRANT_OK);
+	rtab_grant_close(&g);
+}
+
+/* Rooms of one topology share their run of slices: 10,000 grants of the
+ * same two targets fit a table of RTAB_GRANT_SLICES entries; distinct
+ * runs fill it, and then a grant is refused with nothing changed. */
+static void test_rooms_of_one_topology_share_their_slices(void **state)
+{
+	struct rtab_grant *g = make();
+	const uint32_t pages[] = { 7 };
+	struct rtab_grant_target tg[2] = { rtab_grant_whole(),
+					   rtab_grant_whole() };
+	uint32_t i;
+	int rc = 0;
+
+	(void)state;
+	tg[1].layer_first = 1;
+	for (i = 0; i < 10000; i++)
+		assert_int_equal(rtab_grant_give_targets(
+			g, (struct rtab_ref){ i % SLOTS, 1 + i / SLOTS }, 9, tg,
+			2, pages, 1, RTAB_GRANT_NO_AUX), 0);
+	for (i = 0; rc == 0 && i < 2 * RTAB_GRANT_SLICES; i++) {
+		tg[0].layer_first = 100 + i;
+		rc = rtab_grant_give_targets(g, (struct rtab_ref){ 1, 1 }, 9,
+					     tg, 2, pages, 1,
+					     RTAB_GRANT_NO_AUX);
+	}
+	assert_int_equal(rc, KVW_ERANGE);
+	assert_true(i >= RTAB_GRANT_SLICES / 2 - 1);
+	/* The last grant that fitted stands: its target 1 writes layer 1,
+	 * its target 0 (layers from 100 on) nothing here. */
+	{
+		struct rtab_grant_read rd;
+		struct rtab_ref r = { 1, 1 };
+
+		assert_int_equal(rtab_grant_begin(g, r,
+						  rtab_grant_token(g, 9, 1),
+						  &rd), RTAB_GRANT_OK);
+		assert_int_equal(rtab_grant_covers(g, &rd, at(0, 7), 1), 1);
+		assert_int_equal(check(g, r, 9, at(0, 7), 1), 0);
+	}
+	rtab_grant_close(&g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -494,6 +721,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_grants_change_nothing, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_files_and_layouts_that_are_not_grants_are_refused, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_rooms_of_thousands_of_pages, fresh, gone),
+		cmocka_unit_test_setup_teardown(test_a_pp_stage_writes_only_its_layers, fresh, gone),
+		cmocka_unit_test_setup_teardown(test_a_tp_rank_writes_only_its_head_slice, fresh, gone),
+		cmocka_unit_test_setup_teardown(test_whole_slot_buffers_are_not_sliced, fresh, gone),
+		cmocka_unit_test_setup_teardown(test_a_token_of_no_target_is_not_live, fresh, gone),
+		cmocka_unit_test_setup_teardown(test_rooms_of_one_topology_share_their_slices, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_a_reader_process_never_sees_a_torn_grant, fresh, gone),
 	};
 

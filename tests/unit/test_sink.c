@@ -124,20 +124,32 @@ static uint64_t dest_refused(const struct fx *f)
 	return mv.sec[RTAB_S_DEST_REFUSED];
 }
 
+/* The token of the grant's one target of a room given base token base. */
+static uint64_t tok(const struct fx *f, uint64_t base)
+{
+	return rtab_grant_token(f->rg, base, 0);
+}
+
 static void test_a_batch_inside_its_pages_is_held_until_room_end(void **state)
 {
 	struct fx *f = *state;
 	const uint64_t c[] = { page(0, 3), 2 * ITEM, page(1, 4) + 7, 100 };
 
-	assert_int_equal(sink_room_begin(&f->h, 2, 42, 0xa1, copies(c, 2), 2),
+	assert_int_equal(sink_room_begin(&f->h, 2, 42, tok(f, 0xa1),
+						 copies(c, 2), 2),
 			 TCP_ROOM_OK);
 	assert_true(rtab_fence_busy(f->rf, f->a));
 	sink_room_end(&f->h, 2);
 	assert_false(rtab_fence_busy(f->rf, f->a));
-	/* Incarnation 0: a wire that does not carry it. */
+	/* Incarnation 0, the base token, a token of no target: not live. */
 	assert_int_equal(sink_room_begin(&f->h, 0, 42, 0, copies(c, 2), 2),
-			 TCP_ROOM_OK);
-	sink_room_end(&f->h, 0);
+			 TCP_ROOM_NOT_LIVE);
+	assert_int_equal(sink_room_begin(&f->h, 0, 42, 0xa1, copies(c, 2), 2),
+			 TCP_ROOM_NOT_LIVE);
+	assert_int_equal(sink_room_begin(&f->h, 0, 42,
+					 rtab_grant_token(f->rg, 0xa1, 1),
+					 copies(c, 2), 2), TCP_ROOM_NOT_LIVE);
+	assert_false(rtab_fence_busy(f->rf, f->a));
 	assert_int_equal(rtab_state(f->owner, f->a), KVW_BOOTSTRAPPING);
 	assert_int_equal(dest_refused(f), 0);
 }
@@ -149,7 +161,8 @@ static void test_a_copy_into_another_rooms_page_fails_its_room_only(void **state
 	const uint64_t c[] = { page(0, 3), ITEM, page(1, 5), 16 };
 	struct rtab_view v;
 
-	assert_int_equal(sink_room_begin(&f->h, 1, 42, 0xa1, copies(c, 2), 2),
+	assert_int_equal(sink_room_begin(&f->h, 1, 42, tok(f, 0xa1),
+						 copies(c, 2), 2),
 			 TCP_ROOM_DEST);
 	assert_false(rtab_fence_busy(f->rf, f->a));
 	assert_int_equal(dest_refused(f), 1);
@@ -158,7 +171,8 @@ static void test_a_copy_into_another_rooms_page_fails_its_room_only(void **state
 	assert_int_equal(v.reason, KVW_R_INTEGRITY);
 	assert_int_equal(rtab_state(f->owner, f->b), KVW_BOOTSTRAPPING);
 	/* Room 43's own batch to its page still passes. */
-	assert_int_equal(sink_room_begin(&f->h, 1, 43, 0xb1, copies(c + 2, 1),
+	assert_int_equal(sink_room_begin(&f->h, 1, 43, tok(f, 0xb1),
+						 copies(c + 2, 1),
 					 1), TCP_ROOM_OK);
 	sink_room_end(&f->h, 1);
 	/* A copy straddling a granted and an ungranted page, and one outside
@@ -167,11 +181,11 @@ static void test_a_copy_into_another_rooms_page_fails_its_room_only(void **state
 		const uint64_t d[] = { page(0, 5) + ITEM - 8, 16 };
 		const uint64_t e[] = { 0, 16 };
 
-		assert_int_equal(sink_room_begin(&f->h, 1, 43, 0xb1,
+		assert_int_equal(sink_room_begin(&f->h, 1, 43, tok(f, 0xb1),
 						 copies(d, 1), 1), TCP_ROOM_DEST);
 		assert_int_equal(rtab_state(f->owner, f->b), KVW_FAILED);
 		/* Now failed: not live, no second count. */
-		assert_int_equal(sink_room_begin(&f->h, 1, 43, 0xb1,
+		assert_int_equal(sink_room_begin(&f->h, 1, 43, tok(f, 0xb1),
 						 copies(e, 1), 1),
 				 TCP_ROOM_NOT_LIVE);
 	}
@@ -187,7 +201,8 @@ static void test_rooms_not_live_for_this_batch_hold_nothing(void **state)
 	/* Unknown room; another incarnation token. */
 	assert_int_equal(sink_room_begin(&f->h, 0, 7, 0, copies(c, 1), 1),
 			 TCP_ROOM_NOT_LIVE);
-	assert_int_equal(sink_room_begin(&f->h, 0, 42, 0xa2, copies(c, 1), 1),
+	assert_int_equal(sink_room_begin(&f->h, 0, 42, tok(f, 0xa2),
+						 copies(c, 1), 1),
 			 TCP_ROOM_NOT_LIVE);
 	/* Inserted but not granted yet (no XFER_INFO left). */
 	assert_int_equal(rtab_insert(f->owner, 44, 0, 0, &n), 0);
@@ -195,11 +210,13 @@ static void test_rooms_not_live_for_this_batch_hold_nothing(void **state)
 			 TCP_ROOM_NOT_LIVE);
 	/* Armed for an abort. */
 	assert_true(rtab_flags_or(f->owner, f->a, RTAB_F_ARMED) >= 0);
-	assert_int_equal(sink_room_begin(&f->h, 0, 42, 0xa1, copies(c, 1), 1),
+	assert_int_equal(sink_room_begin(&f->h, 0, 42, tok(f, 0xa1),
+						 copies(c, 1), 1),
 			 TCP_ROOM_NOT_LIVE);
 	/* Terminal. */
 	assert_int_equal(rtab_fail(f->owner, f->b, KVW_R_ABORTED), 0);
-	assert_int_equal(sink_room_begin(&f->h, 0, 43, 0xb1, copies(c, 1), 1),
+	assert_int_equal(sink_room_begin(&f->h, 0, 43, tok(f, 0xb1),
+						 copies(c, 1), 1),
 			 TCP_ROOM_NOT_LIVE);
 	assert_false(rtab_fence_busy(f->rf, f->a));
 	assert_false(rtab_fence_busy(f->rf, f->b));
@@ -218,20 +235,82 @@ static void test_a_cleared_incarnations_late_batch_writes_nothing(void **state)
 	assert_int_equal(rtab_clear(f->owner, f->a, KVW_R_CLEARED), 0);
 	assert_int_equal(rtab_grant_withdraw(f->rg, f->a, pages_a, 2,
 					     RTAB_GRANT_NO_AUX), 1);
-	assert_int_equal(sink_room_begin(&f->h, 0, 42, 0xa1, copies(c, 1), 1),
+	assert_int_equal(sink_room_begin(&f->h, 0, 42, tok(f, 0xa1),
+						 copies(c, 1), 1),
 			 TCP_ROOM_NOT_LIVE);
 	assert_int_equal(rtab_insert(f->owner, 42, 0, 0, &a2), 0);
-	assert_int_equal(sink_room_begin(&f->h, 0, 42, 0xa1, copies(c, 1), 1),
+	assert_int_equal(sink_room_begin(&f->h, 0, 42, tok(f, 0xa1),
+						 copies(c, 1), 1),
 			 TCP_ROOM_NOT_LIVE); /* not granted yet */
 	assert_int_equal(rtab_grant_give(f->rg, a2, 0xa2, pages_a, 2,
 					 RTAB_GRANT_NO_AUX), 0);
-	assert_int_equal(sink_room_begin(&f->h, 0, 42, 0xa1, copies(c, 1), 1),
+	assert_int_equal(sink_room_begin(&f->h, 0, 42, tok(f, 0xa1),
+						 copies(c, 1), 1),
 			 TCP_ROOM_NOT_LIVE); /* the old token */
-	assert_int_equal(sink_room_begin(&f->h, 0, 42, 0xa2, copies(c, 1), 1),
+	assert_int_equal(sink_room_begin(&f->h, 0, 42, tok(f, 0xa2),
+						 copies(c, 1), 1),
 			 TCP_ROOM_OK);
 	assert_true(rtab_fence_busy(f->rf, a2));
 	sink_room_end(&f->h, 0);
 	assert_int_equal(dest_refused(f), 0);
+}
+
+/* TP 4 -> 2: two prefill ranks write the two halves of each token slot of
+ * one granted page (their head slices). A copy of rank A into rank B's
+ * half is refused as a copy outside the room's pages is (nothing held,
+ * counted, the room fails with integrity); a batch is checked against the
+ * slice of the target whose token it carries, so B's token on A's bytes
+ * is refused too, and each rank's own bytes pass. */
+static void test_a_rank_writes_only_its_own_head_slice(void **state)
+{
+	struct fx *f = *state;
+	const struct rtab_grant_target tg[2] = {
+		{ .layer_count = 1, .slot_len = 128, .slice_off = 0,
+		  .slice_len = 64, .flags = RTAB_GRANT_T_AUX },
+		{ .layer_count = 1, .slot_len = 128, .slice_off = 64,
+		  .slice_len = 64, .flags = RTAB_GRANT_T_AUX },
+	};
+	const uint32_t pg[] = { 7 };
+	/* A: token slot 0 of the K page, slot 1 of the V page. */
+	const uint64_t a_own[] = { page(0, 7), 64, page(1, 7) + 128, 64 };
+	const uint64_t b_own[] = { page(0, 7) + 3 * 128 + 64, 64 };
+	const uint64_t into_b[] = { page(0, 7), 64, page(0, 7) + 64, 64 };
+	struct rtab_ref r45, r46;
+	struct rtab_view v;
+	uint64_t ta, tb;
+
+	assert_int_equal(rtab_insert(f->owner, 45, 0, 0, &r45), 0);
+	assert_int_equal(rtab_insert(f->owner, 46, 0, 0, &r46), 0);
+	assert_int_equal(rtab_grant_give_targets(f->rg, r45, 0xc1, tg, 2, pg,
+						 1, RTAB_GRANT_NO_AUX), 0);
+	ta = rtab_grant_token(f->rg, 0xc1, 0);
+	tb = rtab_grant_token(f->rg, 0xc1, 1);
+	assert_true(ta != tb);
+	assert_int_equal(sink_room_begin(&f->h, 0, 45, ta, copies(a_own, 2),
+					 2), TCP_ROOM_OK);
+	sink_room_end(&f->h, 0);
+	assert_int_equal(sink_room_begin(&f->h, 0, 45, tb, copies(b_own, 1),
+					 1), TCP_ROOM_OK);
+	sink_room_end(&f->h, 0);
+	/* A's batch whose second copy is B's half of slot 0. */
+	assert_int_equal(sink_room_begin(&f->h, 0, 45, ta, copies(into_b, 2),
+					 2), TCP_ROOM_DEST);
+	assert_false(rtab_fence_busy(f->rf, r45));
+	assert_int_equal(dest_refused(f), 1);
+	assert_int_equal(rtab_get(f->owner, r45, &v), 0);
+	assert_int_equal(v.state, KVW_FAILED);
+	assert_int_equal(v.reason, KVW_R_INTEGRITY);
+	/* Room 46, the same two ranks (the same run of slices): B's token on
+	 * A's bytes. */
+	assert_int_equal(rtab_grant_give_targets(f->rg, r46, 0xd1, tg, 2, pg,
+						 1, RTAB_GRANT_NO_AUX), 0);
+	assert_int_equal(sink_room_begin(&f->h, 0, 46,
+					 rtab_grant_token(f->rg, 0xd1, 1),
+					 copies(a_own, 1), 1), TCP_ROOM_DEST);
+	assert_int_equal(dest_refused(f), 2);
+	assert_int_equal(rtab_state(f->owner, r46), KVW_FAILED);
+	/* Neither touched room 42. */
+	assert_int_equal(rtab_state(f->owner, f->a), KVW_BOOTSTRAPPING);
 }
 
 /* ---- over the wire ---------------------------------------------------- */
@@ -306,6 +385,7 @@ static void test_over_the_wire_a_batch_into_another_rooms_page_lands_nowhere(voi
 	bad.src = src_id;
 	bad.dst = rid;
 	xport_set_room(w.px, 42);
+	xport_tcp_set_incarnation(w.px, tok(f, 0xa1));
 	assert_int_equal(xport_write_batch(w.px, &bad, 1, err, sizeof err), 0);
 	assert_true(xport_wait(w.px, -1, err, sizeof err) < 0);
 	for (uint32_t i = 0; i < POOL_BYTES; i++)
@@ -318,6 +398,7 @@ static void test_over_the_wire_a_batch_into_another_rooms_page_lands_nowhere(voi
 	assert_int_equal(v.reason, KVW_R_INTEGRITY);
 	/* The same bytes from room 43, whose page it is, land. */
 	xport_set_room(w.px, 43);
+	xport_tcp_set_incarnation(w.px, tok(f, 0xb1));
 	assert_int_equal(xport_write_batch(w.px, &bad, 1, err, sizeof err), 0);
 	assert_int_equal(xport_wait(w.px, -1, err, sizeof err), 0);
 	for (uint32_t i = 0; i < POOL_BYTES; i++)
@@ -342,6 +423,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_copy_into_another_rooms_page_fails_its_room_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rooms_not_live_for_this_batch_hold_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_cleared_incarnations_late_batch_writes_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_rank_writes_only_its_own_head_slice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_over_the_wire_a_batch_into_another_rooms_page_lands_nowhere, setup, teardown),
 	};
 
