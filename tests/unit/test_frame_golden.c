@@ -15,7 +15,8 @@
  * (KVW_GOLDEN_PRINT=1) built on the old codec at commit d8be77e. Never
  * reprint it to make a failure go away: a difference is a change of the
  * wire format or of what is refused. The print mode also gives a hash of
- * the refusal texts (a comment per row), to compare two builds by hand.
+ * the refusal texts (a comment per row), to compare two builds by hand;
+ * KVW_GOLDEN_PRINT=2 prints every neighbour's return code and text too.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -138,6 +139,8 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 }
 #define FNV0 0xcbf29ce484222325ull
 
+static int print_texts; /* KVW_GOLDEN_PRINT=2: every neighbour's verdict */
+
 /* The running hashes of one message's neighbours. */
 struct outcome {
 	uint64_t rcs, texts;
@@ -171,6 +174,9 @@ static void probe(struct outcome *o, const struct frame_part *src, size_t n,
 		parts[i] = (struct frame_part){ mem[i] + 1, len };
 	}
 	rc = frame_decode(parts, n, &m, err, sizeof err);
+	if (print_texts)
+		printf("  part %zu len %zu at %zu=%u: %d %s\n", which, newlen,
+		       at, val, rc, err);
 	o->rcs = fnv(o->rcs, &rc, sizeof rc);
 	o->texts = fnv(o->texts, err, strlen(err) + 1);
 	o->n++;
@@ -320,7 +326,9 @@ int main(void)
 	};
 	const char *print = getenv("KVW_GOLDEN_PRINT");
 
-	if (print && print[0] == '1')
+	if (print && (print[0] == '1' || print[0] == '2')) {
+		print_texts = print[0] == '2';
 		return print_golden();
+	}
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
