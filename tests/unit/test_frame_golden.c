@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "wire/frame.h"
-#include "frame_eq.h"
+#include "frame_testkit.h"
 #include "frame_fixture.h"
 
 #define NGOLDEN 3 /* messages per type: fixtures 0 and 1, then "full" */
@@ -147,41 +147,28 @@ struct outcome {
 	unsigned n;
 };
 
-/* Decodes parts[0..n) copied into exact-size heap buffers (odd address:
- * ASan sees a read past a part), part `which` cut or extended to newlen
- * (extra bytes `fill`), its byte `at` (when < newlen) set to `val`. */
+/* Decodes parts[0..n) as received (wire_copy: exact-size buffers at an
+ * odd address), part `which` cut or extended to newlen (extra bytes
+ * `fill`), its byte `at` (when < newlen) set to `val`. */
 static void probe(struct outcome *o, const struct frame_part *src, size_t n,
 		  size_t which, size_t newlen, uint8_t fill, size_t at, uint8_t val)
 {
-	struct frame_part parts[KVW_MAX_FRAMES];
-	uint8_t *mem[KVW_MAX_FRAMES];
 	struct frame_msg m;
-	char err[200] = "";
+	struct wire w;
+	char err[200];
 	int rc;
 
-	for (size_t i = 0; i < n; i++) {
-		size_t len = i == which ? newlen : src[i].len;
-		size_t have = len < src[i].len ? len : src[i].len;
-
-		mem[i] = malloc(len + 1);
-		assert_non_null(mem[i]);
-		if (have)
-			memcpy(mem[i] + 1, src[i].data, have);
-		if (len > have)
-			memset(mem[i] + 1 + have, fill, len - have);
-		if (i == which && at < len)
-			mem[i][1 + at] = val;
-		parts[i] = (struct frame_part){ mem[i] + 1, len };
-	}
-	rc = frame_decode(parts, n, &m, err, sizeof err);
+	wire_copy(&w, src, n, (int)which, newlen, fill);
+	if (at < newlen)
+		w.mem[which][1 + at] = val;
+	rc = decode(&w, &m, err, sizeof err);
 	if (print_texts)
 		printf("  part %zu len %zu at %zu=%u: %d %s\n", which, newlen,
 		       at, val, rc, err);
 	o->rcs = fnv(o->rcs, &rc, sizeof rc);
 	o->texts = fnv(o->texts, err, strlen(err) + 1);
 	o->n++;
-	for (size_t i = 0; i < n; i++)
-		free(mem[i]);
+	wire_free(&w);
 }
 
 /* Every neighbour of an encoded message, in a fixed order. */
@@ -221,11 +208,8 @@ static const struct golden golden[] = {
 
 static void encode_golden(unsigned t, int g, struct frame_msg *m, struct frame_out *out)
 {
-	char err[160] = "";
-
 	golden_msg(t, g, m);
-	if (frame_encode(m, out, err, sizeof err) != 0)
-		fail_msg("encode %s/%d: %s", frame_type_str(t), g, err);
+	encode_ok(m, out);
 }
 
 /* KVW_GOLDEN_PRINT=1: print the table rows instead of testing. */

@@ -1,15 +1,74 @@
 /*
- * frame_eq.h - field-for-field equality of two frame messages, shared by
- * tests/unit/test_frame.c and tests/unit/test_frame_golden.c (include
- * after cmocka.h; static functions, once per program). Views compare by
- * content, never by pointer: a decoded view points into received parts.
+ * frame_testkit.h - what the frame codec's tests share
+ * (tests/unit/test_frame.c, tests/unit/test_frame_golden.c): received
+ * messages copied into exact-size heap buffers, encode that must succeed,
+ * and field-for-field equality of two messages (views compare by content,
+ * never by pointer: a decoded view points into received parts). Include
+ * after cmocka.h; static functions, once per program.
  */
-#ifndef KVW_FRAME_EQ_H
-#define KVW_FRAME_EQ_H
+#ifndef KVW_FRAME_TESTKIT_H
+#define KVW_FRAME_TESTKIT_H
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "wire/frame.h"
+
+/* A received message: each part in its own exact-size heap buffer that
+ * starts at an odd address. */
+struct wire {
+	struct frame_part parts[KVW_MAX_FRAMES + 1];
+	uint8_t *mem[KVW_MAX_FRAMES + 1];
+	size_t n;
+};
+
+/* Copies src[0..n) into w, giving part `which` the length newlen (cut,
+ * or padded with `fill`); which = -1 keeps every length. */
+static void wire_copy(struct wire *w, const struct frame_part *src, size_t n,
+		      int which, size_t newlen, uint8_t fill)
+{
+	assert_true(n <= KVW_MAX_FRAMES + 1);
+	w->n = n;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = (int)i == which ? newlen : src[i].len;
+		size_t have = len < src[i].len ? len : src[i].len;
+
+		w->mem[i] = malloc(len + 1);
+		assert_non_null(w->mem[i]);
+		if (have)
+			memcpy(w->mem[i] + 1, src[i].data, have);
+		if (len > have)
+			memset(w->mem[i] + 1 + have, fill, len - have);
+		w->parts[i].data = w->mem[i] + 1;
+		w->parts[i].len = len;
+	}
+}
+
+static void wire_free(struct wire *w)
+{
+	for (size_t i = 0; i < w->n; i++)
+		free(w->mem[i]);
+	w->n = 0;
+}
+
+static void encode_ok(const struct frame_msg *m, struct frame_out *out)
+{
+	char err[128] = "";
+	int rc = frame_encode(m, out, err, sizeof err);
+
+	if (rc != 0)
+		fail_msg("encode %s: %s", frame_type_str(m->hdr.type), err);
+}
+
+/* Decodes w and returns rc; err receives the reason. */
+static int decode(const struct wire *w, struct frame_msg *m, char *err, size_t errlen)
+{
+	err[0] = '\0';
+	return frame_decode(w->parts, w->n, m, err, errlen);
+}
+
+/* ---- equality ---- */
 
 static void assert_str_eq(const char *a, const char *b)
 {
