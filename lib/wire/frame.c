@@ -1,12 +1,15 @@
 /*
- * frame.c - the frame codec of frame.h. Decoding reads each body with a
- * bounded cursor (rd_*) whose first failure (short input, a string too
- * long or holding a NUL, a count over its cap) sticks and is reported by
- * rd_end(), which also refuses trailing bytes; the decoded struct then goes
- * through the same value checks (frame_msg_check, frame_check.c) that
- * frame_encode() applies before it writes anything with the mirror cursor
- * (wr_*). Nothing here allocates: decoded arrays are views into the
- * caller's parts, encoded arrays are the caller's own memory.
+ * frame.c - the frame codec of frame.h. Every body is described once, in
+ * frame_bodies.def; this file builds from it the type table, the body
+ * reader and the body writer. Decoding reads each body with a bounded
+ * cursor (rd_*) whose first failure (short input, a string too long or
+ * holding a NUL, a count over its cap) sticks and is reported by rd_end(),
+ * which also refuses trailing bytes; the decoded struct then goes through
+ * the same value checks (frame_msg_check, frame_check.c, built from the
+ * same rows) that frame_encode() applies before it writes anything with
+ * the mirror cursor (wr_*). Nothing here allocates: decoded arrays are
+ * views into the caller's parts, encoded arrays are the caller's own
+ * memory.
  */
 #include "frame_impl.h"
 
@@ -20,24 +23,23 @@ static const struct {
 	uint8_t elem;
 	uint32_t cap;
 } types[FRAME_TYPE_MAX + 1] = {
-	[FRAME_BOOT_REGISTER] = { "BOOT_REGISTER", 2, 0, 0 },
-	[FRAME_BOOT_LOOKUP] = { "BOOT_LOOKUP", 2, 0, 0 },
-	[FRAME_BOOT_REPLY] = { "BOOT_REPLY", 2, 0, 0 },
-	[FRAME_PING] = { "PING", 1, 0, 0 },
-	[FRAME_PONG] = { "PONG", 1, 0, 0 },
-	[FRAME_REGISTER] = { "REGISTER", 2, 0, 0 },
-	[FRAME_XFER_INFO] = { "XFER_INFO", 3, 4, KVW_MAX_PAGES },
-	[FRAME_ABORT] = { "ABORT", 2, 0, 0 },
-	[FRAME_STATUS] = { "STATUS", 2, 0, 0 },
-	[FRAME_ABORT_ACK] = { "ABORT_ACK", 2, 0, 0 },
-	[FRAME_SEND_BEGIN] = { "SEND_BEGIN", 2, 0, 0 },
-	[FRAME_SEND_CHUNK] = { "SEND_CHUNK", 3, 4, KVW_MAX_PAGES },
-	[FRAME_RECV_BEGIN] = { "RECV_BEGIN", 3, 4, KVW_MAX_PAGES },
-	[FRAME_RECV_ABORT] = { "RECV_ABORT", 1, 0, 0 },
-	[FRAME_CLEAR] = { "CLEAR", 1, 0, 0 },
-	[FRAME_JOB] = { "JOB", 3, FRAME_COPY_LEN, KVW_MAX_COPIES },
-	[FRAME_JOB_DONE] = { "JOB_DONE", 2, 0, 0 },
+#define FRAME_EMPTY(T) [FRAME_##T] = { .name = #T, .nparts = 1 },
+#define FRAME_BODY(T, member, tag) [FRAME_##T] = { .name = #T, .nparts = 2
+#define FRAME_PAGES(f) + 1, .elem = 4, .cap = KVW_MAX_PAGES
+#define FRAME_COPIES(f) + 1, .elem = FRAME_COPY_LEN, .cap = KVW_MAX_COPIES
+#define FRAME_END(T) },
+#include "frame_bodies.def"
 };
+
+/* One FRAME_EMPTY or FRAME_BODY row per type of enum frame_type (a type
+ * named twice is a duplicate enumerator). */
+enum {
+#define FRAME_EMPTY(T) FRAME_ROW_##T,
+#define FRAME_BODY(T, member, tag) FRAME_ROW_##T,
+#include "frame_bodies.def"
+	FRAME_NROWS
+};
+_Static_assert((int)FRAME_NROWS == (int)FRAME_TYPE_MAX, "frame_bodies.def: a row per type");
 
 _Static_assert(KVW_MAX_FRAMES >= 3, "the largest type has 3 parts");
 _Static_assert(KVW_MAX_STR <= UINT16_MAX, "string lengths are u16 on the wire");
@@ -152,151 +154,57 @@ static int rd_end(const struct rd *c, unsigned type, char *err, size_t errlen)
 	return 0;
 }
 
-static void rd_topo(struct rd *c, struct kvw_topo *t)
+/* A u32 count, refused (`why` at `capwhat`) over cap, then count elements
+ * of elem bytes; *n is the count as read. */
+static const uint8_t *rd_counted(struct rd *c, uint32_t *n, size_t elem,
+				 uint32_t cap, const char *why,
+				 const char *nwhat, const char *capwhat,
+				 const char *what)
 {
-	t->tp = rd_u32(c, "topo.tp");
-	t->pp = rd_u32(c, "topo.pp");
-	t->cp = rd_u32(c, "topo.cp");
-	t->dp = rd_u32(c, "topo.dp");
+	*n = rd_u32(c, nwhat);
+	if (*n > cap)
+		rd_fail(c, why, capwhat);
+	return rd_bytes(c, (size_t)*n * elem, what);
 }
 
-static void rd_coord(struct rd *c, struct kvw_coord *x)
+/* REGISTER's buffer list: checks each record's reserved bytes, which the
+ * decoded struct does not carry (its view reads the other fields). */
+static void rd_bufs_reserved(struct rd *c, struct frame_bufs v)
 {
-	x->tp = rd_u32(c, "coord.tp");
-	x->pp = rd_u32(c, "coord.pp");
-	x->cp = rd_u32(c, "coord.cp");
-	x->dp = rd_u32(c, "coord.dp");
-}
+	for (uint32_t i = 0; v.p && i < v.n; i++) {
+		const uint8_t *q = v.p + (size_t)i * FRAME_BUF_LEN + FRAME_BUF_RESERVED_AT;
 
-static void rd_model(struct rd *c, struct kvw_model *m)
-{
-	m->page_tokens = rd_u32(c, "model.page_tokens");
-	m->dtype = rd_u32(c, "model.dtype");
-	m->total_kv_heads = rd_u32(c, "model.total_kv_heads");
-	m->rank_kv_heads = rd_u32(c, "model.rank_kv_heads");
-	m->head_bytes = rd_u32(c, "model.head_bytes");
-	m->flags = rd_u32(c, "model.flags");
-}
-
-/* REGISTER's tail: descriptor, model, buffer list. Checks each count
- * against its cap before taking the bytes it announces, and each buffer's
- * reserved field (which the decoded struct does not carry). */
-static void rd_register_tail(struct rd *c, struct frame_register *r)
-{
-	uint32_t n = rd_u32(c, "desc.len");
-
-	if (n > KVW_MAX_DESC)
-		rd_fail(c, "length over KVW_MAX_DESC", "desc");
-	r->desc.len = n;
-	r->desc.p = rd_bytes(c, n, "desc");
-	rd_model(c, &r->model);
-	n = rd_u32(c, "nbufs");
-	if (n > KVW_MAX_BUFFERS)
-		rd_fail(c, "count over KVW_MAX_BUFFERS", "nbufs");
-	r->bufs.native = NULL;
-	r->bufs.n = n;
-	r->bufs.p = rd_bytes(c, (size_t)n * FRAME_BUF_LEN, "bufs");
-	for (uint32_t i = 0; r->bufs.p && i < n; i++) {
-		const uint8_t *q = r->bufs.p + (size_t)i * FRAME_BUF_LEN;
-
-		if (q[6] || q[7])
-			rd_fail(c, "reserved field not zero", "bufs[].reserved");
+		for (unsigned k = 0; k < FRAME_BUF_RESERVED; k++)
+			if (q[k])
+				rd_fail(c, "reserved field not zero", "bufs[].reserved");
 	}
 }
 
-/* Reads the body of a type that has one into m->u. */
+/* Reads the body of a type that has one into m->u, row by row. */
 static void rd_body(struct rd *c, struct frame_msg *m)
 {
 	switch (m->hdr.type) {
-	case FRAME_BOOT_REGISTER: {
-		struct frame_boot_register *b = &m->u.boot_register;
-
-		rd_topo(c, &b->topo);
-		rd_coord(c, &b->coord);
-		rd_str(c, b->endpoint, "endpoint");
-		rd_model(c, &b->model);
-		b->layer_first = rd_u32(c, "layer_first");
-		b->layer_count = rd_u32(c, "layer_count");
-		break;
-	}
-	case FRAME_BOOT_LOOKUP:
-		rd_coord(c, &m->u.boot_lookup.want);
-		rd_model(c, &m->u.boot_lookup.model);
-		break;
-	case FRAME_BOOT_REPLY: {
-		struct frame_boot_reply *b = &m->u.boot_reply;
-
-		b->status = rd_u32(c, "status");
-		rd_topo(c, &b->topo);
-		rd_coord(c, &b->coord);
-		rd_str(c, b->endpoint, "endpoint");
-		rd_model(c, &b->model);
-		b->layer_first = rd_u32(c, "layer_first");
-		b->layer_count = rd_u32(c, "layer_count");
-		b->epoch = rd_u64(c, "epoch");
-		rd_str(c, b->text, "text");
-		break;
-	}
-	case FRAME_REGISTER:
-		rd_coord(c, &m->u.reg.coord);
-		rd_topo(c, &m->u.reg.topo);
-		rd_str(c, m->u.reg.endpoint, "endpoint");
-		rd_str(c, m->u.reg.transport, "transport");
-		rd_register_tail(c, &m->u.reg);
-		break;
-	case FRAME_XFER_INFO:
-		m->u.xfer_info.aux_slot = rd_u32(c, "aux_slot");
-		m->u.xfer_info.required_dst_info_num = rd_u32(c, "required_dst_info_num");
-		m->u.xfer_info.dummy = rd_u8(c, "dummy");
-		m->u.xfer_info.token = rd_u64(c, "token");
-		break;
-	case FRAME_ABORT:
-		m->u.abort.reason = rd_u32(c, "reason");
-		m->u.abort.token = rd_u64(c, "token");
-		break;
-	case FRAME_ABORT_ACK:
-		m->u.abort_ack.token = rd_u64(c, "token");
-		break;
-	case FRAME_STATUS:
-		m->u.status.state = rd_u8(c, "state");
-		m->u.status.reason = rd_u32(c, "reason");
-		m->u.status.token = rd_u64(c, "token");
-		rd_str(c, m->u.status.text, "text");
-		break;
-	case FRAME_SEND_BEGIN:
-		m->u.send_begin.num_pages = rd_u32(c, "num_pages");
-		m->u.send_begin.aux_slot = rd_u32(c, "aux_slot");
-		break;
-	case FRAME_SEND_CHUNK:
-		m->u.send_chunk.is_last = rd_u8(c, "is_last");
-		break;
-	case FRAME_RECV_BEGIN:
-		rd_str(c, m->u.recv_begin.bootstrap, "bootstrap");
-		m->u.recv_begin.aux_slot = rd_u32(c, "aux_slot");
-		m->u.recv_begin.prefill_dp_rank = rd_u32(c, "prefill_dp_rank");
-		break;
-	case FRAME_JOB:
-		m->u.job.slot = rd_u32(c, "slot");
-		m->u.job.generation = rd_u32(c, "generation");
-		m->u.job.peer = rd_u32(c, "peer");
-		m->u.job.flags = rd_u32(c, "flags");
-		m->u.job.dst_index = rd_u32(c, "dst_index");
-		m->u.job.desc.len = rd_u32(c, "desc.len");
-		if (m->u.job.desc.len > KVW_MAX_DESC)
-			rd_fail(c, "length over KVW_MAX_DESC", "desc");
-		m->u.job.desc.p = rd_bytes(c, m->u.job.desc.len, "desc");
-		m->u.job.pages = rd_u32(c, "pages");
-		m->u.job.token = rd_u64(c, "token");
-		rd_str(c, m->u.job.reply, "reply");
-		break;
-	case FRAME_JOB_DONE:
-		m->u.job_done.slot = rd_u32(c, "slot");
-		m->u.job_done.generation = rd_u32(c, "generation");
-		m->u.job_done.result = (int32_t)rd_u32(c, "result");
-		m->u.job_done.reason = rd_u32(c, "reason");
-		m->u.job_done.bytes = rd_u64(c, "bytes");
-		m->u.job_done.count = rd_u32(c, "count");
-		break;
+#define FRAME_BODY(T, member, tag) case FRAME_##T: { struct tag *b = &m->u.member;
+#define FRAME_U8(f, check, arg) b->f = rd_u8(c, #f);
+#define FRAME_U32(f, check, arg) b->f = rd_u32(c, #f);
+#define FRAME_I32(f, check, arg) b->f = (int32_t)rd_u32(c, #f);
+#define FRAME_U64(f, check, arg) b->f = rd_u64(c, #f);
+#define RD_U32(path, what) b->path = rd_u32(c, what);
+#define FRAME_TOPO(f) FRAME_TOPO_U32S(RD_U32, f)
+#define FRAME_COORD(f) FRAME_COORD_U32S(RD_U32, f)
+#define FRAME_MODEL(f) FRAME_MODEL_U32S(RD_U32, f)
+#define FRAME_STR(f) rd_str(c, b->f, #f);
+#define FRAME_BYTES(f, cap)                                               \
+	b->f.p = rd_counted(c, &b->f.len, 1, cap, "length over " #cap,    \
+			    #f ".len", #f, #f);
+#define FRAME_BUFS(f, cap)                                                \
+	b->f.native = NULL;                                               \
+	b->f.p = rd_counted(c, &b->f.n, FRAME_BUF_LEN, cap,               \
+			    "count over " #cap, "n" #f, "n" #f, #f);      \
+	rd_bufs_reserved(c, b->f);
+#define FRAME_END(T) break; }
+#include "frame_bodies.def"
+#undef RD_U32
 	}
 }
 
@@ -321,31 +229,25 @@ static void wr_bytes(struct wr *c, const void *src, size_t n, const char *what)
 	c->off += n;
 }
 
-static void wr_u8(struct wr *c, uint8_t v, const char *what)
+/* v as `bytes` little-endian bytes at p. */
+static void wr_le(uint8_t *p, uint64_t v, unsigned bytes)
 {
-	wr_bytes(c, &v, 1, what);
+	for (unsigned i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> 8 * i);
 }
 
-static void wr_u16(struct wr *c, uint16_t v, const char *what)
+static void wr_uint(struct wr *c, uint64_t v, unsigned bytes, const char *what)
 {
-	uint8_t b[2] = { (uint8_t)v, (uint8_t)(v >> 8) };
+	uint8_t b[8];
 
-	wr_bytes(c, b, 2, what);
+	wr_le(b, v, bytes);
+	wr_bytes(c, b, bytes, what);
 }
 
-static void wr_u32(struct wr *c, uint32_t v, const char *what)
-{
-	uint8_t b[4] = { (uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16),
-			 (uint8_t)(v >> 24) };
-
-	wr_bytes(c, b, 4, what);
-}
-
-static void wr_u64(struct wr *c, uint64_t v, const char *what)
-{
-	wr_u32(c, (uint32_t)v, what);
-	wr_u32(c, (uint32_t)(v >> 32), what);
-}
+static void wr_u8(struct wr *c, uint8_t v, const char *what) { wr_uint(c, v, 1, what); }
+static void wr_u16(struct wr *c, uint16_t v, const char *what) { wr_uint(c, v, 2, what); }
+static void wr_u32(struct wr *c, uint32_t v, const char *what) { wr_uint(c, v, 4, what); }
+static void wr_u64(struct wr *c, uint64_t v, const char *what) { wr_uint(c, v, 8, what); }
 
 /* s must be NUL-terminated within FRAME_STR_SIZE bytes. */
 static void wr_str(struct wr *c, const char s[FRAME_STR_SIZE], const char *what)
@@ -361,141 +263,95 @@ static void wr_str(struct wr *c, const char s[FRAME_STR_SIZE], const char *what)
 	wr_bytes(c, s, n, what);
 }
 
-static void wr_topo(struct wr *c, const struct kvw_topo *t)
+static uint64_t rd_le(const uint8_t *p, unsigned bytes)
 {
-	wr_u32(c, t->tp, "topo");
-	wr_u32(c, t->pp, "topo");
-	wr_u32(c, t->cp, "topo");
-	wr_u32(c, t->dp, "topo");
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < bytes; i++)
+		v |= (uint64_t)p[i] << 8 * i;
+	return v;
 }
 
-static void wr_coord(struct wr *c, const struct kvw_coord *x)
+/* One buffer record (FRAME_BUF_FIELDS), reserved bytes zero. */
+static void wr_buf(struct wr *c, struct kvw_buf b, const char *what)
 {
-	wr_u32(c, x->tp, "coord");
-	wr_u32(c, x->pp, "coord");
-	wr_u32(c, x->cp, "coord");
-	wr_u32(c, x->dp, "coord");
+	uint8_t r[FRAME_BUF_LEN] = { 0 };
+
+#define WR_FIELD(bits, f, at) wr_le(r + (at), b.f, (bits) / 8);
+	FRAME_BUF_FIELDS(WR_FIELD)
+#undef WR_FIELD
+	wr_bytes(c, r, sizeof r, what);
 }
 
-static void wr_model(struct wr *c, const struct kvw_model *m)
+/* frame.h; a wire record is read field by field (FRAME_BUF_FIELDS). */
+struct kvw_buf frame_bufs_get(struct frame_bufs v, uint32_t i)
 {
-	wr_u32(c, m->page_tokens, "model");
-	wr_u32(c, m->dtype, "model");
-	wr_u32(c, m->total_kv_heads, "model");
-	wr_u32(c, m->rank_kv_heads, "model");
-	wr_u32(c, m->head_bytes, "model");
-	wr_u32(c, m->flags, "model");
+	const uint8_t *q;
+	struct kvw_buf b = { 0 };
+
+	if (v.native)
+		return v.native[i];
+	q = v.p + FRAME_BUF_LEN * (size_t)i;
+#define RD_FIELD(bits, f, at) b.f = rd_le(q + (at), (bits) / 8);
+	FRAME_BUF_FIELDS(RD_FIELD)
+#undef RD_FIELD
+	return b;
 }
 
-/* Writes the body of a type that has one; m has passed frame_msg_check(). */
+/* Writes the body of a type that has one, row by row; m has passed
+ * frame_msg_check(). */
 static void wr_body(struct wr *c, const struct frame_msg *m)
 {
 	switch (m->hdr.type) {
-	case FRAME_BOOT_REGISTER: {
-		const struct frame_boot_register *b = &m->u.boot_register;
-
-		wr_topo(c, &b->topo);
-		wr_coord(c, &b->coord);
-		wr_str(c, b->endpoint, "endpoint");
-		wr_model(c, &b->model);
-		wr_u32(c, b->layer_first, "layer_first");
-		wr_u32(c, b->layer_count, "layer_count");
-		break;
+#define FRAME_BODY(T, member, tag) case FRAME_##T: { const struct tag *b = &m->u.member;
+#define FRAME_U8(f, check, arg) wr_u8(c, b->f, #f);
+#define FRAME_U32(f, check, arg) wr_u32(c, b->f, #f);
+#define FRAME_I32(f, check, arg) wr_u32(c, (uint32_t)b->f, #f);
+#define FRAME_U64(f, check, arg) wr_u64(c, b->f, #f);
+#define WR_U32(path, what) wr_u32(c, b->path, what);
+#define FRAME_TOPO(f) FRAME_TOPO_U32S(WR_U32, f)
+#define FRAME_COORD(f) FRAME_COORD_U32S(WR_U32, f)
+#define FRAME_MODEL(f) FRAME_MODEL_U32S(WR_U32, f)
+#define FRAME_STR(f) wr_str(c, b->f, #f);
+#define FRAME_BYTES(f, cap)                       \
+	wr_u32(c, b->f.len, #f ".len");           \
+	wr_bytes(c, b->f.p, b->f.len, #f);
+#define FRAME_BUFS(f, cap)                                \
+	wr_u32(c, b->f.n, "n" #f);                        \
+	for (uint32_t i = 0; i < b->f.n; i++)             \
+		wr_buf(c, frame_bufs_get(b->f, i), #f);
+#define FRAME_END(T) break; }
+#include "frame_bodies.def"
+#undef WR_U32
 	}
-	case FRAME_BOOT_LOOKUP:
-		wr_coord(c, &m->u.boot_lookup.want);
-		wr_model(c, &m->u.boot_lookup.model);
-		break;
-	case FRAME_BOOT_REPLY: {
-		const struct frame_boot_reply *b = &m->u.boot_reply;
+}
 
-		wr_u32(c, b->status, "status");
-		wr_topo(c, &b->topo);
-		wr_coord(c, &b->coord);
-		wr_str(c, b->endpoint, "endpoint");
-		wr_model(c, &b->model);
-		wr_u32(c, b->layer_first, "layer_first");
-		wr_u32(c, b->layer_count, "layer_count");
-		wr_u64(c, b->epoch, "epoch");
-		wr_str(c, b->text, "text");
-		break;
+/* Points m's part-2 view at p (n elements), for a type that has one. */
+static void part2_set(struct frame_msg *m, const uint8_t *p, uint32_t n)
+{
+	switch (m->hdr.type) {
+#define FRAME_BODY(T, member, tag) case FRAME_##T: { struct tag *b = &m->u.member; (void)b;
+#define FRAME_PAGES(f) b->f.p = p; b->f.n = n;
+#define FRAME_COPIES(f) b->f.p = p; b->f.n = n;
+#define FRAME_END(T) break; }
+#include "frame_bodies.def"
 	}
-	case FRAME_REGISTER: {
-		const struct frame_register *r = &m->u.reg;
+}
 
-		wr_coord(c, &r->coord);
-		wr_topo(c, &r->topo);
-		wr_str(c, r->endpoint, "endpoint");
-		wr_str(c, r->transport, "transport");
-		wr_u32(c, r->desc.len, "desc.len");
-		wr_bytes(c, r->desc.p, r->desc.len, "desc");
-		wr_model(c, &r->model);
-		wr_u32(c, r->bufs.n, "nbufs");
-		for (uint32_t i = 0; i < r->bufs.n; i++) {
-			struct kvw_buf b = frame_bufs_get(r->bufs, i);
+/* m's part-2 array as a part (its elements: types[].elem bytes each). */
+static struct frame_part part2_get(const struct frame_msg *m)
+{
+	struct frame_part part = { NULL, 0 };
 
-			wr_u32(c, b.layer_id, "bufs");
-			wr_u8(c, b.role, "bufs");
-			wr_u8(c, b.pool, "bufs");
-			wr_u16(c, 0, "bufs");
-			wr_u64(c, b.offset, "bufs");
-			wr_u32(c, b.item_len, "bufs");
-			wr_u32(c, b.pages, "bufs");
-		}
-		break;
+	switch (m->hdr.type) {
+#define FRAME_BODY(T, member, tag) case FRAME_##T: { const struct tag *b = &m->u.member; (void)b;
+#define FRAME_PAGES(f) part.data = b->f.p; part.len = b->f.n;
+#define FRAME_COPIES(f) part.data = b->f.p; part.len = b->f.n;
+#define FRAME_END(T) break; }
+#include "frame_bodies.def"
 	}
-	case FRAME_XFER_INFO:
-		wr_u32(c, m->u.xfer_info.aux_slot, "aux_slot");
-		wr_u32(c, m->u.xfer_info.required_dst_info_num, "required_dst_info_num");
-		wr_u8(c, m->u.xfer_info.dummy, "dummy");
-		wr_u64(c, m->u.xfer_info.token, "token");
-		break;
-	case FRAME_ABORT:
-		wr_u32(c, m->u.abort.reason, "reason");
-		wr_u64(c, m->u.abort.token, "token");
-		break;
-	case FRAME_ABORT_ACK:
-		wr_u64(c, m->u.abort_ack.token, "token");
-		break;
-	case FRAME_STATUS:
-		wr_u8(c, m->u.status.state, "state");
-		wr_u32(c, m->u.status.reason, "reason");
-		wr_u64(c, m->u.status.token, "token");
-		wr_str(c, m->u.status.text, "text");
-		break;
-	case FRAME_SEND_BEGIN:
-		wr_u32(c, m->u.send_begin.num_pages, "num_pages");
-		wr_u32(c, m->u.send_begin.aux_slot, "aux_slot");
-		break;
-	case FRAME_SEND_CHUNK:
-		wr_u8(c, m->u.send_chunk.is_last, "is_last");
-		break;
-	case FRAME_RECV_BEGIN:
-		wr_str(c, m->u.recv_begin.bootstrap, "bootstrap");
-		wr_u32(c, m->u.recv_begin.aux_slot, "aux_slot");
-		wr_u32(c, m->u.recv_begin.prefill_dp_rank, "prefill_dp_rank");
-		break;
-	case FRAME_JOB:
-		wr_u32(c, m->u.job.slot, "slot");
-		wr_u32(c, m->u.job.generation, "generation");
-		wr_u32(c, m->u.job.peer, "peer");
-		wr_u32(c, m->u.job.flags, "flags");
-		wr_u32(c, m->u.job.dst_index, "dst_index");
-		wr_u32(c, m->u.job.desc.len, "desc.len");
-		wr_bytes(c, m->u.job.desc.p, m->u.job.desc.len, "desc");
-		wr_u32(c, m->u.job.pages, "pages");
-		wr_u64(c, m->u.job.token, "token");
-		wr_str(c, m->u.job.reply, "reply");
-		break;
-	case FRAME_JOB_DONE:
-		wr_u32(c, m->u.job_done.slot, "slot");
-		wr_u32(c, m->u.job_done.generation, "generation");
-		wr_u32(c, (uint32_t)m->u.job_done.result, "result");
-		wr_u32(c, m->u.job_done.reason, "reason");
-		wr_u64(c, m->u.job_done.bytes, "bytes");
-		wr_u32(c, m->u.job_done.count, "count");
-		break;
-	}
+	part.len *= types[m->hdr.type].elem;
+	return part;
 }
 
 /* ---- public entry points ---- */
@@ -594,7 +450,6 @@ int frame_decode(const struct frame_part *parts, size_t nparts,
 	}
 	if (want >= 3) {
 		size_t len = parts[2].len, elem = types[type].elem;
-		struct frame_u32s v;
 
 		if (len % elem)
 			return kvw_errf(
@@ -606,18 +461,7 @@ int frame_decode(const struct frame_part *parts, size_t nparts,
 					"%s: %zu elements over cap %u",
 					types[type].name, len / elem,
 					types[type].cap);
-		v.p = parts[2].data;
-		v.n = (uint32_t)(len / elem);
-		if (type == FRAME_JOB) {
-			out->u.job.copies.p = v.p;
-			out->u.job.copies.n = v.n;
-		} else if (type == FRAME_XFER_INFO) {
-			out->u.xfer_info.pages = v;
-		} else if (type == FRAME_SEND_CHUNK) {
-			out->u.send_chunk.pages = v;
-		} else {
-			out->u.recv_begin.pages = v;
-		}
+		part2_set(out, parts[2].data, (uint32_t)(len / elem));
 	}
 	return frame_msg_check(out, err, errlen);
 }
@@ -660,17 +504,8 @@ int frame_encode(const struct frame_msg *m, struct frame_out *out, char *err,
 		out->parts[1].data = out->body;
 		out->parts[1].len = c.off;
 	}
-	if (n >= 3) {
-		const struct frame_u32s *pages = frame_msg_pages(m);
-
-		if (pages) {
-			out->parts[2].data = pages->p;
-			out->parts[2].len = (size_t)pages->n * 4;
-		} else {
-			out->parts[2].data = m->u.job.copies.p;
-			out->parts[2].len = (size_t)m->u.job.copies.n * FRAME_COPY_LEN;
-		}
-	}
+	if (n >= 3)
+		out->parts[2] = part2_get(m);
 	out->nparts = n;
 	return 0;
 }

@@ -167,29 +167,18 @@ static inline struct frame_copies frame_copies_of(const struct frame_copy *a, ui
 
 /* REGISTER's buffer list. On the wire each buffer is 24 bytes: layer_id
  * u32, role u8, pool u8, reserved u16 (0), offset u64, item_len u32,
- * pages u32. struct kvw_buf has padding, so it is never the wire form: a
- * decoded view points at wire bytes (p), a view built for encoding points
- * at native structs (native); frame_bufs_get() reads either. */
+ * pages u32 (FRAME_BUF_FIELDS in frame_bodies.def). struct kvw_buf has
+ * padding, so it is never the wire form: a decoded view points at wire
+ * bytes (p), a view built for encoding points at native structs (native);
+ * frame_bufs_get() reads either. */
 #define FRAME_BUF_LEN 24u
 struct frame_bufs {
 	const uint8_t *p;              /* wire bytes, or NULL */
 	const struct kvw_buf *native;  /* native array, or NULL */
 	uint32_t n;
 };
-static inline struct kvw_buf frame_bufs_get(struct frame_bufs v, uint32_t i)
-{
-	if (v.native)
-		return v.native[i];
-	const uint8_t *q = v.p + FRAME_BUF_LEN * (size_t)i;
-	struct kvw_buf b = { 0 };
-	b.layer_id = frame_le32(q);
-	b.role = q[4];
-	b.pool = q[5];
-	b.offset = frame_le64(q + 8);
-	b.item_len = frame_le32(q + 16);
-	b.pages = frame_le32(q + 20);
-	return b;
-}
+/* Buffer i of v (i < v.n), read from either form. */
+struct kvw_buf frame_bufs_get(struct frame_bufs v, uint32_t i);
 static inline struct frame_bufs frame_bufs_of(const struct kvw_buf *a, uint32_t n)
 {
 	struct frame_bufs v = { NULL, a, n };

@@ -3,9 +3,14 @@
  * ranges, caps, flags and coordinates of a message whose header type is
  * known. frame_decode() runs them on every decoded message and
  * frame_encode() before it writes a byte, so both directions refuse the
- * same messages.
+ * same messages. The per-field checks come from the rows of
+ * frame_bodies.def (their check column); what no one field can say (a
+ * coordinate inside its topology, a layer range that fits) is a rule
+ * below, run where its FRAME_RULE row stands.
  */
 #include "frame_impl.h"
+
+#define BAD(...) kvw_errf(err, errlen, KVW_EINVAL, __VA_ARGS__)
 
 /* Sizes at least 1 and every coordinate inside them. */
 static int topo_check(const struct kvw_topo *t, const struct kvw_coord *x)
@@ -14,136 +19,136 @@ static int topo_check(const struct kvw_topo *t, const struct kvw_coord *x)
 	       x->pp < t->pp && x->cp < t->cp && x->dp < t->dp;
 }
 
-const struct frame_u32s *frame_msg_pages(const struct frame_msg *m)
+/* ---- rules: one per message that needs one (FRAME_RULE rows) ---- */
+
+static int frame_rule_boot_register(const struct frame_boot_register *b,
+				    const char *t, char *err, size_t errlen)
 {
-	switch (m->hdr.type) {
-	case FRAME_XFER_INFO: return &m->u.xfer_info.pages;
-	case FRAME_SEND_CHUNK: return &m->u.send_chunk.pages;
-	case FRAME_RECV_BEGIN: return &m->u.recv_begin.pages;
-	}
-	return NULL;
+	if (!topo_check(&b->topo, &b->coord))
+		return BAD("%s: coord outside topo", t);
+	if (b->layer_count > UINT32_MAX - b->layer_first)
+		return BAD("%s: layer range overflows", t);
+	return 0;
 }
+
+static int frame_rule_boot_lookup(const struct frame_boot_lookup *b,
+				  const char *t, char *err, size_t errlen)
+{
+	const struct kvw_coord *w = &b->want;
+	int any = (w->tp == FRAME_LOOKUP_TOPO_ONLY) + (w->pp == FRAME_LOOKUP_TOPO_ONLY) +
+		  (w->cp == FRAME_LOOKUP_TOPO_ONLY) + (w->dp == FRAME_LOOKUP_TOPO_ONLY);
+
+	if (any != 0 && any != 4)
+		return BAD("%s: want mixes topology-only and coordinates", t);
+	return 0;
+}
+
+/* An error reply may carry no topology at all. */
+static int frame_rule_boot_reply(const struct frame_boot_reply *b,
+				 const char *t, char *err, size_t errlen)
+{
+	if (b->status == FRAME_BOOT_OK && !topo_check(&b->topo, &b->coord))
+		return BAD("%s: coord outside topo", t);
+	if (b->layer_count > UINT32_MAX - b->layer_first)
+		return BAD("%s: layer range overflows", t);
+	return 0;
+}
+
+static int frame_rule_register(const struct frame_register *r, const char *t,
+			       char *err, size_t errlen)
+{
+	if (!topo_check(&r->topo, &r->coord))
+		return BAD("%s: coord outside topo", t);
+	return 0;
+}
+
+/* A STATUS reports an outcome: never a live state. */
+static int frame_rule_status(const struct frame_status *s, const char *t,
+			     char *err, size_t errlen)
+{
+	if (s->state != KVW_SUCCESS && s->state != KVW_FAILED)
+		return BAD("%s: state %u not Success/Failed", t, s->state);
+	return 0;
+}
+
+static int frame_rule_job(const struct frame_job *j, const char *t, char *err,
+			  size_t errlen)
+{
+	if ((j->flags & FRAME_JOB_FINAL) && !(j->flags & FRAME_JOB_LAST))
+		return BAD("%s: flags 0x%x: FINAL without LAST", t, j->flags);
+	return 0;
+}
+
+/* Only a burst of successes is answered at once. */
+static int frame_rule_job_done(const struct frame_job_done *d, const char *t,
+			       char *err, size_t errlen)
+{
+	if (d->count > 1 && d->result != 0)
+		return BAD("%s: count %u for a failed job", t, d->count);
+	return 0;
+}
+
+/* ---- the check column of frame_bodies.def ---- */
+
+/* CHECK_<kind>(field, value, arg, arg as written in the row). */
+
+#define CHECK_ANY(f, v, a, as)
+#define CHECK_NONZERO(f, v, a, as)                       \
+	if ((v) == 0)                                \
+		return BAD("%s: " #f " 0", t);
+#define CHECK_BOOL(f, v, a, as)                          \
+	if ((v) > 1)                                 \
+		return BAD("%s: " #f " not 0/1", t);
+#define CHECK_BELOW(f, v, a, as)                                              \
+	if ((v) >= (a))                                                   \
+		return BAD("%s: " #f " %u out of range", t, (unsigned)(v));
+#define CHECK_MASK(f, v, a, as)                                               \
+	if ((v) & ~(uint32_t)(a))                                         \
+		return BAD("%s: unknown " #f " 0x%x", t, (unsigned)(v));
+#define CHECK_NOT_POS(f, v, a, as)                                            \
+	if ((v) > 0)                                                      \
+		return BAD("%s: " #f " %d positive", t, (int)(v));
+#define CHECK_ONE_TO(f, v, a, as)                                             \
+	if ((v) < 1 || (v) > (a))                                         \
+		return BAD("%s: " #f " %u outside 1.." as, t, (unsigned)(v));
 
 int frame_msg_check(const struct frame_msg *m, char *err, size_t errlen)
 {
 	const char *t = frame_type_str(m->hdr.type);
-	const struct frame_u32s *pages = frame_msg_pages(m);
+	int rc;
 
-#define BAD(...) kvw_errf(err, errlen, KVW_EINVAL, __VA_ARGS__)
-	if (pages && pages->n > KVW_MAX_PAGES)
-		return BAD("%s: %u pages over KVW_MAX_PAGES", t, pages->n);
 	switch (m->hdr.type) {
-	case FRAME_BOOT_REGISTER: {
-		const struct frame_boot_register *b = &m->u.boot_register;
-
-		if (!topo_check(&b->topo, &b->coord))
-			return BAD("%s: coord outside topo", t);
-		if (b->layer_count > UINT32_MAX - b->layer_first)
-			return BAD("%s: layer range overflows", t);
-		break;
+#define FRAME_BODY(T, member, tag) case FRAME_##T: { const struct tag *b = &m->u.member; (void)b;
+#define FRAME_U8(f, check, arg) CHECK_##check(f, b->f, arg, #arg)
+#define FRAME_U32(f, check, arg) CHECK_##check(f, b->f, arg, #arg)
+#define FRAME_I32(f, check, arg) CHECK_##check(f, b->f, arg, #arg)
+#define FRAME_U64(f, check, arg) CHECK_##check(f, b->f, arg, #arg)
+#define FRAME_BYTES(f, cap)                                                   \
+	if (b->f.len > (cap))                                                 \
+		return BAD("%s: " #f " %u bytes over " #cap, t, b->f.len);    \
+	if (b->f.len && !b->f.p)                                              \
+		return BAD("%s: " #f " has no data", t);
+#define FRAME_BUFS(f, cap)                                                    \
+	if (b->f.n > (cap))                                                   \
+		return BAD("%s: n" #f " %u over " #cap, t, b->f.n);           \
+	if (b->f.n && !b->f.p && !b->f.native)                                \
+		return BAD("%s: " #f " has no data", t);                      \
+	for (uint32_t i = 0; i < b->f.n; i++)                                 \
+		if (frame_bufs_get(b->f, i).role >= KVW_NROLES)               \
+			return BAD("%s: " #f "[%u] role out of range", t, i);
+#define FRAME_RULE(name)                                                      \
+	if ((rc = frame_rule_##name(b, t, err, errlen)) < 0)                  \
+		return rc;
+#define FRAME_PART2(f, what, cap)                                             \
+	if (b->f.n > (cap))                                                   \
+		return BAD("%s: %u " what " over " #cap, t, b->f.n);          \
+	if (b->f.n && !b->f.p)                                                \
+		return BAD("%s: " what " has no data", t);
+#define FRAME_PAGES(f) FRAME_PART2(f, "pages", KVW_MAX_PAGES)
+#define FRAME_COPIES(f) FRAME_PART2(f, "copies", KVW_MAX_COPIES)
+#define FRAME_END(T) break; }
+#include "frame_bodies.def"
+#undef FRAME_PART2
 	}
-	case FRAME_BOOT_LOOKUP: {
-		const struct kvw_coord *w = &m->u.boot_lookup.want;
-		int any = (w->tp == FRAME_LOOKUP_TOPO_ONLY) + (w->pp == FRAME_LOOKUP_TOPO_ONLY) +
-			  (w->cp == FRAME_LOOKUP_TOPO_ONLY) + (w->dp == FRAME_LOOKUP_TOPO_ONLY);
-
-		if (any != 0 && any != 4)
-			return BAD("%s: want mixes topology-only and coordinates", t);
-		break;
-	}
-	case FRAME_BOOT_REPLY: {
-		const struct frame_boot_reply *b = &m->u.boot_reply;
-
-		if (b->status >= FRAME_BOOT_NSTATUS)
-			return BAD("%s: status %u out of range", t, b->status);
-		if (b->status == FRAME_BOOT_OK && !topo_check(&b->topo, &b->coord))
-			return BAD("%s: coord outside topo", t);
-		if (b->layer_count > UINT32_MAX - b->layer_first)
-			return BAD("%s: layer range overflows", t);
-		break;
-	}
-	case FRAME_REGISTER: {
-		const struct frame_register *r = &m->u.reg;
-
-		if (!topo_check(&r->topo, &r->coord))
-			return BAD("%s: coord outside topo", t);
-		if (r->desc.len > KVW_MAX_DESC)
-			return BAD("%s: desc %u bytes over KVW_MAX_DESC", t, r->desc.len);
-		if (r->desc.len && !r->desc.p)
-			return BAD("%s: desc has no data", t);
-		if (r->bufs.n > KVW_MAX_BUFFERS)
-			return BAD("%s: nbufs %u over KVW_MAX_BUFFERS", t, r->bufs.n);
-		if (r->bufs.n && !r->bufs.p && !r->bufs.native)
-			return BAD("%s: bufs has no data", t);
-		for (uint32_t i = 0; i < r->bufs.n; i++)
-			if (frame_bufs_get(r->bufs, i).role >= KVW_NROLES)
-				return BAD("%s: bufs[%u] role out of range", t, i);
-		break;
-	}
-	case FRAME_XFER_INFO:
-		if (m->u.xfer_info.required_dst_info_num < 1)
-			return BAD("%s: required_dst_info_num is 0", t);
-		if (m->u.xfer_info.dummy > 1)
-			return BAD("%s: dummy not 0/1", t);
-		if (m->u.xfer_info.token == 0)
-			return BAD("%s: token 0", t);
-		break;
-	case FRAME_ABORT:
-		if (m->u.abort.reason >= KVW_NREASONS)
-			return BAD("%s: reason %u out of range", t, m->u.abort.reason);
-		if (m->u.abort.token == 0)
-			return BAD("%s: token 0", t);
-		break;
-	case FRAME_ABORT_ACK:
-		if (m->u.abort_ack.token == 0)
-			return BAD("%s: token 0", t);
-		break;
-	case FRAME_STATUS:
-		if (m->u.status.state != KVW_SUCCESS && m->u.status.state != KVW_FAILED)
-			return BAD("%s: state %u not Success/Failed", t, m->u.status.state);
-		if (m->u.status.reason >= KVW_NREASONS)
-			return BAD("%s: reason %u out of range", t, m->u.status.reason);
-		if (m->u.status.token == 0)
-			return BAD("%s: token 0", t);
-		break;
-	case FRAME_SEND_CHUNK:
-		if (m->u.send_chunk.is_last > 1)
-			return BAD("%s: is_last not 0/1", t);
-		break;
-	case FRAME_JOB:
-		if (m->u.job.flags & ~(FRAME_JOB_LAST | FRAME_JOB_FINAL))
-			return BAD("%s: unknown flags 0x%x", t, m->u.job.flags);
-		if ((m->u.job.flags & FRAME_JOB_FINAL) &&
-		    !(m->u.job.flags & FRAME_JOB_LAST))
-			return BAD("%s: flags 0x%x: FINAL without LAST", t,
-				   m->u.job.flags);
-		if (m->u.job.token == 0)
-			return BAD("%s: token 0", t);
-		if (m->u.job.desc.len > KVW_MAX_DESC)
-			return BAD("%s: desc %u bytes over KVW_MAX_DESC", t, m->u.job.desc.len);
-		if (m->u.job.desc.len && !m->u.job.desc.p)
-			return BAD("%s: desc has no data", t);
-		if (m->u.job.copies.n > KVW_MAX_COPIES)
-			return BAD("%s: %u copies over KVW_MAX_COPIES", t, m->u.job.copies.n);
-		if (m->u.job.copies.n && !m->u.job.copies.p)
-			return BAD("%s: copies has no data", t);
-		break;
-	case FRAME_JOB_DONE:
-		if (m->u.job_done.result > 0)
-			return BAD("%s: result %d positive", t, m->u.job_done.result);
-		if (m->u.job_done.reason >= KVW_NREASONS)
-			return BAD("%s: reason %u out of range", t, m->u.job_done.reason);
-		if (m->u.job_done.count < 1 ||
-		    m->u.job_done.count > FRAME_JOB_DONE_MAX)
-			return BAD("%s: count %u outside 1..FRAME_JOB_DONE_MAX", t,
-				   m->u.job_done.count);
-		if (m->u.job_done.count > 1 && m->u.job_done.result != 0)
-			return BAD("%s: count %u for a failed job", t,
-				   m->u.job_done.count);
-		break;
-	}
-	if (pages && pages->n && !pages->p)
-		return BAD("%s: pages has no data", t);
-#undef BAD
 	return 0;
 }
