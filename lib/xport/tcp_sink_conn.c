@@ -60,6 +60,26 @@ static int ack(struct conn *c, uint32_t status)
 	return tcp_sink_flush_ack(c);
 }
 
+/* Reads into dst up to want - have bytes: 1 when the unit is complete, 0
+ * when more must come, -1 on EOF or error. */
+static int fill(struct conn *c, uint8_t *dst, size_t want)
+{
+	while (c->have < want) {
+		ssize_t k = recv(c->fd, dst + c->have, want - c->have,
+				 MSG_DONTWAIT);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (k <= 0)
+			return -1;
+		c->have += (size_t)k;
+		c->last_ns = tcp_sink_now_ns();
+	}
+	return 1;
+}
+
 /* After a refusal's ACK the connection closes, but not at once: our side
  * shuts (a FIN behind the ACK) and what the peer still sends is read and
  * dropped until it hangs up. A close with unread bytes would be a RST,
@@ -86,19 +106,15 @@ static int linger(struct sink *s, struct conn *c)
 		c->shut = 1;
 	}
 	for (;;) {
-		ssize_t k = recv(c->fd, s->scratch, sizeof s->scratch,
-				 MSG_DONTWAIT);
+		int rc;
 
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		c->have = 0;
+		rc = fill(c, s->scratch, sizeof s->scratch);
+		c->dropped += c->have;
+		if (rc < 0 || c->dropped > SINK_LINGER_BYTES)
+			return -1;
+		if (rc == 0)
 			return 0;
-		if (k <= 0)
-			return -1;
-		c->last_ns = tcp_sink_now_ns();
-		c->have += (size_t)k;
-		if (c->have > SINK_LINGER_BYTES)
-			return -1;
 	}
 }
 
@@ -114,27 +130,6 @@ static int tampered(struct sink *s, struct conn *c, const char *what)
 		s->cfg->integrity_failed(s->cfg->arg);
 	return ack(c, TCP_INTEGRITY) < 0 ? -1 : closing(s, c);
 }
-
-/* Reads into dst up to want - have bytes: 1 when the unit is complete, 0
- * when more must come, -1 on EOF or error. */
-static int fill(struct conn *c, uint8_t *dst, size_t want)
-{
-	while (c->have < want) {
-		ssize_t k = recv(c->fd, dst + c->have, want - c->have,
-				 MSG_DONTWAIT);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
-		if (k <= 0)
-			return -1;
-		c->have += (size_t)k;
-		c->last_ns = tcp_sink_now_ns();
-	}
-	return 1;
-}
-
 
 /* Why a HELLO's proof failed, for both sides' logs: the keys (their
  * fingerprints differ) or the registration's secret. */

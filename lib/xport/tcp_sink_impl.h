@@ -45,7 +45,8 @@ struct conn {
 	int discard;          /* payload read and dropped: the ACK status */
 	int dev_fail;         /* landed, but not copied on to the GPU */
 	int keyed;            /* the macs are set up (handshake done) */
-	int shut;             /* C_CLOSING: our side is shut */
+	int shut;             /* C_CLOSING: our side is shut ... */
+	uint64_t dropped;     /* ... and bytes read and dropped since */
 	int encrypt;          /* HELLO asked for ENCRYPT */
 	struct tcp_mac in;    /* client -> sink: checks batch tags */
 	struct tcp_mac out;   /* sink -> client: tags ACKs */
