@@ -215,11 +215,11 @@ tampered_case() {
 
 @test "tamper: every batch rewritten on the first 10 connections: the first batch's room fails with reason integrity, the others succeed, corrupt=0" {
 	# A batch fails its room once it failed integrity on 3 connections
-	# or went unanswered on 8 (the cut after the sink's INTEGRITY ACK
-	# may reach the client before the ACK does: timing decides which),
-	# so on 10 tampered connections the first batch cannot get through
-	# whatever the timing; its failure is integrity (tampered_case
-	# checks every failed room's reason).
+	# (the sink's INTEGRITY ACK reaches the client: it closes with a FIN
+	# behind it, reading and dropping the rest) or went unanswered on 8
+	# (a cut, whatever its cause), so on 10 tampered connections the
+	# first batch cannot get through either way; its failure is
+	# integrity (tampered_case checks every failed room's reason).
 	tampered_case payload 1000 --every 1 --first-conns 10
 	[ "$(relayed tampered_conns)" = 10 ]
 	[ "$(summary failed)" -ge 1 ]
