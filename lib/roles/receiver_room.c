@@ -538,6 +538,9 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 			receiver_room_abort(r, room, KVW_R_TRANSFER);
 			return;
 		}
+		LOG_ROOM(LOG_DEBUG, room->id, "XFER_INFO to prefill rank %u: "
+			 "token %llu", t->unique,
+			 (unsigned long long)t->token);
 		if (!t->dummy && first_real == 0)
 			first_real = t->peer->id;
 	}

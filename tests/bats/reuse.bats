@@ -33,9 +33,10 @@ teardown() {
 up() { kv_up_held --heartbeat-interval 300 "$@"; }
 
 field_is() { [ "$(field "$1" "$2" "$3")" = "$4" ]; }
-# token N: d0's incarnation token of the N-th XFER_INFO round of room 5.
+# token N RANK: the token d0's N-th XFER_INFO of room 5 to prefill rank
+# RANK carried (each target of an incarnation has its own).
 token() {
-	sed -n 's/.*room 5: XFER_INFO sent to [0-9]* targets, incarnation token \([0-9]*\)$/\1/p' \
+	sed -n "s/.*room 5: XFER_INFO to prefill rank $2: token \([0-9]*\)\$/\1/p" \
 		"$RUN/logs/d0.log" | sed -n "$1p"
 }
 
@@ -64,7 +65,7 @@ send() {
 
 # first PREFILL...: incarnation 1 of room 5 (d0 pages 1,2) to Success on
 # every side, then cleared everywhere; its pages are painted 5a (released:
-# the canary). Sets OLD (its token).
+# the canary). Sets OLD (the token it sent p0).
 first() {
 	fill p0 ab
 	fill d0 cd
@@ -78,7 +79,7 @@ first() {
 		ctl clear "$(endpoint "$m" engine)" 5
 		wait_for 10 state_is "$m" 5 Cleared
 	done
-	OLD=$(token 1)
+	OLD=$(token 1 0)
 	[ -n "$OLD" ]
 	paint d0 5a 1,2
 }
@@ -97,7 +98,7 @@ second() {
 	for p; do
 		wait_for 10 state_is "$p" 5 WaitingForInput
 	done
-	NEW=$(token 2)
+	NEW=$(token 2 0)
 	[ -n "$NEW" ] && [ "$NEW" != "$OLD" ]
 	SRC=12,13 AUX=1 send "$@"
 	wait_for 10 field_is p0 5 outstanding 1
@@ -105,13 +106,15 @@ second() {
 
 # late_status SRC MEMBER: incarnation 1's STATUS(Success) (a worker's) and
 # STATUS(Failed) (a restarted control's) in MEMBER's name (src rank SRC,
-# its epoch) reach d0, which drops both; room 5 is still waiting.
+# its epoch, the token incarnation 1 sent it) reach d0, which drops both;
+# room 5 is still waiting.
 late_status() {
-	local e
+	local e t
 	e=$(epoch_of d0 "$2")
-	[ -n "$e" ]
-	"$PY" "$LATE" status "$(endpoint d0 listen)" "$1" "$e" 5 success 0 "$OLD"
-	"$PY" "$LATE" status "$(endpoint d0 listen)" "$1" "$e" 5 failed 5 "$OLD"
+	t=$(token 1 "$1")
+	[ -n "$e" ] && [ -n "$t" ]
+	"$PY" "$LATE" status "$(endpoint d0 listen)" "$1" "$e" 5 success 0 "$t"
+	"$PY" "$LATE" status "$(endpoint d0 listen)" "$1" "$e" 5 failed 5 "$t"
 }
 
 # finish: p0's worker runs again; incarnation 2 succeeds on its own token
@@ -164,7 +167,7 @@ finish() {
 	wait_for 10 logged d0 "room 5: STATUS from rank 1, not a target"
 	wait_for 10 stale_is d0 4
 	# The dummy XFER_INFO of incarnation 1, late at p1: ignored there.
-	"$PY" "$LATE" xfer-info "$(endpoint p1 listen)" 0 "$(epoch_of p1 d0)" 5 "$OLD" 0 dummy
+	"$PY" "$LATE" xfer-info "$(endpoint p1 listen)" 0 "$(epoch_of p1 d0)" 5 "$(token 1 1)" 0 dummy
 	wait_for 10 logged p1 "room 5: XFER_INFO for a Success room ignored"
 	field_is p1 5 bytes 0
 	finish
