@@ -120,6 +120,14 @@ struct sender_room {
 			* sends (its FRAME_JOB_FINAL job); 0: none */
 	uint32_t worker; /* runs every job of the room; SENDER_NO_WORKER
 			  * until the first job is dispatched */
+	/* XFER_INFOs that came while this incarnation still held the id and
+	 * belong to a later one (a decode that cleared and began the id again
+	 * before this prefill's engine cleared it): taken up, in order, once
+	 * this one is freed (sender_room_retire). */
+	struct sender_dst *held;
+	uint32_t nheld, capheld;
+	uint32_t held_required;
+	struct sender_room *gone_next; /* scratch of sender_sweep */
 };
 
 #define SENDER_NO_WORKER UINT32_MAX
@@ -247,6 +255,17 @@ int sender_room_has_dst(const struct sender_room *r,
 int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
 			struct frame_u32s pages, uint32_t aux_slot,
 			int dummy, uint64_t token);
+/* Holds a copy of an XFER_INFO (peer p's destination and the number of
+ * destinations it said the room needs) for the id's next incarnation; a
+ * later one from the same peer replaces it. 0, KVW_ERANGE (already
+ * SENDER_MAX_DST held) or KVW_ENOMEM. */
+int sender_room_hold(struct sender_room *r, struct sender_peer *p,
+		     struct frame_u32s pages, uint32_t aux_slot, int dummy,
+		     uint64_t token, uint32_t required);
+/* Whether an XFER_INFO of peer p carrying `token` is for a later
+ * incarnation than r: p is a destination of r under another token. */
+int sender_room_is_later(const struct sender_room *r,
+			 const struct sender_peer *p, uint64_t token);
 /* Destinations that receive data (not dummy). */
 uint32_t sender_room_nreal(const struct sender_room *r);
 /* 1 when every destination decode said it needs has arrived. */
@@ -314,6 +333,13 @@ void sender_room_fail(struct sender *s, struct sender_room *r,
  * once nothing of the room is outstanding; frees a cleared room whose acks
  * are all sent and whose jobs are all answered. May free r. */
 void sender_room_acks(struct sender *s, struct sender_room *r);
+/* Whether a cleared room may be freed now: no ack owed and nothing of it
+ * outstanding in the table (its JOB_DONEs may still be on their way: they
+ * are ignored once it is gone). */
+int sender_room_gone(struct sender *s, const struct sender_room *r);
+/* Frees r, then takes up the XFER_INFOs it held for the id's next
+ * incarnation (sender_peer_take_held). */
+void sender_room_retire(struct sender *s, struct sender_room *r);
 void sender_on_job_done(struct sender *s, uint32_t w, const struct frame_msg *m);
 /* Reports rooms another process ended in the table (a worker, the
  * heartbeat): STATUS(Failed) with the table's reason, or the Success
@@ -345,6 +371,10 @@ void sender_on_peer(struct sender *s, const struct wire_in *in,
 int sender_peer_send(struct sender *s, struct sender_peer *p,
 		     struct frame_msg *m);
 void sender_peers_free(struct sender *s);
+/* Takes up one XFER_INFO a freed incarnation of room `id` held for a later
+ * one, as if it came now. */
+void sender_peer_take_held(struct sender *s, uint64_t id,
+			   const struct sender_dst *d, uint32_t required);
 
 /* ---- sender_reclaim.c ---------------------------------------------------- */
 

@@ -338,27 +338,72 @@ static void tell_failed(struct sender *s, struct sender_peer *p,
 	sender_peer_send(s, p, &st);
 }
 
-static void on_xfer_info(struct sender *s, const struct wire_in *in,
-			 const struct frame_msg *m)
+/* One destination, from an XFER_INFO of peer p (now, or held by an
+ * earlier incarnation of the id: sender_peer_take_held). */
+struct xfer_dst {
+	struct frame_u32s pages;
+	uint32_t aux_slot, required;
+	uint64_t token;
+	int dummy;
+};
+
+/* A room id still held by an ended incarnation that is not this
+ * XFER_INFO's: the decode cleared and began the id again before this
+ * prefill's engine cleared it, or before the cleared one's jobs were
+ * answered (the decode hears the end from the worker, the engine from the
+ * table, and each side's frames come on their own socket). One decode's
+ * frames keep their order (one DEALER), so its XFER_INFO under another
+ * token than the ended incarnation's destination is a later one's. It
+ * waits on the old incarnation and is taken up when that goes, as if it
+ * came then; dropped, the new incarnation would wait for a destination
+ * until its deadline. An incarnation still running keeps the rule that
+ * its destinations are fixed once its transfer started. */
+static int hold_for_later(struct sender *s, struct sender_peer *p,
+			  uint64_t id, const struct xfer_dst *x)
 {
-	const struct frame_xfer_info *x = &m->u.xfer_info;
-	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
+	struct sender_room *r = sender_rooms_get(&s->rooms, id);
+	int st, rc;
+
+	if (!r)
+		return 0;
+	if (r->cleared) {
+		if (sender_room_gone(s, r))
+			return 0;
+	} else {
+		st = rtab_state(s->t, r->ref);
+		if (st < 0 || !rtab_terminal((unsigned)st) ||
+		    !sender_room_is_later(r, p, x->token))
+			return 0;
+	}
+	rc = sender_room_hold(r, p, x->pages, x->aux_slot, x->dummy,
+			      x->token, x->required);
+	if (rc < 0)
+		LOG_RL(LOG_WARN, "room %llu: XFER_INFO for its next "
+		       "incarnation dropped: %s", (unsigned long long)id,
+		       kvw_strerror(rc));
+	else
+		LOG_ROOM(LOG_DEBUG, id, "XFER_INFO (token %llu) for the id's "
+			 "next incarnation: held until this one is cleared",
+			 (unsigned long long)x->token);
+	return 1;
+}
+
+static void take_xfer_info(struct sender *s, struct sender_peer *p,
+			   uint64_t id, const struct xfer_dst *x)
+{
 	struct sender_room *r;
 	struct rtab_view v;
 	int st, rc;
 
-	if (!p) {
-		reject_unregistered(s, in, m);
-		return;
-	}
-	p->served = 1;
-	if (xfer_info_late(s, m->hdr.room)) {
+	if (xfer_info_late(s, id)) {
 		rtab_counter_add(s->t, RTAB_C_STALE, 1);
-		LOG_ROOM(LOG_DEBUG, m->hdr.room, "XFER_INFO for a room cleared "
+		LOG_ROOM(LOG_DEBUG, id, "XFER_INFO for a room cleared "
 			 "before any destination: late, ignored");
 		return;
 	}
-	r = sender_room_open(s, m->hdr.room);
+	if (hold_for_later(s, p, id, x))
+		return;
+	r = sender_room_open(s, id);
 	if (!r)
 		return;
 	st = rtab_state(s->t, r->ref);
@@ -382,7 +427,7 @@ static void on_xfer_info(struct sender *s, const struct wire_in *in,
 						  : "out of memory");
 		return;
 	}
-	r->required = x->required_dst_info_num;
+	r->required = x->required;
 	(void)rtab_flags_or(s->t, r->ref, RTAB_F_INFO);
 	if (!x->dummy && rtab_get(s->t, r->ref, &v) == 0 && v.peer == 0)
 		rtab_set_peer(s->t, r->ref, p->id);
@@ -390,6 +435,31 @@ static void on_xfer_info(struct sender *s, const struct wire_in *in,
 		rtab_transition_if(s->t, r->ref, RTAB_M(KVW_BOOTSTRAPPING),
 				   KVW_WAITING, 0, NULL);
 	sender_dispatch(s, r);
+}
+
+void sender_peer_take_held(struct sender *s, uint64_t id,
+			   const struct sender_dst *d, uint32_t required)
+{
+	struct xfer_dst x = { frame_u32s_of(d->pages, d->npages), d->aux_slot,
+			      required, d->token, d->dummy };
+
+	take_xfer_info(s, d->peer, id, &x);
+}
+
+static void on_xfer_info(struct sender *s, const struct wire_in *in,
+			 const struct frame_msg *m)
+{
+	const struct frame_xfer_info *f = &m->u.xfer_info;
+	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
+	struct xfer_dst x = { f->pages, f->aux_slot, f->required_dst_info_num,
+			      f->token, f->dummy };
+
+	if (!p) {
+		reject_unregistered(s, in, m);
+		return;
+	}
+	p->served = 1;
+	take_xfer_info(s, p, m->hdr.room, &x);
 }
 
 /* ABORT from a decode this process never saw REGISTER from: most often one

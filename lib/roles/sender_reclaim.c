@@ -33,6 +33,8 @@ static void mark_named(void *arg, struct sender_room *r)
 		r->dst[i].peer->busy = 1;
 	for (uint32_t i = 0; i < r->nacks; i++)
 		r->acks[i].peer->busy = 1;
+	for (uint32_t i = 0; i < r->nheld; i++)
+		r->held[i].peer->busy = 1;
 }
 
 static int never_completed(const struct sender *s,

@@ -21,7 +21,10 @@ static void room_free(struct sender_room *r)
 	sender_room_drop_chunks(r);
 	for (uint32_t i = 0; i < r->ndst; i++)
 		free(r->dst[i].pages);
+	for (uint32_t i = 0; i < r->nheld; i++)
+		free(r->held[i].pages);
 	free(r->dst);
+	free(r->held);
 	free(r->q);
 	free(r->acks);
 	free(r);
@@ -158,6 +161,48 @@ int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
 	r->dst[i].token = token;
 	r->dst[i].done = 0;
 	return (int)i;
+}
+
+int sender_room_is_later(const struct sender_room *r,
+			 const struct sender_peer *p, uint64_t token)
+{
+	for (uint32_t i = 0; i < r->ndst; i++)
+		if (r->dst[i].peer == p)
+			return r->dst[i].token != token;
+	return 0;
+}
+
+int sender_room_hold(struct sender_room *r, struct sender_peer *p,
+		     struct frame_u32s pages, uint32_t aux_slot, int dummy,
+		     uint64_t token, uint32_t required)
+{
+	struct sender_dst *d;
+	uint32_t i;
+	uint32_t *copy;
+
+	for (i = 0; i < r->nheld; i++)
+		if (r->held[i].peer == p)
+			break;
+	if (i == r->nheld) {
+		if (r->nheld >= SENDER_MAX_DST)
+			return KVW_ERANGE;
+		if (grow((void **)&r->held, &r->capheld, r->nheld + 1,
+			 sizeof *r->held))
+			return KVW_ENOMEM;
+	}
+	copy = pages_copy(pages);
+	if (!copy)
+		return KVW_ENOMEM;
+	d = &r->held[i];
+	if (i == r->nheld)
+		r->nheld++;
+	else
+		free(d->pages);
+	*d = (struct sender_dst){ .peer = p, .pages = copy, .npages = pages.n,
+				  .aux_slot = aux_slot, .token = token,
+				  .dummy = dummy ? 1 : 0 };
+	r->held_required = required;
+	return 0;
 }
 
 uint32_t sender_room_nreal(const struct sender_room *r)

@@ -24,11 +24,19 @@ struct sender_room *sender_room_open(struct sender *s, uint64_t id)
 	uint64_t deadline;
 	int rc;
 
+	if (r && r->cleared && sender_room_gone(s, r)) {
+		/* Only its JOB_DONEs were awaited: nothing of it is left in
+		 * flight, so the id is free. What it held for a later
+		 * incarnation may open the room already. */
+		sender_room_retire(s, r);
+		r = sender_rooms_get(&s->rooms, id);
+	}
 	if (r && r->cleared) {
-		/* Cleared but still owing ABORT acks: the old incarnation's
-		 * jobs must drain before the id can be used again. */
-		LOG_RL(LOG_WARN, "room %llu: reused before its abort drained; "
-		       "dropped", (unsigned long long)id);
+		/* Cleared but still owing ABORT acks or with jobs in flight:
+		 * the old incarnation's jobs must drain before the id can be
+		 * used again. */
+		LOG_RL(LOG_WARN, "room %llu: reused before its previous "
+		       "incarnation drained; dropped", (unsigned long long)id);
 		return NULL;
 	}
 	if (r)
@@ -143,6 +151,33 @@ static void room_finish(struct sender *s, struct sender_room *r)
 	send_status(s, r, KVW_SUCCESS, KVW_R_NONE, "", 0);
 }
 
+int sender_room_gone(struct sender *s, const struct sender_room *r)
+{
+	struct rtab_view v;
+
+	if (!r->cleared || r->nacks)
+		return 0;
+	/* A gone incarnation (ESTALE) has nothing outstanding. */
+	return r->inflight == 0 || rtab_get(s->t, r->ref, &v) != 0 ||
+	       v.outstanding == 0;
+}
+
+void sender_room_retire(struct sender *s, struct sender_room *r)
+{
+	uint64_t id = r->id;
+	uint32_t n = r->nheld, required = r->held_required;
+	struct sender_dst *held = r->held;
+
+	r->held = NULL;
+	r->nheld = r->capheld = 0;
+	sender_rooms_del(&s->rooms, id);
+	for (uint32_t i = 0; i < n; i++) {
+		sender_peer_take_held(s, id, &held[i], required);
+		free(held[i].pages);
+	}
+	free(held);
+}
+
 void sender_room_acks(struct sender *s, struct sender_room *r)
 {
 	struct rtab_view v;
@@ -150,8 +185,8 @@ void sender_room_acks(struct sender *s, struct sender_room *r)
 	uint32_t outstanding = 0;
 
 	if (r->nacks == 0) {
-		if (r->cleared && r->inflight == 0)
-			sender_rooms_del(&s->rooms, r->id);
+		if (sender_room_gone(s, r))
+			sender_room_retire(s, r);
 		return;
 	}
 	/* A gone incarnation (ESTALE) has nothing outstanding: the table
@@ -168,8 +203,8 @@ void sender_room_acks(struct sender *s, struct sender_room *r)
 	LOG_ROOM(LOG_DEBUG, r->id, "abort acked to %u targets", r->nacks);
 	r->nacks = 0;
 	r->ack_deadline_ns = 0;
-	if (r->cleared)
-		sender_rooms_del(&s->rooms, r->id);
+	if (sender_room_gone(s, r))
+		sender_room_retire(s, r);
 }
 
 /* Makes sure the scratch holds n copies; 0 or KVW_ENOMEM. */
@@ -537,6 +572,8 @@ static void on_expired(void *arg, const struct rtab_view *v)
 struct ack_sweep {
 	struct sender *s;
 	uint64_t now, next;
+	struct sender_room *gone; /* to retire once the walk is over (a
+				   * retire may open rooms: not during it) */
 };
 
 /* Drops the ack targets of a room that never drained by its deadline (a
@@ -559,8 +596,10 @@ static void ack_expire(void *arg, struct sender_room *r)
 	/* Jobs still in flight keep the room (and its id) until they are
 	 * answered: a later ABORT of the id then waits for them too, instead
 	 * of being acked at once as for a room this control never had. */
-	if (r->cleared && r->inflight == 0)
-		sender_rooms_del(&a->s->rooms, r->id);
+	if (sender_room_gone(a->s, r)) {
+		r->gone_next = a->gone;
+		a->gone = r;
+	}
 }
 
 /* A room that another process ended in the table and nobody reported:
@@ -594,10 +633,16 @@ uint64_t sender_sweep(struct sender *s, uint64_t now)
 
 	rtab_expire(s->t, now, on_expired, s);
 	if (s->ack_expiry_ns && now >= s->ack_expiry_ns) {
-		struct ack_sweep a = { s, now, 0 };
+		struct ack_sweep a = { s, now, 0, NULL };
 
 		sender_rooms_foreach(&s->rooms, ack_expire, &a);
 		s->ack_expiry_ns = a.next;
+		while (a.gone) {
+			struct sender_room *r = a.gone;
+
+			a.gone = r->gone_next;
+			sender_room_retire(s, r);
+		}
 	}
 	next = rtab_next_deadline(s->t);
 	if (s->ack_expiry_ns && (!next || s->ack_expiry_ns < next))

@@ -77,6 +77,13 @@ runtest() {
 				bats --tap "$2") >"$log" 2>&1
 		fi
 		;;
+	pytest)
+		build $progs || return 2
+		(cd "$tree/tests/python" && KVW_BIN="$tree/bin" \
+			PYTHONDONTWRITEBYTECODE=1 timeout -k 5 "$limit" \
+			/usr/bin/python3 -m pytest -q -p no:cacheprovider \
+			-k "${3:-}" "$2") >"$log" 2>&1
+		;;
 	*)
 		echo "mutants: unknown test kind $1"
 		return 2
@@ -84,7 +91,7 @@ runtest() {
 	esac
 	rc=$?
 	# A run that ran no test proves nothing: count it as a survivor.
-	if [ "$rc" -eq 0 ] || ! grep -q '\(^\[ RUN      \]\|^ok \|^not ok \)' "$log"; then
+	if [ "$rc" -eq 0 ] || ! grep -q '\(^\[ RUN      \]\|^ok \|^not ok \|^[0-9]* failed\)' "$log"; then
 		return 0
 	fi
 	return 1
@@ -165,7 +172,7 @@ while IFS= read -r line || [ -n "$line" ]; do
 	file) file=$val ;;
 	line) from=$val ;;
 	to) to=$val ;;
-	unit|bats) tests="$tests$key	$val
+	unit|bats|pytest) tests="$tests$key	$val
 " ;;
 	*) echo "mutants: $list: bad line: $line"; exit 2 ;;
 	esac

@@ -16,15 +16,16 @@ BIN = os.environ.get("KVW_BIN", os.path.join(ROOT, "bin"))
 
 
 class Group:
-    """kv-up --daemon --run-dir DIR ARGS...; stop() ends it."""
+    """kv-up --daemon --run-dir DIR ARGS...; stop() ends it. env: more
+    variables for the members (KVW_LOG=debug for the logs a test reads)."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.dir = tempfile.mkdtemp(prefix="kvwp.", dir="/tmp")
         self.args = [str(a) for a in args]
         r = subprocess.run(["timeout", "60", os.path.join(ROOT, "bin", "kv-up"),
                             "--daemon", "--run-dir", self.dir] + self.args,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           env=dict(os.environ, KVW_BIN=BIN))
+                           env=dict(os.environ, KVW_BIN=BIN, **(env or {})))
         if r.returncode != 0:
             out = r.stdout.decode(errors="replace")
             self.stop()

@@ -37,6 +37,67 @@ def run_room(pm, dm, room, src, dst, fill):
     return s, r
 
 
+def second_runs(pm, dm, s2, r2):
+    """Incarnation 2 (decode pages 12, 13) runs to Success on both sides
+    with its own bytes (prefill pages 5, 6), then is cleared."""
+    wait_for("prefill WaitingForInput",
+             lambda: s2.poll() == KVPoll.WaitingForInput)
+    s2.init(2, 0)
+    for layer in (0, 1):
+        pm.pool.k(layer)[[5, 6]] = 7.0 + layer
+    s2.send(np.array([5, 6], np.int32))
+    wait_for("decode Success", lambda: r2.poll() == KVPoll.Success)
+    wait_for("prefill Success", lambda: s2.poll() == KVPoll.Success)
+    for layer in (0, 1):
+        assert np.array_equal(dm.pool.k(layer)[[12, 13]],
+                              pm.pool.k(layer)[[5, 6]])
+    s2.clear()
+    r2.clear()
+
+
+def xfer_infos(group, room):
+    """How many XFER_INFOs of room d0 has sent (its debug log)."""
+    with open(os.path.join(group.dir, "logs", "d0.log")) as f:
+        return sum(1 for line in f
+                   if "room %d: XFER_INFO to prefill rank" % room in line)
+
+
+def test_decode_begins_again_before_the_prefill_engine_clears():
+    """The decode side clears and begins the id again first: its new
+    XFER_INFO is queued at the SIGSTOPped kv-sender before the prefill
+    engine's CLEAR and SEND_BEGIN, and the sender reads its peer socket
+    first. The XFER_INFO must wait for the old incarnation to go, not be
+    dropped as one for a finished room (the new room would then wait for a
+    destination until its deadline)."""
+    with Group("--heartbeat-interval", 300, *SHAPE,
+               env={"KVW_LOG": "debug"}) as g:
+        pm = KVManager(KVArgs.from_run_dir(g.dir, "prefill"), "prefill")
+        dm = KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode")
+        stopped = False
+        try:
+            room = room_id()
+            s, r = run_room(pm, dm, room, [3, 4], [10, 11], 1.0)
+            os.kill(pid_of(g, "p0"), signal.SIGSTOP)
+            stopped = True
+            r.clear()
+            r2 = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+            r2.init(0)
+            r2.send_metadata(np.array([12, 13], np.int32), 1)
+            wait_for("d0's second XFER_INFO",
+                     lambda: xfer_infos(g, room) == 2)
+            s.clear()
+            s2 = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+            assert s2.poll() == KVPoll.Bootstrapping
+            os.kill(pid_of(g, "p0"), signal.SIGCONT)
+            stopped = False
+            second_runs(pm, dm, s2, r2)
+        finally:
+            if stopped:
+                os.kill(pid_of(g, "p0"), signal.SIGCONT)
+            pm.close()
+            dm.close()
+
+
 def test_poll_after_clear_and_rebegin_is_the_new_incarnation():
     with Group("--heartbeat-interval", 300, *SHAPE) as g:
         pm = KVManager(KVArgs.from_run_dir(g.dir, "prefill"), "prefill")
@@ -62,19 +123,7 @@ def test_poll_after_clear_and_rebegin_is_the_new_incarnation():
             for m in stopped:
                 os.kill(pid_of(g, m), signal.SIGCONT)
             stopped = []
-            wait_for("prefill WaitingForInput",
-                     lambda: s2.poll() == KVPoll.WaitingForInput)
-            s2.init(2, 0)
-            for layer in (0, 1):
-                pm.pool.k(layer)[[5, 6]] = 7.0 + layer
-            s2.send(np.array([5, 6], np.int32))
-            wait_for("decode Success", lambda: r2.poll() == KVPoll.Success)
-            wait_for("prefill Success", lambda: s2.poll() == KVPoll.Success)
-            for layer in (0, 1):
-                assert np.array_equal(dm.pool.k(layer)[[12, 13]],
-                                      pm.pool.k(layer)[[5, 6]])
-            s2.clear()
-            r2.clear()
+            second_runs(pm, dm, s2, r2)
         finally:
             for m in stopped:
                 os.kill(pid_of(g, m), signal.SIGCONT)

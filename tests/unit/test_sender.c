@@ -131,6 +131,43 @@ static void test_all_dummy_room_is_never_all_done(void **state)
 	free(r.dst);
 }
 
+/* An XFER_INFO from a destination under another token is a later
+ * incarnation's: held (one per peer, the newest kept, bounded), never
+ * taken as this room's destination. */
+static void test_later_incarnation_xfer_info_is_held_per_peer(void **state)
+{
+	static struct sender_peer peers[SENDER_MAX_DST + 1];
+	struct sender_room r;
+	uint32_t a[2] = { 5, 6 }, b[2] = { 12, 13 }, c[1] = { 14 };
+
+	(void)state;
+	memset(&r, 0, sizeof r);
+	assert_int_equal(sender_room_set_dst(&r, &peers[0], view(a, 2), 1, 0, 7), 0);
+	assert_false(sender_room_is_later(&r, &peers[0], 7)); /* a resend */
+	assert_true(sender_room_is_later(&r, &peers[0], 8));
+	assert_false(sender_room_is_later(&r, &peers[1], 8)); /* not a dst yet */
+	assert_int_equal(sender_room_hold(&r, &peers[0], view(b, 2), 3, 0, 8, 1), 0);
+	assert_int_equal(sender_room_hold(&r, &peers[0], view(c, 1), 2, 0, 9, 1), 0);
+	assert_int_equal(r.nheld, 1);
+	assert_true(r.held[0].token == 9);
+	assert_int_equal(r.held[0].npages, 1);
+	assert_int_equal(r.held[0].pages[0], 14);
+	assert_int_equal(r.held[0].aux_slot, 2);
+	assert_int_equal(r.ndst, 1); /* the room's own destination unchanged */
+	assert_int_equal(r.dst[0].pages[0], 5);
+	for (uint32_t i = 1; i < SENDER_MAX_DST; i++)
+		assert_int_equal(sender_room_hold(&r, &peers[i], view(NULL, 0),
+						  0, 1, 1, 2), 0);
+	assert_int_equal(sender_room_hold(&r, &peers[SENDER_MAX_DST],
+					  view(NULL, 0), 0, 1, 1, 2), KVW_ERANGE);
+	assert_int_equal(r.held_required, 2);
+	for (uint32_t i = 0; i < r.nheld; i++)
+		free(r.held[i].pages);
+	free(r.held);
+	free(r.dst[0].pages);
+	free(r.dst);
+}
+
 static void test_too_many_destinations_is_erange(void **state)
 {
 	static struct sender_peer peers[SENDER_MAX_DST + 1];
@@ -382,6 +419,7 @@ int main(void)
 		cmocka_unit_test(test_room_map_foreach_may_delete_current),
 		cmocka_unit_test(test_destinations_keyed_by_peer_and_ready_at_required),
 		cmocka_unit_test(test_all_dummy_room_is_never_all_done),
+		cmocka_unit_test(test_later_incarnation_xfer_info_is_held_per_peer),
 		cmocka_unit_test(test_too_many_destinations_is_erange),
 		cmocka_unit_test(test_chunks_bounded_by_num_pages_and_last),
 		cmocka_unit_test(test_dst_slice_follows_cursor_and_refuses_overrun),
