@@ -152,7 +152,9 @@ static void miss(struct hbeat *h, uint32_t id)
 	int n;
 
 	h->peers[id - 1].sent_ns = 0;
-	if (!same_peer(h, id, &v))
+	/* A DEAD peer's misses no longer count (tick pings it only so that
+	 * a PONG can revive it): its count stays the one that killed it. */
+	if (!same_peer(h, id, &v) || v.liveness == RTAB_PEER_DEAD)
 		return;
 	n = rtab_peer_miss(h->tab, id);
 	if (n < 0 || (uint32_t)n < h->max_failures)
@@ -205,6 +207,16 @@ static void tick(struct hbeat *h, uint64_t now)
 		p = &h->peers[v.id - 1];
 		if (p->sock && strncmp(v.endpoint, p->ep, sizeof p->ep) != 0)
 			forget(h, p); /* the slot changed hands */
+		/* The previous PING is still unanswered: a miss, counted now
+		 * and never overwritten by this one. Its timeout (at most the
+		 * interval) has passed unless that PING went out late, after
+		 * its tick, by the lag of a wakeup or a busy machine: the
+		 * ticks keep their schedule, so the next one can come before
+		 * that timeout. Left for check_misses, it was lost to the
+		 * overwrite below, and a dead peer took extra intervals to be
+		 * declared (issue 34: 2.1-4.6 s at interval 1 s, 2 misses). */
+		if (p->sent_ns)
+			miss(h, v.id);
 		if (!p->sock) {
 			p->sock = dealers_get(h->dealers, v.endpoint, err,
 					      sizeof err);

@@ -5,8 +5,11 @@
  * timeout marks the peer seen (rtab_peer_seen); a PONG with a new epoch
  * for a peer whose epoch was known means it restarted, and its non-terminal
  * rooms fail (KVW_R_PEER_RESTART); an unanswered PING is a miss
- * (rtab_peer_miss), and max_failures consecutive misses mark the peer DEAD
- * and fail its non-terminal rooms (KVW_R_PEER_DEAD), matched by peer id.
+ * (rtab_peer_miss), counted at its timeout or at the latest when the next
+ * PING goes out, and max_failures consecutive misses mark the peer DEAD
+ * and fail its non-terminal rooms (KVW_R_PEER_DEAD), matched by peer id:
+ * within interval x (max_failures + 1) of its last answer. A DEAD peer is
+ * still pinged (a PONG revives it) but its misses stop counting.
  * The heartbeat never inserts or clears rooms.
  */
 #ifndef KVW_HBEAT_H
