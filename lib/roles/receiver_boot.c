@@ -316,6 +316,16 @@ static void topo_reply(struct receiver *r, struct rx_boot *b,
 	}
 }
 
+/* Whether the heartbeat declared p dead in the incarnation `epoch`. */
+static int dead_as_registered(struct receiver *r, const struct rx_peer *p,
+			      uint64_t epoch)
+{
+	struct rtab_peer_view v;
+
+	return rtab_peer_get(r->tab, p->id, &v) == 0 &&
+	       v.liveness == RTAB_PEER_DEAD && v.epoch == epoch;
+}
+
 static void coord_reply(struct receiver *r, struct rx_boot *b,
 			struct rx_coord *c, const struct frame_boot_reply *y)
 {
@@ -341,8 +351,11 @@ static void coord_reply(struct receiver *r, struct rx_boot *b,
 		/* The incarnation the bootstrap knows: a restart that happens
 		 * before the first PONG or STATUS is still noticed (and
 		 * forgets what was cached of the old one, before this entry
-		 * is filled). */
-		(void)receiver_peer_seen(r, p, y->epoch);
+		 * is filled). The bootstrap only tells what registered, not
+		 * that it lives: the same epoch of a peer declared dead does
+		 * not revive it. */
+		if (!dead_as_registered(r, p, y->epoch))
+			(void)receiver_peer_seen(r, p, y->epoch);
 		c->peer = p;
 		c->state = RXC_OK;
 		break;

@@ -194,7 +194,7 @@ void receiver_drain_inherited(struct receiver *r, uint64_t id)
 	/* A REGISTER of this epoch first: a prefill rank then fails whatever
 	 * it still runs for our previous epoch and tracks the ABORT. */
 	for (uint32_t i = 0; i < room->ntargets; i++)
-		if (receiver_peer_ready(r, room->targets[i].peer) != 0)
+		if (receiver_peer_ready(r, room->targets[i].peer) < 0)
 			LOG_ROOM(LOG_WARN, id, "inherited room: REGISTER to "
 				 "%s not sent", room->targets[i].peer->ep);
 	LOG_ROOM(LOG_INFO, id, "inherited from a previous incarnation: "

@@ -370,9 +370,11 @@ int receiver_room_token_ok(const struct rx_room *room, uint64_t token);
  * regions are gone. */
 int receiver_pool_fresh(struct receiver *r);
 
-/* Before talking to p: takes in what the peer table says of it, gives a
- * dead one another chance, and REGISTERs in this epoch when not yet done.
- * 0, or -1 when the REGISTER could not be sent. */
+/* Before talking to p: takes in what the peer table says of it and
+ * REGISTERs in this epoch when not yet done. 0; RX_PEER_DEAD when the
+ * heartbeat declared it dead and it has not answered since (nothing is
+ * sent); -1 when the REGISTER could not be sent. */
+#define RX_PEER_DEAD 1
 int receiver_peer_ready(struct receiver *r, struct rx_peer *p);
 
 /* receiver_drain.c: the drain point (see the file comment). */

@@ -412,16 +412,6 @@ void receiver_peers_sync(struct receiver *r)
 		peer_sync(r, r->peers[i]);
 }
 
-/* Before talking to p: take in a restart or death another process saw. */
-static void peer_refresh(struct receiver *r, struct rx_peer *p)
-{
-	peer_sync(r, p);
-	if (p->dead) {
-		/* Give it another chance: it may be back (same endpoint). */
-		(void)rtab_peer_set_liveness(r->tab, p->id, RTAB_PEER_UNKNOWN);
-		p->dead = 0;
-	}
-}
 
 static int peer_send(struct receiver *r, struct rx_peer *p,
 		     const struct frame_msg *m)
@@ -458,7 +448,13 @@ static int peer_register(struct receiver *r, struct rx_peer *p)
 
 int receiver_peer_ready(struct receiver *r, struct rx_peer *p)
 {
-	peer_refresh(r, p);
+	/* A restart or death another process saw first. A dead peer stays
+	 * dead until it answers again (a PONG to the heartbeat, which keeps
+	 * pinging it, or any frame of its own): a room for it would only
+	 * wait for the heartbeat to count its misses once more. */
+	peer_sync(r, p);
+	if (p->dead)
+		return RX_PEER_DEAD;
 	if (!p->registered && peer_register(r, p) != 0)
 		return -1;
 	return 0;
@@ -506,7 +502,18 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 		return;
 	}
 	for (uint32_t i = 0; i < room->ntargets; i++) {
-		if (receiver_peer_ready(r, room->targets[i].peer) != 0) {
+		int rc = receiver_peer_ready(r, room->targets[i].peer);
+
+		if (rc == RX_PEER_DEAD) {
+			LOG_ROOM(LOG_INFO, room->id, "prefill peer %s is dead "
+				 "(no answer since the heartbeat declared it): "
+				 "the room fails now",
+				 room->targets[i].peer->ep);
+			receiver_room_fail(r, room, KVW_R_PEER_DEAD,
+					   "prefill peer dead");
+			return;
+		}
+		if (rc != 0) {
 			receiver_room_fail(r, room, KVW_R_TRANSFER,
 					   "REGISTER not sent");
 			return;

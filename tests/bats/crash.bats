@@ -319,6 +319,43 @@ log_t() {
 	later_run_ok
 }
 
+# liveness MEMBER PEER: what MEMBER's peer table says of PEER's listen
+# endpoint (alive, dead, unknown).
+liveness() {
+	tbl "$1" ".peers[] | select(.endpoint == \"$(endpoint "$2" listen)\") | .liveness"
+}
+liveness_is() { [ "$(liveness "$1" "$2")" = "$3" ]; }
+
+@test "a prefill already declared dead: a new room for it fails as peer dead without reviving it; once it answers again it is used again" {
+	# Deadlines of 120 s: nothing here may end on one.
+	kv_up --workers 2 --heartbeat-interval 0.5 --bootstrap-timeout 120 \
+		--waiting-timeout 120 $SHAPE
+	DENG=$(endpoint d0 engine)
+	BOOT=$(endpoint bootstrap listen)
+	p0=$(pid_of p0)
+	kill -STOP "$p0"
+	STOPPED=$p0
+	ctl recv-begin "$DENG" 301 "$BOOT" 0 1
+	wait_for 30 all_failed d0 "peer dead" 301
+	liveness_is d0 p0 dead
+	deaths=$(grep -c "dead after 2 missed pings" "$RUN/logs/hb0.log")
+	# A room for the dead peer: failed at once, as peer dead, with
+	# nothing sent to it. Before, the peer was given "another chance"
+	# (marked unknown, and alive again by the bootstrap's answer), and
+	# the room waited for the heartbeat to count its misses once more:
+	# a second "dead after" line.
+	ctl recv-begin "$DENG" 302 "$BOOT" 1 2
+	wait_for 30 all_failed d0 "peer dead" 302
+	[ "$(grep -c "dead after 2 missed pings" "$RUN/logs/hb0.log")" -eq "$deaths" ]
+	liveness_is d0 p0 dead
+	logged d0 "room 302: prefill peer .* is dead (no answer since the heartbeat declared it): the room fails now"
+	# It answers again (the heartbeat still pings it): alive, used again.
+	kill -CONT "$p0"
+	STOPPED=
+	wait_for 30 liveness_is d0 p0 alive
+	later_run_ok
+}
+
 @test "a decode that stops answering: the prefill rooms waiting on it fail as peer dead, not at the timeout" {
 	# Deadlines of 120 s: a failure in seconds is the prefill heartbeat.
 	kv_up --workers 2 --heartbeat-interval 0.5 --bootstrap-timeout 120 \
