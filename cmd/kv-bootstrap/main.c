@@ -85,6 +85,7 @@ int main(int argc, char **argv)
 	if (cl.check)
 		return KVW_EXIT_OK;
 	cli_log_init(&cl, "bootstrap", -1);
+	(void)proc_raise_nofile(); /* sockets grow with the peers */
 	cli_notify_init(); /* READY=1 to systemd too */
 	if (proc_signals_init())
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");

@@ -76,6 +76,7 @@ int main(int argc, char **argv)
 	if (proc_signals_init() != 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	cli_log_init(&cl, "heartbeat", -1);
+	(void)proc_raise_nofile(); /* sockets grow with the peers */
 	cli_notify_init(); /* READY=1 to systemd too */
 	rc = hbeat_open(&cfg, &h, err, sizeof err);
 	if (rc)

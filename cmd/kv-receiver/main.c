@@ -70,6 +70,7 @@ static int run_sink(struct cli *cl, struct sink_cfg *s)
 	s->table = cl->member.table;
 	s->pool = cl->member.pool;
 	cli_log_init(cl, "sink", (int)s->id);
+	(void)proc_raise_nofile(); /* sockets grow with the peers */
 	rc = sink_run(s, err, sizeof err);
 	if (rc)
 		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
@@ -161,6 +162,7 @@ int main(int argc, char **argv)
 	if (proc_signals_init() != 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to install signal handlers");
 	cli_log_init(&cl, "receiver", (int)cfg.rank.tp);
+	(void)proc_raise_nofile(); /* sockets grow with the peers */
 	cli_notify_init(); /* READY=1 to systemd too */
 	rc = receiver_open(&cfg, &r, err, sizeof err);
 	if (rc)

@@ -100,6 +100,7 @@ static int run_control(struct cli *cl, struct sender_cfg *cfg)
 		return KVW_EXIT_OK;
 	}
 	cli_log_init(cl, "sender", (int)sender_rank_of(&cfg->topo, &cfg->coord));
+	(void)proc_raise_nofile(); /* sockets grow with the peers */
 	cli_notify_init(); /* READY=1 to systemd too */
 	rc = sender_open(cfg, &s, err, sizeof err);
 	if (rc < 0)

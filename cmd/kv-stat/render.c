@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "fds.h"
+
 static const char *const counter_names[] = {
 	[RTAB_C_MALFORMED] = "malformed",
 	[RTAB_C_INSERTED] = "inserted",
@@ -132,6 +134,7 @@ unsigned render_text(FILE *f, const struct render_table *tb, unsigned n,
 	for (unsigned k = 0; k < n; k++) {
 		const struct render_table *x = &tb[k];
 		struct rtab_info in;
+		unsigned long nfd, maxfd;
 		struct rtab_view v;
 		struct rtab_peer_view pv;
 		uint32_t cur = 0;
@@ -146,10 +149,13 @@ unsigned render_text(FILE *f, const struct render_table *tb, unsigned n,
 		}
 		rtab_info(x->t, &in);
 		fprintf(f, "table %s %s owner_epoch=%016llx pid=%u (%s) "
-			"capacity=%u peers=%u/%u\n", x->name, x->path,
+			"capacity=%u peers=%u/%u", x->name, x->path,
 			(unsigned long long)in.owner_epoch, in.owner_pid,
 			owner_alive(in.owner_pid) ? "running" : "gone",
 			in.capacity, in.peer_count, in.peer_capacity);
+		if (fds_of(in.owner_pid, &nfd, &maxfd) == 0)
+			fprintf(f, " fds=%lu/%lu", nfd, maxfd);
+		fputc('\n', f);
 		fprintf(f, "counters:");
 		for (unsigned c = 0; c < NCOUNTER_NAMES; c++)
 			fprintf(f, " %s=%llu", counter_names[c],
@@ -281,6 +287,7 @@ unsigned render_json(FILE *f, const struct render_table *tb, unsigned n,
 	for (unsigned k = 0; k < n; k++) {
 		const struct render_table *x = &tb[k];
 		struct rtab_info in;
+		unsigned long nfd, maxfd;
 		struct rtab_view v;
 		struct rtab_peer_view pv;
 		uint32_t cur = 0;
@@ -299,10 +306,18 @@ unsigned render_json(FILE *f, const struct render_table *tb, unsigned n,
 		rtab_info(x->t, &in);
 		fprintf(f, ",\"owner_epoch\":\"%016llx\",\"owner_pid\":%u,"
 			"\"owner_alive\":%s,\"capacity\":%u,"
-			"\"peer_capacity\":%u,\"counters\":{",
+			"\"peer_capacity\":%u",
 			(unsigned long long)in.owner_epoch, in.owner_pid,
 			owner_alive(in.owner_pid) ? "true" : "false",
 			in.capacity, in.peer_capacity);
+		/* The owner's open files and soft limit (0: unlimited); null
+		 * when /proc cannot tell (another host, gone). */
+		if (fds_of(in.owner_pid, &nfd, &maxfd) == 0)
+			fprintf(f, ",\"fds\":{\"open\":%lu,\"limit\":%lu}",
+				nfd, maxfd);
+		else
+			fputs(",\"fds\":null", f);
+		fputs(",\"counters\":{", f);
 		for (unsigned c = 0; c < NCOUNTER_NAMES; c++)
 			fprintf(f, "%s\"%s\":%llu", c ? "," : "",
 				counter_names[c],

@@ -6,10 +6,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +31,48 @@ static void on_chld(int sig)
 {
 	(void)sig;
 	chld_flag = 1;
+}
+
+/* fs.nr_open: the most a process may ask for (0: unreadable). */
+static unsigned long nr_open(void)
+{
+	FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+	unsigned long n = 0;
+
+	if (f) {
+		if (fscanf(f, "%lu", &n) != 1)
+			n = 0;
+		fclose(f);
+	}
+	return n;
+}
+
+unsigned long proc_raise_nofile(void)
+{
+	struct rlimit rl;
+	rlim_t was, want;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 0;
+	was = rl.rlim_cur;
+	want = rl.rlim_max;
+	if (want == RLIM_INFINITY) {
+		unsigned long n = nr_open();
+
+		want = n ? (rlim_t)n : was;
+	}
+	if (want > was) {
+		rl.rlim_cur = want;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+			LOG(LOG_WARN, "open files: soft limit %lu, cannot raise "
+			    "it to %lu: %s", (unsigned long)was,
+			    (unsigned long)want, strerror(errno));
+			return (unsigned long)was;
+		}
+	}
+	LOG(LOG_INFO, "open files: soft limit %lu (was %lu)",
+	    (unsigned long)(want > was ? want : was), (unsigned long)was);
+	return (unsigned long)(want > was ? want : was);
 }
 
 int proc_signals_init(void)

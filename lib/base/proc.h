@@ -14,6 +14,13 @@
  * child flag, SIGPIPE is ignored. Returns 0 or KVW_ESYS. */
 int proc_signals_init(void);
 
+/* Raises the soft limit on open files to the hard limit (capped at the
+ * kernel's fs.nr_open when the hard limit is unlimited) and logs both at
+ * info level: a member's sockets grow with its peers (issue 34), and
+ * running out must name the limit, not look like a dead peer. Returns the
+ * soft limit now in force, or 0 when it cannot be read. */
+unsigned long proc_raise_nofile(void);
+
 /* Nonzero once SIGTERM or SIGINT arrived. */
 int proc_stopping(void);
 

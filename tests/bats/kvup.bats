@@ -440,3 +440,24 @@ SH
 	[[ $output == *"--bootstrap is for --role decode"* ]]
 	[ ! -e "$RUN/g" ]
 }
+
+@test "every member raises its soft open-files limit to the hard one at start; kv-stat shows each table owner's files open and limit" {
+	hard=$(ulimit -Hn)
+	[ "$hard" != unlimited ] || hard=$(cat /proc/sys/fs/nr_open)
+	[ "$hard" -gt 256 ]
+	# Started under a soft limit of 256: each member must raise it.
+	(ulimit -Sn 256 && kv_up --heartbeat-interval 300 $SHAPE)
+	local m
+	for m in bootstrap p0 d0 hb0 hbp0; do
+		logged "$m" "open files: soft limit $hard (was 256)"
+		grep -q "^Max open files *$hard " "/proc/$(cat "$RUN/pids/$m.pid")/limits"
+	done
+	for m in p0 d0; do
+		run "$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all
+		[ "$status" -eq 0 ]
+		[ "$(echo "$output" | jq -r --arg m "$m" '.tables[] | select(.name == $m) | .fds.limit')" = "$hard" ]
+		[ "$(echo "$output" | jq -r --arg m "$m" '.tables[] | select(.name == $m) | .fds.open')" -gt 0 ]
+	done
+	run "$KVW_BIN/kv-stat" --run-dir "$RUN"
+	echo "$output" | grep -q "^table p0 .* fds=[0-9]*/$hard$"
+}
