@@ -30,6 +30,8 @@
 
 #include "xport/pool.h"
 #include "xport/xport.h"
+#include "xport/xport_shm.h"
+#include "xport/xport_tcp.h"
 #include "unit_wait.h"
 
 #define SRC_SIZE (64u * 1024)
