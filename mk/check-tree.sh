@@ -5,7 +5,11 @@
 #     table, plan and xport include base and themselves, never each other;
 #     roles include any layer below; lib/api.c anything in lib/ but cli/;
 #     lib/cli anything in lib/. Nothing in lib/ includes a program's header.
-#  2. Every file name that a comment or document cites (a word ending in
+#  2. No role names a transport (issue 31): no file under lib/roles holds
+#     a transport's name as a string literal ("tcp", "rdma", "shm",
+#     "cuda") or uses an xport_tcp_, xport_rdma_, xport_shm_ or
+#     xport_cuda_ name; a role asks the ops table (lib/xport/xport.h).
+#  3. Every file name that a comment or document cites (a word ending in
 #     .c, .h, .md, .py, .sh, .bats or .bash) is a file of the repository
 #     or a system header; shared/NAME names the project's folder beside it.
 # Usage: mk/check-tree.sh [ROOT] (default: the repository this is in).
@@ -48,6 +52,19 @@ for f in $(find lib -name '*.[ch]' | sort); do
 		esac
 	done
 	[ "$ok" -eq 1 ] && passed=$((passed + 1))
+done
+
+# Roles reach a transport only through its ops table.
+for f in $(find lib/roles -name '*.[ch]' | sort); do
+	hits=$(grep -nE '"(tcp|rdma|shm|cuda)"|xport_(tcp|rdma|shm|cuda)_' "$f" |
+		cut -d: -f1 | tr '\n' ' ')
+	hits=${hits% }
+	case $hits in *" "*) at="lines $hits" ;; *) at="line $hits" ;; esac
+	if [ -n "$hits" ]; then
+		bad "$f names a transport ($at): a role asks the ops table (lib/xport/xport.h), never a transport by name"
+	else
+		passed=$((passed + 1))
+	fi
 done
 
 # Names of every tracked file and of every system header, then each file

@@ -26,6 +26,8 @@
 #include "xport/pool.h"
 #include "xport/tcp_sink.h"
 #include "xport/xport.h"
+#include "xport/xport_rdma.h"
+#include "xport/xport_tcp.h"
 
 struct bc {
 	pid_t sink; /* tcp: the forked sink writing into dst, 0: none */

@@ -88,20 +88,19 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 		return kvw_errf(err, errlen, KVW_EINVAL, "unknown transport %s",
 				r->transport);
 	rc = xport_open(ops, &r->xp, e2, sizeof e2);
-	/* tcp: the decode's own sinks write the bytes; they serve a port
-	 * that the registration's descriptor names. */
-	if (rc == 0 && strcmp(ops->name, "tcp") == 0) {
-		rc = xport_tcp_listen(r->xp, cfg->data_addr ? cfg->data_addr
-							    : "127.0.0.1:0",
-				      e2, sizeof e2);
-		r->nsinks = cfg->sinks ? cfg->sinks : 1;
+	/* A transport that serves the decode side listens on --data-addr,
+	 * and the registration's descriptor names the listener. Where the
+	 * decode's own processes write the bytes (sink_info: tcp's sinks),
+	 * --sinks of them serve it; elsewhere the writes need nobody here
+	 * (rdma: a thread of the transport hands each prefill worker a
+	 * queue pair). */
+	if (rc == 0 && ops->listen) {
+		rc = xport_listen(r->xp, cfg->data_addr ? cfg->data_addr
+							: "127.0.0.1:0",
+				  e2, sizeof e2);
+		if (ops->sink_info)
+			r->nsinks = cfg->sinks ? cfg->sinks : 1;
 	}
-	/* rdma: a thread of the transport hands each prefill worker a queue
-	 * pair (the descriptor names it); the writes need nobody here. */
-	if (rc == 0 && strcmp(ops->name, "rdma") == 0)
-		rc = xport_rdma_listen(r->xp, cfg->data_addr ? cfg->data_addr
-							     : "127.0.0.1:0",
-				       e2, sizeof e2);
 	if (rc == 0)
 		rc = xport_register(r->xp, r->pool, &id, r->desc, sizeof r->desc,
 				    &r->desclen, e2, sizeof e2);
@@ -109,10 +108,8 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 	if (rc)
 		return kvw_errf(err, errlen, rc, "transport %s: %s",
 				r->transport, e2);
-	if (xport_tcp_address(r->xp, e2, sizeof e2) == 0)
-		LOG(LOG_INFO, "data port %s (tcp)", e2);
-	if (xport_rdma_address(r->xp, e2, sizeof e2) == 0)
-		LOG(LOG_INFO, "queue pair exchange %s (rdma)", e2);
+	if (xport_address(r->xp, e2, sizeof e2) == 0)
+		LOG(LOG_INFO, "%s %s (%s)", ops->listen_what, e2, ops->name);
 	LOG(LOG_INFO, "pool %s: %llu bytes, %u buffers", path,
 	    (unsigned long long)pool_bytes, r->nbufs);
 	return 0;
@@ -176,8 +173,8 @@ int receiver_check(const struct receiver_cfg *cfg, uint64_t *pool_bytes,
 				"layout: %s", e2);
 	/* Before anything is made: a missing transport is a clean 77 with
 	 * no table or pool left behind. */
-	return xport_probe(cfg->transport ? cfg->transport : "shm", err,
-			   errlen);
+	return xport_probe(cfg->transport ? cfg->transport : XPORT_DEFAULT,
+			   err, errlen);
 }
 
 int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
@@ -199,7 +196,7 @@ int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
 	snprintf(r->listen, sizeof r->listen, "%s", cfg->listen);
 	snprintf(r->engine, sizeof r->engine, "%s", cfg->engine);
 	snprintf(r->transport, sizeof r->transport, "%s",
-		 cfg->transport ? cfg->transport : "shm");
+		 cfg->transport ? cfg->transport : XPORT_DEFAULT);
 	r->table_path = strdup(cfg->table);
 	r->pool_path = strdup(cfg->pool);
 	r->topo = cfg->topo;
@@ -277,16 +274,11 @@ void receiver_close(struct receiver **rp)
 		zmq_ctx_term(r->ctx);
 	receiver_rooms_free(&r->rooms);
 	if (r->xp) {
-		struct xport_rdma_stats rs;
+		char note[300];
 
-		if (xport_rdma_stats(r->xp, &rs) == 0)
-			LOG(LOG_INFO, "rdma: stopping: %llu queue pairs, %llu "
-			    "batches landed; %llu exchanges refused, %llu "
-			    "queue pairs failed",
-			    (unsigned long long)rs.conns,
-			    (unsigned long long)rs.batches,
-			    (unsigned long long)rs.refused,
-			    (unsigned long long)rs.errors);
+		/* What the transport's own listener saw, where it has one. */
+		if (xport_summary(r->xp, note, sizeof note) == 0)
+			LOG(LOG_INFO, "%s", note);
 	}
 	xport_close(&r->xp);
 	pool_close(&r->pool);

@@ -24,7 +24,7 @@ struct receiver_cfg {
 	const char *engine;    /* engine ROUTER endpoint, ipc://, bound 0600 */
 	const char *table;     /* room table path */
 	const char *pool;      /* pool name or path (pool_path_for) */
-	const char *transport; /* "shm" */
+	const char *transport; /* xport_find's name; NULL: XPORT_DEFAULT */
 	struct kvw_topo topo;  /* decode topology */
 	struct kvw_coord rank; /* this decode rank */
 	struct shape shape;

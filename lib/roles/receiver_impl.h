@@ -161,7 +161,7 @@ struct rx_room *receiver_rooms_next(const struct rx_rooms *h,
 uint32_t receiver_rooms_count(const struct rx_rooms *h);
 void receiver_rooms_free(struct rx_rooms *h);
 
-/* ---- receiver_sink.c: the tcp transport's sink processes ------------- */
+/* ---- receiver_sink.c: sink processes (ops->sink_info: tcp) ---------- */
 
 /* Starts cfg->sinks sink processes on the transport's listening socket.
  * 0, or KVW_E* with err. */
@@ -360,14 +360,14 @@ uint64_t receiver_token(struct receiver *r);
  * STATUS counts only with its own target's: receiver.c). */
 int receiver_room_token_ok(const struct rx_room *room, uint64_t token);
 
-/* rdma: where the engine keeps the pool on a GPU, the registration
- * follows the engine's epoch (its record, one stat; rdma_gpu.h), checked
- * before each room's first message. A new descriptor (new rkeys) marks
- * every prefill peer unregistered, so REGISTER goes again before the
- * room's XFER_INFO and their workers connect new queue pairs for it. 0
- * (also for another transport), or -1 when the GPU pool cannot be
- * registered: the room fails, since nothing may write a pool whose
- * regions are gone. */
+/* For a transport whose registration follows the engine's epoch where
+ * the engine keeps the pool on a GPU (ops->refresh; rdma: its record, one
+ * stat, rdma_gpu.h), checked before each room's first message. A new
+ * descriptor (rdma: new rkeys) marks every prefill peer unregistered, so
+ * REGISTER goes again before the room's XFER_INFO and their workers
+ * connect anew for it. 0 (also for a transport without refresh), or -1
+ * when the GPU pool cannot be registered: the room fails, since nothing
+ * may write a pool whose regions are gone. */
 int receiver_pool_fresh(struct receiver *r);
 
 /* Before talking to p: takes in what the peer table says of it and

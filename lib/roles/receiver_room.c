@@ -470,19 +470,22 @@ void receiver_room_fail(struct receiver *r, struct rx_room *room,
 
 int receiver_pool_fresh(struct receiver *r)
 {
+	const struct xport_ops *ops = xport_find(r->transport);
 	char err[400];
 	int changed = 0;
 
-	if (strcmp(r->transport, "rdma") != 0)
+	/* Only a transport whose registration follows the engine's memory
+	 * (ops->refresh) is asked; r->xp is of this very transport. */
+	if (!ops || !ops->refresh)
 		return 0;
-	if (xport_rdma_refresh(r->xp, r->pool_id, r->desc, sizeof r->desc,
-			       &r->desclen, &changed, err, sizeof err) != 0) {
+	if (xport_refresh(r->xp, r->pool_id, r->desc, sizeof r->desc,
+			  &r->desclen, &changed, err, sizeof err) != 0) {
 		LOG_RL(LOG_ERROR, "%s", err);
 		return -1;
 	}
 	if (changed) {
-		LOG(LOG_INFO, "rdma: the engine's GPU pool changed (a new "
-		    "epoch): REGISTER again to every prefill peer");
+		LOG(LOG_INFO, "%s: the engine's GPU pool changed (a new "
+		    "epoch): REGISTER again to every prefill peer", ops->name);
 		for (uint32_t i = 0; i < r->npeers; i++)
 			r->peers[i]->registered = 0;
 	}
@@ -497,8 +500,11 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 	if (rtab_state(r->tab, room->ref) != KVW_BOOTSTRAPPING)
 		return; /* aborted, expired or failed meanwhile */
 	if (receiver_pool_fresh(r) != 0) {
-		receiver_room_fail(r, room, KVW_R_TRANSFER,
-				   "the GPU pool is not registered for rdma");
+		char why[40 + FRAME_STR_SIZE];
+
+		snprintf(why, sizeof why,
+			 "the GPU pool is not registered for %s", r->transport);
+		receiver_room_fail(r, room, KVW_R_TRANSFER, why);
 		return;
 	}
 	for (uint32_t i = 0; i < room->ntargets; i++) {

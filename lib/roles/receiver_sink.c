@@ -1,5 +1,6 @@
 /*
- * receiver_sink.c - kv-receiver's sink processes (tcp transport). Each is
+ * receiver_sink.c - kv-receiver's sink processes, for a transport whose
+ * decode side its own processes write (ops->sink_info: tcp). Each is
  * this program exec'd in sink mode with the transport's listening socket
  * as its one inherited descriptor and the registration's secret in its
  * environment (not on its command line, which every local user can read).
@@ -90,9 +91,10 @@ int receiver_sinks_start(struct receiver *r, char *err, size_t errlen)
 	char path[4096];
 	int fd, rc;
 
-	rc = xport_tcp_sink_info(r->xp, &fd, secret);
+	rc = xport_sink_info(r->xp, &fd, secret);
 	if (rc)
-		return kvw_errf(err, errlen, rc, "tcp: no data port to serve");
+		return kvw_errf(err, errlen, rc, "%s: no data port to serve",
+				xport_ops_of(r->xp)->name);
 	if (sink_env(r, secret) != 0)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	rc = sink_fence_path(r->table_path, path, sizeof path);
@@ -133,7 +135,7 @@ void receiver_sinks_tick(struct receiver *r)
 			rtab_fence_reset(r->fence, k);
 		}
 		if (s->pid == 0 && now >= s->restart_ns &&
-		    xport_tcp_sink_info(r->xp, &fd, secret) == 0 &&
+		    xport_sink_info(r->xp, &fd, secret) == 0 &&
 		    spawn(r, k, fd) != 0)
 			LOG_RL(LOG_ERROR, "sink %u: restart: %s", k,
 			       strerror(errno));

@@ -32,7 +32,7 @@ struct sender_cfg {
 	const char *bootstrap; /* bootstrap endpoint; NULL: do not register */
 	const char *table;     /* room table path */
 	const char *pool;      /* KV pool (a name or a path, see pool.h) */
-	const char *transport; /* "shm" */
+	const char *transport; /* xport_find's name */
 	const char *exe;       /* program exec'd in worker mode ("/proc/self/exe") */
 	const char *name;      /* --name passed on to workers; may be NULL */
 	const char *log_level; /* --log-level passed on to workers; may be NULL */

@@ -4,7 +4,7 @@
  * path; before a worker ever opens it, the control checks that it can only
  * be the registering decode's own pool:
  *
- *   - a kvwire pool path (xport_shm_desc_parse), a regular file reached
+ *   - a kvwire pool path (the transport's desc_file), a regular file reached
  *     without following a link, owned by this process's user, and the
  *     very file (st_dev, st_ino) the descriptor states;
  *   - never this rank's own pool (same st_dev and st_ino);
@@ -16,7 +16,9 @@
  *     run directory's name for that member's pool, so no other group's
  *     pool and no other member's.
  *
- * Other transports map no file named by the peer: nothing to check here.
+ * This is for a transport whose writers map a file the peer's descriptor
+ * names (ops->desc_file: shm). Other transports map no file named by the
+ * peer: nothing to check here.
  */
 #include "sender_impl.h"
 
@@ -54,15 +56,17 @@ int sender_pool_allowed(const struct sender *s, const struct sender_peer *p,
 			const struct frame_register *r, uint64_t *dev,
 			uint64_t *ino, char *why, size_t whylen)
 {
-	struct xport_shm_desc d;
+	const struct xport_ops *ops = xport_find(s->transport);
+	struct xport_desc_file d;
 	char own[POOL_PATH_MAX + 1], want[POOL_PATH_MAX + 1];
 	struct stat st, mine;
 	size_t pre;
 
 	*dev = *ino = 0;
-	if (strcmp(r->transport, "shm") != 0 || strcmp(s->transport, "shm") != 0)
+	/* A descriptor of another transport than ours maps nothing here. */
+	if (!ops || !ops->desc_file || strcmp(r->transport, s->transport) != 0)
 		return 1;
-	if (xport_shm_desc_parse(r->desc.p, r->desc.len, &d, why, whylen))
+	if (ops->desc_file(r->desc.p, r->desc.len, &d, why, whylen))
 		return 0;
 	if (pool_path_for(s->pool_path, own, sizeof own) == 0 &&
 	    kvup_prefix(own, &pre)) {

@@ -172,7 +172,7 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 				   .event = on_event,
 				   .auth_failed = on_auth_failed,
 				   .integrity_failed = on_integrity_failed,
-				   .require_encrypt = xport_tcp_encrypt_env(),
+				   .require_encrypt = xport_encrypt_env(),
 				   .arg = &x,
 				   .stop = proc_stopping };
 	char fence[4096], grant[4096];

@@ -100,7 +100,7 @@ struct worker {
 	uint32_t pipe_head, pipe_n, pipe_depth;
 	uint64_t pipe_batches, pipe_bytes;
 	uint64_t delay_us; /* TEST ONLY: KVW_TEST_COPY_DELAY_US */
-	uint64_t tcp_seen[3]; /* tcp redials, resent, integrity counted */
+	uint64_t counts_seen[3]; /* redials, resent, integrity counted */
 };
 
 /* TEST ONLY: sleeps the configured delay between a batch's liveness check
@@ -212,7 +212,7 @@ static void job_write(struct worker *w, const struct frame_msg *m,
 	/* The decode's writer (tcp) checks this room's incarnation before
 	 * each batch. */
 	xport_set_room(w->x, m->hdr.room);
-	xport_tcp_set_incarnation(w->x, j->token);
+	xport_set_incarnation(w->x, j->token);
 	e->lo = xport_mark(w->x, e->dst);
 	for (uint32_t i = 0; i < j->copies.n; i += WORKER_BATCH) {
 		uint32_t k = j->copies.n - i < WORKER_BATCH ? j->copies.n - i
@@ -348,17 +348,18 @@ static void job_end(struct worker *w, const struct frame_msg *m,
 	answer(w, m->hdr.room, j->slot, j->generation, rc, bytes, 1);
 }
 
-/* The tcp transport's redials, resends and integrity failures since the
- * last look, into the table's counters (kv-stat, Prometheus). */
-static void tcp_counts(struct worker *w)
+/* The transport's redials, resends and integrity failures since the
+ * last look (ops->counts: tcp), into the table's counters (kv-stat,
+ * Prometheus). */
+static void take_counts(struct worker *w)
 {
 	uint64_t now[3];
 
-	xport_tcp_counts(w->x, &now[0], &now[1], &now[2]);
-	rtab_sec_add(w->t, RTAB_S_REDIALS, now[0] - w->tcp_seen[0]);
-	rtab_sec_add(w->t, RTAB_S_RESENT, now[1] - w->tcp_seen[1]);
-	rtab_sec_add(w->t, RTAB_S_INTEGRITY_FAILED, now[2] - w->tcp_seen[2]);
-	memcpy(w->tcp_seen, now, sizeof now);
+	xport_counts(w->x, &now[0], &now[1], &now[2]);
+	rtab_sec_add(w->t, RTAB_S_REDIALS, now[0] - w->counts_seen[0]);
+	rtab_sec_add(w->t, RTAB_S_RESENT, now[1] - w->counts_seen[1]);
+	rtab_sec_add(w->t, RTAB_S_INTEGRITY_FAILED, now[2] - w->counts_seen[2]);
+	memcpy(w->counts_seen, now, sizeof now);
 }
 
 /* Lands the oldest job in flight: waits for its batches (what was written
@@ -379,7 +380,7 @@ static void land_oldest(struct worker *w)
 		rc = r;
 		snprintf(e->why, sizeof e->why, "%s", why);
 	}
-	tcp_counts(w);
+	take_counts(w);
 	if (e->dst != NO_DST && rc < 0)
 		conn_broken(w, e->dst);
 	if (e->ended) {
@@ -492,18 +493,18 @@ static int worker_open(struct worker *w, const struct worker_cfg *cfg,
 	rc = xport_open(ops, &w->x, err, errlen);
 	if (rc < 0)
 		return rc;
-	/* tcp: every data connection proves the group's data key. */
-	if (strcmp(ops->name, "tcp") == 0) {
+	/* A transport that dials data connections of its own (tcp): every
+	 * one proves the group's data key. */
+	if (ops->set_group_key) {
 		uint8_t key[KEYS_DATA];
 
 		if (wire_auth_data_key(key))
-			(void)xport_tcp_set_group_key(w->x, key);
+			(void)xport_set_group_key(w->x, key);
 		memset(key, 0, sizeof key);
 	}
-	/* A decode pool truncated under a copy fails that job, not us (cuda
-	 * copies its pools' AUX bytes through shm). */
-	if ((strcmp(ops->name, "shm") == 0 || strcmp(ops->name, "cuda") == 0) &&
-	    xport_shm_catch_sigbus() < 0)
+	/* Process-wide setup of the transport (shm, cuda: a decode pool
+	 * truncated under a copy fails that job, not us). */
+	if (xport_writer_setup(ops) < 0)
 		return kvw_errf(err, errlen, KVW_ESYS, "SIGBUS handler: %s",
 				strerror(errno));
 	rc = xport_register(w->x, w->pool, &w->src, desc, sizeof desc, &desclen,

@@ -21,7 +21,7 @@ struct worker_cfg {
 	int job_fd;            /* its end of the channel to the control */
 	const char *table;     /* the control's room table */
 	const char *pool;      /* this rank's KV pool (source of copies) */
-	const char *transport; /* "shm" */
+	const char *transport; /* xport_find's name */
 };
 
 /* Copies per batch between two room re-checks. */

@@ -1,10 +1,12 @@
 /*
  * xport.c - the transport registry (lookup by name, probe of all) and the
- * thin wrappers that dispatch through an instance's ops table.
+ * thin wrappers that dispatch through an instance's ops table, answering
+ * for a transport without an optional entry.
  */
 #include "xport_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct xport_ops *const xport_all[] = {
@@ -147,4 +149,80 @@ int xport_wait_for(struct xport *x, uint32_t dst, uint64_t lo, uint64_t hi,
 	if (!xport_pipelines(x))
 		return xport_wait(x, -1, err, errlen);
 	return x->ops->wait_for(x, dst, lo, hi, err, errlen);
+}
+
+int xport_encrypt_env(void)
+{
+	const char *e = getenv("KVW_TCP_ENCRYPT");
+
+	return e && strcmp(e, "1") == 0;
+}
+
+int xport_listen(struct xport *x, const char *hostport, char *err,
+		 size_t errlen)
+{
+	if (!x->ops->listen)
+		return 0;
+	return x->ops->listen(x, hostport, err, errlen);
+}
+
+int xport_address(const struct xport *x, char *buf, size_t len)
+{
+	if (!x || !x->ops->address)
+		return KVW_ENOENT;
+	return x->ops->address(x, buf, len);
+}
+
+int xport_sink_info(const struct xport *x, int *listen_fd,
+		    uint8_t secret[16])
+{
+	if (!x || !x->ops->sink_info)
+		return KVW_EINVAL;
+	return x->ops->sink_info(x, listen_fd, secret);
+}
+
+int xport_refresh(struct xport *x, uint32_t id, uint8_t *desc,
+		  size_t desccap, size_t *desclen, int *changed, char *err,
+		  size_t errlen)
+{
+	*changed = 0;
+	if (!x->ops->refresh)
+		return 0;
+	return x->ops->refresh(x, id, desc, desccap, desclen, changed, err,
+			       errlen);
+}
+
+int xport_summary(const struct xport *x, char *buf, size_t len)
+{
+	if (!x || !x->ops->summary)
+		return KVW_ENOENT;
+	return x->ops->summary(x, buf, len);
+}
+
+int xport_set_group_key(struct xport *x, const uint8_t key[32])
+{
+	if (!x->ops->set_group_key)
+		return KVW_EINVAL;
+	return x->ops->set_group_key(x, key);
+}
+
+void xport_set_incarnation(struct xport *x, uint64_t inc)
+{
+	if (x && x->ops->set_incarnation)
+		x->ops->set_incarnation(x, inc);
+}
+
+void xport_counts(const struct xport *x, uint64_t *redials,
+		  uint64_t *resent, uint64_t *integrity)
+{
+	*redials = *resent = *integrity = 0;
+	if (x && x->ops->counts)
+		x->ops->counts(x, redials, resent, integrity);
+}
+
+int xport_writer_setup(const struct xport_ops *ops)
+{
+	if (!ops || !ops->writer_setup)
+		return 0;
+	return ops->writer_setup();
 }

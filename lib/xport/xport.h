@@ -12,6 +12,13 @@
  *                 xport_wait -> every posted copy has landed
  *                 xport_close
  *
+ * What only some transports need (a decode-side listener, a refresh on a
+ * new engine epoch, a group key, counters, writer setup) is an optional
+ * entry of the same table with a wrapper below that answers for the
+ * others, so that nothing above this layer names a transport; the few
+ * calls for tests and kv-bench that exist for one transport only are in
+ * xport_shm.h, xport_tcp.h and xport_rdma.h.
+ *
  * Registered regions and connected remotes are named by small ids, not
  * pointers, so a copy list can be checked entirely (every id, offset and
  * length against its region) before the first byte moves. A transport whose
@@ -44,6 +51,12 @@ struct xport_copy {
 	uint64_t len;
 	uint32_t src; /* id from xport_register */
 	uint32_t dst; /* id from xport_connect */
+};
+
+/* A file of the peer's that a descriptor names (ops->desc_file). */
+struct xport_desc_file {
+	char path[1024]; /* POOL_PATH_MAX + 1 */
+	uint64_t size, dev, ino;
 };
 
 /* The ops table a transport file exports. Every function reports detail into
@@ -118,6 +131,78 @@ struct xport_ops {
 	uint64_t (*mark)(struct xport *x, uint32_t dst);
 	int (*wait_for)(struct xport *x, uint32_t dst, uint64_t lo,
 			uint64_t hi, char *err, size_t errlen);
+
+	/* The rest is optional too: what a role needs of some transports
+	 * and not of others. A role asks the table (or the xport_* wrapper
+	 * below, which answers generically for NULL) and never a name. */
+
+	/* Decode side, before reg: serve HOST[:PORT] (numeric host; port 0
+	 * or none: a free one) with a fresh random secret; the
+	 * registration's descriptor then names the listener (tcp: the data
+	 * port its sinks serve; rdma: the queue pair exchange). 0,
+	 * KVW_EINVAL (bad address or another transport's instance),
+	 * KVW_EEXIST (listening already) or KVW_ESYS. NULL: the decode
+	 * serves nothing (shm, cuda: the writer maps the pool). */
+	int (*listen)(struct xport *x, const char *hostport, char *err,
+		      size_t errlen);
+	/* What the listener is called in the decode's log ("data port"):
+	 * set where listen is. */
+	const char *listen_what;
+	/* The listener's address ("HOST:PORT", maybe more) into buf[len]:
+	 * 0, or KVW_ENOENT when not listening. */
+	int (*address)(const struct xport *x, char *buf, size_t len);
+	/* For a transport whose decode side is written by processes of its
+	 * own that serve the listener (tcp's sinks): the listening socket
+	 * (still owned by x) and the registration's secret. 0, KVW_EINVAL
+	 * (another transport's instance) or KVW_ENOENT (not listening).
+	 * NULL: the decode runs no such processes. */
+	int (*sink_info)(const struct xport *x, int *listen_fd,
+			 uint8_t secret[16]);
+	/* Decode side, before each room's first message: makes registration
+	 * id current with the engine's memory (a GPU pool the engine
+	 * registered, registered again or dropped since: a new engine
+	 * epoch). When it changed, the new descriptor goes to desc[desccap]
+	 * (*desclen), *changed is 1 and the caller sends it to every peer
+	 * again (REGISTER); else *changed is 0 and desc untouched. An error
+	 * (*changed 1) means the pool must not be written until a later
+	 * call succeeds. NULL: a registration never goes stale. */
+	int (*refresh)(struct xport *x, uint32_t id, uint8_t *desc,
+		       size_t desccap, size_t *desclen, int *changed,
+		       char *err, size_t errlen);
+	/* The line the decode logs when it stops the instance: what the
+	 * transport's own listener saw ("<name>: stopping: ..."), into
+	 * buf[len]. 0, or KVW_ENOENT with nothing to say. NULL: nothing. */
+	int (*summary)(const struct xport *x, char *buf, size_t len);
+	/* Prefill side: the group's 32-byte data key (base/keys.h), which
+	 * every data connection this instance dials proves it holds. 0, or
+	 * KVW_EINVAL. NULL: the transport dials no connection of its own. */
+	int (*set_group_key)(struct xport *x, const uint8_t key[32]);
+	/* Prefill side: the incarnation (the decode room's XFER_INFO token)
+	 * the next batches carry, for a decode writer that discards a batch
+	 * of another; set_room resets it to 0. NULL: not needed. */
+	void (*set_incarnation)(struct xport *x, uint64_t inc);
+	/* Prefill side: data connections re-dialled, batches sent again on
+	 * them, and ACKs or batches that failed integrity, over the
+	 * instance's life (only grow). NULL: zeros. */
+	void (*counts)(const struct xport *x, uint64_t *redials,
+		       uint64_t *resent, uint64_t *integrity);
+	/* Prefill side, control process: for a transport whose writers map
+	 * a file the peer's descriptor names (shm), that file as the
+	 * descriptor states it, read and checked (magic, version, lengths, a
+	 * kvwire pool path) without opening anything, so the control can
+	 * decide whether the peer may name it (issue 14) before a worker
+	 * maps it. 0, or KVW_EINVAL / KVW_EVERSION with err. NULL: the
+	 * writers map no file the peer names. */
+	int (*desc_file)(const uint8_t *desc, size_t len,
+			 struct xport_desc_file *out, char *err,
+			 size_t errlen);
+	/* Prefill side, once per writer process before any batch: process-
+	 * wide setup the transport needs (shm, cuda: a SIGBUS handler that
+	 * turns a fault on a connected remote's mapping during write_batch
+	 * into KVW_ERANGE for that batch, so a decode truncating its pool
+	 * fails a job, not the worker). 0, or KVW_ESYS with errno. NULL:
+	 * none. */
+	int (*writer_setup)(void);
 };
 
 /* Returns the ops table named `name` ("shm", "tcp", "rdma", "cuda"), or NULL
@@ -168,102 +253,41 @@ uint64_t xport_mark(struct xport *x, uint32_t dst);
 int xport_wait_for(struct xport *x, uint32_t dst, uint64_t lo, uint64_t hi,
 		   char *err, size_t errlen);
 
-/* shm only: what a descriptor names, read and checked (magic, version,
- * lengths, a kvwire pool path) without opening anything, so a control
- * process can decide whether the decode may name that file (issue 14)
- * before a worker maps it. 0, or KVW_EINVAL / KVW_EVERSION with err. */
-struct xport_shm_desc {
-	char path[1024]; /* POOL_PATH_MAX + 1 */
-	uint64_t size, dev, ino;
-};
-int xport_shm_desc_parse(const uint8_t *desc, size_t len,
-			 struct xport_shm_desc *out, char *err, size_t errlen);
-
-/* tcp only, decode side, before xport_register: listen on HOST[:PORT]
- * (numeric host; port 0 or none: a free one) with a fresh random secret;
- * the registration's descriptor then names them. 0, KVW_EINVAL (bad
- * address or not a tcp instance), KVW_EEXIST or KVW_ESYS. */
-int xport_tcp_listen(struct xport *x, const char *hostport, char *err,
-		     size_t errlen);
-/* tcp only: the listening socket (still owned by x) and the secret, for
- * the sink processes that serve it. 0, KVW_EINVAL or KVW_ENOENT (not
- * listening). */
-int xport_tcp_sink_info(const struct xport *x, int *listen_fd,
-			uint8_t secret[16]);
-/* tcp only: the group's 32-byte data key (base/keys.h), which every data
- * connection this instance dials proves it holds (tcp_auth.h). Without
- * it the registration's secret alone does. 0, or KVW_EINVAL (not tcp). */
-int xport_tcp_set_group_key(struct xport *x, const uint8_t key[32]);
+/* The transport a member given none uses. */
+#define XPORT_DEFAULT "shm"
 
 /* 1 when the group runs --encrypt (KVW_TCP_ENCRYPT=1 in the environment,
- * set by the flag): a tcp instance asks every sink for ENCRYPT from its
- * open on, and a sink refuses connections without it. */
-int xport_tcp_encrypt_env(void);
+ * set by the flag): an instance of a transport that can encrypt its
+ * payloads asks every decode-side server for it from its open on, and a
+ * server refuses connections without it. */
+int xport_encrypt_env(void);
 
-/* tcp only: ask every sink for ENCRYPT (AES-256-GCM payloads; needs the
- * group's keys). 0 or KVW_EINVAL. */
-int xport_tcp_set_encrypt(struct xport *x, int on);
-
-/* tcp only (a no-op elsewhere): the incarnation (the decode room's
- * XFER_INFO token) the next batches carry; xport_set_room resets it to 0.
- * The sink discards a batch of another incarnation. */
-void xport_tcp_set_incarnation(struct xport *x, uint64_t inc);
-
-/* tcp only (zeros elsewhere): data connections re-dialled, batches sent
- * again on them, and ACKs or batches that failed integrity, over the
- * instance's life. */
-void xport_tcp_counts(const struct xport *x, uint64_t *redials,
-		      uint64_t *resent, uint64_t *integrity);
-
-/* tcp only: "HOST:PORT" the registration listens on, into buf[len]; 0 or
- * KVW_ENOENT (not listening). */
-int xport_tcp_address(const struct xport *x, char *buf, size_t len);
-
-/* rdma only, decode side, before xport_register: starts the queue pair
- * exchange (lib/xport/rdma_serve.h) on HOST[:PORT] (numeric host; port 0
- * or none: a free one) with a fresh random secret; the registration then
- * allows remote writes and its descriptor names the listener. 0,
- * KVW_EINVAL (bad address or not an rdma instance), KVW_EEXIST or
- * KVW_ESYS. */
-int xport_rdma_listen(struct xport *x, const char *hostport, char *err,
-		      size_t errlen);
-/* rdma only, decode side: makes registration id current with its pool's
- * GPU record (one stat; rdma_gpu.h). When the engine registered a GPU
- * pool, registered it again or went away since, the old regions are
- * deregistered, the new ones registered and the new descriptor (new rkeys,
- * flag GPU or none) written to desc[desccap] (*desclen): *changed 1, and
- * the caller sends it to every prefill peer again (REGISTER); a prefill
- * worker then connects a new queue pair for it. Else *changed 0 and desc
- * is untouched. An error (*changed 1) leaves no GPU region registered
- * until a later call succeeds: the pool must not be written meanwhile. */
-int xport_rdma_refresh(struct xport *x, uint32_t id, uint8_t *desc,
-		       size_t desccap, size_t *desclen, int *changed,
-		       char *err, size_t errlen);
-/* rdma only: "HOST:PORT (device D port P, GID index G)" of the exchange,
- * into buf[len]; 0 or KVW_ENOENT (not listening, or not rdma). */
-int xport_rdma_address(const struct xport *x, char *buf, size_t len);
-/* rdma only, decode side: what the exchange saw (each only grows, but
- * live). */
-struct xport_rdma_stats {
-	uint64_t conns;   /* queue pairs handed out */
-	uint64_t refused; /* exchanges refused (secret, malformed, late, cap) */
-	uint64_t batches; /* batch immediates received: batches landed */
-	uint64_t errors;  /* queue pairs ended by a failed completion */
-	uint64_t live;    /* queue pairs now */
-};
-/* 0, KVW_EINVAL (not rdma) or KVW_ENOENT (not listening). */
-int xport_rdma_stats(const struct xport *x, struct xport_rdma_stats *st);
-/* rdma only, prefill side: WRs of room still in flight on any queue pair
- * (0 for another transport: its copies land within write_batch or are
- * answered by wait). A room is quiescent on this instance at 0. */
-uint64_t xport_rdma_room_busy(const struct xport *x, uint64_t room);
-
-/* For a process that writes into peer pools over shm and must outlive a
- * peer truncating its pool mid-copy (the kv-sender worker): installs a
- * process-wide SIGBUS handler that turns a fault on a connected remote's
- * mapping during xport_write_batch into KVW_ERANGE for that batch; any
- * other SIGBUS still kills the process. Call once, before any batch.
- * Returns 0 or KVW_ESYS. */
-int xport_shm_catch_sigbus(void);
+/* Wrappers over the optional entries of the ops table (each with the
+ * contract stated there), answering for a transport without the entry as
+ * its comment says, so that no caller needs to know which transport it
+ * holds. */
+/* ops->listen, or 0 (nothing to serve). */
+int xport_listen(struct xport *x, const char *hostport, char *err,
+		 size_t errlen);
+/* ops->address, or KVW_ENOENT. */
+int xport_address(const struct xport *x, char *buf, size_t len);
+/* ops->sink_info, or KVW_EINVAL. */
+int xport_sink_info(const struct xport *x, int *listen_fd,
+		    uint8_t secret[16]);
+/* ops->refresh, or 0 with *changed 0 (a registration never goes stale). */
+int xport_refresh(struct xport *x, uint32_t id, uint8_t *desc,
+		  size_t desccap, size_t *desclen, int *changed, char *err,
+		  size_t errlen);
+/* ops->summary, or KVW_ENOENT (nothing to say). */
+int xport_summary(const struct xport *x, char *buf, size_t len);
+/* ops->set_group_key, or KVW_EINVAL. */
+int xport_set_group_key(struct xport *x, const uint8_t key[32]);
+/* ops->set_incarnation, or nothing. */
+void xport_set_incarnation(struct xport *x, uint64_t inc);
+/* ops->counts, or zeros. */
+void xport_counts(const struct xport *x, uint64_t *redials,
+		  uint64_t *resent, uint64_t *integrity);
+/* ops->writer_setup, or 0 (nothing to set up). */
+int xport_writer_setup(const struct xport_ops *ops);
 
 #endif

@@ -28,6 +28,7 @@
  * GPU, probe and open answer KVW_ENODEV "cuda: not available: <why>".
  */
 #include "xport_impl.h"
+#include "xport_shm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -492,4 +493,7 @@ const struct xport_ops xport_cuda_ops = {
 	.write_batch = xcu_write_batch,
 	.wait = xcu_wait,
 	.close = xcu_close,
+	/* Its pools' AUX bytes are copied through shm mappings: a decode
+	 * pool truncated under a copy fails that job, not the worker. */
+	.writer_setup = xport_shm_catch_sigbus,
 };

@@ -34,6 +34,7 @@
  * decode destroys its end too).
  */
 #include "xrdma.h"
+#include "xport_rdma.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -257,6 +258,20 @@ int xport_rdma_stats(const struct xport *xp, struct xport_rdma_stats *st)
 	rdma_serve_counts(x->srv, &c);
 	*st = (struct xport_rdma_stats){ c.conns, c.refused, c.batches,
 					 c.errors, c.live };
+	return 0;
+}
+
+/* ops->summary: the decode's closing line, when it listened. */
+static int xrdma_summary(const struct xport *xp, char *buf, size_t len)
+{
+	struct xport_rdma_stats rs;
+
+	if (xport_rdma_stats(xp, &rs) != 0)
+		return KVW_ENOENT;
+	snprintf(buf, len, "rdma: stopping: %llu queue pairs, %llu batches "
+		 "landed; %llu exchanges refused, %llu queue pairs failed",
+		 (unsigned long long)rs.conns, (unsigned long long)rs.batches,
+		 (unsigned long long)rs.refused, (unsigned long long)rs.errors);
 	return 0;
 }
 
@@ -529,4 +544,9 @@ const struct xport_ops xport_rdma_ops = {
 	.wait = xrdma_wait,
 	.close = xrdma_close,
 	.set_room = xrdma_set_room,
+	.listen = xport_rdma_listen,
+	.listen_what = "queue pair exchange",
+	.address = xport_rdma_address,
+	.refresh = xport_rdma_refresh,
+	.summary = xrdma_summary,
 };

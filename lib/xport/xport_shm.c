@@ -22,6 +22,7 @@
  * library never installs the handler by itself.
  */
 #include "xport_impl.h"
+#include "xport_shm.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -142,7 +143,7 @@ static int xshm_reg(struct xport *x, const struct pool *p, uint32_t *id,
 }
 
 int xport_shm_desc_parse(const uint8_t *desc, size_t len,
-			 struct xport_shm_desc *out, char *err, size_t errlen)
+			 struct xport_desc_file *out, char *err, size_t errlen)
 {
 	uint64_t plen;
 
@@ -177,7 +178,7 @@ int xport_shm_desc_parse(const uint8_t *desc, size_t len,
 static int xshm_map_peer(const uint8_t *desc, size_t len, struct pool **out,
 			uint64_t *dev, uint64_t *ino, char *err, size_t errlen)
 {
-	struct xport_shm_desc d;
+	struct xport_desc_file d;
 	const char *path = d.path;
 	uint64_t size;
 	struct stat st;
@@ -434,4 +435,6 @@ const struct xport_ops xport_shm_ops = {
 	.write_batch = xshm_write_batch,
 	.wait = xshm_wait,
 	.close = xshm_close,
+	.desc_file = xport_shm_desc_parse,
+	.writer_setup = xport_shm_catch_sigbus,
 };

@@ -15,6 +15,7 @@
  * stops reading breaks the connection instead of hanging a worker.
  */
 #include "xport_impl.h"
+#include "xport_tcp.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -81,7 +82,7 @@ static int xtcp_open(struct xport **out, char *err, size_t errlen)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "tcp: out of memory");
 	t->base.ops = &xport_tcp_ops;
 	t->lfd = -1;
-	t->encrypt = xport_tcp_encrypt_env();
+	t->encrypt = xport_encrypt_env();
 	*out = &t->base;
 	return 0;
 }
@@ -135,13 +136,6 @@ int xport_tcp_set_group_key(struct xport *x, const uint8_t key[32])
 	memcpy(t->group, key, TCP_GROUP_KEY_LEN);
 	t->has_group = 1;
 	return 0;
-}
-
-int xport_tcp_encrypt_env(void)
-{
-	const char *e = getenv("KVW_TCP_ENCRYPT");
-
-	return e && strcmp(e, "1") == 0;
 }
 
 int xport_tcp_set_encrypt(struct xport *x, int on)
@@ -485,4 +479,11 @@ const struct xport_ops xport_tcp_ops = {
 	.set_room = xtcp_set_room,
 	.mark = xtcp_mark,
 	.wait_for = xtcp_wait_for,
+	.listen = xport_tcp_listen,
+	.listen_what = "data port",
+	.address = xport_tcp_address,
+	.sink_info = xport_tcp_sink_info,
+	.set_group_key = xport_tcp_set_group_key,
+	.set_incarnation = xport_tcp_set_incarnation,
+	.counts = xport_tcp_counts,
 };

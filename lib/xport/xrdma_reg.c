@@ -7,6 +7,7 @@
  * what the pieces of a cut batch (rdma_pmap.h) name.
  */
 #include "xrdma.h"
+#include "xport_rdma.h"
 
 #include <errno.h>
 #include <stdio.h>

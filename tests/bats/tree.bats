@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # The house in layers: libkvwire.so exports exactly the engine API (the list
-# in tests/api.exports), and mk/check-tree.sh holds the layer and citation
-# rules on the repository and refuses a tree that breaks them.
+# in tests/api.exports), and mk/check-tree.sh holds the layer, role and
+# citation rules on the repository and refuses a tree that breaks them.
 
 load helpers
 
@@ -45,4 +45,24 @@ teardown() { kvw_teardown; }
 	[[ $output == *'lib/plan/plan.c includes "roles/sender.h": layer roles is not below plan'* ]]
 	[[ $output == *"lib/base/log.c cites gone_away.$ext"* ]]
 	[[ $output =~ tree:\ [0-9]+\ passed,\ 3\ failed ]]
+}
+
+@test "check-tree refuses a role that names a transport or calls a transport's own function" {
+	mkdir -p "$RUN/t"
+	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs model examples python | xargs cp --parents -t "$RUN/t")
+	(cd "$RUN/t" && git init -q && git add -A)
+	# Issue 31: a role that tests the transport by name, and one that
+	# reaches around the ops table to one transport's own call.
+	w=$(( $(wc -l <"$RUN/t/lib/roles/worker.c") + 1 ))
+	s=$(( $(wc -l <"$RUN/t/lib/roles/sender_room.c") + 1 ))
+	printf 'static int is_it(const char *n) { return !strcmp(n, "tcp"); }\n' \
+		>>"$RUN/t/lib/roles/worker.c"
+	printf 'static int busy(struct xport *x) { return xport_rdma_room_busy(x, 1) > 0; }\n' \
+		>>"$RUN/t/lib/roles/sender_room.c"
+	(cd "$RUN/t" && git add -A)
+	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
+	[ "$status" -ne 0 ]
+	[[ $output == *"lib/roles/worker.c names a transport (line $w): a role asks the ops table"* ]]
+	[[ $output == *"lib/roles/sender_room.c names a transport (line $s): a role asks the ops table"* ]]
+	[[ $output =~ tree:\ [0-9]+\ passed,\ 2\ failed ]]
 }

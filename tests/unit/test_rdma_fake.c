@@ -33,6 +33,7 @@
 #include "xport/rdma_desc.h"
 #include "xport/rdma_lib.h"
 #include "xport/xport.h"
+#include "xport/xport_rdma.h"
 
 #include "fake_verbs.h"
 

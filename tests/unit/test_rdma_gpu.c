@@ -34,6 +34,7 @@
 #include "xport/pool.h"
 #include "xport/rdma_desc.h"
 #include "xport/xport.h"
+#include "xport/xport_rdma.h"
 
 #include "fake_verbs.h"
 

@@ -23,6 +23,7 @@
 #include "cli/cli.h"
 #include "xport/rdma_lib.h"
 #include "xport/xport.h"
+#include "xport/xport_rdma.h"
 
 static int no_device(void)
 {

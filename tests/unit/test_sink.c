@@ -34,6 +34,7 @@
 #include "xport/tcp_proto.h"
 #include "xport/tcp_sink.h"
 #include "xport/xport.h"
+#include "xport/xport_tcp.h"
 
 #define ITEM 512u
 #define PAGES 32u

@@ -53,6 +53,7 @@
 #include "xport/tcp_proto.h"
 #include "xport/tcp_sink.h"
 #include "xport/xport.h"
+#include "xport/xport_tcp.h"
 
 #define POOL_BYTES (1u << 20)
 #define NOT_LIVE_ROOM 666u

@@ -11,7 +11,9 @@
  * or non-pool descriptors; a pool cut between the batch's fstat check and
  * its copy (an fstat seam in this binary) is caught by the SIGBUS guard
  * as KVW_ERANGE and the process lives on; rdma, cuda and tcp probes say "not available" on
- * a machine without them (and are accepted as usable where present).
+ * a machine without them (and are accepted as usable where present); each
+ * transport fills in the optional entries the roles rely on (issue 31),
+ * and a missing one gets the generic answer xport.h states.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +32,8 @@
 
 #include "xport/pool.h"
 #include "xport/xport.h"
+#include "xport/xport_shm.h"
+#include "xport/xport_tcp.h"
 #include "unit_wait.h"
 
 #define SRC_SIZE (64u * 1024)
@@ -441,6 +445,105 @@ static void registry_finds_known_names_only(void **state)
 	assert_int_equal(xport_open(NULL, &(struct xport *){ NULL }, NULL, 0), KVW_EINVAL);
 }
 
+/* Issue 31: what the roles once decided by a transport's name is now which
+ * optional entries its table fills in; a table that loses one (cuda's
+ * writer_setup, tcp's sink_info) would change a role's behaviour without
+ * a compile error, so each transport's set is pinned here. */
+static void optional_entries_are_what_the_roles_once_decided_by_name(void **state)
+{
+	static const struct {
+		const char *name;
+		/* listen, sink_info, refresh, summary, set_group_key,
+		 * set_incarnation, counts, desc_file, writer_setup */
+		int has[9];
+		const char *what;
+	} want[] = {
+		{ "shm", { 0, 0, 0, 0, 0, 0, 0, 1, 1 }, NULL },
+		{ "tcp", { 1, 1, 0, 0, 1, 1, 1, 0, 0 }, "data port" },
+		{ "rdma", { 1, 0, 1, 1, 0, 0, 0, 0, 0 }, "queue pair exchange" },
+		{ "cuda", { 0, 0, 0, 0, 0, 0, 0, 0, 1 }, NULL },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		const struct xport_ops *o = xport_find(want[i].name);
+		int has[9];
+
+		assert_non_null(o);
+		has[0] = o->listen != NULL;
+		has[1] = o->sink_info != NULL;
+		has[2] = o->refresh != NULL;
+		has[3] = o->summary != NULL;
+		has[4] = o->set_group_key != NULL;
+		has[5] = o->set_incarnation != NULL;
+		has[6] = o->counts != NULL;
+		has[7] = o->desc_file != NULL;
+		has[8] = o->writer_setup != NULL;
+		for (int k = 0; k < 9; k++)
+			if (has[k] != want[i].has[k])
+				fail_msg("%s: entry %d is %s", want[i].name, k,
+					 has[k] ? "set" : "NULL");
+		/* A listener is named in the decode's log; an address too. */
+		assert_int_equal(o->listen_what != NULL, want[i].what != NULL);
+		assert_int_equal(o->address != NULL, want[i].what != NULL);
+		if (want[i].what)
+			assert_string_equal(o->listen_what, want[i].what);
+	}
+}
+
+/* A transport without an optional entry gets the answer xport.h states,
+ * so a role never needs to know which transport it holds; one with the
+ * entry answers through the same wrapper. */
+static void optional_entries_answer_generically_when_missing(void **state)
+{
+	struct fx *f = *state;
+	struct xport_desc_file d;
+	struct xport *x = NULL;
+	char err[256] = "", buf[128];
+	uint8_t key[32] = { 1 }, secret[16], desc[KVW_MAX_DESC];
+	uint64_t a = 9, b = 9, c = 9;
+	size_t l = 0;
+	int fd = -1, changed = 7;
+	uint32_t id;
+
+	/* shm: nothing to serve, no listener, no sinks, never stale. */
+	assert_int_equal(xport_listen(f->dec, "127.0.0.1:0", err, sizeof err), 0);
+	assert_int_equal(xport_address(f->dec, buf, sizeof buf), KVW_ENOENT);
+	assert_int_equal(xport_sink_info(f->dec, &fd, secret), KVW_EINVAL);
+	assert_int_equal(xport_refresh(f->dec, 0, desc, sizeof desc, &l,
+				       &changed, err, sizeof err), 0);
+	assert_int_equal(changed, 0);
+	assert_int_equal(l, 0);
+	assert_int_equal(xport_summary(f->dec, buf, sizeof buf), KVW_ENOENT);
+	assert_int_equal(xport_set_group_key(f->pre, key), KVW_EINVAL);
+	xport_set_incarnation(f->pre, 5);
+	xport_counts(f->pre, &a, &b, &c);
+	assert_true(a == 0 && b == 0 && c == 0);
+	assert_int_equal(xport_writer_setup(NULL), 0);
+	assert_int_equal(xport_writer_setup(xport_find("tcp")), 0);
+	/* shm's desc_file reads the decode's own descriptor back. */
+	assert_int_equal(xport_find("shm")->desc_file(f->desc, f->desclen, &d,
+						      err, sizeof err), 0);
+	assert_string_equal(d.path, f->dst_path);
+	assert_int_equal(d.size, DST_SIZE);
+
+	/* tcp, listening: the same wrappers reach its entries. */
+	assert_int_equal(xport_open(xport_find("tcp"), &x, err, sizeof err), 0);
+	assert_int_equal(xport_sink_info(x, &fd, secret), KVW_ENOENT);
+	assert_int_equal(xport_listen(x, "127.0.0.1:0", err, sizeof err), 0);
+	assert_int_equal(xport_address(x, buf, sizeof buf), 0);
+	assert_true(strncmp(buf, "127.0.0.1:", 10) == 0);
+	assert_int_equal(xport_sink_info(x, &fd, secret), 0);
+	assert_true(fd >= 0);
+	assert_int_equal(xport_summary(x, buf, sizeof buf), KVW_ENOENT);
+	assert_int_equal(xport_set_group_key(x, key), 0);
+	assert_int_equal(xport_register(x, f->dst, &id, desc, sizeof desc, &l,
+					err, sizeof err), 0);
+	xport_counts(x, &a, &b, &c);
+	assert_true(a == 0 && b == 0 && c == 0);
+	xport_close(&x);
+}
+
 /* A pool unlinked or truncated after connect: the next batch fails before
  * any byte moves (fstat before each batch), instead of writing into an
  * orphaned file or faulting with SIGBUS. */
@@ -589,6 +692,8 @@ int main(void)
 		cmocka_unit_test(cuda_probe_and_open_say_not_available_without_gpu),
 		cmocka_unit_test_setup_teardown(tcp_opens_and_a_pool_that_is_not_listened_on_cannot_be_dialled, fx_setup, fx_teardown),
 		cmocka_unit_test(registry_finds_known_names_only),
+		cmocka_unit_test(optional_entries_are_what_the_roles_once_decided_by_name),
+		cmocka_unit_test_setup_teardown(optional_entries_answer_generically_when_missing, fx_setup, fx_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
