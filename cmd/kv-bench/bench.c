@@ -352,13 +352,17 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 			x->outcome = O_FAILED;
 		ok += (x->df[k] & F_DONE) != 0;
 	}
+	/* The deadline first: a room seen done only after its deadline
+	 * passed missed it (stuck), however the machine's load ordered the
+	 * steps; --room-timeout means the same on a fast and a busy machine
+	 * (issue 30: a 1 us deadline once let both rooms of a run succeed). */
+	if (x->outcome == O_NONE && now >= x->deadline)
+		x->outcome = O_STUCK;
 	if (x->outcome == O_NONE && ok == r->nd) {
 		x->t_done = proc_now_ns();
 		x->outcome = !r->c->verify || intact(r, x) ? O_SUCCESS
 							   : O_CORRUPT;
 	}
-	if (x->outcome == O_NONE && now >= x->deadline)
-		x->outcome = O_STUCK;
 	if (x->outcome != O_NONE) {
 		x->phase = R_CLEAR;
 		prog = 1;

@@ -71,15 +71,36 @@ static void run_heartbeat(uint32_t max_failures)
 	_exit(hbeat_run(h, err, sizeof err) == 0 ? 0 : 111);
 }
 
-static pid_t start_heartbeat(uint32_t max_failures)
+/* Forks the heartbeat before this process has any thread (the mute
+ * peer's ZMQ context makes some: a fork then would leave the child unable
+ * to start its own under TSAN). The child waits on *go until the test
+ * has its table and peer ready: start_heartbeat_go releases it. */
+static pid_t start_heartbeat(uint32_t max_failures, int *go)
 {
-	pid_t pid = fork();
+	int fds[2];
+	pid_t pid;
+	char c;
 
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
 	assert_true(pid >= 0);
-	if (pid == 0)
+	if (pid == 0) {
+		close(fds[1]);
+		if (read(fds[0], &c, 1) != 1)
+			_exit(111);
+		close(fds[0]);
 		run_heartbeat(max_failures);
+	}
+	close(fds[0]);
 	child = pid;
+	*go = fds[1];
 	return pid;
+}
+
+static void start_heartbeat_go(int go)
+{
+	assert_int_equal(write(go, "g", 1), 1);
+	close(go);
 }
 
 static void stop_heartbeat(pid_t pid)
@@ -162,15 +183,16 @@ static void test_a_silent_peer_is_dead_after_exactly_max_failures_misses(
 	struct rtab_ref live, done;
 	struct mute m;
 	uint32_t silent;
-	struct rtab *t = table_with_mute_peer(&m, &silent);
-	pid_t pid;
+	struct rtab *t;
+	int go;
+	pid_t pid = start_heartbeat(MAX_FAILURES, &go);
 
 	(void)state;
+	t = table_with_mute_peer(&m, &silent);
 	assert_int_equal(rtab_insert(t, 1, silent, 0, &live), 0);
 	assert_int_equal(rtab_insert(t, 2, silent, 0, &done), 0);
 	assert_int_equal(rtab_transition(t, done, KVW_SUCCESS, KVW_R_NONE), 0);
-
-	pid = start_heartbeat(MAX_FAILURES);
+	start_heartbeat_go(go);
 	/* Two PINGs past its death: a DEAD peer is still pinged (a PONG
 	 * would revive it), but its misses no longer count. */
 	for (uint32_t k = 1; k <= MAX_FAILURES + 3; k++) {
@@ -205,12 +227,13 @@ static void test_every_unanswered_ping_is_counted_before_the_next(void **state)
 	struct rtab_peer_view v;
 	struct mute m;
 	uint32_t id;
-	struct rtab *t = table_with_mute_peer(&m, &id);
-	pid_t pid;
+	struct rtab *t;
+	int go;
+	pid_t pid = start_heartbeat(1000000u, &go);
 
 	(void)state;
-
-	pid = start_heartbeat(1000000u);
+	t = table_with_mute_peer(&m, &id);
+	start_heartbeat_go(go);
 	for (uint32_t k = 1; k <= 40; k++) {
 		mute_take_ping(&m);
 		assert_int_equal(rtab_peer_get(t, id, &v), 0);
