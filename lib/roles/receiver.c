@@ -17,10 +17,10 @@
 #include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "mem/pool.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
 #include "wire/wpoll.h"
-#include "xport/pool.h"
 #include "xport/xport.h"
 
 #define ROOM_CAPACITY 65536u

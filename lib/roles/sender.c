@@ -21,11 +21,11 @@
 #include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "mem/pool.h"
 #include "plan/rankmap.h"
 #include "wire/chan.h"
 #include "wire/dealers.h"
 #include "wire/wpoll.h"
-#include "xport/pool.h"
 #include "xport/xport.h"
 
 #define ROOM_CAPACITY 65536u

@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "xport/pool.h"
+#include "mem/pool.h"
 #include "xport/xport.h"
 
 /* Splits "DIR/kvwire.G.pI.pool" into its DIR/kvwire.G. prefix length: 1

@@ -26,12 +26,12 @@
 #include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "mem/pool.h"
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
 #include "wire/wire_auth.h"
-#include "xport/pool.h"
 #include "xport/xport.h"
 
 #define WORKER_CONNS 64u

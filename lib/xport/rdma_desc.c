@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/kvw.h"
-#include "le.h"
+#include "base/le.h"
 
 /* The flags and the segment table: NULL or what is wrong. */
 static const char *segs_bad(const struct rdma_desc *d)

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "gpool_map.h"
+#include "mem/gpool_map.h"
 
 struct rgpu {
 	struct gmap m;

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "le.h"
+#include "base/le.h"
 
 #define SECRET_KEY (TCP_GROUP_KEY_LEN + TCP_SECRET_LEN)
 

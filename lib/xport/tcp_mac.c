@@ -16,7 +16,7 @@
 #include <xxhash.h>
 
 #include "base/kvw.h"
-#include "le.h"
+#include "base/le.h"
 
 enum { M_XXH, M_POLY, M_GCM };
 

@@ -36,7 +36,7 @@
 
 #include <stdint.h>
 
-#include "le.h"
+#include "base/le.h"
 
 #define TCP_VERSION 4u
 #define TCP_HELLO_LEN 64u

@@ -34,11 +34,11 @@
 #include <arpa/inet.h>
 #include <stdio.h>
 
-#include "base/kvw.h"
-#include "cuda_stage.h"
 #include "tcp_auth.h"
 #include "tcp_mac.h"
 #include "tcp_proto.h"
+#include "base/kvw.h"
+#include "mem/cuda_stage.h"
 
 
 uint64_t tcp_sink_now_ns(void)

@@ -13,9 +13,9 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "base/kvw.h"
-#include "cuda_stage.h"
 #include "tcp_auth.h"
+#include "base/kvw.h"
+#include "mem/cuda_stage.h"
 
 /* The connection's write is over: its room is no longer held. */
 void tcp_sink_release(struct sink *s, struct conn *c)

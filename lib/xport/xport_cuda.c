@@ -34,10 +34,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_rt.h"
-#include "gpool.h"
-#include "gpool_map.h"
-#include "pool.h"
+#include "mem/cuda_rt.h"
+#include "mem/gpool.h"
+#include "mem/gpool_map.h"
+#include "mem/pool.h"
 
 #define CU_MAGIC "KVCU"
 #define CU_VERSION 1u

@@ -31,7 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "pool.h"
+#include "mem/pool.h"
 
 #define SHM_MAGIC "KVSH"
 #define SHM_VERSION 1u

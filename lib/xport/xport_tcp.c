@@ -24,12 +24,12 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "cuda_stage.h"
-#include "pool.h"
 #include "tcp_auth.h"
 #include "tcp_client.h"
 #include "tcp_proto.h"
 #include "xnet.h"
+#include "mem/cuda_stage.h"
+#include "mem/pool.h"
 
 #define XTCP_MAX_LOCAL 8u
 

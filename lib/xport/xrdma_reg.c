@@ -6,15 +6,15 @@
  * every local pool and of each remote are kept as flat tables, which is
  * what the pieces of a cut batch (rdma_pmap.h) name.
  */
-#include "xrdma.h"
 #include "xport_rdma.h"
+#include "xrdma.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "pool.h"
+#include "mem/pool.h"
 
 /* What a registration allows: remote writes when this instance listens
  * (the decode side), else local reads only (a source: the prefill pool is

@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "base/kvw.h"
+#include "base/le.h"
 #include "xport/rdma_cm.h"
-#include "xport/le.h"
 
 static const uint8_t SECRET[16] = { 1, 2, 3, 4, 5, 6, 7, 8,
 				    9, 10, 11, 12, 13, 14, 15, 16 };

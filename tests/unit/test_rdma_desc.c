@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "base/kvw.h"
-#include "xport/le.h"
+#include "base/le.h"
 #include "xport/rdma_desc.h"
 
 static struct rdma_desc sample(void)

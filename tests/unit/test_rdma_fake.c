@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "base/kvw.h"
-#include "xport/pool.h"
+#include "mem/pool.h"
 #include "xport/rdma_desc.h"
 #include "xport/rdma_lib.h"
 #include "xport/xport.h"

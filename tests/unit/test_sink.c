@@ -26,11 +26,11 @@
 #include <unistd.h>
 
 #include "base/kvw.h"
+#include "mem/pool.h"
 #include "roles/sink.h"
 #include "table/rtab.h"
 #include "table/rtab_fence.h"
 #include "table/rtab_grant.h"
-#include "xport/pool.h"
 #include "xport/tcp_proto.h"
 #include "xport/tcp_sink.h"
 #include "xport/xport.h"

@@ -47,7 +47,7 @@
 #include <unistd.h>
 
 #include "base/kvw.h"
-#include "xport/pool.h"
+#include "mem/pool.h"
 #include "xport/tcp_auth.h"
 #include "xport/tcp_mac.h"
 #include "xport/tcp_proto.h"

@@ -20,7 +20,7 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#include "xport/le.h"
+#include "base/le.h"
 #include "xport/tcp_mac.h"
 
 static const uint8_t K1[32] = { 1, 2, 3 }, K2[32] = { 9, 8, 7 };

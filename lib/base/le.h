@@ -1,6 +1,7 @@
 /*
  * le.h - little-endian fields packed byte by byte, for the transports'
- * wire formats (nothing is sent as a struct). Header only.
+ * wire formats and the GPU pool records (nothing is sent as a struct).
+ * In base because both lib/mem and lib/xport write them. Header only.
  */
 #ifndef KVW_LE_H
 #define KVW_LE_H

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/log.h"
 #include "cuda_rt.h"
 #include "gpool_map.h"
 #include "pool.h"
+#include "base/log.h"
 
 struct cstage {
 	const struct curt *rt; /* NULL until a record is first seen */

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "cuda_rt.h"
-#include "xport_impl.h"
+#include "base/le.h"
 
 #define GPOOL_MAGIC "KVGP"
 #define GPOOL_VERSION 1u
