@@ -208,8 +208,8 @@ include mk/install.mk
 # declarations match them (tests/cuda/decl_check.c) and that the cuda files
 # also build with the headers in view; without them, that they build alone.
 CUDA_HOME ?= /usr/local/cuda
-CUDA_SRC := lib/mem/cuda_rt.c lib/mem/gpool.c lib/mem/gpool_map.c lib/xport/xport_cuda.c \
-	lib/mem/cuda_stage.c lib/xport/rdma_gpu.c
+CUDA_SRC := lib/mem/cuda_rt.c lib/mem/gpool.c lib/mem/gpool_map.c lib/xport/cuda/xport_cuda.c \
+	lib/mem/cuda_stage.c lib/xport/rdma/rdma_gpu.c
 cuda-decl: | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) -std=c17 $(WARN) -fsyntax-only tests/cuda/decl_check.c
 	@for f in $(CUDA_SRC); do $(CC) $(CPPFLAGS) $(CFLAGS) -fsyntax-only $$f || exit 1; done

@@ -24,10 +24,10 @@
 #include "base/proc.h"
 #include "mem/pool.h"
 #include "roles/worker.h"
-#include "xport/tcp_sink.h"
+#include "xport/rdma/xport_rdma.h"
+#include "xport/tcp/tcp_sink.h"
+#include "xport/tcp/xport_tcp.h"
 #include "xport/xport.h"
-#include "xport/xport_rdma.h"
-#include "xport/xport_tcp.h"
 
 struct bc {
 	pid_t sink; /* tcp: the forked sink writing into dst, 0: none */

@@ -1,7 +1,7 @@
 /*
  * sink.c - a kv-receiver sink process (sink.h): the room table says which
  * rooms may be written, the receiver's grants (table/rtab_grant.h) which
- * incarnation and which pages; everything else is xport/tcp_sink.c.
+ * incarnation and which pages; everything else is xport/tcp/tcp_sink.c.
  */
 #include "sink.h"
 
@@ -17,8 +17,8 @@
 #include "table/rtab_fence.h"
 #include "table/rtab_grant.h"
 #include "wire/wire_auth.h"
-#include "xport/tcp_proto.h"
-#include "xport/tcp_sink.h"
+#include "xport/tcp/tcp_proto.h"
+#include "xport/tcp/tcp_sink.h"
 #include "xport/xport.h"
 
 /* Copy i of a copy list as the wire has it. */

@@ -2,7 +2,7 @@
  * sink.h - one kv-receiver sink process (tcp transport): it serves the
  * listening socket its receiver opened (inherited) and writes every batch
  * a prefill worker sends straight into this decode rank's pool
- * (xport/tcp_sink.h). A batch is written only while its room is live in
+ * (xport/tcp/tcp_sink.h). A batch is written only while its room is live in
  * the receiver's room table: a room that is missing, terminal or armed
  * for an abort gets its batches read and discarded. While it writes a
  * batch, the room is held in the receiver's fence (table/rtab_fence.h),
@@ -45,7 +45,7 @@ struct sink_hook {
 	uint64_t delay_us; /* TEST ONLY: KVW_TEST_SINK_DELAY_US (proc.h) */
 };
 
-/* The tcp sink's room_begin (xport/tcp_sink.h; arg is a struct
+/* The tcp sink's room_begin (xport/tcp/tcp_sink.h; arg is a struct
  * sink_hook): TCP_ROOM_OK with the room held in fence slot `slot` (room
  * end owed), TCP_ROOM_NOT_LIVE (not in the table, terminal, armed, no
  * grant for this incarnation, another incarnation token), or

@@ -26,9 +26,9 @@
 #include "mem/gpool.h"
 #include "mem/pool.h"
 #include "roles/receiver_impl.h"
-#include "xport/rdma_desc.h"
+#include "xport/rdma/rdma_desc.h"
+#include "xport/rdma/xport_rdma.h"
 #include "xport/xport.h"
-#include "xport/xport_rdma.h"
 
 #include "fake_verbs.h"
 

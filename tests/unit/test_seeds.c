@@ -31,8 +31,8 @@
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/frame.h"
-#include "xport/rdma_cm.h"
-#include "xport/rdma_desc.h"
+#include "xport/rdma/rdma_cm.h"
+#include "xport/rdma/rdma_desc.h"
 
 struct seed {
 	char name[256];

@@ -31,10 +31,10 @@
 #include "table/rtab.h"
 #include "table/rtab_fence.h"
 #include "table/rtab_grant.h"
-#include "xport/tcp_proto.h"
-#include "xport/tcp_sink.h"
+#include "xport/tcp/tcp_proto.h"
+#include "xport/tcp/tcp_sink.h"
+#include "xport/tcp/xport_tcp.h"
 #include "xport/xport.h"
-#include "xport/xport_tcp.h"
 
 #define ITEM 512u
 #define PAGES 32u

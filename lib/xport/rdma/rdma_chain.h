@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <infiniband/verbs.h>
 
-#include "xport.h"
+#include "xport/xport.h"
 
 /* A registered region as the HCA sees it: addr is the first byte's
  * registered address, key the lkey (local) or rkey (remote). */

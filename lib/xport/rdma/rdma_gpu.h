@@ -27,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rdma_qp.h"
 #include "rdma_pmap.h"
+#include "rdma_qp.h"
 
 struct rgpu; /* opaque */
 

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "xport.h"
+#include "xport/xport.h"
 
 /* ops->listen: decode side, before xport_register: starts the queue pair
  * exchange (rdma_serve.h) on HOST[:PORT] (numeric host; port 0 or none: a

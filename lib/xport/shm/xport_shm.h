@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "xport.h"
+#include "xport/xport.h"
 
 /* ops->desc_file of shm: the pool file an shm descriptor names. */
 int xport_shm_desc_parse(const uint8_t *desc, size_t len,

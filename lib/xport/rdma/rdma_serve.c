@@ -24,11 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/kvw.h"
-#include "base/log.h"
 #include "rdma_cm.h"
 #include "rdma_desc.h"
-#include "xnet.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "xport/xnet.h"
 
 #define HELLO_MS 5000u
 #define POLL_MS 200

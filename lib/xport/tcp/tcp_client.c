@@ -26,11 +26,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/kvw.h"
-#include "base/log.h"
 #include "tcp_auth.h"
 #include "tcp_mac.h"
-#include "xnet.h"
+#include "base/kvw.h"
+#include "base/log.h"
+#include "xport/xnet.h"
 
 #define XTCP_IO_TIMEOUT_S 30 /* a sink silent this long breaks the link */
 #define XTCP_CONNECT_MS 2000

@@ -21,7 +21,7 @@
  * KVW_ERANGE, and any other SIGBUS still kills the process as before. The
  * library never installs the handler by itself.
  */
-#include "xport_impl.h"
+#include "xport/xport_impl.h"
 #include "xport_shm.h"
 
 #include <errno.h>

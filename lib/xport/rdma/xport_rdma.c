@@ -43,8 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/log.h"
 #include "rdma_cm.h"
+#include "base/log.h"
 
 static uint64_t now_ns(void)
 {

@@ -27,8 +27,8 @@
  * libcudart is loaded at run time (cuda_rt.h): without it, a driver or a
  * GPU, probe and open answer KVW_ENODEV "cuda: not available: <why>".
  */
-#include "xport_impl.h"
-#include "xport_shm.h"
+#include "xport/shm/xport_shm.h"
+#include "xport/xport_impl.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
 #include "rdma_pmap.h"
 #include "rdma_qp.h"
 #include "rdma_serve.h"
-#include "xport_impl.h"
+#include "xport/xport_impl.h"
 
 #define XRDMA_MAX_MR 64u
 #define XRDMA_SQ_DEPTH 256u   /* send WRs in flight per queue pair */

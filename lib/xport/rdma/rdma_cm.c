@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "xnet.h"
 #include "base/kvw.h"
 #include "base/le.h"
+#include "xport/xnet.h"
 
 void rcm_hello_encode(uint8_t out[RCM_HELLO_LEN], const uint8_t secret[16],
 		      const struct rdma_peer *me)

@@ -14,7 +14,7 @@
  * Sockets are blocking with send and receive timeouts, so a sink that
  * stops reading breaks the connection instead of hanging a worker.
  */
-#include "xport_impl.h"
+#include "xport/xport_impl.h"
 #include "xport_tcp.h"
 
 #include <errno.h>
@@ -27,9 +27,9 @@
 #include "tcp_auth.h"
 #include "tcp_client.h"
 #include "tcp_proto.h"
-#include "xnet.h"
 #include "mem/cuda_stage.h"
 #include "mem/pool.h"
+#include "xport/xnet.h"
 
 #define XTCP_MAX_LOCAL 8u
 
