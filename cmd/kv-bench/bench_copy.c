@@ -23,7 +23,7 @@
 #include "bench_stream.h"
 #include "base/proc.h"
 #include "mem/pool.h"
-#include "roles/worker.h"
+#include "roles/sender/worker.h"
 #include "xport/rdma/xport_rdma.h"
 #include "xport/tcp/tcp_sink.h"
 #include "xport/tcp/xport_tcp.h"

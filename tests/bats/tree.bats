@@ -36,7 +36,7 @@ teardown() { kvw_teardown; }
 	# and mem must not include xport (upward: memory sits below the
 	# transports), and a comment may not cite a file that is not there.
 	printf '#include "table/rtab.h"\n' >>"$RUN/t/lib/wire/wire.c"
-	printf '#include "roles/sender.h"\n' >>"$RUN/t/lib/plan/plan.c"
+	printf '#include "roles/sender/sender.h"\n' >>"$RUN/t/lib/plan/plan.c"
 	printf '#include "xport/xport.h"\n' >>"$RUN/t/lib/mem/pool.c"
 	ext=c # (spelt apart so that this file cites no missing file itself)
 	printf '/* see gone_away.%s */\n' "$ext" >>"$RUN/t/lib/base/log.c"
@@ -44,7 +44,7 @@ teardown() { kvw_teardown; }
 	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
 	[ "$status" -ne 0 ]
 	[[ $output == *'lib/wire/wire.c includes "table/rtab.h": layer table is not below wire'* ]]
-	[[ $output == *'lib/plan/plan.c includes "roles/sender.h": layer roles is not below plan'* ]]
+	[[ $output == *'lib/plan/plan.c includes "roles/sender/sender.h": layer roles is not below plan'* ]]
 	[[ $output == *'lib/mem/pool.c includes "xport/xport.h": layer xport is not below mem'* ]]
 	[[ $output == *"lib/base/log.c cites gone_away.$ext"* ]]
 	[[ $output =~ tree:\ [0-9]+\ passed,\ 4\ failed ]]
@@ -56,16 +56,16 @@ teardown() { kvw_teardown; }
 	(cd "$RUN/t" && git init -q && git add -A)
 	# Issue 31: a role that tests the transport by name, and one that
 	# reaches around the ops table to one transport's own call.
-	w=$(( $(wc -l <"$RUN/t/lib/roles/worker.c") + 1 ))
-	s=$(( $(wc -l <"$RUN/t/lib/roles/sender_room.c") + 1 ))
+	w=$(( $(wc -l <"$RUN/t/lib/roles/sender/worker.c") + 1 ))
+	s=$(( $(wc -l <"$RUN/t/lib/roles/sender/sender_room.c") + 1 ))
 	printf 'static int is_it(const char *n) { return !strcmp(n, "tcp"); }\n' \
-		>>"$RUN/t/lib/roles/worker.c"
+		>>"$RUN/t/lib/roles/sender/worker.c"
 	printf 'static int busy(struct xport *x) { return xport_rdma_room_busy(x, 1) > 0; }\n' \
-		>>"$RUN/t/lib/roles/sender_room.c"
+		>>"$RUN/t/lib/roles/sender/sender_room.c"
 	(cd "$RUN/t" && git add -A)
 	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
 	[ "$status" -ne 0 ]
-	[[ $output == *"lib/roles/worker.c names a transport (line $w): a role asks the ops table"* ]]
-	[[ $output == *"lib/roles/sender_room.c names a transport (line $s): a role asks the ops table"* ]]
+	[[ $output == *"lib/roles/sender/worker.c names a transport (line $w): a role asks the ops table"* ]]
+	[[ $output == *"lib/roles/sender/sender_room.c names a transport (line $s): a role asks the ops table"* ]]
 	[[ $output =~ tree:\ [0-9]+\ passed,\ 2\ failed ]]
 }

@@ -28,8 +28,8 @@
 #include "base/log.h"
 #include "mem/pool.h"
 #include "plan/shape.h"
-#include "roles/receiver_impl.h"
-#include "roles/sender_impl.h"
+#include "roles/receiver/receiver_impl.h"
+#include "roles/sender/sender_impl.h"
 #include "table/rtab.h"
 
 #define NMAX FUZZ_NMAX

@@ -29,8 +29,8 @@
 #include "plan/plan.h"
 #include "plan/rankmap.h"
 #include "plan/shape.h"
-#include "roles/receiver_impl.h"
-#include "roles/sink.h"
+#include "roles/receiver/receiver_impl.h"
+#include "roles/receiver/sink.h"
 #include "table/rtab.h"
 #include "table/rtab_grant.h"
 

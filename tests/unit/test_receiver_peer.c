@@ -30,7 +30,7 @@
 #include "mem/pool.h"
 #include "plan/rankmap.h"
 #include "plan/shape.h"
-#include "roles/receiver_impl.h"
+#include "roles/receiver/receiver_impl.h"
 #include "table/rtab.h"
 #include "wire/wire.h"
 

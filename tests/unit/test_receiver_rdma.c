@@ -25,7 +25,7 @@
 #include "mem/cuda_rt.h"
 #include "mem/gpool.h"
 #include "mem/pool.h"
-#include "roles/receiver_impl.h"
+#include "roles/receiver/receiver_impl.h"
 #include "xport/rdma/rdma_desc.h"
 #include "xport/rdma/xport_rdma.h"
 #include "xport/xport.h"

@@ -27,7 +27,7 @@
 
 #include "../fuzz/fuzz_input.h"
 #include "cli/runinfo.h"
-#include "roles/boot.h"
+#include "roles/bootstrap/boot.h"
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/frame.h"

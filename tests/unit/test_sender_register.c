@@ -35,7 +35,7 @@
 #include "base/proc.h"
 #include "mem/pool.h"
 #include "plan/shape.h"
-#include "roles/sender_impl.h"
+#include "roles/sender/sender_impl.h"
 #include "table/rtab.h"
 #include "xport/xport.h"
 

@@ -27,7 +27,7 @@
 #include "unit_wait.h"
 #include "base/proc.h"
 #include "mem/pool.h"
-#include "roles/receiver_impl.h"
+#include "roles/receiver/receiver_impl.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
 

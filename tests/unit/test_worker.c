@@ -25,7 +25,7 @@
 #include "unit_wait.h"
 #include "base/kvw.h"
 #include "mem/pool.h"
-#include "roles/worker.h"
+#include "roles/sender/worker.h"
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/frame.h"

@@ -11,10 +11,10 @@
 #include <sys/types.h>
 #include <stdint.h>
 
-#include "ratelimit.h"
 #include "receiver.h"
 #include "base/idmap.h"
 #include "plan/rankmap.h"
+#include "roles/ratelimit.h"
 #include "table/rtab.h"
 #include "wire/frame.h"
 

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "malformed.h"
 #include "base/log.h"
+#include "roles/malformed.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
 

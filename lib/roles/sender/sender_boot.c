@@ -22,9 +22,9 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "bootc.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "roles/bootstrap/bootc.h"
 
 #define BOOT_CHECK_NS 1000000000ull /* PING the bootstrap about this often */
 

@@ -14,11 +14,11 @@
 #include <zmq.h>
 
 #include "boot.h"
-#include "malformed.h"
-#include "ratelimit.h"
 #include "base/kvw.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "roles/malformed.h"
+#include "roles/ratelimit.h"
 #include "wire/wire.h"
 
 /* Messages handled per wakeup before signals are looked at again. */

@@ -21,9 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sink.h"
 #include "base/log.h"
 #include "base/proc.h"
-#include "sink.h"
 #include "table/rtab_fence.h"
 #include "table/rtab_grant.h"
 #include "xport/xport.h"

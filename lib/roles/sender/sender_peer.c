@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "authz.h"
-#include "malformed.h"
 #include "base/log.h"
-#include "wire/dealers.h"
 #include "base/proc.h"
+#include "roles/authz.h"
+#include "roles/malformed.h"
+#include "wire/dealers.h"
 
 static struct sender_peer *peer_by_endpoint(struct sender *s, const char *ep)
 {

@@ -17,12 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "authz.h"
-#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "mem/pool.h"
 #include "plan/rankmap.h"
+#include "roles/authz.h"
+#include "roles/malformed.h"
 #include "wire/chan.h"
 #include "wire/dealers.h"
 #include "wire/wpoll.h"

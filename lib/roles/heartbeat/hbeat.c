@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "roles/malformed.h"
 #include "table/rtab.h"
 #include "wire/dealers.h"
 #include "wire/frame.h"

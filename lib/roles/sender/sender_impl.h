@@ -11,7 +11,7 @@
 #ifndef KVW_SENDER_IMPL_H
 #define KVW_SENDER_IMPL_H
 
-#include "ratelimit.h"
+#include "roles/ratelimit.h"
 #include <stdint.h>
 #include <sys/types.h>
 

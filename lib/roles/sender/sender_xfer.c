@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "roles/malformed.h"
 
 struct sender_room *sender_room_open(struct sender *s, uint64_t id)
 {

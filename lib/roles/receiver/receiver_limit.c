@@ -10,7 +10,7 @@
  */
 #include "receiver_impl.h"
 
-#include "authz.h"
+#include "roles/authz.h"
 
 void receiver_limit_init(struct receiver *r)
 {

@@ -7,12 +7,12 @@
 
 #include <stdio.h>
 
-#include "malformed.h"
 #include "base/kvw.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "mem/cuda_stage.h"
 #include "mem/pool.h"
+#include "roles/malformed.h"
 #include "table/rtab.h"
 #include "table/rtab_fence.h"
 #include "table/rtab_grant.h"

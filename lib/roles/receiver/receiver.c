@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "authz.h"
-#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "mem/pool.h"
+#include "roles/authz.h"
+#include "roles/malformed.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
 #include "wire/wpoll.h"

@@ -22,9 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "roles/malformed.h"
 
 #define RESTART_HOLDOFF_NS 1000000000ull
 

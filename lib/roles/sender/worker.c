@@ -23,10 +23,10 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "malformed.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "mem/pool.h"
+#include "roles/malformed.h"
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/dealers.h"
