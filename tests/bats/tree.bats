@@ -1,12 +1,22 @@
 #!/usr/bin/env bats
 # The house in layers: libkvwire.so exports exactly the engine API (the list
-# in tests/api.exports), and mk/check-tree.sh holds the layer, role and
-# citation rules on the repository and refuses a tree that breaks them.
+# in tests/api.exports), and mk/check-tree.sh holds the layer, role,
+# citation and docs/ARCHITECTURE.md path rules on the repository and
+# refuses a tree that breaks them.
 
 load helpers
 
 setup() { kvw_setup; }
 teardown() { kvw_teardown; }
+
+# The repository's tracked files, as a git repository of its own under
+# $RUN/t, for a test to plant a violation in.
+copy_tree() {
+	mkdir -p "$RUN/t"
+	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs model examples python bin bench README.md |
+		xargs cp --parents -t "$RUN/t")
+	(cd "$RUN/t" && git init -q && git add -A)
+}
 
 @test "libkvwire.so exports exactly the symbols listed in tests/api.exports" {
 	so="$KVW_BIN/../lib/libkvwire.so"
@@ -27,9 +37,7 @@ teardown() { kvw_teardown; }
 }
 
 @test "check-tree refuses a sideways include, upward includes and a cited file that is missing" {
-	mkdir -p "$RUN/t"
-	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs model examples python | xargs cp --parents -t "$RUN/t")
-	(cd "$RUN/t" && git init -q && git add -A)
+	copy_tree
 	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
 	[ "$status" -eq 0 ] || { echo "$output"; false; }
 	# wire must not include table (sideways), plan must not include roles
@@ -51,9 +59,7 @@ teardown() { kvw_teardown; }
 }
 
 @test "check-tree refuses a role that names a transport or calls a transport's own function" {
-	mkdir -p "$RUN/t"
-	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs model examples python | xargs cp --parents -t "$RUN/t")
-	(cd "$RUN/t" && git init -q && git add -A)
+	copy_tree
 	# Issue 31: a role that tests the transport by name, and one that
 	# reaches around the ops table to one transport's own call.
 	w=$(( $(wc -l <"$RUN/t/lib/roles/sender/worker.c") + 1 ))
@@ -68,4 +74,20 @@ teardown() { kvw_teardown; }
 	[[ $output == *"lib/roles/sender/worker.c names a transport (line $w): a role asks the ops table"* ]]
 	[[ $output == *"lib/roles/sender/sender_room.c names a transport (line $s): a role asks the ops table"* ]]
 	[[ $output =~ tree:\ [0-9]+\ passed,\ 2\ failed ]]
+}
+
+@test "check-tree refuses a path in docs/ARCHITECTURE.md that is not in the tree" {
+	copy_tree
+	# Issue 31: the page's tree must be the tree. A file shown in the
+	# folder it left (its name still exists, so the citation rule passes),
+	# a layer-relative path and a brace pair whose second file is gone.
+	printf 'The sink is `lib/xport/tcp_sink.c`, its process `roles/sink.c`,\nthe fence `lib/table/rtab_fence.{c,x}`.\n' \
+		>>"$RUN/t/docs/ARCHITECTURE.md"
+	(cd "$RUN/t" && git add -A)
+	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
+	[ "$status" -ne 0 ]
+	[[ $output == *"docs/ARCHITECTURE.md names lib/xport/tcp_sink.c, which does not exist"* ]]
+	[[ $output == *"docs/ARCHITECTURE.md names roles/sink.c, which does not exist"* ]]
+	[[ $output == *"docs/ARCHITECTURE.md names lib/table/rtab_fence.x, which does not exist"* ]]
+	[[ $output =~ tree:\ [0-9]+\ passed,\ 3\ failed ]]
 }
