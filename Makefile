@@ -35,11 +35,13 @@ LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
 # The library by layer (docs/ARCHITECTURE.md): base, then wire, table, plan
-# and xport (which never include each other), then roles, then the engine
-# API on top. lib/cli/ is what the programs share (flags, the run
-# directory's endpoints file): linked into programs, not into libkvwire.
-LAYERS := base wire table plan xport roles
-LIB_SRC := $(sort $(wildcard lib/*.c $(LAYERS:%=lib/%/*.c)))
+# and mem (which never include each other), then xport (over mem), then
+# roles, then the engine API on top. A layer's sources may sit one folder
+# deeper (lib/xport/tcp/, lib/roles/sender/). lib/cli/ is what the programs
+# share (flags, the run directory's endpoints file): linked into programs,
+# not into libkvwire.
+LAYERS := base wire table plan mem xport roles
+LIB_SRC := $(sort $(wildcard lib/*.c $(LAYERS:%=lib/%/*.c) $(LAYERS:%=lib/%/*/*.c)))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_SRC := $(sort $(wildcard lib/cli/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
@@ -184,7 +186,7 @@ seeds: $(SEEDGEN)
 FUZZ_CFLAGS := -std=c17 -g -O1 -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 fuzz: $(FUZZERS)
 # (not lib/cli/notify.c: it needs libsystemd, and no fuzz target calls it)
-build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(CLI_SRC) $(wildcard lib/*.h lib/*/*.h) | $(DEPS_OK)
+build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(CLI_SRC) $(wildcard lib/*.h lib/*/*.h lib/*/*/*.h) | $(DEPS_OK)
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(filter-out lib/cli/notify.c,$(CLI_SRC)) $(LDLIBS)
 
@@ -201,13 +203,13 @@ bin/kv-up bin/kv-demo: ;
 
 include mk/install.mk
 
-# The cuda transport never needs CUDA headers (lib/xport/cuda_rt.h declares
+# The cuda transport never needs CUDA headers (lib/mem/cuda_rt.h declares
 # the runtime by hand). Where the headers exist, this proves the hand-made
 # declarations match them (tests/cuda/decl_check.c) and that the cuda files
 # also build with the headers in view; without them, that they build alone.
 CUDA_HOME ?= /usr/local/cuda
-CUDA_SRC := lib/xport/cuda_rt.c lib/xport/gpool.c lib/xport/gpool_map.c lib/xport/xport_cuda.c \
-	lib/xport/cuda_stage.c lib/xport/rdma_gpu.c
+CUDA_SRC := lib/mem/cuda_rt.c lib/mem/gpool.c lib/mem/gpool_map.c lib/xport/cuda/xport_cuda.c \
+	lib/mem/cuda_stage.c lib/xport/rdma/rdma_gpu.c
 cuda-decl: | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) -std=c17 $(WARN) -fsyntax-only tests/cuda/decl_check.c
 	@for f in $(CUDA_SRC); do $(CC) $(CPPFLAGS) $(CFLAGS) -fsyntax-only $$f || exit 1; done

@@ -16,11 +16,11 @@
 
 #include "api_inc.h"
 #include "base/proc.h"
+#include "mem/gpool.h"
+#include "mem/pool.h"
 #include "table/rtab.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
-#include "xport/gpool.h"
-#include "xport/pool.h"
 
 struct kvw_engine {
 	void *sock;

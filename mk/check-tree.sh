@@ -2,9 +2,11 @@
 # check-tree.sh - the structure rules that the compiler cannot see, run by
 # `make test`. Prints one line per breach and "tree: N passed, N failed".
 #  1. Layers (docs/ARCHITECTURE.md): lib/base includes only base; wire,
-#     table, plan and xport include base and themselves, never each other;
-#     roles include any layer below; lib/api.c anything in lib/ but cli/;
-#     lib/cli anything in lib/. Nothing in lib/ includes a program's header.
+#     table, plan and mem include base and themselves, never each other;
+#     xport includes base, mem and itself; roles include any layer below;
+#     lib/api.c anything in lib/ but cli/; lib/cli anything in lib/. A
+#     layer's subfolders (lib/xport/tcp/) are part of it. Nothing in lib/
+#     includes a program's header.
 #  2. No role names a transport (issue 31): no file under lib/roles holds
 #     a transport's name as a string literal ("tcp", "rdma", "shm",
 #     "cuda") or uses an xport_tcp_, xport_rdma_, xport_shm_ or
@@ -12,6 +14,12 @@
 #  3. Every file name that a comment or document cites (a word ending in
 #     .c, .h, .md, .py, .sh, .bats or .bash) is a file of the repository
 #     or a system header; shared/NAME names the project's folder beside it.
+#  4. Every path docs/ARCHITECTURE.md names (lib/..., cmd/..., tests/...,
+#     or a layer's path such as xport/tcp/ or roles/sender/worker.c,
+#     "xhash.{c,h}" standing for both files) exists, as it is or under lib/:
+#     rule 3 checks a file's name only, so a page that still shows a file
+#     in the folder it left would pass it (issue 31: the tree drawn there
+#     must be the tree).
 # Usage: mk/check-tree.sh [ROOT] (default: the repository this is in).
 set -u
 root=${1:-$(dirname "$0")/..}
@@ -23,11 +31,12 @@ bad() { echo "tree: $*"; failed=$((failed + 1)); }
 allowed_for() {
 	case $1 in
 	lib/base/*) echo "base" ;;
-	lib/wire/* | lib/table/* | lib/plan/* | lib/xport/*)
+	lib/wire/* | lib/table/* | lib/plan/* | lib/mem/*)
 		l=${1#lib/}; echo "base ${l%%/*}" ;;
-	lib/roles/*) echo "base wire table plan xport roles" ;;
-	lib/cli/*) echo "base wire table plan xport roles cli" ;;
-	lib/*) echo "base wire table plan xport roles" ;;
+	lib/xport/*) echo "base mem xport" ;;
+	lib/roles/*) echo "base wire table plan mem xport roles" ;;
+	lib/cli/*) echo "base wire table plan mem xport roles cli" ;;
+	lib/*) echo "base wire table plan mem xport roles" ;;
 	esac
 }
 
@@ -104,5 +113,27 @@ if [ -n "$missing" ]; then
 $missing
 EOF_MISSING
 fi
+# Paths in docs/ARCHITECTURE.md: with their folders, not just names.
+arch=docs/ARCHITECTURE.md
+if [ -f "$arch" ]; then
+	for p in $(grep -oE '(^|[^A-Za-z0-9_./$-])((lib|cmd|tests|docs|bin|mk|python|model|examples|bench)/|(base|wire|table|plan|mem|xport|roles|cli)/)[A-Za-z0-9_./{},-]*' "$arch" |
+		sed -E 's/^[^A-Za-z]//; s/[.,]+$//' | sort -u); do
+		case $p in
+		*'{'*) # A.{c,h}: each alternative
+			pre=${p%%\{*}; rest=${p#*\{}; post=${rest#*\}}
+			paths=$(printf '%s\n' "${rest%%\}*}" | tr ',' '\n' |
+				sed "s|^|$pre|; s|\$|$post|") ;;
+		*) paths=$p ;;
+		esac
+		for q in $paths; do
+			if [ -e "$q" ] || [ -e "lib/$q" ]; then
+				passed=$((passed + 1))
+			else
+				bad "$arch names $q, which does not exist (a tree drawn there must be the tree)"
+			fi
+		done
+	done
+fi
+
 echo "tree: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

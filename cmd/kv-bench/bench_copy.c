@@ -22,12 +22,12 @@
 #include "bench_limit.h"
 #include "bench_stream.h"
 #include "base/proc.h"
-#include "roles/worker.h"
-#include "xport/pool.h"
-#include "xport/tcp_sink.h"
+#include "mem/pool.h"
+#include "roles/sender/worker.h"
+#include "xport/rdma/xport_rdma.h"
+#include "xport/tcp/tcp_sink.h"
+#include "xport/tcp/xport_tcp.h"
 #include "xport/xport.h"
-#include "xport/xport_rdma.h"
-#include "xport/xport_tcp.h"
 
 struct bc {
 	pid_t sink; /* tcp: the forked sink writing into dst, 0: none */

@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "bench_limit.h"
-#include "xport/cuda_rt.h"
-#include "xport/gpool.h"
-#include "xport/pool.h"
+#include "mem/cuda_rt.h"
+#include "mem/gpool.h"
+#include "mem/pool.h"
 
 struct bcc {
 	pid_t pid;

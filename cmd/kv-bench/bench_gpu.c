@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "api.h"
-#include "xport/cuda_rt.h"
+#include "mem/cuda_rt.h"
 
 struct bgpu {
 	const struct curt *rt;

@@ -18,7 +18,7 @@
 #include <zmq.h>
 
 #include "base/proc.h"
-#include "xport/cuda_rt.h"
+#include "mem/cuda_rt.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define ECHO_WAIT_MS 2000

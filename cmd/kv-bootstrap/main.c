@@ -3,7 +3,7 @@
  * ranks register (BOOT_REGISTER) their topology, coordinates, control
  * endpoint and model; decode ranks look them up (BOOT_LOOKUP); anyone may
  * PING it. This file parses flags and maps results to exit codes; the
- * loop is lib/roles/boot_serve.c. Exit 0 on SIGTERM/SIGINT, 100 on a usage
+ * loop is lib/roles/bootstrap/boot_serve.c. Exit 0 on SIGTERM/SIGINT, 100 on a usage
  * error, 111 when it cannot start.
  */
 #include <stdio.h>
@@ -13,7 +13,7 @@
 #include "base/proc.h"
 #include "cli/cli.h"
 #include "cli/notify.h"
-#include "roles/boot_serve.h"
+#include "roles/bootstrap/boot_serve.h"
 #include "wire/wire.h"
 
 #define PROG "kv-bootstrap"

@@ -14,7 +14,7 @@
 #include "base/proc.h"
 #include "cli/cli.h"
 #include "plan/shape.h"
-#include "roles/bootc.h"
+#include "roles/bootstrap/bootc.h"
 
 #define PROG "kv-ctl"
 

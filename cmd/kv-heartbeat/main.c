@@ -1,6 +1,6 @@
 /*
  * kv-heartbeat - pings the peers in a kvwire room table's peer table and
- * fails the rooms of peers that stop answering or restart (lib/roles/hbeat.h).
+ * fails the rooms of peers that stop answering or restart (lib/roles/heartbeat/hbeat.h).
  * Exit codes: 0 clean stop on SIGTERM, 100 usage, 111 system failure.
  */
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include "base/proc.h"
 #include "cli/cli.h"
 #include "cli/notify.h"
-#include "roles/hbeat.h"
+#include "roles/heartbeat/hbeat.h"
 
 #define PROG "kv-heartbeat"
 

@@ -1,6 +1,6 @@
 /*
  * kv-receiver - the decode rank's kvwire control process: parses flags,
- * builds the receiver (room table, pool, transport, sockets; lib/roles/receiver.h),
+ * builds the receiver (room table, pool, transport, sockets; lib/roles/receiver/receiver.h),
  * says READY on --ready-fd and runs the poll loop until SIGTERM. Exit codes:
  * 0 clean stop, 100 usage, 77 transport not available, 111 system failure.
  */
@@ -15,8 +15,8 @@
 #include "cli/cli.h"
 #include "cli/notify.h"
 #include "plan/shape.h"
-#include "roles/receiver.h"
-#include "roles/sink.h"
+#include "roles/receiver/receiver.h"
+#include "roles/receiver/sink.h"
 
 #define PROG "kv-receiver"
 

@@ -1,6 +1,6 @@
 /*
- * kv-sender - the prefill rank's transfer control process (lib/roles/sender.h)
- * and, with --worker-id, one of its worker processes (lib/roles/worker.h),
+ * kv-sender - the prefill rank's transfer control process (lib/roles/sender/sender.h)
+ * and, with --worker-id, one of its worker processes (lib/roles/sender/worker.h),
  * which the control execs from /proc/self/exe. Two small programs share
  * this main: each parses, runs its lib/ entry point and maps the result
  * with cli_exit_code: 0 clean stop, 77 transport not available, 100 usage
@@ -17,8 +17,8 @@
 #include "cli/cli.h"
 #include "cli/notify.h"
 #include "plan/shape.h"
-#include "roles/sender.h"
-#include "roles/worker.h"
+#include "roles/sender/sender.h"
+#include "roles/sender/worker.h"
 
 #define PROG "kv-sender"
 

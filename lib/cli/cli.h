@@ -40,7 +40,7 @@ enum cli_flag {
 	CLI_CHECK = 1u << 6,     /* --check into check (see cli.h's top) */
 	/* --rdma-device NAME and --rdma-gid-index N (with CLI_MEMBER too):
 	 * exported as KVW_RDMA_DEVICE and KVW_RDMA_GID_INDEX, which the rdma
-	 * transport reads (lib/xport/rdma_qp.h), for this process and every
+	 * transport reads (lib/xport/rdma/rdma_qp.h), for this process and every
 	 * process it starts (kv-sender's workers). */
 	CLI_RDMA = 1u << 7,
 	CLI_AUTH = 1u << 8,      /* --keys DIR / --insecure: the process's

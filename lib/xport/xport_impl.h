@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "le.h"
 #include "xport.h"
+#include "base/le.h"
 
 /* First member of every transport's instance struct; the transport sets ops
  * in its open and gets its own struct back with XPORT_SELF. */

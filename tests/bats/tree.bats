@@ -1,12 +1,22 @@
 #!/usr/bin/env bats
 # The house in layers: libkvwire.so exports exactly the engine API (the list
-# in tests/api.exports), and mk/check-tree.sh holds the layer, role and
-# citation rules on the repository and refuses a tree that breaks them.
+# in tests/api.exports), and mk/check-tree.sh holds the layer, role,
+# citation and docs/ARCHITECTURE.md path rules on the repository and
+# refuses a tree that breaks them.
 
 load helpers
 
 setup() { kvw_setup; }
 teardown() { kvw_teardown; }
+
+# The repository's tracked files, as a git repository of its own under
+# $RUN/t, for a test to plant a violation in.
+copy_tree() {
+	mkdir -p "$RUN/t"
+	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs model examples python bin bench README.md |
+		xargs cp --parents -t "$RUN/t")
+	(cd "$RUN/t" && git init -q && git add -A)
+}
 
 @test "libkvwire.so exports exactly the symbols listed in tests/api.exports" {
 	so="$KVW_BIN/../lib/libkvwire.so"
@@ -26,43 +36,58 @@ teardown() { kvw_teardown; }
 	[[ $output == *"tree: "*" passed, 0 failed"* ]]
 }
 
-@test "check-tree refuses a sideways include, an upward include and a cited file that is missing" {
-	mkdir -p "$RUN/t"
-	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs model examples python | xargs cp --parents -t "$RUN/t")
-	(cd "$RUN/t" && git init -q && git add -A)
+@test "check-tree refuses a sideways include, upward includes and a cited file that is missing" {
+	copy_tree
 	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
 	[ "$status" -eq 0 ] || { echo "$output"; false; }
 	# wire must not include table (sideways), plan must not include roles
-	# (upward), and a comment may not cite a file that is not there.
+	# and mem must not include xport (upward: memory sits below the
+	# transports), and a comment may not cite a file that is not there.
 	printf '#include "table/rtab.h"\n' >>"$RUN/t/lib/wire/wire.c"
-	printf '#include "roles/sender.h"\n' >>"$RUN/t/lib/plan/plan.c"
+	printf '#include "roles/sender/sender.h"\n' >>"$RUN/t/lib/plan/plan.c"
+	printf '#include "xport/xport.h"\n' >>"$RUN/t/lib/mem/pool.c"
 	ext=c # (spelt apart so that this file cites no missing file itself)
 	printf '/* see gone_away.%s */\n' "$ext" >>"$RUN/t/lib/base/log.c"
 	(cd "$RUN/t" && git add -A)
 	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
 	[ "$status" -ne 0 ]
 	[[ $output == *'lib/wire/wire.c includes "table/rtab.h": layer table is not below wire'* ]]
-	[[ $output == *'lib/plan/plan.c includes "roles/sender.h": layer roles is not below plan'* ]]
+	[[ $output == *'lib/plan/plan.c includes "roles/sender/sender.h": layer roles is not below plan'* ]]
+	[[ $output == *'lib/mem/pool.c includes "xport/xport.h": layer xport is not below mem'* ]]
 	[[ $output == *"lib/base/log.c cites gone_away.$ext"* ]]
-	[[ $output =~ tree:\ [0-9]+\ passed,\ 3\ failed ]]
+	[[ $output =~ tree:\ [0-9]+\ passed,\ 4\ failed ]]
 }
 
 @test "check-tree refuses a role that names a transport or calls a transport's own function" {
-	mkdir -p "$RUN/t"
-	(cd "$KVW_ROOT" && git ls-files lib mk tests cmd docs model examples python | xargs cp --parents -t "$RUN/t")
-	(cd "$RUN/t" && git init -q && git add -A)
+	copy_tree
 	# Issue 31: a role that tests the transport by name, and one that
 	# reaches around the ops table to one transport's own call.
-	w=$(( $(wc -l <"$RUN/t/lib/roles/worker.c") + 1 ))
-	s=$(( $(wc -l <"$RUN/t/lib/roles/sender_room.c") + 1 ))
+	w=$(( $(wc -l <"$RUN/t/lib/roles/sender/worker.c") + 1 ))
+	s=$(( $(wc -l <"$RUN/t/lib/roles/sender/sender_room.c") + 1 ))
 	printf 'static int is_it(const char *n) { return !strcmp(n, "tcp"); }\n' \
-		>>"$RUN/t/lib/roles/worker.c"
+		>>"$RUN/t/lib/roles/sender/worker.c"
 	printf 'static int busy(struct xport *x) { return xport_rdma_room_busy(x, 1) > 0; }\n' \
-		>>"$RUN/t/lib/roles/sender_room.c"
+		>>"$RUN/t/lib/roles/sender/sender_room.c"
 	(cd "$RUN/t" && git add -A)
 	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
 	[ "$status" -ne 0 ]
-	[[ $output == *"lib/roles/worker.c names a transport (line $w): a role asks the ops table"* ]]
-	[[ $output == *"lib/roles/sender_room.c names a transport (line $s): a role asks the ops table"* ]]
+	[[ $output == *"lib/roles/sender/worker.c names a transport (line $w): a role asks the ops table"* ]]
+	[[ $output == *"lib/roles/sender/sender_room.c names a transport (line $s): a role asks the ops table"* ]]
 	[[ $output =~ tree:\ [0-9]+\ passed,\ 2\ failed ]]
+}
+
+@test "check-tree refuses a path in docs/ARCHITECTURE.md that is not in the tree" {
+	copy_tree
+	# Issue 31: the page's tree must be the tree. A file shown in the
+	# folder it left (its name still exists, so the citation rule passes),
+	# a layer-relative path and a brace pair whose second file is gone.
+	printf 'The sink is `lib/xport/tcp_sink.c`, its process `roles/sink.c`,\nthe fence `lib/table/rtab_fence.{c,x}`.\n' \
+		>>"$RUN/t/docs/ARCHITECTURE.md"
+	(cd "$RUN/t" && git add -A)
+	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
+	[ "$status" -ne 0 ]
+	[[ $output == *"docs/ARCHITECTURE.md names lib/xport/tcp_sink.c, which does not exist"* ]]
+	[[ $output == *"docs/ARCHITECTURE.md names roles/sink.c, which does not exist"* ]]
+	[[ $output == *"docs/ARCHITECTURE.md names lib/table/rtab_fence.x, which does not exist"* ]]
+	[[ $output =~ tree:\ [0-9]+\ passed,\ 3\ failed ]]
 }

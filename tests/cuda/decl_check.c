@@ -1,6 +1,6 @@
 /*
  * decl_check.c - compiled, never run, by `make cuda-decl`: proves that
- * lib/xport/cuda_rt.h's hand-made declarations match the CUDA headers.
+ * lib/mem/cuda_rt.h's hand-made declarations match the CUDA headers.
  * With KVW_CUDA_HEADERS (the headers exist), cuda_rt.h is included with
  * the headers' own types, and a table initialised with the real functions
  * fails to compile (-Werror) if any parameter differs; the constants and
@@ -24,7 +24,7 @@
 #define CURT_HTYPE CUmemRangeHandleType
 #endif
 
-#include "xport/cuda_rt.h"
+#include "mem/cuda_rt.h"
 
 _Static_assert(sizeof(struct curt_ipc) == 64, "IPC handle is 64 bytes");
 

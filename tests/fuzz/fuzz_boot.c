@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "fuzz_input.h"
-#include "roles/boot.h"
+#include "roles/bootstrap/boot.h"
 #include "wire/frame.h"
 
 #define NMAX FUZZ_NMAX

@@ -1,7 +1,7 @@
 /*
  * fuzz_rdma.c - libFuzzer target for the rdma transport's untrusted bytes:
- * the REGISTER descriptor (lib/xport/rdma_desc.h) and the queue pair
- * exchange's hello and reply (lib/xport/rdma_cm.h). Byte 0 picks which;
+ * the REGISTER descriptor (lib/xport/rdma/rdma_desc.h) and the queue pair
+ * exchange's hello and reply (lib/xport/rdma/rdma_cm.h). Byte 0 picks which;
  * the rest is copied into an exact-size heap buffer so ASan sees any read
  * past it. A descriptor or hello that decodes must encode back to the very
  * same bytes, and its fields must be in range; otherwise the target
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "xport/rdma_cm.h"
-#include "xport/rdma_desc.h"
+#include "xport/rdma/rdma_cm.h"
+#include "xport/rdma/rdma_desc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

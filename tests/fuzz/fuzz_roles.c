@@ -26,11 +26,11 @@
 
 #include "fuzz_input.h"
 #include "base/log.h"
+#include "mem/pool.h"
 #include "plan/shape.h"
-#include "roles/receiver_impl.h"
-#include "roles/sender_impl.h"
+#include "roles/receiver/receiver_impl.h"
+#include "roles/sender/sender_impl.h"
 #include "table/rtab.h"
-#include "xport/pool.h"
 
 #define NMAX FUZZ_NMAX
 #define MAX_MSGS 64

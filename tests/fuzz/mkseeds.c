@@ -28,12 +28,12 @@
 #include <unistd.h>
 
 #include "fuzz_input.h"
+#include "../unit/frame_fixture.h"
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/frame.h"
-#include "xport/rdma_cm.h"
-#include "xport/rdma_desc.h"
-#include "../unit/frame_fixture.h"
+#include "xport/rdma/rdma_cm.h"
+#include "xport/rdma/rdma_desc.h"
 
 static const char *dir;
 

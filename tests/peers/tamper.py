@@ -11,7 +11,7 @@ tamper with exactly the batches it picks. Standard library only (Debian's
             [--state FILE] [--port-file FILE] [--ready-fd FD]
 
 The handshake (CHALLENGE, HELLO, WELCOME) passes through untouched; its
-CHALLENGE's version picks the framing, lib/xport/tcp_proto.h's v3 or
+CHALLENGE's version picks the framing, lib/xport/tcp/tcp_proto.h's v3 or
 docs/TCP-V4.md's v4:
 
   v3 batch: header 40 (magic, ncopies u32, id u64, room u64, total u64,

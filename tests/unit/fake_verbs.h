@@ -26,7 +26,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "xport/rdma_lib.h"
+#include "xport/rdma/rdma_lib.h"
 
 /* ---- the fake device ----------------------------------------------- */
 

@@ -24,10 +24,10 @@
 #include <zmq.h>
 
 #include "api.h"
+#include "mem/pool.h"
 #include "table/rtab.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
-#include "xport/pool.h"
 
 static char err[512];
 

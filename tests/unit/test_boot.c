@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "base/proc.h"
-#include "roles/boot.h"
+#include "roles/bootstrap/boot.h"
 #include "wire/frame.h"
 
 #define EPOCH 0x1122334455667788ull

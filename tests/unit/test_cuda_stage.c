@@ -19,10 +19,10 @@
 #include <unistd.h>
 
 #include "fakecuda.h"
-#include "xport/cuda_rt.h"
-#include "xport/cuda_stage.h"
-#include "xport/gpool.h"
-#include "xport/pool.h"
+#include "mem/cuda_rt.h"
+#include "mem/cuda_stage.h"
+#include "mem/gpool.h"
+#include "mem/pool.h"
 
 static char err[512];
 

@@ -23,10 +23,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "roles/bootc.h"
+#include "unit_wait.h"
+#include "roles/bootstrap/bootc.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
-#include "unit_wait.h"
 
 #define SIGNALS 50
 #define EP "inproc://teintr"

@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "mem/gpool.h"
+#include "mem/pool.h"
 #include "table/rtab.h"
-#include "xport/gpool.h"
-#include "xport/pool.h"
 #include "xport/xport.h"
 
 static char err[512];

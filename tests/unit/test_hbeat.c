@@ -17,11 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "unit_wait.h"
 #include "base/kvw.h"
 #include "base/proc.h"
-#include "roles/hbeat.h"
+#include "roles/heartbeat/hbeat.h"
 #include "table/rtab.h"
-#include "unit_wait.h"
 
 #include <zmq.h>
 

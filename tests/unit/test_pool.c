@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "xport/pool.h"
+#include "mem/pool.h"
 
 static char path_a[POOL_PATH_MAX + 1];
 

@@ -1,6 +1,6 @@
 /*
  * test_rdma_chain.c - copy lists into RDMA WRITE chains
- * (lib/xport/rdma_chain.h), with no device: the check refuses an unknown
+ * (lib/xport/rdma/rdma_chain.h), with no device: the check refuses an unknown
  * or empty local region, a second remote, off + len overflowing or past
  * either region, and passes copies that end exactly at a region's end;
  * one copy is one signalled WRITE WITH IMMEDIATE carrying the batch id;
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "base/kvw.h"
-#include "xport/rdma_chain.h"
+#include "xport/rdma/rdma_chain.h"
 
 #define CAP_WR 64u
 #define CAP_SGE 256u

@@ -1,6 +1,6 @@
 /*
  * test_rdma_cm.c - the rdma transport's queue pair exchange
- * (lib/xport/rdma_cm.h) without a device: a hello and a reply round-trip
+ * (lib/xport/rdma/rdma_cm.h) without a device: a hello and a reply round-trip
  * at their documented offsets; the hello decoder refuses every truncation,
  * an extension, a wrong magic or version, flags, and each field out of
  * range (qpn 0, 1 and over 24 bits, psn over 24 bits, mtu, link layer);
@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "base/kvw.h"
-#include "xport/rdma_cm.h"
-#include "xport/le.h"
+#include "base/le.h"
+#include "xport/rdma/rdma_cm.h"
 
 static const uint8_t SECRET[16] = { 1, 2, 3, 4, 5, 6, 7, 8,
 				    9, 10, 11, 12, 13, 14, 15, 16 };

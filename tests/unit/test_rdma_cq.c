@@ -1,5 +1,5 @@
 /*
- * test_rdma_cq.c - completion bookkeeping (lib/xport/rdma_cq.h) driven
+ * test_rdma_cq.c - completion bookkeeping (lib/xport/rdma/rdma_cq.h) driven
  * with synthetic completions, no device: one completion settles every WR
  * up to it (signalled every N); rooms and batches are asked what they have
  * in flight; posts of one room and batch merge; a full ring refuses a post
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "base/kvw.h"
-#include "xport/rdma_cq.h"
+#include "xport/rdma/rdma_cq.h"
 
 static void test_one_completion_settles_every_wr_up_to_it(void **state)
 {

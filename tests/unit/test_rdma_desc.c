@@ -1,6 +1,6 @@
 /*
  * test_rdma_desc.c - the rdma transport's REGISTER descriptor
- * (lib/xport/rdma_desc.h): a round trip keeps every field, at the host
+ * (lib/xport/rdma/rdma_desc.h): a round trip keeps every field, at the host
  * length's both ends (1 and 255); every byte offset is where the layout
  * says; the decoder refuses each truncation and extension, a wrong magic
  * or version, unknown flags, each field out of range (ib port 0, mtu 0
@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "base/kvw.h"
-#include "xport/le.h"
-#include "xport/rdma_desc.h"
+#include "base/le.h"
+#include "xport/rdma/rdma_desc.h"
 
 static struct rdma_desc sample(void)
 {

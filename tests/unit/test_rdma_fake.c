@@ -29,11 +29,11 @@
 #include <unistd.h>
 
 #include "base/kvw.h"
-#include "xport/pool.h"
-#include "xport/rdma_desc.h"
-#include "xport/rdma_lib.h"
+#include "mem/pool.h"
+#include "xport/rdma/rdma_desc.h"
+#include "xport/rdma/rdma_lib.h"
+#include "xport/rdma/xport_rdma.h"
 #include "xport/xport.h"
-#include "xport/xport_rdma.h"
 
 #include "fake_verbs.h"
 

@@ -27,14 +27,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/kvw.h"
 #include "fakecuda.h"
-#include "xport/cuda_rt.h"
-#include "xport/gpool.h"
-#include "xport/pool.h"
-#include "xport/rdma_desc.h"
+#include "base/kvw.h"
+#include "mem/cuda_rt.h"
+#include "mem/gpool.h"
+#include "mem/pool.h"
+#include "xport/rdma/rdma_desc.h"
+#include "xport/rdma/xport_rdma.h"
 #include "xport/xport.h"
-#include "xport/xport_rdma.h"
 
 #include "fake_verbs.h"
 

@@ -1,6 +1,6 @@
 /*
  * test_rdma_pmap.c - a batch cut where registered regions end
- * (lib/xport/rdma_pmap.h): offsets find their region (a segment's first
+ * (lib/xport/rdma/rdma_pmap.h): offsets find their region (a segment's first
  * and last byte, the host bytes past the segments, a host pool); a copy
  * crossing region ends on both sides becomes pieces that each lie in one
  * region on both sides, with region-relative offsets and flat-table
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "base/kvw.h"
-#include "xport/rdma_pmap.h"
+#include "xport/rdma/rdma_pmap.h"
 
 /* A GPU pool of 3 segments (100, 50, 200 bytes) in a host pool of 1000. */
 static const struct rdma_pseg GSEG[3] = {

@@ -21,9 +21,9 @@
 
 #include "base/kvw.h"
 #include "cli/cli.h"
-#include "xport/rdma_lib.h"
+#include "xport/rdma/rdma_lib.h"
+#include "xport/rdma/xport_rdma.h"
 #include "xport/xport.h"
-#include "xport/xport_rdma.h"
 
 static int no_device(void)
 {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "plan/rankmap.h"
-#include "roles/receiver_impl.h"
+#include "roles/receiver/receiver_impl.h"
 
 static struct rx_room *room_for(struct kvw_topo pre, struct kvw_topo dec,
 				uint32_t dtp, uint32_t flags)

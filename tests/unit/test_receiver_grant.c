@@ -25,14 +25,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mem/pool.h"
 #include "plan/plan.h"
 #include "plan/rankmap.h"
 #include "plan/shape.h"
-#include "roles/receiver_impl.h"
-#include "roles/sink.h"
+#include "roles/receiver/receiver_impl.h"
+#include "roles/receiver/sink.h"
 #include "table/rtab.h"
 #include "table/rtab_grant.h"
-#include "xport/pool.h"
 
 struct fix {
 	char dir[32], listen[96], eng[96], table[96], pool[96];

@@ -27,12 +27,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mem/pool.h"
 #include "plan/rankmap.h"
 #include "plan/shape.h"
-#include "roles/receiver_impl.h"
+#include "roles/receiver/receiver_impl.h"
 #include "table/rtab.h"
 #include "wire/wire.h"
-#include "xport/pool.h"
 
 #define T0 1000000000000ull /* the test's clock starts here (ns) */
 #define ROOM 77u

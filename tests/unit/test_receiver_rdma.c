@@ -22,13 +22,13 @@
 #include <unistd.h>
 
 #include "fakecuda.h"
-#include "roles/receiver_impl.h"
-#include "xport/cuda_rt.h"
-#include "xport/gpool.h"
-#include "xport/pool.h"
-#include "xport/rdma_desc.h"
+#include "mem/cuda_rt.h"
+#include "mem/gpool.h"
+#include "mem/pool.h"
+#include "roles/receiver/receiver_impl.h"
+#include "xport/rdma/rdma_desc.h"
+#include "xport/rdma/xport_rdma.h"
 #include "xport/xport.h"
-#include "xport/xport_rdma.h"
 
 #include "fake_verbs.h"
 

@@ -27,12 +27,12 @@
 
 #include "../fuzz/fuzz_input.h"
 #include "cli/runinfo.h"
-#include "roles/boot.h"
+#include "roles/bootstrap/boot.h"
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/frame.h"
-#include "xport/rdma_cm.h"
-#include "xport/rdma_desc.h"
+#include "xport/rdma/rdma_cm.h"
+#include "xport/rdma/rdma_desc.h"
 
 struct seed {
 	char name[256];

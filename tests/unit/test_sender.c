@@ -1,6 +1,6 @@
 /*
  * test_sender.c - the pure bookkeeping of kv-sender's control process
- * (lib/roles/sender_room.c): the room map, destinations keyed by decode peer,
+ * (lib/roles/sender/sender_room.c): the room map, destinations keyed by decode peer,
  * readiness at required_dst_info_num, chunk queueing bounds, slicing of a
  * destination's pages per chunk, job sizing under KVW_MAX_COPIES, the
  * per-worker FIFO of jobs in flight (and its bytes), and how a room's
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "plan/layout.h"
-#include "roles/sender_impl.h"
+#include "roles/sender/sender_impl.h"
 
 static struct frame_u32s view(const uint32_t *a, uint32_t n)
 {

@@ -33,10 +33,10 @@
 #include <unistd.h>
 
 #include "base/proc.h"
+#include "mem/pool.h"
 #include "plan/shape.h"
-#include "roles/sender_impl.h"
+#include "roles/sender/sender_impl.h"
 #include "table/rtab.h"
-#include "xport/pool.h"
 #include "xport/xport.h"
 
 #define E1 0x1111111111111111ull

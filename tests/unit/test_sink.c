@@ -1,5 +1,5 @@
 /*
- * test_sink.c - the tcp sink's room hook (roles/sink.c) over a real room
+ * test_sink.c - the tcp sink's room hook (roles/receiver/sink.c) over a real room
  * table, fence and grant file in /dev/shm, mapped as a sink maps them: a
  * batch inside its room's granted pages is held in the fence until
  * room_end; a batch naming a page of another room is refused (DEST),
@@ -26,15 +26,15 @@
 #include <unistd.h>
 
 #include "base/kvw.h"
-#include "roles/sink.h"
+#include "mem/pool.h"
+#include "roles/receiver/sink.h"
 #include "table/rtab.h"
 #include "table/rtab_fence.h"
 #include "table/rtab_grant.h"
-#include "xport/pool.h"
-#include "xport/tcp_proto.h"
-#include "xport/tcp_sink.h"
+#include "xport/tcp/tcp_proto.h"
+#include "xport/tcp/tcp_sink.h"
+#include "xport/tcp/xport_tcp.h"
 #include "xport/xport.h"
-#include "xport/xport_tcp.h"
 
 #define ITEM 512u
 #define PAGES 32u

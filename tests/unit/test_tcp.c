@@ -47,13 +47,13 @@
 #include <unistd.h>
 
 #include "base/kvw.h"
-#include "xport/pool.h"
-#include "xport/tcp_auth.h"
-#include "xport/tcp_mac.h"
-#include "xport/tcp_proto.h"
-#include "xport/tcp_sink.h"
+#include "mem/pool.h"
+#include "xport/tcp/tcp_auth.h"
+#include "xport/tcp/tcp_mac.h"
+#include "xport/tcp/tcp_proto.h"
+#include "xport/tcp/tcp_sink.h"
+#include "xport/tcp/xport_tcp.h"
 #include "xport/xport.h"
-#include "xport/xport_tcp.h"
 
 #define POOL_BYTES (1u << 20)
 #define NOT_LIVE_ROOM 666u

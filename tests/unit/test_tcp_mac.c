@@ -1,5 +1,5 @@
 /*
- * test_tcp_mac.c - the tags of tcp protocol v4 (lib/xport/tcp_mac.c):
+ * test_tcp_mac.c - the tags of tcp protocol v4 (lib/xport/tcp/tcp_mac.c):
  * a receiver accepts exactly what the sender tagged; another key, seq,
  * kind, or one flipped bit gives another tag (so the key really keys
  * every tag: a context that lost its key would tag alike under two
@@ -20,8 +20,8 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#include "xport/le.h"
-#include "xport/tcp_mac.h"
+#include "base/le.h"
+#include "xport/tcp/tcp_mac.h"
 
 static const uint8_t K1[32] = { 1, 2, 3 }, K2[32] = { 9, 8, 7 };
 

@@ -24,12 +24,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "unit_wait.h"
 #include "base/proc.h"
-#include "roles/receiver_impl.h"
+#include "mem/pool.h"
+#include "roles/receiver/receiver_impl.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
-#include "xport/pool.h"
-#include "unit_wait.h"
 
 struct pair {
 	void *ctx, *router, *dealer;

@@ -22,13 +22,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "unit_wait.h"
 #include "base/kvw.h"
-#include "roles/worker.h"
+#include "mem/pool.h"
+#include "roles/sender/worker.h"
 #include "table/rtab.h"
 #include "wire/chan.h"
 #include "wire/frame.h"
-#include "xport/pool.h"
-#include "unit_wait.h"
 
 #define ROOM 77u
 

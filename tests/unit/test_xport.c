@@ -30,11 +30,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "xport/pool.h"
-#include "xport/xport.h"
-#include "xport/xport_shm.h"
-#include "xport/xport_tcp.h"
 #include "unit_wait.h"
+#include "mem/pool.h"
+#include "xport/shm/xport_shm.h"
+#include "xport/tcp/xport_tcp.h"
+#include "xport/xport.h"
 
 #define SRC_SIZE (64u * 1024)
 #define DST_SIZE (48u * 1024)

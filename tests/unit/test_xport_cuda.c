@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "fakecuda.h"
-#include "xport/cuda_rt.h"
-#include "xport/gpool.h"
-#include "xport/pool.h"
+#include "mem/cuda_rt.h"
+#include "mem/gpool.h"
+#include "mem/pool.h"
 #include "xport/xport.h"
 
 static char err[512];

@@ -1,0 +1,499 @@
+/*
+ * xport_cuda.c - the GPU transport on one host: KV buffers live in the
+ * engines' device memory (gpool.h records, one per host pool), the AUX
+ * slots stay in the host pools. A region (local or remote) is a host pool
+ * (an inner shm instance maps it, for the AUX bytes) plus the GPU record
+ * beside it; its descriptor is "KVCU", a version, then the shm descriptor
+ * (whose pool path names the record, so a peer cannot point us at any
+ * other file).
+ *
+ * A batch is checked whole first (ids, ranges, both sides' records loaded
+ * and their handles opened, every piece device-to-device or host-to-host),
+ * then the host pieces are copied (memcpy, through shm) and the device
+ * pieces are queued with cudaMemcpyAsync on the instance's stream (one
+ * instance per worker process: a stream per worker), adjacent pieces
+ * merged, and an event is recorded behind them. cudaMemcpyDefault lets the
+ * driver pick peer-to-peer between two GPUs (handles are opened with lazy
+ * peer access) or staging through the host where P2P is not possible.
+ * wait returns when the last recorded event has completed: the stream is in
+ * order, so no copy posted before it is queued or running any more (the
+ * quiescence contract: a worker reports a job done only after wait).
+ *
+ * Records are checked before every batch with one stat: a record replaced
+ * (the engine re-registered or restarted: a new epoch) has its handles
+ * closed and the new one opened; a record removed (engine gone) fails the
+ * batch with KVW_ENOENT. disconnect and close close the handles.
+ *
+ * libcudart is loaded at run time (cuda_rt.h): without it, a driver or a
+ * GPU, probe and open answer KVW_ENODEV "cuda: not available: <why>".
+ */
+#include "xport/shm/xport_shm.h"
+#include "xport/xport_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mem/cuda_rt.h"
+#include "mem/gpool.h"
+#include "mem/gpool_map.h"
+#include "mem/pool.h"
+
+#define CU_MAGIC "KVCU"
+#define CU_VERSION 1u
+#define CU_HDR 8u            /* magic 4, version 2, reserved 2 */
+#define CU_SHM_SIZE_OFF 8u   /* in the shm descriptor: pool size */
+#define CU_SHM_PLEN_OFF 6u   /* path length */
+#define CU_SHM_PATH_OFF 32u  /* path */
+#define CU_MAX_REGIONS 256u  /* per instance, locals and remotes each */
+
+/* One host pool and its GPU record. used == 0 marks a free slot. */
+struct xcu_side {
+	int used;
+	uint32_t shm_id;
+	struct gmap m; /* the record, loaded when a batch needs it */
+};
+
+/* A device piece of a batch, ready to queue. */
+struct xcu_piece {
+	uint8_t *dst;
+	const uint8_t *src;
+	uint64_t len;
+};
+
+struct xcu_xport {
+	struct xport base;
+	const struct curt *rt;
+	struct xport *shm; /* host pools (AUX bytes) */
+	struct xcu_side loc[CU_MAX_REGIONS], rmt[CU_MAX_REGIONS];
+	int device;        /* -1 until the first local record is opened */
+	curt_stream stream;
+	curt_event ev;
+	int pending;       /* an event is recorded and not yet seen done */
+	struct xcu_piece *dev;
+	struct xport_copy *host;
+	size_t ndev, nhost, capdev, caphost;
+};
+
+static int xcu_probe(char *err, size_t errlen)
+{
+	const struct curt *rt;
+
+	return curt_get(&rt, err, errlen);
+}
+
+static int xcu_open(struct xport **out, char *err, size_t errlen)
+{
+	struct xcu_xport *c;
+	const struct curt *rt;
+	int rc;
+
+	*out = NULL;
+	rc = curt_get(&rt, err, errlen);
+	if (rc)
+		return rc;
+	c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "cuda: out of memory");
+	c->base.ops = &xport_cuda_ops;
+	c->rt = rt;
+	c->device = -1;
+	rc = xport_open(xport_find("shm"), &c->shm, err, errlen);
+	if (rc) {
+		free(c);
+		return rc;
+	}
+	*out = &c->base;
+	return 0;
+}
+
+/* Closes a side's opened handles and drops its record (kept: the slot). */
+static void xcu_unload(struct xcu_xport *c, struct xcu_side *s)
+{
+	if (s->m.g != NULL && c->pending) {
+		/* No queued copy may outlive the mapping it reads or writes. */
+		c->rt->event_sync(c->ev);
+		c->pending = 0;
+	}
+	gmap_unload(&s->m, c->rt);
+}
+
+/* The local record decides the device; the stream and event are made on it
+ * once. */
+static int xcu_stream(struct xcu_xport *c, int device, char *err,
+		      size_t errlen)
+{
+	int rc;
+
+	if (c->device == device)
+		return 0;
+	if (c->device >= 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"cuda: pools on device %d and %d in one "
+				"instance",
+				c->device, device);
+	if ((rc = curt_ok(c->rt, c->rt->set_device(device), "cudaSetDevice",
+			  err, errlen)) ||
+	    (rc = curt_ok(c->rt,
+			  c->rt->stream_create(&c->stream,
+					       CURT_STREAM_NONBLOCKING),
+			  "cudaStreamCreateWithFlags", err, errlen)))
+		return rc;
+	rc = curt_ok(c->rt, c->rt->event_create(&c->ev, CURT_EVENT_NO_TIMING),
+		     "cudaEventCreateWithFlags", err, errlen);
+	if (rc) {
+		c->rt->stream_destroy(c->stream);
+		c->stream = NULL;
+		return rc;
+	}
+	c->device = device;
+	return 0;
+}
+
+/* Makes s's record current: the one on disk now, handles opened. 0;
+ * KVW_ENOENT (no record: the engine never registered or is gone), or the
+ * read's, the size check's (KVW_ESTALE) or CUDA's error. */
+static int xcu_fresh(struct xcu_xport *c, struct xcu_side *s, int local,
+		     char *err, size_t errlen)
+{
+	int rc = gmap_stale(&s->m);
+
+	if (rc == KVW_ENOENT) {
+		xcu_unload(c, s);
+		return kvw_errf(err, errlen, KVW_ENOENT,
+				"cuda: no GPU pool registered for %s",
+				s->m.rec);
+	}
+	if (rc == 0)
+		return 0;
+	xcu_unload(c, s); /* a new engine epoch: the old handles go */
+	if ((rc = gmap_read(&s->m, err, errlen)))
+		return rc;
+	if (local && (rc = xcu_stream(c, gpool_device(s->m.g), err, errlen))) {
+		gmap_unload(&s->m, c->rt);
+		return rc;
+	}
+	return gmap_open(&s->m, c->rt, err, errlen);
+}
+
+/* A free slot of arr, or -1. */
+static int64_t xcu_slot(struct xcu_side *arr)
+{
+	for (uint32_t i = 0; i < CU_MAX_REGIONS; i++)
+		if (!arr[i].used)
+			return i;
+	return -1;
+}
+
+static int xcu_reg(struct xport *x, const struct pool *p, uint32_t *id,
+		   uint8_t *desc, size_t desccap, size_t *desclen, char *err,
+		   size_t errlen)
+{
+	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
+	struct gmap m;
+	size_t shmlen;
+	uint32_t sid;
+	int64_t slot = xcu_slot(c->loc);
+	int rc;
+
+	if (gmap_init(&m, pool_path(p), pool_size(p)) != 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"cuda: %s is not a pool path", pool_path(p));
+	if (slot < 0)
+		return kvw_errf(err, errlen, KVW_ENOMEM,
+				"cuda: too many registered pools");
+	if (desccap < CU_HDR + CU_SHM_PATH_OFF)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"cuda: descriptor does not fit");
+	/* shm refuses a descriptor beyond the room it is given. */
+	if (desccap > KVW_MAX_DESC)
+		desccap = KVW_MAX_DESC;
+	rc = xport_register(c->shm, p, &sid, desc + CU_HDR, desccap - CU_HDR,
+			    &shmlen, err, errlen);
+	if (rc)
+		return rc;
+	memcpy(desc, CU_MAGIC, 4);
+	le_put(desc + 4, CU_VERSION, 4); /* version 2, reserved 2 */
+	*desclen = CU_HDR + shmlen;
+	c->loc[slot] = (struct xcu_side){ .used = 1, .shm_id = sid, .m = m };
+	*id = (uint32_t)slot;
+	return 0;
+}
+
+static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
+		       uint32_t *id, char *err, size_t errlen)
+{
+	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
+	char path[POOL_PATH_MAX + 1];
+	const uint8_t *sd = desc + CU_HDR;
+	struct gmap m;
+	uint64_t plen;
+	uint32_t sid;
+	int64_t slot;
+	int rc;
+
+	if (desc == NULL || desclen < CU_HDR + CU_SHM_PATH_OFF ||
+	    desclen > KVW_MAX_DESC || memcmp(desc, CU_MAGIC, 4) != 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"cuda: malformed descriptor (%zu bytes)",
+				desclen);
+	if (le_get(desc + 4, 2) != CU_VERSION)
+		return kvw_errf(err, errlen, KVW_EVERSION,
+				"cuda: descriptor version %u, expected %u",
+				(unsigned)le_get(desc + 4, 2), CU_VERSION);
+	/* shm checks the rest of its descriptor in connect; the path's
+	 * bounds are needed here first, to name the record. */
+	plen = le_get(sd + CU_SHM_PLEN_OFF, 2);
+	if (plen == 0 || plen > POOL_PATH_MAX ||
+	    CU_HDR + CU_SHM_PATH_OFF + plen != desclen)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"cuda: malformed descriptor (path)");
+	memcpy(path, sd + CU_SHM_PATH_OFF, plen);
+	path[plen] = '\0';
+	if (gmap_init(&m, path, le_get(sd + CU_SHM_SIZE_OFF, 8)) != 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"cuda: descriptor names no pool");
+	rc = xport_connect(c->shm, sd, desclen - CU_HDR, &sid, err, errlen);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < CU_MAX_REGIONS; i++)
+		if (c->rmt[i].used && c->rmt[i].shm_id == sid) {
+			*id = i; /* shm gave the same mapping back */
+			return 0;
+		}
+	slot = xcu_slot(c->rmt);
+	if (slot < 0) {
+		xport_disconnect(c->shm, sid);
+		return kvw_errf(err, errlen, KVW_ENOMEM,
+				"cuda: too many connected pools");
+	}
+	c->rmt[slot] = (struct xcu_side){ .used = 1, .shm_id = sid, .m = m };
+	*id = (uint32_t)slot;
+	return 0;
+}
+
+static void xcu_disconnect(struct xport *x, uint32_t id)
+{
+	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
+
+	if (id >= CU_MAX_REGIONS || !c->rmt[id].used)
+		return;
+	/* Nothing of this remote may still be in flight when its handles
+	 * close: the caller waited, but a failed batch may not have. */
+	xcu_unload(c, &c->rmt[id]);
+	xport_disconnect(c->shm, c->rmt[id].shm_id);
+	memset(&c->rmt[id], 0, sizeof c->rmt[id]);
+}
+
+/* Appends to a growing array; 0 or -1 (out of memory). */
+static int xcu_grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+	void *g;
+	size_t ncap;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? *cap * 2 : 256;
+	g = realloc(*arr, ncap * size);
+	if (g == NULL)
+		return -1;
+	*arr = g;
+	*cap = ncap;
+	return 0;
+}
+
+/* Splits copy k at the buffer boundaries of both sides into device pieces
+ * (merged with the previous one when contiguous) and host copies. A piece
+ * with GPU bytes on one side and host bytes on the other means the two
+ * layouts disagree: KVW_ERANGE. */
+static int xcu_split(struct xcu_xport *c, const struct xport_copy *k,
+		     size_t idx, char *err, size_t errlen)
+{
+	const struct xcu_side *s = &c->loc[k->src], *d = &c->rmt[k->dst];
+	uint64_t so = k->src_off, dof = k->dst_off, left = k->len;
+
+	while (left > 0) {
+		uint64_t n = left, srun, drun;
+		const uint8_t *sp = gmap_at(&s->m, so, &srun);
+		uint8_t *dp = gmap_at(&d->m, dof, &drun);
+
+		if ((sp == NULL) != (dp == NULL))
+			return kvw_errf(err, errlen, KVW_ERANGE,
+					"cuda: copy %zu moves GPU bytes to host "
+					"memory or back (layouts disagree)",
+					idx);
+		n = n < srun ? n : srun;
+		n = n < drun ? n : drun;
+		if (sp != NULL) {
+			struct xcu_piece *last = c->ndev ? &c->dev[c->ndev - 1] : NULL;
+
+			if (last && last->src + last->len == sp &&
+			    last->dst + last->len == dp) {
+				last->len += n;
+			} else {
+				if (xcu_grow((void **)&c->dev, &c->capdev, c->ndev,
+					     sizeof *c->dev))
+					return kvw_errf(err, errlen, KVW_ENOMEM,
+							"cuda: out of memory");
+				c->dev[c->ndev++] = (struct xcu_piece){ dp, sp, n };
+			}
+		} else {
+			if (xcu_grow((void **)&c->host, &c->caphost, c->nhost,
+				     sizeof *c->host))
+				return kvw_errf(err, errlen, KVW_ENOMEM,
+						"cuda: out of memory");
+			c->host[c->nhost++] = (struct xport_copy){
+				so, dof, n, s->shm_id, d->shm_id };
+		}
+		so += n;
+		dof += n;
+		left -= n;
+	}
+	return 0;
+}
+
+static inline int xcu_in(uint64_t off, uint64_t len, uint64_t size)
+{
+	return len <= size && off <= size - len;
+}
+
+/* Everything a batch needs, checked; the pieces in c->dev and c->host. */
+static int xcu_check(struct xcu_xport *c, const struct xport_copy *k,
+		     size_t n, char *err, size_t errlen)
+{
+	int rc;
+
+	c->ndev = c->nhost = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (k[i].src >= CU_MAX_REGIONS || !c->loc[k[i].src].used ||
+		    k[i].dst >= CU_MAX_REGIONS || !c->rmt[k[i].dst].used)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"cuda: copy %zu: unknown region (src "
+					"%u, dst %u)",
+					i, k[i].src, k[i].dst);
+		if (!xcu_in(k[i].src_off, k[i].len, c->loc[k[i].src].m.size) ||
+		    !xcu_in(k[i].dst_off, k[i].len, c->rmt[k[i].dst].m.size))
+			return kvw_errf(err, errlen, KVW_ERANGE,
+					"cuda: copy %zu out of range", i);
+	}
+	/* Every side current before any piece points into it. One stat per
+	 * side per run of the batch (usually one each). */
+	for (size_t i = 0; i < n; i++) {
+		if ((i == 0 || k[i].src != k[i - 1].src) &&
+		    (rc = xcu_fresh(c, &c->loc[k[i].src], 1, err, errlen)))
+			return rc;
+		if ((i == 0 || k[i].dst != k[i - 1].dst) &&
+		    (rc = xcu_fresh(c, &c->rmt[k[i].dst], 0, err, errlen)))
+			return rc;
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((rc = xcu_split(c, &k[i], i, err, errlen)))
+			return rc;
+	return 0;
+}
+
+static int xcu_write_batch(struct xport *x, const struct xport_copy *k,
+			   size_t n, char *err, size_t errlen)
+{
+	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
+	const struct curt *rt = c->rt;
+	int rc;
+
+	rc = xcu_check(c, k, n, err, errlen);
+	if (rc)
+		return rc;
+	if (c->nhost &&
+	    (rc = xport_write_batch(c->shm, c->host, c->nhost, err, errlen)))
+		return rc;
+	for (size_t i = 0; i < c->ndev; i++) {
+		rc = curt_ok(rt,
+			     rt->memcpy_async(c->dev[i].dst, c->dev[i].src,
+					      c->dev[i].len, CURT_MEMCPY_DEFAULT,
+					      c->stream),
+			     "cudaMemcpyAsync", err, errlen);
+		if (rc)
+			break;
+	}
+	/* Even after a failed enqueue: the event covers what was queued. */
+	if (c->ndev) {
+		int r2 = curt_ok(rt, rt->event_record(c->ev, c->stream),
+				 "cudaEventRecord", err, errlen);
+
+		if (r2 == 0)
+			c->pending = 1;
+		else if (rc == 0)
+			rc = r2;
+		if (r2 != 0) /* no event: quiesce the stream itself */
+			rt->stream_sync(c->stream);
+	}
+	return rc;
+}
+
+static int xcu_wait(struct xport *x, int timeout_ms, char *err,
+		    size_t errlen)
+{
+	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
+	const struct timespec nap = { 0, 20000 };
+	struct timespec t0, t;
+	int rc;
+
+	if (!c->pending)
+		return 0;
+	if (timeout_ms < 0) {
+		rc = c->rt->event_sync(c->ev);
+		c->pending = 0;
+		return curt_ok(c->rt, rc, "cudaEventSynchronize", err, errlen);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while ((rc = c->rt->event_query(c->ev)) == CURT_NOT_READY) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 +
+			    (t.tv_nsec - t0.tv_nsec) / 1000000 >=
+		    timeout_ms)
+			return kvw_errf(err, errlen, KVW_ETIMEDOUT,
+					"cuda: copies still running after %d ms",
+					timeout_ms);
+		nanosleep(&nap, NULL);
+	}
+	c->pending = 0;
+	return curt_ok(c->rt, rc, "cudaEventQuery", err, errlen);
+}
+
+static void xcu_close(struct xport **xp)
+{
+	struct xcu_xport *c;
+
+	if (xp == NULL || *xp == NULL)
+		return;
+	c = XPORT_SELF(struct xcu_xport, *xp);
+	if (c->pending)
+		c->rt->event_sync(c->ev);
+	for (uint32_t i = 0; i < CU_MAX_REGIONS; i++) {
+		xcu_unload(c, &c->rmt[i]);
+		xcu_unload(c, &c->loc[i]);
+	}
+	if (c->ev)
+		c->rt->event_destroy(c->ev);
+	if (c->stream)
+		c->rt->stream_destroy(c->stream);
+	xport_close(&c->shm);
+	free(c->dev);
+	free(c->host);
+	free(c);
+	*xp = NULL;
+}
+
+const struct xport_ops xport_cuda_ops = {
+	.name = "cuda",
+	.probe = xcu_probe,
+	.open = xcu_open,
+	.reg = xcu_reg,
+	.connect = xcu_connect,
+	.disconnect = xcu_disconnect,
+	.write_batch = xcu_write_batch,
+	.wait = xcu_wait,
+	.close = xcu_close,
+	/* Its pools' AUX bytes are copied through shm mappings: a decode
+	 * pool truncated under a copy fails that job, not the worker. */
+	.writer_setup = xport_shm_catch_sigbus,
+};

@@ -1,0 +1,240 @@
+/*
+ * rdma_gpu.c - GPU pools registered with the HCA: dmabuf, else peer
+ * memory, else a refusal naming both (rdma_gpu.h).
+ */
+#include "rdma_gpu.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "mem/gpool_map.h"
+
+struct rgpu {
+	struct gmap m;
+	const struct curt *rt;     /* loaded with the first record */
+	const struct rdma_lib *lib; /* of the regions registered */
+	struct ibv_mr **mr;        /* per buffer: its allocation's region,
+				    * owned by the allocation's first buffer */
+	uint8_t *owner;            /* per buffer: 1 when it owns mr[i] */
+	struct rdma_pseg *seg;
+	uint32_t *rkey;
+	uint32_t nseg;
+	int dmabuf;
+};
+
+int rgpu_open(struct rgpu **out, const char *pool_path, uint64_t size,
+	      char *err, size_t errlen)
+{
+	struct rgpu *g = calloc(1, sizeof *g);
+
+	*out = NULL;
+	if (!g)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
+	if (gmap_init(&g->m, pool_path, size) != 0) {
+		free(g);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"rdma: %s is not a pool path", pool_path);
+	}
+	*out = g;
+	return 0;
+}
+
+int rgpu_stale(const struct rgpu *g)
+{
+	int rc = gmap_stale(&g->m);
+
+	return rc == KVW_ENOENT ? g->m.g != NULL : rc != 0;
+}
+
+/* Drops every region and the record's handles. */
+static void unload(struct rgpu *g)
+{
+	for (uint32_t i = 0; i < g->nseg; i++)
+		if (g->owner[i] && g->mr[i])
+			g->lib->dereg_mr(g->mr[i]);
+	free(g->mr);
+	free(g->owner);
+	free(g->seg);
+	free(g->rkey);
+	g->mr = NULL;
+	g->owner = NULL;
+	g->seg = NULL;
+	g->rkey = NULL;
+	g->nseg = 0;
+	g->dmabuf = 0;
+	if (g->rt)
+		gmap_unload(&g->m, g->rt);
+}
+
+/* The dmabuf way for [base, base + size): the region, or NULL with why. */
+static struct ibv_mr *by_dmabuf(const struct rgpu *g,
+				const struct rdma_dev *dev, uint64_t base,
+				uint64_t size, int access, char *why,
+				size_t whylen)
+{
+	curt_range_handle_fn fn;
+	struct ibv_mr *mr;
+	void *p = NULL;
+	int rc, status = 0, fd = -1, e;
+
+	if (!dev->lib->reg_dmabuf_mr) {
+		snprintf(why, whylen, "libibverbs has no ibv_reg_dmabuf_mr");
+		return NULL;
+	}
+	if (!g->rt->get_driver_entry) {
+		snprintf(why, whylen,
+			 "the CUDA runtime has no cudaGetDriverEntryPoint");
+		return NULL;
+	}
+	rc = g->rt->get_driver_entry("cuMemGetHandleForAddressRange", &p,
+				     CURT_ENTRY_DEFAULT, &status);
+	if (rc != CURT_SUCCESS || status != 0 || p == NULL) {
+		snprintf(why, whylen,
+			 "the driver has no cuMemGetHandleForAddressRange "
+			 "(cudaGetDriverEntryPoint: error %d, status %d)",
+			 rc, status);
+		return NULL;
+	}
+	memcpy(&fn, &p, sizeof fn);
+	rc = fn(&fd, base, (size_t)size, CURT_RANGE_DMA_BUF_FD, 0);
+	if (rc != 0 || fd < 0) {
+		snprintf(why, whylen,
+			 "cuMemGetHandleForAddressRange(DMA_BUF_FD) failed "
+			 "(CUresult %d)",
+			 rc);
+		return NULL;
+	}
+	mr = dev->lib->reg_dmabuf_mr(dev->pd, 0, (size_t)size, base, fd,
+				     access);
+	e = errno;
+	close(fd); /* the region holds its own reference */
+	if (!mr)
+		snprintf(why, whylen, "ibv_reg_dmabuf_mr: %s", strerror(e));
+	return mr;
+}
+
+/* Registers the allocation [base, base + size): dmabuf, else peer memory,
+ * else KVW_ESYS naming both. */
+static int reg_alloc(struct rgpu *g, const struct rdma_dev *dev,
+		     uint64_t base, uint64_t size, int access,
+		     struct ibv_mr **mr, int *dmabuf, char *err, size_t errlen)
+{
+	char dw[160];
+
+	*mr = by_dmabuf(g, dev, base, size, access, dw, sizeof dw);
+	*dmabuf = *mr != NULL;
+	if (*mr)
+		return 0;
+	*mr = dev->lib->reg_mr(dev->pd, (void *)(uintptr_t)base, (size_t)size,
+			       access);
+	if (*mr)
+		return 0;
+	return kvw_errf(err, errlen, KVW_ESYS,
+			"rdma: GPU pool %s: unable to register device memory "
+			"on %s: dmabuf: %s; peer memory: ibv_reg_mr: %s (is "
+			"nvidia-peermem loaded?)",
+			g->m.rec, dev->name, dw, strerror(errno));
+}
+
+/* Registers each allocation of the opened record once; every buffer gets
+ * its allocation's keys. */
+static int reg_all(struct rgpu *g, const struct rdma_dev *dev, int access,
+		   char *err, size_t errlen)
+{
+	uint32_t n = gpool_count(g->m.g);
+	int all_dmabuf = 1;
+
+	g->mr = calloc(n, sizeof *g->mr);
+	g->owner = calloc(n, 1);
+	g->seg = calloc(n, sizeof *g->seg);
+	g->rkey = calloc(n, sizeof *g->rkey);
+	if (!g->mr || !g->owner || !g->seg || !g->rkey)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
+	g->lib = dev->lib;
+	g->nseg = n;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct gpool_buf *b = gpool_buf_at(g->m.g, i);
+		uint64_t base = (uint64_t)(uintptr_t)g->m.at[i] - b->alloc_off;
+		int dmabuf, rc;
+
+		for (uint32_t j = 0; j < i && !g->mr[i]; j++)
+			if ((uint64_t)(uintptr_t)g->m.at[j] -
+				    gpool_buf_at(g->m.g, j)->alloc_off == base)
+				g->mr[i] = g->mr[j];
+		if (!g->mr[i]) {
+			rc = reg_alloc(g, dev, base, b->alloc_size, access,
+				       &g->mr[i], &dmabuf, err, errlen);
+			if (rc)
+				return rc;
+			g->owner[i] = 1;
+			all_dmabuf &= dmabuf;
+		}
+		g->seg[i] = (struct rdma_pseg){
+			b->start, { (uint64_t)(uintptr_t)g->m.at[i], b->len,
+				    g->mr[i]->lkey } };
+		g->rkey[i] = g->mr[i]->rkey;
+	}
+	g->dmabuf = all_dmabuf;
+	return 0;
+}
+
+int rgpu_load(struct rgpu *g, const struct rdma_dev *dev, int access,
+	      char *err, size_t errlen)
+{
+	int rc;
+
+	unload(g);
+	if (gmap_stale(&g->m) == KVW_ENOENT)
+		return 0;
+	if ((!g->rt && (rc = curt_get(&g->rt, err, errlen))) ||
+	    (rc = gmap_read(&g->m, err, errlen)))
+		return rc;
+	rc = curt_ok(g->rt, g->rt->set_device(gpool_device(g->m.g)),
+		     "cudaSetDevice", err, errlen);
+	if (rc == 0)
+		rc = gmap_open(&g->m, g->rt, err, errlen);
+	if (rc == 0)
+		rc = reg_all(g, dev, access, err, errlen);
+	if (rc) {
+		unload(g);
+		return rc;
+	}
+	LOG(LOG_INFO, "rdma: GPU pool %s (epoch %016llx): %u buffers "
+	    "registered on %s through %s", g->m.rec,
+	    (unsigned long long)gpool_epoch(g->m.g), g->nseg, dev->name,
+	    g->dmabuf ? "dmabuf" : "peer memory");
+	return 0;
+}
+
+uint32_t rgpu_nseg(const struct rgpu *g)
+{
+	return g->nseg;
+}
+
+const struct rdma_pseg *rgpu_segs(const struct rgpu *g)
+{
+	return g->seg;
+}
+
+uint32_t rgpu_rkey(const struct rgpu *g, uint32_t i)
+{
+	return g->rkey[i];
+}
+
+int rgpu_dmabuf(const struct rgpu *g)
+{
+	return g->dmabuf;
+}
+
+void rgpu_close(struct rgpu **gp)
+{
+	if (!gp || !*gp)
+		return;
+	unload(*gp);
+	free(*gp);
+	*gp = NULL;
+}
