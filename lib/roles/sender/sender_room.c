@@ -128,39 +128,46 @@ int sender_room_has_dst(const struct sender_room *r,
 	return 0;
 }
 
-int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
-			struct frame_u32s pages, uint32_t aux_slot, int dummy,
-			uint64_t token)
+/* dst_put: P's entry in the list ARR (N entries of CAP) becomes this
+ * XFER_INFO, added or replacing P's earlier one (its pages freed). Returns
+ * its index, or KVW_ERANGE (SENDER_MAX_DST entries already) or
+ * KVW_ENOMEM, with the list unchanged. */
+static int dst_put(struct sender_dst **arr, uint32_t *n, uint32_t *cap,
+		   struct sender_peer *p, struct frame_u32s pages,
+		   uint32_t aux_slot, int dummy, uint64_t token)
 {
 	uint32_t i;
 	uint32_t *copy;
 
-	for (i = 0; i < r->ndst; i++)
-		if (r->dst[i].peer == p)
+	for (i = 0; i < *n; i++)
+		if ((*arr)[i].peer == p)
 			break;
-	if (i == r->ndst) {
-		if (r->ndst >= SENDER_MAX_DST)
+	if (i == *n) {
+		if (*n >= SENDER_MAX_DST)
 			return KVW_ERANGE;
-		if (grow((void **)&r->dst, &r->capdst, r->ndst + 1, sizeof *r->dst))
+		if (grow((void **)arr, cap, *n + 1, sizeof **arr))
 			return KVW_ENOMEM;
 	}
 	copy = pages_copy(pages);
 	if (!copy)
 		return KVW_ENOMEM;
-	if (i == r->ndst) {
-		memset(&r->dst[i], 0, sizeof r->dst[i]);
-		r->ndst++;
-	} else {
-		free(r->dst[i].pages);
-	}
-	r->dst[i].peer = p;
-	r->dst[i].pages = copy;
-	r->dst[i].npages = pages.n;
-	r->dst[i].aux_slot = aux_slot;
-	r->dst[i].dummy = dummy ? 1 : 0;
-	r->dst[i].token = token;
-	r->dst[i].done = 0;
+	if (i == *n)
+		(*n)++;
+	else
+		free((*arr)[i].pages);
+	(*arr)[i] = (struct sender_dst){ .peer = p, .pages = copy,
+					 .npages = pages.n,
+					 .aux_slot = aux_slot, .token = token,
+					 .dummy = dummy ? 1 : 0 };
 	return (int)i;
+}
+
+int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
+			struct frame_u32s pages, uint32_t aux_slot, int dummy,
+			uint64_t token)
+{
+	return dst_put(&r->dst, &r->ndst, &r->capdst, p, pages, aux_slot,
+		       dummy, token);
 }
 
 int sender_room_is_later(const struct sender_room *r,
@@ -176,31 +183,11 @@ int sender_room_hold(struct sender_room *r, struct sender_peer *p,
 		     struct frame_u32s pages, uint32_t aux_slot, int dummy,
 		     uint64_t token, uint32_t required)
 {
-	struct sender_dst *d;
-	uint32_t i;
-	uint32_t *copy;
+	int i = dst_put(&r->held, &r->nheld, &r->capheld, p, pages, aux_slot,
+			dummy, token);
 
-	for (i = 0; i < r->nheld; i++)
-		if (r->held[i].peer == p)
-			break;
-	if (i == r->nheld) {
-		if (r->nheld >= SENDER_MAX_DST)
-			return KVW_ERANGE;
-		if (grow((void **)&r->held, &r->capheld, r->nheld + 1,
-			 sizeof *r->held))
-			return KVW_ENOMEM;
-	}
-	copy = pages_copy(pages);
-	if (!copy)
-		return KVW_ENOMEM;
-	d = &r->held[i];
-	if (i == r->nheld)
-		r->nheld++;
-	else
-		free(d->pages);
-	*d = (struct sender_dst){ .peer = p, .pages = copy, .npages = pages.n,
-				  .aux_slot = aux_slot, .token = token,
-				  .dummy = dummy ? 1 : 0 };
+	if (i < 0)
+		return i;
 	r->held_required = required;
 	return 0;
 }
