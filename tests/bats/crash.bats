@@ -152,7 +152,7 @@ note_pids() {
 	crash_run "$PIDS_p0"
 	[ "$FAILED" -ge 1 ]
 	for w in $workers; do
-		wait_for 5 gone "$w" # PR_SET_PDEATHSIG: no orphan keeps copying
+		wait_for $EXIT_WAIT gone "$w" # PR_SET_PDEATHSIG: no orphan keeps copying
 	done
 	same_pids bootstrap d0 hb0
 	wait_for 30 restarted p0 "$PIDS_p0"

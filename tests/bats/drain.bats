@@ -441,7 +441,7 @@ slow_canary() {
 	start=$SECONDS
 	kill -KILL "$old"
 	# PR_SET_PDEATHSIG: no worker of the dead control keeps copying.
-	wait_for 5 gone "$W"
+	wait_for $EXIT_WAIT gone "$W"
 	wait_for 20 restarted p0 "$old"
 	slow_released 131 $((BOUND + 5))
 	landed_batches 0

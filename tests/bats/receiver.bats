@@ -93,7 +93,7 @@ malformed_counted() { [ "$(timeout 10 "$PY" "$FAKE" counter "$TAB" 0)" -ge 1 ]; 
 	# A clean stop with peers, a bootstrap and rooms held (sanitizers
 	# report leaks through the exit status).
 	kill -TERM "$RX_PID"
-	wait_for 2 gone "$RX_PID"
+	wait_for $EXIT_WAIT gone "$RX_PID"
 	rc=0
 	wait "$RX_PID" || rc=$?
 	[ "$rc" -eq 0 ]
@@ -236,12 +236,12 @@ xfer_infos() { [ "$(grep -c "^XFER_INFO rank=0 room=$1 " "$RUN/ev")" -ge "$2" ];
 	wait_for 10 room_is 61 "state=Success"
 }
 
-@test "SIGTERM stops kv-receiver with exit 0 within 2 s while a lookup is pending" {
+@test "SIGTERM stops kv-receiver with exit 0 while a lookup is pending" {
 	start_rx
 	eng begin 71 "ipc://$RUN/nobody" 0 0 1
 	wait_for 10 room_is 71 "state=Bootstrapping"
 	kill -TERM "$RX_PID"
-	wait_for 2 gone "$RX_PID"
+	wait_for $EXIT_WAIT gone "$RX_PID"
 	rc=0
 	wait "$RX_PID" || rc=$?
 	[ "$rc" -eq 0 ]
