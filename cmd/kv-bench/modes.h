@@ -23,6 +23,8 @@ enum kvb_mode { KVB_DEMO, KVB_COPY, KVB_ROOMS, KVB_TCP };
 struct kvb_opts {
 	enum kvb_mode mode;
 	int json;           /* --json: one JSON document on stdout */
+	int no_reference;   /* demo: --no-reference (or
+			     * $KVW_BENCH_NO_REFERENCE=1), no memcpy limit */
 	uint32_t lat_rooms; /* rooms: --latency-rooms N (one at a time) */
 	uint32_t rtt;       /* rooms: --rtt N timed ping-pong round trips */
 	uint32_t warmup;    /* rooms: --warmup N untimed rooms first */

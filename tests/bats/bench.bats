@@ -57,7 +57,7 @@ for k in ("xport_gib_per_s", "memcpy_before", "memcpy_after", "ratio"):
 	[[ $output == *"rate run: rooms=60 success=60 "*"latency run: rooms=10 success=10 "*"warm-up: rooms=20 success=20"* ]]
 }
 
-@test "kv-bench rooms --json and demo over the same group" {
+@test "kv-bench rooms --json and demo over the same group; demo --no-reference leaves the limit out" {
 	kv_up --workers 2 "${TINY[@]}"
 	run timeout 120 kv-bench rooms --json --run-dir "$RUN" --rooms 40 \
 		--latency-rooms 5 --rtt 20 --warmup 10
@@ -71,12 +71,25 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
           "p99_us", "max_us", "p50_ratio", "p99_ratio"):
     assert d[k] > 0, (k, d)
 '
-	run timeout 120 kv-bench demo --run-dir "$RUN" --rooms 6 \
-		--pages-per-room 2 --chunk-pages 1 --verify
+	run env -u KVW_BENCH_NO_REFERENCE timeout 120 kv-bench demo \
+		--run-dir "$RUN" --rooms 6 --pages-per-room 2 --chunk-pages 1 \
+		--verify
 	[ "$status" -eq 0 ]
 	[[ $output == *"machine: cores="* ]]
 	[[ $output == *"rooms=6 success=6 failed=0"*"gib_per_s="* ]]
 	[[ $output == *"demo GiB/s"*"1-core memcpy"* ]]
+	# --no-reference: the same rooms, the limit left out, said so.
+	run env -u KVW_BENCH_NO_REFERENCE timeout 120 kv-bench demo \
+		--run-dir "$RUN" --rooms 6 --pages-per-room 2 --chunk-pages 1 \
+		--verify --no-reference --json
+	[ "$status" -eq 0 ]
+	echo "$output" | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["success"] == 6 and d["gib_per_s"] > 0, d
+for k in ("memcpy_gib_per_s", "memcpy_before", "memcpy_after", "ratio"):
+    assert d[k] is None, (k, d)
+'
 }
 
 @test "kv-bench rooms --spawn: starts its own tiny-room group" {
