@@ -26,10 +26,15 @@ proc_exe() { readlink "/proc/$1/exe" 2>/dev/null; }
 # empty only for a child that is not READY yet (it may not have exec'd); an
 # unreaped child's pid cannot be reused, so its start time suffices. A
 # zombie has no exe: it never matches, which is right (nothing to signal).
+# A program replaced on disk while it runs (an upgrade: a new file under
+# the old name) reads "EXE (deleted)": still the process recorded.
 is_same() {
+	local exe
 	[ -n "$1" ] && [ -n "$2" ] || return 1
 	[ "$(proc_start "$1")" = "$2" ] || return 1
-	[ -z "${3:-}" ] || [ "$(proc_exe "$1")" = "$3" ]
+	[ -z "${3:-}" ] && return 0
+	exe=$(proc_exe "$1")
+	[ "$exe" = "$3" ] || [ "$exe" = "$3 (deleted)" ]
 }
 
 # wait_gone PID START EXE TRIES: polls (50 ms) until PID is no longer the

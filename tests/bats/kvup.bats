@@ -216,6 +216,38 @@ stop() { timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"; }
 	group_gone
 }
 
+@test "member programs replaced on disk under a running group (an upgrade): a member that dies is restarted alone, --stop leaves nothing" {
+	# The members run from a copy of bin/ that is then replaced file by
+	# file (a new inode each, as a package upgrade does): /proc/PID/exe of
+	# a running member then reads "PATH (deleted)". kv-up took that for
+	# another process: it restarted every member beside the one that died
+	# (a second copy that cannot bind) and --stop left the old ones running.
+	mkdir "$RUN/bin"
+	cp "$KVW_BIN"/kv-* "$RUN/bin/"
+	KVW_BIN="$RUN/bin" kv_up --workers 1 $SHAPE
+	note_group
+	local f m before=()
+	for f in "$RUN"/bin/kv-*; do cp "$f" "$f.new" && mv "$f.new" "$f"; done
+	for m in bootstrap p0 d0 hbp0; do before+=("$(cat "$RUN/pids/$m.pid")"); done
+	[[ "$(readlink "/proc/${before[0]}/exe")" == *" (deleted)" ]]
+	old=$(cat "$RUN/pids/hb0.pid")
+	kill -KILL "$old"
+	wait_for 30 restarted hb0 "$old"
+	GPIDS="$GPIDS $(cat "$RUN/pids/hb0.pid")"
+	run timeout 60 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 4 --verify
+	[ "$status" -eq 0 ]
+	local i=0
+	for m in bootstrap p0 d0 hbp0; do
+		[ "$(cat "$RUN/pids/$m.pid")" = "${before[i]}" ]
+		kill -0 "${before[i]}"
+		i=$((i + 1))
+	done
+	refute grep -E "(bootstrap|p0|d0|hbp0): restarting" "$RUN/kv-up.log"
+	run stop
+	[ "$status" -eq 0 ]
+	group_gone
+}
+
 @test "a second kv-up in the same run directory is refused with 100 while the first runs" {
 	kv_up --workers 1 $SHAPE
 	run timeout 10 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN" $SHAPE
