@@ -195,7 +195,9 @@ bad_record() {
 	line=$(grep '^rooms=' <<<"$output")
 	[[ $line == "rooms=10 success=0 failed=10 "* ]]
 	[[ $line == *" stuck=0 "* ]]
-	grep -qF "$3" "$RUN/logs/p0.log"
+	# The worker writes WHY when the decode's answer reaches it, which
+	# may be after kv-bench saw the room fail at the decode.
+	wait_for 30 grep -qF "$3" "$RUN/logs/p0.log"
 }
 
 @test "stand-in runtime: over tcp, an unusable GPU record at either end fails the rooms cleanly (nothing stuck, the sink counts it); without it rooms succeed again" {
@@ -205,13 +207,19 @@ bad_record() {
 	# The decode's sink finds a record it cannot use: the batch landed
 	# in the host pool but cannot reach the GPU, so the room fails.
 	bad_record d0 11 "transfer failed: tcp: the decode could not copy the batch to its GPU"
+	stop=$(sink_stop_line)
+	echo "$stop"
+	[[ $stop =~ ,\ ([1-9][0-9]*)\ not\ copied\ to\ the\ GPU$ ]]
+	# A new group for the prefill's case: the worker's "transfer failed"
+	# warning is rate limited (5 a second, one call site), and the ten of
+	# the case above, written as the decode's answers come back, can use
+	# up the second in which this case's ten fail: the likely cause of
+	# its one failure under stress-ng (rooms failed, no such line).
+	kv_up $SHAPE --transport tcp --workers 1
 	# The prefill's worker cannot stage: the batch is never sent.
 	bad_record p0 31 "transfer failed: gpu pool: not a record"
 	run timeout 60 kv-bench --run-dir "$RUN" --rooms 10 --pages-per-room 4 \
 		--concurrency 2 --verify --seed 51
 	echo "$output"
 	[ "$status" -eq 0 ]
-	stop=$(sink_stop_line)
-	echo "$stop"
-	[[ $stop =~ ,\ ([1-9][0-9]*)\ not\ copied\ to\ the\ GPU$ ]]
 }
