@@ -2,7 +2,7 @@
 # Makefile). PREFIX (default /usr/local) is where things will live,
 # DESTDIR a staging root prepended to every path written. Installs the
 # programs, libkvwire.{a,so}, <kvwire/api.h> (and base/kvw.h, which it
-# includes), kvwire.pc, the man pages (`make man`), the systemd units of
+# includes, without its kvwire-internal part), kvwire.pc, the man pages (`make man`), the systemd units of
 # contrib/systemd (with the paths filled in) and the Python package.
 # `make uninstall` removes exactly those files, then the directories that
 # only kvwire uses.
@@ -39,7 +39,9 @@ install: all man
 	install -m 0644 lib/libkvwire.a $(DESTDIR)$(libdir)/
 	install -m 0755 lib/libkvwire.so $(DESTDIR)$(libdir)/
 	install -m 0644 lib/api.h $(DESTDIR)$(includedir)/kvwire/
-	install -m 0644 lib/base/kvw.h $(DESTDIR)$(includedir)/kvwire/base/
+	sed '/kvwire-internal: begin/,/kvwire-internal: end/d' lib/base/kvw.h \
+		>$(DESTDIR)$(includedir)/kvwire/base/kvw.h
+	chmod 0644 $(DESTDIR)$(includedir)/kvwire/base/kvw.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(libdir)|' \
 		-e 's|@INCLUDEDIR@|$(includedir)|' -e 's|@VERSION@|$(VERSION)|' \
 		mk/kvwire.pc.in >$(DESTDIR)$(pkgconfigdir)/kvwire.pc

@@ -42,6 +42,11 @@ enum kvw_err {
 /* Returns a static string naming a KVW_E* code ("EINVAL", ...). */
 KVW_API const char *kvw_strerror(int err);
 
+/* kvwire-internal: begin. `make install` leaves the lines up to the end
+ * mark out of the installed header: the library uses them but does not
+ * export them (install.bats checks that the installed headers declare
+ * only what libkvwire.so exports). */
+
 /* The library's way to say why something failed: a one-line reason
  * formatted into err[errlen] when err is given (NULL or errlen 0: nothing
  * is written). kvw_errf returns rc, so a failure reads
@@ -50,6 +55,8 @@ __attribute__((format(printf, 3, 4)))
 void kvw_seterr(char *err, size_t errlen, const char *fmt, ...);
 __attribute__((format(printf, 4, 5)))
 int kvw_errf(char *err, size_t errlen, int rc, const char *fmt, ...);
+
+/* kvwire-internal: end */
 
 /* Process exit codes (s6 convention; the table is in README.md). */
 enum kvw_exit {

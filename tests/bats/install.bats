@@ -27,6 +27,15 @@ teardown() { kvw_teardown; }
 		lib/python3/dist-packages/kvwire/_lib.py; do
 		[ -f "$DEST$PREFIX/$f" ] || { echo "missing $f" >&2; false; }
 	done
+	# The installed headers declare only what the library exports (its
+	# exported set is tests/api.exports): no internal helper is promised.
+	declared=$(cc -E -P -I"$DEST$PREFIX/include" -x c "$DEST$PREFIX/include/kvwire/api.h" |
+		grep -oE '\bkvw_[a-z0-9_]+ *\(' | tr -d ' (' | sort -u)
+	exported=$(nm -D --defined-only "$DEST$PREFIX/lib/libkvwire.so" |
+		awk '{ print $3 }' | grep '^kvw_' | sort -u)
+	echo "declared, not exported: $(comm -23 <(echo "$declared") <(echo "$exported") | tr '\n' ' ')"
+	[ -n "$declared" ]
+	[ -z "$(comm -23 <(echo "$declared") <(echo "$exported"))" ]
 	# Units name the installed programs.
 	grep -qx "ExecStart=$PREFIX/bin/kv-sender \$KVW_ARGS" "$DEST$PREFIX/lib/systemd/system/kvwire-prefill@.service"
 	# pkg-config answers for the staged prefix; the engine builds with it.
