@@ -4,6 +4,39 @@
 # the manifest of everything the group created, and the checks run before
 # anything is created. Sourced by bin/kv-up; not a program.
 
+# ---- one line from a notification fifo -------------------------------------
+# A member (and the --daemon child) writes one line, READY or FAILED ...,
+# in one write(2). bash 5.2's `read -t` checks its timer once more after
+# the newline: a read that took the whole "READY\n" can still report a
+# timeout, with "READY" in its variable and the newline gone (seen under
+# stress-ng --cpu 4: the --daemon parent then waited its whole timeout for
+# a READY it had read). So a timed-out read's text is kept, and it is the
+# whole line when nothing more waits in the fifo (one write: what was
+# read of it and an empty fifo mean all of it was read).
+
+# await_line FD PID SECS: waits for a line on FD (a fifo this shell holds
+# both ends of) while PID lives, for at most SECS and while $stopping is 0.
+# Sets `line`. Returns 0 with a line, 1 if PID is gone (after a last look
+# at FD: it may have written and exited between two reads), 2 on timeout
+# or stop.
+await_line() {
+	local fd=$1 who=$2 end=$((SECONDS + $3)) gone=0 part
+	line=""
+	while :; do
+		if read -r -t 0.1 -u "$fd" part; then
+			line=$line$part
+			return 0
+		fi
+		line=$line$part
+		[ -n "$line" ] && ! read -t 0 -u "$fd" && return 0
+		[ "$gone" = 1 ] && return 1
+		if [ "${stopping:-0}" = 1 ] || [ "$SECONDS" -ge "$end" ]; then
+			return 2
+		fi
+		kill -0 "$who" 2>/dev/null || gone=1
+	done
+}
+
 # ---- process identity ------------------------------------------------------
 # A pid alone names whatever process holds it now. A member is the pid plus
 # its start time (field 22 of /proc/PID/stat, fixed for the life of a
