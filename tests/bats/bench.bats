@@ -117,9 +117,13 @@ for k in ("memcpy_gib_per_s", "memcpy_before", "memcpy_after", "ratio"):
 	run kv-bench rooms --auth-cost --run-dir "$RUN"
 	[ "$status" -eq 100 ]
 	# --port-base is its groups' ports: one held by a listener here
-	# stops the first group from starting.
+	# stops the first group from starting. SO_REUSEADDR: the first run's
+	# group closed its connections to that port a moment ago, and one
+	# left in TIME_WAIT refuses a plain bind ("Address already in use",
+	# seen once with three bats jobs); a live listener still refuses it.
 	"$PY" -c 'import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
 print("listening", flush=True); time.sleep(120)' "$pb" >"$RUN/hold.out" &
 	echo "$!" >>"$RUN/bg.pids"
 	wait_for 10 grep -q listening "$RUN/hold.out"
