@@ -20,6 +20,10 @@
 #     rule 3 checks a file's name only, so a page that still shows a file
 #     in the folder it left would pass it (issue 31: the tree drawn there
 #     must be the tree).
+#  5. The CUDA runtime stays in lib/mem (issue 31): no file under lib/
+#     outside lib/mem includes mem/cuda_rt.h or a <cuda...> header, and no
+#     header of lib/mem includes cuda_rt.h (so none hands it on): the
+#     transports copy GPU memory through gpool_map.h and gpu_queue.h.
 # Usage: mk/check-tree.sh [ROOT] (default: the repository this is in).
 set -u
 root=${1:-$(dirname "$0")/..}
@@ -71,6 +75,22 @@ for f in $(find lib/roles -name '*.[ch]' | sort); do
 	case $hits in *" "*) at="lines $hits" ;; *) at="line $hits" ;; esac
 	if [ -n "$hits" ]; then
 		bad "$f names a transport ($at): a role asks the ops table (lib/xport/xport.h), never a transport by name"
+	else
+		passed=$((passed + 1))
+	fi
+done
+
+# The CUDA runtime is lib/mem's own.
+for f in $(find lib -name '*.[ch]' | sort); do
+	case $f in
+	lib/mem/cuda_rt.h) continue ;;
+	lib/mem/*.c) continue ;;
+	lib/mem/*.h) pat='^#include "cuda_rt\.h"' ;;
+	*) pat='^#include ("mem/cuda_rt\.h"|<cuda)' ;;
+	esac
+	hits=$(grep -nE "$pat" "$f" | cut -d: -f1 | tr '\n' ' ')
+	if [ -n "$hits" ]; then
+		bad "$f includes the CUDA runtime (line ${hits% }): only lib/mem's .c files may; a transport copies through mem/gpool_map.h and mem/gpu_queue.h"
 	else
 		passed=$((passed + 1))
 	fi

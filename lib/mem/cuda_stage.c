@@ -173,7 +173,7 @@ int cstage_fresh(struct cstage *s, int *gpu, char *err, size_t errlen)
 			       * epoch; nothing queued may outlive the
 			       * handles */
 		cstage_sync(s, NULL, 0);
-		gmap_unload(&s->m, s->rt);
+		gmap_unload(&s->m);
 	}
 	if (rc == KVW_ENOENT)
 		return 0;
@@ -183,8 +183,8 @@ int cstage_fresh(struct cstage *s, int *gpu, char *err, size_t errlen)
 	if ((rc = gmap_read(&s->m, err, errlen)))
 		return rc;
 	if ((rc = stream_on(s, gpool_device(s->m.g), err, errlen)) ||
-	    (rc = gmap_open(&s->m, s->rt, err, errlen))) {
-		gmap_unload(&s->m, s->rt);
+	    (rc = gmap_open(&s->m, err, errlen))) {
+		gmap_unload(&s->m);
 		return rc;
 	}
 	pin(s);
@@ -240,7 +240,7 @@ void cstage_close(struct cstage **sp)
 	s = *sp;
 	if (s->rt != NULL) {
 		cstage_sync(s, NULL, 0);
-		gmap_unload(&s->m, s->rt);
+		gmap_unload(&s->m);
 		if (s->pinned)
 			s->rt->host_unregister(s->base);
 		stream_drop(s);

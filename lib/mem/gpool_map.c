@@ -5,9 +5,12 @@
 #include "gpool_map.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "cuda_rt.h"
 
 int gmap_init(struct gmap *m, const char *pool_path, uint64_t size)
 {
@@ -47,12 +50,15 @@ int gmap_read(struct gmap *m, char *err, size_t errlen)
 	return 0;
 }
 
-int gmap_open(struct gmap *m, const struct curt *rt, char *err,
-	      size_t errlen)
+int gmap_open(struct gmap *m, char *err, size_t errlen)
 {
 	uint32_t n = gpool_count(m->g);
-	int rc = 0;
+	const struct curt *rt;
+	int rc = curt_get(&rt, err, errlen);
 
+	if (rc)
+		return rc;
+	m->rt = rt;
 	m->map = calloc(n, sizeof *m->map);
 	m->at = calloc(n, sizeof *m->at);
 	if (!m->map || !m->at)
@@ -79,16 +85,16 @@ int gmap_open(struct gmap *m, const struct curt *rt, char *err,
 			m->at[i] = base + b->alloc_off;
 	}
 	if (rc)
-		gmap_unload(m, rt);
+		gmap_unload(m);
 	return rc;
 }
 
-void gmap_unload(struct gmap *m, const struct curt *rt)
+void gmap_unload(struct gmap *m)
 {
-	if (m->g != NULL && m->map != NULL)
+	if (m->g != NULL && m->map != NULL && m->rt != NULL)
 		for (uint32_t i = 0; i < gpool_count(m->g); i++)
 			if (m->map[i] != NULL)
-				rt->ipc_close(m->map[i]);
+				m->rt->ipc_close(m->map[i]);
 	free(m->map);
 	free(m->at);
 	m->map = NULL;
@@ -108,4 +114,49 @@ uint8_t *gmap_at(const struct gmap *m, uint64_t off, uint64_t *run)
 	b = gpool_buf_at(m->g, (uint32_t)i);
 	*run = b->start + b->len - off;
 	return m->at[i] + (off - b->start);
+}
+
+int gmap_set_device(const struct gmap *m, char *err, size_t errlen)
+{
+	const struct curt *rt;
+	int rc = curt_get(&rt, err, errlen);
+
+	return rc ? rc
+		  : curt_ok(rt, rt->set_device(gpool_device(m->g)),
+			    "cudaSetDevice", err, errlen);
+}
+
+int gmap_dmabuf_fd(const struct gmap *m, uint64_t base, uint64_t size,
+		   int *fd, char *why, size_t whylen)
+{
+	curt_range_handle_fn fn;
+	void *p = NULL;
+	int rc, status = 0;
+
+	*fd = -1;
+	if (m->rt == NULL || !m->rt->get_driver_entry) {
+		snprintf(why, whylen,
+			 "the CUDA runtime has no cudaGetDriverEntryPoint");
+		return -1;
+	}
+	rc = m->rt->get_driver_entry("cuMemGetHandleForAddressRange", &p,
+				     CURT_ENTRY_DEFAULT, &status);
+	if (rc != CURT_SUCCESS || status != 0 || p == NULL) {
+		snprintf(why, whylen,
+			 "the driver has no cuMemGetHandleForAddressRange "
+			 "(cudaGetDriverEntryPoint: error %d, status %d)",
+			 rc, status);
+		return -1;
+	}
+	memcpy(&fn, &p, sizeof fn);
+	rc = fn(fd, base, (size_t)size, CURT_RANGE_DMA_BUF_FD, 0);
+	if (rc != 0 || *fd < 0) {
+		snprintf(why, whylen,
+			 "cuMemGetHandleForAddressRange(DMA_BUF_FD) failed "
+			 "(CUresult %d)",
+			 rc);
+		*fd = -1;
+		return -1;
+	}
+	return 0;
 }

@@ -11,6 +11,9 @@
  * engine renames a new file into place). The caller quiesces its streams
  * before gmap_unload closes the handles: no queued copy may outlive the
  * mapping it reads or writes.
+ *
+ * The CUDA runtime stays behind this header (and gpu_queue.h): a transport
+ * that copies to or from GPU memory includes no CUDA header (issue 31).
  */
 #ifndef KVW_GPOOL_MAP_H
 #define KVW_GPOOL_MAP_H
@@ -18,9 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cuda_rt.h"
 #include "gpool.h"
 #include "pool.h"
+
+struct curt;
 
 struct gmap {
 	char rec[POOL_PATH_MAX + 1]; /* the record's path */
@@ -28,6 +32,7 @@ struct gmap {
 	struct gpool *g; /* NULL until loaded */
 	void **map;      /* per buffer: the opened allocation (or NULL) */
 	uint8_t **at;    /* per buffer: device address of its first byte */
+	const struct curt *rt; /* the runtime that opened the handles */
 };
 
 /* Names the record of the pool at pool_path (of size bytes); loads
@@ -44,14 +49,24 @@ int gmap_stale(const struct gmap *m);
  * nothing yet: the caller may pick the device first (gpool_device). */
 int gmap_read(struct gmap *m, char *err, size_t errlen);
 
-/* Opens every buffer's allocation of the record gmap_read loaded. On
- * failure everything is unloaded. */
-int gmap_open(struct gmap *m, const struct curt *rt, char *err,
-	      size_t errlen);
+/* Opens every buffer's allocation of the record gmap_read loaded, on the
+ * current device (gmap_set_device makes it the record's own). On failure
+ * everything is unloaded. */
+int gmap_open(struct gmap *m, char *err, size_t errlen);
 
 /* Closes the handles and drops the record (m keeps its path and size).
  * The caller has waited for every copy touching it. Accepts an unloaded m. */
-void gmap_unload(struct gmap *m, const struct curt *rt);
+void gmap_unload(struct gmap *m);
+
+/* Makes the loaded record's device the calling thread's current one. */
+int gmap_set_device(const struct gmap *m, char *err, size_t errlen);
+
+/* A dmabuf fd for the device range [base, base + size) of an opened
+ * record (cuMemGetHandleForAddressRange through the runtime's driver entry
+ * point), for a NIC to register. 0 and *fd (the caller closes it), or -1
+ * with why (the runtime or driver lacks it, or it failed). */
+int gmap_dmabuf_fd(const struct gmap *m, uint64_t base, uint64_t size,
+		   int *fd, char *why, size_t whylen);
 
 /* The device address of pool byte off and in *run how many bytes from it
  * lie in the same buffer; NULL (and *run the bytes up to the next buffer,

@@ -24,19 +24,20 @@
  * closed and the new one opened; a record removed (engine gone) fails the
  * batch with KVW_ENOENT. disconnect and close close the handles.
  *
- * libcudart is loaded at run time (cuda_rt.h): without it, a driver or a
- * GPU, probe and open answer KVW_ENODEV "cuda: not available: <why>".
+ * The stream and event are lib/mem's gpu_queue, the handles its gpool_map:
+ * this file includes no CUDA header. libcudart is loaded at run time:
+ * without it, a driver or a GPU, probe and open answer KVW_ENODEV "cuda:
+ * not available: <why>".
  */
 #include "xport/shm/xport_shm.h"
 #include "xport/xport_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "mem/cuda_rt.h"
 #include "mem/gpool.h"
 #include "mem/gpool_map.h"
+#include "mem/gpu_queue.h"
 #include "mem/pool.h"
 
 #define CU_MAGIC "KVCU"
@@ -63,13 +64,9 @@ struct xcu_piece {
 
 struct xcu_xport {
 	struct xport base;
-	const struct curt *rt;
 	struct xport *shm; /* host pools (AUX bytes) */
 	struct xcu_side loc[CU_MAX_REGIONS], rmt[CU_MAX_REGIONS];
-	int device;        /* -1 until the first local record is opened */
-	curt_stream stream;
-	curt_event ev;
-	int pending;       /* an event is recorded and not yet seen done */
+	struct gpu_queue *q; /* bound to the first local record's device */
 	struct xcu_piece *dev;
 	struct xport_copy *host;
 	size_t ndev, nhost, capdev, caphost;
@@ -77,29 +74,24 @@ struct xcu_xport {
 
 static int xcu_probe(char *err, size_t errlen)
 {
-	const struct curt *rt;
-
-	return curt_get(&rt, err, errlen);
+	return gpu_queue_probe(err, errlen);
 }
 
 static int xcu_open(struct xport **out, char *err, size_t errlen)
 {
 	struct xcu_xport *c;
-	const struct curt *rt;
 	int rc;
 
 	*out = NULL;
-	rc = curt_get(&rt, err, errlen);
-	if (rc)
-		return rc;
 	c = calloc(1, sizeof *c);
 	if (c == NULL)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "cuda: out of memory");
 	c->base.ops = &xport_cuda_ops;
-	c->rt = rt;
-	c->device = -1;
-	rc = xport_open(xport_find("shm"), &c->shm, err, errlen);
+	rc = gpu_queue_open(&c->q, err, errlen);
+	if (rc == 0)
+		rc = xport_open(xport_find("shm"), &c->shm, err, errlen);
 	if (rc) {
+		gpu_queue_close(&c->q);
 		free(c);
 		return rc;
 	}
@@ -110,44 +102,10 @@ static int xcu_open(struct xport **out, char *err, size_t errlen)
 /* Closes a side's opened handles and drops its record (kept: the slot). */
 static void xcu_unload(struct xcu_xport *c, struct xcu_side *s)
 {
-	if (s->m.g != NULL && c->pending) {
-		/* No queued copy may outlive the mapping it reads or writes. */
-		c->rt->event_sync(c->ev);
-		c->pending = 0;
-	}
-	gmap_unload(&s->m, c->rt);
-}
-
-/* The local record decides the device; the stream and event are made on it
- * once. */
-static int xcu_stream(struct xcu_xport *c, int device, char *err,
-		      size_t errlen)
-{
-	int rc;
-
-	if (c->device == device)
-		return 0;
-	if (c->device >= 0)
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"cuda: pools on device %d and %d in one "
-				"instance",
-				c->device, device);
-	if ((rc = curt_ok(c->rt, c->rt->set_device(device), "cudaSetDevice",
-			  err, errlen)) ||
-	    (rc = curt_ok(c->rt,
-			  c->rt->stream_create(&c->stream,
-					       CURT_STREAM_NONBLOCKING),
-			  "cudaStreamCreateWithFlags", err, errlen)))
-		return rc;
-	rc = curt_ok(c->rt, c->rt->event_create(&c->ev, CURT_EVENT_NO_TIMING),
-		     "cudaEventCreateWithFlags", err, errlen);
-	if (rc) {
-		c->rt->stream_destroy(c->stream);
-		c->stream = NULL;
-		return rc;
-	}
-	c->device = device;
-	return 0;
+	/* No queued copy may outlive the mapping it reads or writes. */
+	if (s->m.g != NULL)
+		gpu_queue_wait(c->q, -1, NULL, 0);
+	gmap_unload(&s->m);
 }
 
 /* Makes s's record current: the one on disk now, handles opened. 0;
@@ -169,11 +127,13 @@ static int xcu_fresh(struct xcu_xport *c, struct xcu_side *s, int local,
 	xcu_unload(c, s); /* a new engine epoch: the old handles go */
 	if ((rc = gmap_read(&s->m, err, errlen)))
 		return rc;
-	if (local && (rc = xcu_stream(c, gpool_device(s->m.g), err, errlen))) {
-		gmap_unload(&s->m, c->rt);
+	/* The local record decides the device, once per instance. */
+	if (local &&
+	    (rc = gpu_queue_bind(c->q, gpool_device(s->m.g), err, errlen))) {
+		gmap_unload(&s->m);
 		return rc;
 	}
-	return gmap_open(&s->m, c->rt, err, errlen);
+	return gmap_open(&s->m, err, errlen);
 }
 
 /* A free slot of arr, or -1. */
@@ -396,7 +356,6 @@ static int xcu_write_batch(struct xport *x, const struct xport_copy *k,
 			   size_t n, char *err, size_t errlen)
 {
 	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
-	const struct curt *rt = c->rt;
 	int rc;
 
 	rc = xcu_check(c, k, n, err, errlen);
@@ -405,26 +364,15 @@ static int xcu_write_batch(struct xport *x, const struct xport_copy *k,
 	if (c->nhost &&
 	    (rc = xport_write_batch(c->shm, c->host, c->nhost, err, errlen)))
 		return rc;
-	for (size_t i = 0; i < c->ndev; i++) {
-		rc = curt_ok(rt,
-			     rt->memcpy_async(c->dev[i].dst, c->dev[i].src,
-					      c->dev[i].len, CURT_MEMCPY_DEFAULT,
-					      c->stream),
-			     "cudaMemcpyAsync", err, errlen);
-		if (rc)
-			break;
-	}
-	/* Even after a failed enqueue: the event covers what was queued. */
+	for (size_t i = 0; i < c->ndev && rc == 0; i++)
+		rc = gpu_queue_copy(c->q, c->dev[i].dst, c->dev[i].src,
+				    c->dev[i].len, err, errlen);
+	/* Even after a failed enqueue: the mark covers what was queued. */
 	if (c->ndev) {
-		int r2 = curt_ok(rt, rt->event_record(c->ev, c->stream),
-				 "cudaEventRecord", err, errlen);
+		int r2 = gpu_queue_mark(c->q, err, errlen);
 
-		if (r2 == 0)
-			c->pending = 1;
-		else if (rc == 0)
+		if (rc == 0)
 			rc = r2;
-		if (r2 != 0) /* no event: quiesce the stream itself */
-			rt->stream_sync(c->stream);
 	}
 	return rc;
 }
@@ -432,31 +380,8 @@ static int xcu_write_batch(struct xport *x, const struct xport_copy *k,
 static int xcu_wait(struct xport *x, int timeout_ms, char *err,
 		    size_t errlen)
 {
-	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
-	const struct timespec nap = { 0, 20000 };
-	struct timespec t0, t;
-	int rc;
-
-	if (!c->pending)
-		return 0;
-	if (timeout_ms < 0) {
-		rc = c->rt->event_sync(c->ev);
-		c->pending = 0;
-		return curt_ok(c->rt, rc, "cudaEventSynchronize", err, errlen);
-	}
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while ((rc = c->rt->event_query(c->ev)) == CURT_NOT_READY) {
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((t.tv_sec - t0.tv_sec) * 1000 +
-			    (t.tv_nsec - t0.tv_nsec) / 1000000 >=
-		    timeout_ms)
-			return kvw_errf(err, errlen, KVW_ETIMEDOUT,
-					"cuda: copies still running after %d ms",
-					timeout_ms);
-		nanosleep(&nap, NULL);
-	}
-	c->pending = 0;
-	return curt_ok(c->rt, rc, "cudaEventQuery", err, errlen);
+	return gpu_queue_wait(XPORT_SELF(struct xcu_xport, x)->q, timeout_ms,
+			      err, errlen);
 }
 
 static void xcu_close(struct xport **xp)
@@ -466,16 +391,12 @@ static void xcu_close(struct xport **xp)
 	if (xp == NULL || *xp == NULL)
 		return;
 	c = XPORT_SELF(struct xcu_xport, *xp);
-	if (c->pending)
-		c->rt->event_sync(c->ev);
+	gpu_queue_wait(c->q, -1, NULL, 0);
 	for (uint32_t i = 0; i < CU_MAX_REGIONS; i++) {
 		xcu_unload(c, &c->rmt[i]);
 		xcu_unload(c, &c->loc[i]);
 	}
-	if (c->ev)
-		c->rt->event_destroy(c->ev);
-	if (c->stream)
-		c->rt->stream_destroy(c->stream);
+	gpu_queue_close(&c->q);
 	xport_close(&c->shm);
 	free(c->dev);
 	free(c->host);

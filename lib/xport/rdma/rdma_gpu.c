@@ -15,7 +15,6 @@
 
 struct rgpu {
 	struct gmap m;
-	const struct curt *rt;     /* loaded with the first record */
 	const struct rdma_lib *lib; /* of the regions registered */
 	struct ibv_mr **mr;        /* per buffer: its allocation's region,
 				    * owned by the allocation's first buffer */
@@ -66,8 +65,7 @@ static void unload(struct rgpu *g)
 	g->rkey = NULL;
 	g->nseg = 0;
 	g->dmabuf = 0;
-	if (g->rt)
-		gmap_unload(&g->m, g->rt);
+	gmap_unload(&g->m);
 }
 
 /* The dmabuf way for [base, base + size): the region, or NULL with why. */
@@ -76,38 +74,15 @@ static struct ibv_mr *by_dmabuf(const struct rgpu *g,
 				uint64_t size, int access, char *why,
 				size_t whylen)
 {
-	curt_range_handle_fn fn;
 	struct ibv_mr *mr;
-	void *p = NULL;
-	int rc, status = 0, fd = -1, e;
+	int fd, e;
 
 	if (!dev->lib->reg_dmabuf_mr) {
 		snprintf(why, whylen, "libibverbs has no ibv_reg_dmabuf_mr");
 		return NULL;
 	}
-	if (!g->rt->get_driver_entry) {
-		snprintf(why, whylen,
-			 "the CUDA runtime has no cudaGetDriverEntryPoint");
+	if (gmap_dmabuf_fd(&g->m, base, size, &fd, why, whylen))
 		return NULL;
-	}
-	rc = g->rt->get_driver_entry("cuMemGetHandleForAddressRange", &p,
-				     CURT_ENTRY_DEFAULT, &status);
-	if (rc != CURT_SUCCESS || status != 0 || p == NULL) {
-		snprintf(why, whylen,
-			 "the driver has no cuMemGetHandleForAddressRange "
-			 "(cudaGetDriverEntryPoint: error %d, status %d)",
-			 rc, status);
-		return NULL;
-	}
-	memcpy(&fn, &p, sizeof fn);
-	rc = fn(&fd, base, (size_t)size, CURT_RANGE_DMA_BUF_FD, 0);
-	if (rc != 0 || fd < 0) {
-		snprintf(why, whylen,
-			 "cuMemGetHandleForAddressRange(DMA_BUF_FD) failed "
-			 "(CUresult %d)",
-			 rc);
-		return NULL;
-	}
 	mr = dev->lib->reg_dmabuf_mr(dev->pd, 0, (size_t)size, base, fd,
 				     access);
 	e = errno;
@@ -190,13 +165,11 @@ int rgpu_load(struct rgpu *g, const struct rdma_dev *dev, int access,
 	unload(g);
 	if (gmap_stale(&g->m) == KVW_ENOENT)
 		return 0;
-	if ((!g->rt && (rc = curt_get(&g->rt, err, errlen))) ||
-	    (rc = gmap_read(&g->m, err, errlen)))
+	if ((rc = gmap_read(&g->m, err, errlen)))
 		return rc;
-	rc = curt_ok(g->rt, g->rt->set_device(gpool_device(g->m.g)),
-		     "cudaSetDevice", err, errlen);
+	rc = gmap_set_device(&g->m, err, errlen);
 	if (rc == 0)
-		rc = gmap_open(&g->m, g->rt, err, errlen);
+		rc = gmap_open(&g->m, err, errlen);
 	if (rc == 0)
 		rc = reg_all(g, dev, access, err, errlen);
 	if (rc) {
