@@ -4,7 +4,8 @@
 # else (not what a forged DIR/endpoints names, not a *.sock that merely sits
 # in DIR), signal a pid only while it is the member recorded (a decoy whose
 # pid is written into DIR/pids survives), a stale pid file never blocks a
-# start, and the group stops also when its run directory was deleted. And
+# start, a member's pid file names it only once it is ready (also after a
+# restart), and the group stops also when its run directory was deleted. And
 # kv-up refuses a setup that cannot start within 2 s of its own checks
 # (timed in the same test: a loaded machine slows both), with the reason and
 # exit 100 (77 for a transport not available), having made nothing; a
@@ -28,6 +29,7 @@ setup() {
 
 teardown() {
 	local p
+	[ -n "${SUP:-}" ] && kill -CONT "$SUP" 2>/dev/null
 	for p in "${DECOY_PIDS[@]:-}"; do
 		[ -n "$p" ] && kill -TERM "$p" 2>/dev/null
 	done
@@ -246,6 +248,40 @@ stop() { timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"; }
 	run stop
 	[ "$status" -eq 0 ]
 	group_gone
+}
+
+@test "a restarted member's pid file names it only once it serves; while its restart fails the file keeps the old pid" {
+	# A test that sees a new pid in DIR/pids goes on at once (restarted
+	# in helpers.bash). kv-up wrote the file as soon as it forked, before
+	# the member had opened its table or bound a socket: forge.bats's run
+	# right after a decode restart had its rooms begun under the dead
+	# owner and failed by the takeover (CI, stop 40).
+	kv_up --workers 1 $SHAPE
+	note_group
+	local old table lk e
+	old=$(cat "$RUN/pids/d0.pid")
+	SUP=$(cat "$RUN/pids/kv-up.pid")
+	table=$(endpoint d0 table)
+	# With kv-up held, d0's table lock is ours once d0 is dead; its new
+	# start then refuses to be a second owner and kv-up retries it.
+	kill -STOP "$SUP"
+	kill -KILL "$old"
+	exec {lk}<"$table"
+	wait_for 30 flock -x -n "$lk"
+	kill -CONT "$SUP"
+	wait_for 30 grep -q "d0: restart failed" "$RUN/kv-up.log"
+	[ "$(cat "$RUN/pids/d0.pid")" = "$old" ]
+	exec {lk}<&-
+	wait_for 30 restarted d0 "$old"
+	# No wait: the new pid answers on its peer socket under the epoch it
+	# wrote into the table.
+	e=$(timeout 60 "$KVW_BIN/kv-ctl" --timeout 30 ping "$(endpoint d0 listen)" |
+		sed -n 's/.* epoch 0x\([0-9a-f]*\) .*/\1/p')
+	[ -n "$e" ]
+	[ "$e" = "$("$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all |
+		jq -r '.tables[] | select(.name == "d0") | .owner_epoch')" ]
+	run timeout 60 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 4 --verify
+	[ "$status" -eq 0 ]
 }
 
 @test "a second kv-up in the same run directory is refused with 100 while the first runs" {
