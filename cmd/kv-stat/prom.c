@@ -208,6 +208,14 @@ int prom_write(FILE *f, const struct render_table *tb, unsigned n)
 		if (tb[i].t)
 			labelled(f, "kvwire_security_refusals_total", s[i].lbl,
 				 "kind", sec_lbl, s[i].m.sec, 0, RTAB_NSEC);
+	family(f, "kvwire_rooms_reclaimed_total", "counter",
+	       "Ended rooms the owner cleared because nobody else would (a "
+	       "room its engine never began).");
+	for (unsigned i = 0; i < n; i++)
+		if (tb[i].t)
+			fprintf(f, "kvwire_rooms_reclaimed_total{table=\"%s\"} "
+				"%llu\n", s[i].lbl,
+				(unsigned long long)s[i].m.rooms_reclaimed);
 	for (unsigned k = 0; k < sizeof counters / sizeof counters[0]; k++) {
 		family(f, counters[k].name, "counter", counters[k].help);
 		for (unsigned i = 0; i < n; i++)

@@ -33,14 +33,16 @@ static const char *liveness_str(unsigned l)
 				     : "unknown";
 }
 
-/* The security counters, and a loud INSECURE when the owner runs
- * --insecure (issue 14: never a quiet state). */
+/* Ends the counters line with rooms_reclaimed, then the security
+ * counters, and a loud INSECURE when the owner runs --insecure (issue 14:
+ * never a quiet state). */
 static void security_line(FILE *f, const struct rtab *t)
 {
 	struct rtab_metrics_view m;
 
 	rtab_metrics_get(t, &m);
-	fprintf(f, "security:");
+	fprintf(f, " rooms_reclaimed=%llu\nsecurity:",
+		(unsigned long long)m.rooms_reclaimed);
 	for (unsigned c = 0; c < RTAB_NSEC; c++)
 		fprintf(f, " %s=%llu", rtab_sec_str(c),
 			(unsigned long long)m.sec[c]);
@@ -50,13 +52,16 @@ static void security_line(FILE *f, const struct rtab *t)
 		"no authentication on tcp://)" : "");
 }
 
-/* Closes "counters" and adds "security", "insecure" and "keys" (the
- * owner's group keys' fingerprint, or null) to the JSON. */
+/* Adds rooms_reclaimed to "counters", closes it and adds "security",
+ * "insecure" and "keys" (the owner's group keys' fingerprint, or null) to
+ * the JSON. */
 static void security_json(FILE *f, const struct rtab *t)
 {
 	struct rtab_metrics_view m;
 
 	rtab_metrics_get(t, &m);
+	fprintf(f, ",\"rooms_reclaimed\":%llu",
+		(unsigned long long)m.rooms_reclaimed);
 	fputs("},\"security\":{", f);
 	for (unsigned c = 0; c < RTAB_NSEC; c++)
 		fprintf(f, "%s\"%s\":%llu", c ? "," : "", rtab_sec_str(c),
@@ -160,8 +165,7 @@ unsigned render_text(FILE *f, const struct render_table *tb, unsigned n,
 		for (unsigned c = 0; c < NCOUNTER_NAMES; c++)
 			fprintf(f, " %s=%llu", counter_names[c],
 				(unsigned long long)in.counters[c]);
-		fputc('\n', f);
-		security_line(f, x->t);
+		security_line(f, x->t); /* ends the counters line too */
 		while (next_room(x->t, o, &cur, &v) == 0) {
 			char fl[48], ep[RTAB_ENDPOINT_MAX];
 

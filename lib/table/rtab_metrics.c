@@ -139,6 +139,13 @@ void rtab_metrics_get(const struct rtab *t, struct rtab_metrics_view *v)
 	v->insecure = atomic_load_explicit(&m->insecure,
 					   memory_order_relaxed) != 0;
 	v->key_fp = atomic_load_explicit(&m->key_fp, memory_order_relaxed);
+	v->rooms_reclaimed = FLD_LOAD(&m->rooms_reclaimed);
+}
+
+void rtab_rooms_reclaimed_add(struct rtab *t, uint64_t n)
+{
+	if (t && t->writable)
+		FLD_ADD(&t->hdr->metrics.rooms_reclaimed, n);
 }
 
 void rtab_sec_add(struct rtab *t, unsigned which, uint64_t n)

@@ -80,9 +80,13 @@ struct rtab_metrics {
 	uint32_t reserved1;
 	_Atomic uint64_t key_fp; /* the owner's group keys' fingerprint (first
 				  * 8 bytes, big-endian; keys.h); 0: none */
+	/* Ended rooms the owner cleared because nobody else would (issue
+	 * 34: a room its engine never began); kept whether or not the table
+	 * measures, like sec. */
+	_Atomic uint64_t rooms_reclaimed;
 	uint8_t reserved[RTAB_METRICS_SIZE - 8 - 8 * RTAB_MAX_STATES -
 			 8 * RTAB_MAX_REASONS - RTAB_NHISTS * 8 *
-			 (RTAB_HIST_BUCKETS + 1) - 8 * RTAB_MAX_SEC - 16];
+			 (RTAB_HIST_BUCKETS + 1) - 8 * RTAB_MAX_SEC - 24];
 };
 
 _Static_assert(sizeof(struct rtab_metrics) == RTAB_METRICS_SIZE,
@@ -104,6 +108,7 @@ struct rtab_metrics_view {
 	uint64_t sec[RTAB_NSEC];
 	int insecure;
 	uint64_t key_fp;
+	uint64_t rooms_reclaimed;
 };
 
 struct rtab;
@@ -127,6 +132,10 @@ int rtab_metrics_set_off(struct rtab *t, int off);
 /* The owner: counts n in security counter `which` (enum rtab_sec); a
  * read-only table or an unknown counter is ignored. */
 void rtab_sec_add(struct rtab *t, unsigned which, uint64_t n);
+
+/* The owner: counts n ended rooms it cleared because nobody else would
+ * (rooms_reclaimed); a read-only table is ignored. */
+void rtab_rooms_reclaimed_add(struct rtab *t, uint64_t n);
 
 /* The owner: records whether it runs --insecure (kv-stat shows it). */
 void rtab_set_insecure(struct rtab *t, int on);

@@ -412,6 +412,49 @@ static void test_rank_of_is_pp_major(void **state)
 	assert_int_equal(sender_rank_of(&t, &d), 3);
 }
 
+/* The ids an engine cleared before the control knew them
+ * (sender_orphan.c): each taken once, within its age; at most
+ * SENDER_GIVEN_UP_MAX of them, the oldest forgotten first, whatever was
+ * taken or added again in between. */
+static void test_given_up_ids_are_a_bounded_fifo(void **state)
+{
+	struct sender_given_up g;
+	const uint64_t age = 1000;
+
+	(void)state;
+	assert_int_equal(sender_given_up_init(&g), 0);
+	sender_given_up_add(&g, 0, 10); /* id 0 is an id like any other */
+	sender_given_up_add(&g, 7, 10);
+	assert_int_equal(sender_given_up_take(&g, 7, 20, age), 1);
+	assert_int_equal(sender_given_up_take(&g, 7, 20, age), 0); /* once */
+	assert_int_equal(sender_given_up_take(&g, 8, 20, age), 0);
+	/* Too old: forgotten, and not given up. */
+	sender_given_up_add(&g, 9, 10);
+	assert_int_equal(sender_given_up_take(&g, 9, 10 + age, age), 0);
+	assert_int_equal(sender_given_up_take(&g, 9, 10, age), 0);
+	/* Adding again refreshes the time, not the slot count. */
+	sender_given_up_add(&g, 0, 500);
+	assert_int_equal(g.m.n, 1);
+	/* MAX new ids: the ring goes round once. Id 0, in the first slot
+	 * written, is forgotten; the slots of the taken ids 7 and 9 are
+	 * reused; every new id is there. */
+	for (uint64_t i = 0; i < SENDER_GIVEN_UP_MAX; i++)
+		sender_given_up_add(&g, 1000 + i, 600);
+	assert_int_equal(g.m.n, SENDER_GIVEN_UP_MAX);
+	assert_int_equal(sender_given_up_take(&g, 0, 700, age), 0);
+	assert_int_equal(sender_given_up_take(&g, 1000, 700, age), 1);
+	assert_int_equal(sender_given_up_take(&g, 1003, 700, age), 1);
+	assert_int_equal(sender_given_up_take(&g, 1000 + SENDER_GIVEN_UP_MAX - 1,
+					      700, age), 1);
+	for (uint64_t i = 0; i < 3 * SENDER_GIVEN_UP_MAX; i++)
+		sender_given_up_add(&g, 100000 + i, 800);
+	assert_int_equal(g.m.n, SENDER_GIVEN_UP_MAX);
+	assert_int_equal(sender_given_up_take(&g, 100000 + 3 * SENDER_GIVEN_UP_MAX - 1,
+					      800, age), 1);
+	assert_int_equal(sender_given_up_take(&g, 100000, 800, age), 0);
+	sender_given_up_fini(&g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -430,6 +473,7 @@ int main(void)
 		cmocka_unit_test(test_job_queue_counts_its_bytes),
 		cmocka_unit_test(test_worker_pick_packs_small_jobs_and_spreads_big_ones),
 		cmocka_unit_test(test_rank_of_is_pp_major),
+		cmocka_unit_test(test_given_up_ids_are_a_bounded_fifo),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

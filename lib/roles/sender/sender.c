@@ -209,7 +209,8 @@ int sender_open(const struct sender_cfg *cfg, struct sender **out, char *err,
 	s->ready_fd = -1;
 	rl_init(&s->rl_register, SENDER_REGISTER_RATE, SENDER_REGISTER_BURST);
 	rl_init(&s->rl_xfer, SENDER_XFER_INFO_RATE, SENDER_XFER_INFO_BURST);
-	if (oom || sender_rooms_init(&s->rooms, 1024) < 0) {
+	if (oom || sender_rooms_init(&s->rooms, 1024) < 0 ||
+	    sender_given_up_init(&s->given_up) < 0) {
 		kvw_seterr(err, errlen, "out of memory");
 		rc = KVW_ENOMEM;
 		goto fail;
@@ -381,6 +382,10 @@ static int loop(struct sender *s, char *err, size_t errlen)
 			sender_notice(s);
 			s->next_notice_ns = now + SENDER_NOTICE_NS;
 		}
+		if (now >= s->next_orphan_ns) {
+			sender_orphan_sweep(s, now);
+			s->next_orphan_ns = now + SENDER_ORPHAN_EVERY_NS;
+		}
 		next = s->rooms.m.n ? earliest(s->next_sweep_ns,
 					       s->next_notice_ns)
 				    : s->next_sweep_ns;
@@ -435,6 +440,7 @@ void sender_close(struct sender **sp)
 	if (s->ctx)
 		zmq_ctx_term(s->ctx);
 	sender_rooms_free(&s->rooms);
+	sender_given_up_fini(&s->given_up);
 	pool_close(&s->pool);
 	rtab_close(&s->t);
 	free(s->listen);

@@ -105,6 +105,8 @@ struct sender_room {
 	uint8_t last_sent;   /* ... and dispatched */
 	uint8_t final_sent;  /* the closing STATUS went out */
 	uint8_t cleared;     /* engine sent CLEAR; kept only for ABORT acks */
+	uint8_t given_up;    /* the engine cleared the id before it came:
+			      * cleared once it ends (sender_orphan.c) */
 	uint32_t queued_pages; /* pages of every chunk taken */
 	uint32_t cursor;       /* pages dispatched so far */
 	struct sender_chunk *q;
@@ -128,6 +130,7 @@ struct sender_room {
 	uint32_t nheld, capheld;
 	uint32_t held_required;
 	struct sender_room *gone_next; /* scratch of sender_sweep */
+	uint64_t ended_ns; /* first seen ended, never begun (sender_orphan.c) */
 };
 
 #define SENDER_NO_WORKER UINT32_MAX
@@ -168,6 +171,21 @@ struct sender_worker {
 	struct sender_jobq q;
 };
 
+/* Room ids the engine cleared before this control knew them
+ * (sender_orphan.c): a FIFO of at most SENDER_GIVEN_UP_MAX, looked up by
+ * id. A ring slot is a record of the map while it holds the newest entry
+ * of its id. */
+#define SENDER_GIVEN_UP_MAX 4096u
+struct sender_given_up_id {
+	struct idmap_node node; /* node.id: the room id */
+	uint64_t t_ns;          /* when the engine cleared it */
+};
+struct sender_given_up {
+	struct idmap m;
+	struct sender_given_up_id *ring;
+	uint32_t head; /* next slot to write: the oldest entry */
+};
+
 struct sender {
 	/* config (strings owned) */
 	char *listen, *engine_ep, *bootstrap, *table_path, *pool_path;
@@ -198,6 +216,8 @@ struct sender {
 	void *peer_sock, *eng_sock;
 
 	struct sender_rooms rooms;
+	struct sender_given_up given_up; /* sender_orphan.c */
+	uint64_t next_orphan_ns;         /* next sender_orphan_sweep */
 	struct sender_peer **peers;
 	uint32_t npeers;
 	struct sender_worker w[SENDER_MAX_WORKERS];
@@ -351,6 +371,27 @@ void sender_notice(struct sender *s);
  * a warning (a cleared room holding only them is freed); returns the next
  * deadline (0: none). */
 uint64_t sender_sweep(struct sender *s, uint64_t now);
+
+/* ---- sender_orphan.c: ended rooms nobody will clear ------------------ */
+
+/* 0, or KVW_ENOMEM (then g remembers nothing, and add/take are no-ops). */
+int sender_given_up_init(struct sender_given_up *g);
+void sender_given_up_fini(struct sender_given_up *g);
+/* The engine cleared id, unknown here, at now_ns. */
+void sender_given_up_add(struct sender_given_up *g, uint64_t id,
+			 uint64_t now_ns);
+/* Forgets id: 1 when it was cleared by the engine less than max_age_ns
+ * before now_ns, else 0. */
+int sender_given_up_take(struct sender_given_up *g, uint64_t id,
+			 uint64_t now_ns, uint64_t max_age_ns);
+/* A room given up by its engine that has ended is cleared (counted):
+ * 1, and the caller then lets sender_room_acks free it; else 0. */
+int sender_orphan_end(struct sender *s, struct sender_room *r);
+/* Clears every room that ended without SEND_BEGIN, owes nothing, and was
+ * given up or has been seen ended for the room timeout; frees those that
+ * are gone. The loop calls it every SENDER_ORPHAN_EVERY_NS. */
+#define SENDER_ORPHAN_EVERY_NS 1000000000ull
+void sender_orphan_sweep(struct sender *s, uint64_t now);
 
 /* ---- sender_authz.c ---------------------------------------------------- */
 

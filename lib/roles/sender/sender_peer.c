@@ -406,6 +406,10 @@ static void take_xfer_info(struct sender *s, struct sender_peer *p,
 	r = sender_room_open(s, id);
 	if (!r)
 		return;
+	if (!r->begun && !r->given_up &&
+	    sender_given_up_take(&s->given_up, id, proc_now_ns(),
+				 s->room_timeout_ns))
+		r->given_up = 1;
 	st = rtab_state(s->t, r->ref);
 	if (st < 0 || rtab_terminal((unsigned)st)) {
 		LOG_ROOM(LOG_DEBUG, r->id, "XFER_INFO for a %s room ignored",
@@ -545,6 +549,7 @@ static void on_abort(struct sender *s, const struct wire_in *in,
 	}
 	if (!r->cleared)
 		sender_room_fail(s, r, KVW_R_ABORTED, "aborted by decode");
+	(void)sender_orphan_end(s, r); /* acked and freed below */
 	rc = sender_room_add_ack(r, p, m->u.abort.token,
 				 proc_now_ns() + s->room_timeout_ns);
 	if (rc < 0) {

@@ -424,6 +424,9 @@ static void on_send_begin(struct sender *s, const struct frame_msg *m)
 		       (unsigned long long)r->id);
 		return;
 	}
+	/* The engine takes the id (again): it will clear this room. */
+	(void)sender_given_up_take(&s->given_up, r->id, 0, 0);
+	r->given_up = 0;
 	r->begun = 1;
 	r->num_pages = b->num_pages;
 	r->aux_slot = b->aux_slot;
@@ -474,6 +477,9 @@ static void on_clear(struct sender *s, const struct frame_msg *m)
 		/* A room only the table knows (left by a previous owner). */
 		if (rtab_lookup(s->t, m->hdr.room, &ref) == 0)
 			rtab_clear(s->t, ref, KVW_R_CLEARED);
+		else /* or none: a decode's XFER_INFO may still come */
+			sender_given_up_add(&s->given_up, m->hdr.room,
+					    proc_now_ns());
 		return;
 	}
 	if (r->cleared)
