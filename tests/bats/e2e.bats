@@ -25,6 +25,7 @@ SHAPE="--layers 2 --pages 64 --heads 2 --head-dim 16 --aux-slots 64"
 PAGE_BYTES=4096
 AUX_BYTES=64
 E2E="$BATS_TEST_DIRNAME/../peers/e2e.py"
+FAKE="$BATS_TEST_DIRNAME/../peers/kvwfake.py"
 
 setup() {
 	kvw_setup
@@ -289,6 +290,29 @@ releasable_at_d0() { [ "$(field d0 "$1" releasable)" = true ]; }
 	# The id is the engine's again: a new incarnation is served.
 	next_incarnation_ok 67 5
 	[ "$(reclaimed p0)" = 1 ]
+}
+
+# malformed MEMBER: the member's malformed counter.
+malformed() {
+	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
+		jq -r --arg m "$1" '.tables[] | select(.name == $m) | .counters.malformed'
+}
+
+@test "the prefill engine begins and sends a room its decode already aborted: ignored, not counted malformed; the engine's CLEAR ends it" {
+	up
+	ctl recv-begin "$DENG" 69 "$BOOT" 1 40,41
+	wait_for 20 state_is p0 69 WaitingForInput
+	ctl abort "$DENG" 69
+	wait_for 20 releasable_at_d0 69
+	# SEND_BEGIN, the chunk and CLEAR on one socket: read in that order,
+	# so once the room is Cleared the chunk was read.
+	timeout 30 "$PY" "$FAKE" engine "$PENG" send-clear 69 2 1 40,41
+	wait_for 20 state_is p0 69 Cleared
+	run "$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all --room 69
+	echo "$output"
+	[ "$(malformed p0)" = 0 ]
+	[ "$(field p0 69 reason)" = aborted ]
+	[ "$(reclaimed p0)" = 0 ]
 }
 
 @test "a room only a decode opened and aborted, never begun by the prefill engine: cleared once it has been ended for the room timeout, counted" {

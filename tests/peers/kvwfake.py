@@ -22,6 +22,8 @@ Needs Debian's /usr/bin/python3 (pyzmq).
   kvwfake.py engine EP abort|clear ROOM
   kvwfake.py engine EP send-begin ROOM NUM_PAGES AUX
   kvwfake.py engine EP send-chunk ROOM IS_LAST PAGES
+  kvwfake.py engine EP send-clear ROOM NUM_PAGES AUX PAGES
+      SEND_BEGIN, the last SEND_CHUNK and CLEAR on one socket, in order
   kvwfake.py ctl EP WORDS...
   kvwfake.py room TABLE ROOM      -> "state=NAME reason=N flags=N" or "missing"
   kvwfake.py peers TABLE          -> "id liveness misses epoch endpoint" lines
@@ -343,11 +345,17 @@ def serve(argv):
 
 
 def send_one(ep, parts, typ=zmq.DEALER):
+    send_all(ep, [parts], typ)
+
+
+def send_all(ep, msgs, typ=zmq.DEALER):
+    """The messages in turn on one socket: the peer reads them in order."""
     ctx = zmq.Context()
     s = ctx.socket(typ)
     s.linger = 3000
     s.connect(ep)
-    s.send_multipart(parts)
+    for parts in msgs:
+        s.send_multipart(parts)
     s.close()
     ctx.term()
 
@@ -371,6 +379,13 @@ def engine(argv):
         pl = [int(x) for x in argv[4].split(",")]
         send_one(ep, [hdr(T["SEND_CHUNK"], 0, room), struct.pack("<B", int(argv[3])),
                       struct.pack("<%dI" % len(pl), *pl)])
+    elif what == "send-clear":  # SEND_BEGIN, last SEND_CHUNK, CLEAR, in order
+        pl = [int(x) for x in argv[5].split(",")]
+        send_all(ep, [[hdr(T["SEND_BEGIN"], 0, room),
+                       struct.pack("<II", int(argv[3]), int(argv[4]))],
+                      [hdr(T["SEND_CHUNK"], 0, room), struct.pack("<B", 1),
+                       struct.pack("<%dI" % len(pl), *pl)],
+                      [hdr(T["CLEAR"], 0, room)]])
     elif what == "raw":  # a malformed frame for hostile-input checks
         send_one(ep, [b"\x00" * 7])
 

@@ -405,6 +405,15 @@ void sender_dispatch(struct sender *s, struct sender_room *r)
 	room_finish(s, r);
 }
 
+/* The engine begins r's id (again): it will clear this room, so the room
+ * is not given up (sender_orphan.c). */
+static void engine_takes(struct sender *s, struct sender_room *r)
+{
+	(void)sender_given_up_take(&s->given_up, r->id, 0, 0);
+	r->given_up = 0;
+	r->begun = 1;
+}
+
 static void on_send_begin(struct sender *s, const struct frame_msg *m)
 {
 	const struct frame_send_begin *b = &m->u.send_begin;
@@ -417,6 +426,10 @@ static void on_send_begin(struct sender *s, const struct frame_msg *m)
 	if (st < 0 || rtab_terminal((unsigned)st)) {
 		LOG_ROOM(LOG_DEBUG, r->id, "SEND_BEGIN for a %s room ignored",
 			 kvw_state_str((unsigned)st));
+		/* Begun all the same (a decode failed it first): its chunks
+		 * are ignored too, not malformed, and the engine clears it. */
+		if (st >= 0 && !r->begun)
+			engine_takes(s, r);
 		return;
 	}
 	if (r->begun) {
@@ -424,10 +437,7 @@ static void on_send_begin(struct sender *s, const struct frame_msg *m)
 		       (unsigned long long)r->id);
 		return;
 	}
-	/* The engine takes the id (again): it will clear this room. */
-	(void)sender_given_up_take(&s->given_up, r->id, 0, 0);
-	r->given_up = 0;
-	r->begun = 1;
+	engine_takes(s, r);
 	r->num_pages = b->num_pages;
 	r->aux_slot = b->aux_slot;
 	rtab_set_expected(s->t, r->ref, b->num_pages);
