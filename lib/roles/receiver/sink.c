@@ -127,6 +127,18 @@ static void on_event(void *arg, const char *what)
 	MALFORMED(x->t, "data port: %s", what);
 }
 
+/* A late batch of an incarnation that ended here (aborted, failed,
+ * cleared): read and discarded, nothing written. Normal after an abort,
+ * so counted as stale like any late message, not as malformed. */
+static void on_stale(void *arg, uint64_t room)
+{
+	struct sink_hook *x = arg;
+
+	rtab_counter_add(x->t, RTAB_C_STALE, 1);
+	LOG_ROOM(LOG_DEBUG, room, "data port: batch of an incarnation that is "
+		 "not live here discarded (nothing written)");
+}
+
 static void on_auth_failed(void *arg)
 {
 	struct sink_hook *x = arg;
@@ -170,6 +182,7 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 				   .room_begin = sink_room_begin,
 				   .room_end = sink_room_end,
 				   .event = on_event,
+				   .stale = on_stale,
 				   .auth_failed = on_auth_failed,
 				   .integrity_failed = on_integrity_failed,
 				   .require_encrypt = xport_encrypt_env(),

@@ -83,6 +83,12 @@ struct tcp_sink_cfg {
 	/* Told of every refusal (what happened, for a rate-limited log);
 	 * may be NULL. */
 	void (*event)(void *arg, const char *what);
+	/* Told, instead of event, of each batch discarded because its room
+	 * is not live (an ended, aborted or cleared incarnation's late
+	 * batch: what a prefill sends in flight when its decode aborts, so
+	 * no refusal of anything malformed): kv-stat's stale. May be NULL
+	 * (then event). */
+	void (*stale)(void *arg, uint64_t room);
 	/* Told, besides event, of each connection that failed the handshake
 	 * (a wrong secret or group key, a bad hello, none in time): what
 	 * kv-stat counts as auth_failed. May be NULL. */

@@ -468,7 +468,11 @@ static int trailer(struct sink *s, struct conn *c)
 		status = TCP_DEST;
 	} else if (c->discard) {
 		s->st->not_live++;
-		tcp_sink_event(s, "batch for a room that is not live discarded");
+		if (s->cfg->stale)
+			s->cfg->stale(s->cfg->arg, c->room);
+		else
+			tcp_sink_event(s, "batch for a room that is not live "
+					  "discarded");
 		status = TCP_NOT_LIVE;
 	} else if (c->dev_fail) {
 		s->st->device++;
