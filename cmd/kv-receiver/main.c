@@ -26,14 +26,18 @@ static void usage(FILE *f)
 		"usage: " PROG " --listen EP --engine ipc://PATH --table PATH --pool PATH\n"
 		"       [--topo tp,pp[,cp,dp]] [--rank tp,pp[,cp,dp]] [--transport shm|tcp|rdma]\n"
 		"       [--waiting-timeout SECONDS] [--ready-fd N] [--log-level LEVEL]\n"
-		"       [--name NAME] [--all-cp-ranks] [--check] [shape options]\n"
+		"       [--name NAME] [--all-cp-ranks] [--forget-after SECONDS]\n"
+		"       [--check] [shape options]\n"
 		"       [--data-addr HOST[:PORT]] [--sinks N]   (tcp transport)\n"
 		"       [--data-addr HOST[:PORT]] [--rdma-device NAME]\n"
 		"       [--rdma-gid-index N]                     (rdma transport)\n"
 		"Decode-side kvwire control process. --waiting-timeout defaults to\n"
 		"$KVW_WAITING_TIMEOUT or 300 s. --all-cp-ranks: with prefill CP > 1,\n"
 		"pull each CP rank's page share from every CP rank (default: CP\n"
-		"rank 0 only). With --transport tcp, N sink processes (default 1)\n"
+		"rank 0 only). A prefill peer kv-heartbeat declared dead is\n"
+		"forgotten (socket closed, table slot retired) once it has been\n"
+		"dead for --forget-after (default 60 s) and no room names it.\n"
+		"With --transport tcp, N sink processes (default 1)\n"
 		"serve the data port on --data-addr (default 127.0.0.1, a free\n"
 		"port) and write what prefill workers send into the pool. With\n"
 		"--transport rdma, --data-addr is where prefill workers get their\n"
@@ -44,7 +48,8 @@ static void usage(FILE *f)
 		shape_usage());
 }
 
-enum { O_WAITING = 256, O_ALLCP, O_DATA_ADDR, O_SINKS, O_SINK_ID, O_SINK_FD };
+enum { O_WAITING = 256, O_ALLCP, O_DATA_ADDR, O_SINKS, O_SINK_ID, O_SINK_FD,
+       O_FORGET };
 
 /* Sink mode (tcp): exec'd by kv-receiver with its data port as --sink-fd
  * and the registration's secret in KVW_SINK_SECRET (32 hex digits). */
@@ -82,6 +87,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "waiting-timeout", 1, 0, O_WAITING },
 		{ "all-cp-ranks", 0, 0, O_ALLCP },
+		{ "forget-after", 1, 0, O_FORGET },
 		{ "data-addr", 1, 0, O_DATA_ADDR }, { "sinks", 1, 0, O_SINKS },
 		{ "sink-id", 1, 0, O_SINK_ID }, { "sink-fd", 1, 0, O_SINK_FD },
 		{ 0, 0, 0, 0 },
@@ -105,6 +111,11 @@ int main(int argc, char **argv)
 	while ((c = cli_next(&cl, argc, argv, opts)) != CLI_END) {
 		switch (c) {
 		case O_ALLCP: cfg.all_cp_ranks = 1; break;
+		case O_FORGET:
+			if (cli_seconds(cl.arg, 1e-9, 1e7, &cfg.forget_after_ns))
+				return cli_bad(&cl, "bad --forget-after: %s",
+					       cl.arg);
+			break;
 		case O_DATA_ADDR: cfg.data_addr = cl.arg; break;
 		case O_SINKS:
 			if (cli_u32(cl.arg, 1, RECEIVER_MAX_SINKS, &cfg.sinks))

@@ -5,7 +5,8 @@
 # lifecycle Bootstrapping -> WaitingForInput -> Success, Success only after
 # every required prefill rank reported, late STATUS after CLEAR, NOT_READY
 # retries, RECV_ABORT with acks, deadline expiry, malformed input, SIGTERM
-# and the usage exit codes. Room states are read from the table file.
+# and the usage exit codes; prefill instances that come and go are
+# forgotten once dead. Room states are read from the table file.
 
 load helpers
 
@@ -288,4 +289,54 @@ f=open(sys.argv[1],"r+b"); m=mmap.mmap(f.fileno(),0); m[:]=b"\xab"*len(m)' \
 	[ "$status" -eq 0 ]
 	start_ready hb 60 "$KVW_BIN/kv-heartbeat" --table "$TAB" --interval 0.1
 	wait_for 10 eval 'timeout 10 "$PY" "$FAKE" peers "$TAB" | grep -q "^1 alive 0 [1-9]"'
+}
+
+# fds PID: how many files the process has open.
+fds() { ls "/proc/$1/fd" | wc -l; }
+
+# live_peers: the receiver's table peers that are not retired.
+live_peers() { timeout 10 "$PY" "$FAKE" peers "$TAB" | grep -c . || true; }
+
+@test "prefill instances come and go one after another: each dead one is forgotten (socket, table slot, bootstrap), the decode's and heartbeat's fds come back" {
+	# Issue 34: a decode kept a DEALER, a table slot and a bootstrap
+	# DEALER for every prefill instance it ever talked to, and
+	# kv-heartbeat kept pinging them all.
+	local n=${KVW_CHURN:-5} i pid first_rx first_hb
+	# Bounds of their own: 60 s (start_rx) is too short for KVW_CHURN=50.
+	start_ready rx 900 "$KVW_BIN/kv-receiver" --listen "ipc://$RUN/rx" \
+		--engine "$ENG" --table "$TAB" --pool "$RUN/kvwire.d0.pool" \
+		$SHAPE --log-level debug --forget-after 0.5
+	RX_PID=$BG_PID
+	start_ready hb 900 "$KVW_BIN/kv-heartbeat" --table "$TAB" \
+		--interval 0.1 --max-failures 2
+	HB_PID=$BG_PID
+	for ((i = 1; i <= n; i++)); do
+		start_ready "fake$i" 120 "$PY" "$FAKE" serve --topo 1,1 \
+			--ranks "ipc://$RUN/pf$i" --boot "ipc://$RUN/boot$i" --auto \
+			--ctl "ipc://$RUN/ctl$i" --events "$RUN/ev$i"
+		pid=$BG_PID
+		eng begin $((100 + i)) "ipc://$RUN/boot$i" 1 0 3,4
+		wait_for 20 room_is $((100 + i)) "state=Success"
+		eng clear $((100 + i))
+		kill -TERM "$pid"
+		wait_for 20 gone "$pid"
+		wait_for 30 rx_logged "prefill peer ipc://$RUN/pf$i forgotten"
+		# Not before --forget-after (0.5 s) as the receiver counts it.
+		grep "prefill peer ipc://$RUN/pf$i forgotten" "$RUN/rx.log" |
+			sed -n 's/.* dead for \([0-9.]*\) s.*/\1/p' |
+			awk '{ exit !($1 >= 0.5) }'
+		wait_for 30 rx_logged "bootstrap ipc://$RUN/boot$i forgotten"
+		# kv-heartbeat lets go of the retired slot's socket at its
+		# next round.
+		wait_for 30 eval '[ "$(live_peers)" = 0 ]'
+		if [ "$i" = 1 ]; then
+			first_rx=$(fds "$RX_PID")
+			first_hb=$(fds "$HB_PID")
+		fi
+	done
+	wait_for 30 eval '[ "$(fds "$HB_PID")" -le "$first_hb" ]'
+	echo "receiver fds: after the first instance $first_rx, after $n: $(fds "$RX_PID")"
+	echo "heartbeat fds: after the first instance $first_hb, after $n: $(fds "$HB_PID")"
+	[ "$(fds "$RX_PID")" -le "$first_rx" ]
+	[ "$(timeout 10 "$PY" "$FAKE" counter "$TAB" 0)" = 0 ] # malformed
 }

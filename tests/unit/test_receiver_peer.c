@@ -14,7 +14,8 @@
  * the peer before), while the real ack of a restarted peer still is; and
  * the token of one room does not tell another's (they were handed out
  * one after another, so a member sent one room could report on the
- * next one of another rank's).
+ * next one of another rank's). And when a dead prefill peer may be
+ * forgotten (receiver_forget.c).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -341,6 +342,28 @@ static void another_rooms_token_does_not_tell_this_ones(void **state)
 	assert_int_equal(counter(f, RTAB_C_STALE) - stale, 8193);
 }
 
+/* When a prefill peer may be forgotten (receiver_forget.c): only dead,
+ * dead for the whole grace, and named by no room; a stamp a little after
+ * "now" (taken in the same sync pass) is not a wrap to forever. */
+static void a_peer_is_forgotten_only_dead_for_the_grace_and_unnamed(void **state)
+{
+	struct rx_peer p = { .dead = 1, .dead_since_ns = 1000 };
+	const uint64_t grace = 500;
+
+	(void)state;
+	assert_false(receiver_peer_departed(&p, 1499, grace));
+	assert_true(receiver_peer_departed(&p, 1500, grace));
+	assert_false(receiver_peer_departed(&p, 999, grace)); /* no wrap */
+	p.busy = 1; /* a room names it */
+	assert_false(receiver_peer_departed(&p, 5000, grace));
+	p.busy = 0;
+	p.dead = 0; /* it came back */
+	assert_false(receiver_peer_departed(&p, 5000, grace));
+	p.dead = 1;
+	p.dead_since_ns = 0; /* never stamped */
+	assert_false(receiver_peer_departed(&p, 5000, grace));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -362,6 +385,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			another_rooms_token_does_not_tell_this_ones, setup,
 			teardown),
+		cmocka_unit_test(
+			a_peer_is_forgotten_only_dead_for_the_grace_and_unnamed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -203,6 +203,8 @@ int receiver_open(const struct receiver_cfg *cfg, struct receiver **out,
 	r->rank = cfg->rank;
 	r->shape = cfg->shape;
 	r->timeout_ns = cfg->waiting_timeout_ns;
+	r->forget_ns = cfg->forget_after_ns ? cfg->forget_after_ns
+					    : RX_FORGET_NS;
 	r->epoch = proc_epoch();
 	r->rnd = (uint32_t)(r->epoch | 1);
 	receiver_token_init(r);
@@ -649,9 +651,10 @@ static long timers(struct receiver *r)
 	}
 	if (r->next_ack_deadline && now >= r->next_ack_deadline)
 		ack_timers(r, now);
-	if (r->npeers && now >= r->next_sync_ns) {
+	if ((r->npeers || r->nboots) && now >= r->next_sync_ns) {
 		receiver_peers_sync(r);
 		receiver_drain_scan(r);
+		receiver_forget_departed(r, now);
 		r->next_sync_ns = now + RX_SYNC_NS;
 	}
 	next = receiver_boot_tick(r, now);
@@ -664,7 +667,7 @@ static long timers(struct receiver *r)
 		next = r->next_deadline;
 	if (r->next_ack_deadline && (next == 0 || r->next_ack_deadline < next))
 		next = r->next_ack_deadline;
-	if (r->npeers && (next == 0 || r->next_sync_ns < next))
+	if ((r->npeers || r->nboots) && (next == 0 || r->next_sync_ns < next))
 		next = r->next_sync_ns;
 	return proc_poll_ms(next, now, POLL_CAP_MS);
 }

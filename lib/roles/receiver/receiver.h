@@ -29,6 +29,8 @@ struct receiver_cfg {
 	struct kvw_coord rank; /* this decode rank */
 	struct shape shape;
 	uint64_t waiting_timeout_ns; /* room deadline after RECV_BEGIN */
+	uint64_t forget_after_ns; /* a dead prefill peer no room names is
+				   * forgotten after it (0: 60 s) */
 	int all_cp_ranks; /* prefill CP > 1: pull each CP rank's page share
 			   * from every CP rank (default: CP rank 0 only) */
 	/* tcp transport: the data port's HOST[:PORT] (NULL: 127.0.0.1 and a

@@ -49,6 +49,7 @@ struct rx_boot {
 	uint32_t ncoords, capcoords;
 	uint64_t *wait; /* room ids */
 	uint32_t nwait, capwait;
+	uint64_t used_ns; /* a room last asked for it */
 };
 
 uint32_t receiver_boot_backoff(uint32_t prev_ms, uint32_t rnd)
@@ -252,6 +253,38 @@ static void boot_fail_waiting(struct receiver *r, struct rx_boot *b,
 	b->nwait = 0;
 }
 
+/* Whether b has nothing to do: no room waits on it and none of its
+ * coordinates names a peer or awaits an answer. */
+static int boot_idle(const struct rx_boot *b)
+{
+	if (b->nwait)
+		return 0;
+	for (uint32_t k = 0; k < b->ncoords; k++)
+		if (b->coords[k].peer || b->coords[k].state == RXC_PENDING)
+			return 0;
+	return 1;
+}
+
+void receiver_boots_forget_idle(struct receiver *r, uint64_t now)
+{
+	uint32_t kept = 0;
+
+	for (uint32_t i = 0; i < r->nboots; i++) {
+		struct rx_boot *b = r->boots[i];
+
+		if (!boot_idle(b) || now - b->used_ns < r->forget_ns) {
+			r->boots[kept++] = b;
+			continue;
+		}
+		LOG(LOG_INFO, "bootstrap %s forgotten: no prefill rank of it "
+		    "known, no room for %.0f s", b->ep,
+		    (double)(now - b->used_ns) / 1e9);
+		dealers_drop(r->dealers, b->ep);
+		receiver_boot_free(b);
+	}
+	r->nboots = kept;
+}
+
 void receiver_boot_want(struct receiver *r, struct rx_room *room)
 {
 	char err[200];
@@ -261,6 +294,7 @@ void receiver_boot_want(struct receiver *r, struct rx_room *room)
 		receiver_room_fail(r, room, KVW_R_BOOTSTRAP, err);
 		return;
 	}
+	b->used_ns = rtab_now_ns();
 	for (uint32_t i = 0; i < b->nwait; i++)
 		if (b->wait[i] == room->id)
 			goto queued;

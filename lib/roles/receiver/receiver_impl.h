@@ -38,6 +38,7 @@ struct wire_in;
 
 #define RX_RETIRED 4u /* earlier epochs remembered per prefill peer */
 #define RX_SYNC_NS 100000000ull /* peer table check (heartbeat's view) */
+#define RX_FORGET_NS 60000000000ull /* default --forget-after */
 #define RX_FENCE_POLL_NS 1000000ull /* recheck of rooms a sink still writes */
 
 /* Per source on the peer ROUTER (a ROUTER identity: one connection, a
@@ -190,6 +191,8 @@ struct rx_peer {
 	uint64_t retired[RX_RETIRED]; /* its earlier epochs (0: unused) */
 	uint32_t nretired;            /* epochs retired so far */
 	int dead;         /* its rooms were failed for a DEAD liveness */
+	uint64_t dead_since_ns; /* when it was first seen dead (dead set) */
+	int busy;         /* scratch: a room names it (receiver_forget.c) */
 };
 
 /* What an epoch heard from a peer means (receiver_epoch_note). */
@@ -263,6 +266,7 @@ struct receiver {
 	uint64_t next_deadline; /* cached earliest room deadline, 0 = none */
 	uint64_t next_ack_deadline;
 	uint64_t next_sync_ns;  /* next receiver_peers_sync */
+	uint64_t forget_ns;     /* grace before a dead peer is forgotten */
 	uint64_t abort_seq;     /* tokens drawn so far (receiver_token) */
 	uint8_t token_key[16];  /* their key (receiver_token_init) */
 	uint8_t target_key[16]; /* the targets' tokens' key without a grant */
@@ -271,6 +275,20 @@ struct receiver {
 	struct ratelimit rl_status, rl_ack, rl_ping; /* per source, on the
 						      * peer ROUTER */
 };
+
+/* ---- receiver_forget.c: prefill instances that left ------------------ */
+
+/* Pure: whether peer p may be forgotten at now_ns: declared dead at least
+ * grace_ns ago and named by no room (busy, as marked by the caller). */
+int receiver_peer_departed(const struct rx_peer *p, uint64_t now_ns,
+			   uint64_t grace_ns);
+/* Forgets the peers and bootstraps that left (see the file); the loop
+ * calls it with the peer sync, before it sets the sockets to poll. */
+void receiver_forget_departed(struct receiver *r, uint64_t now);
+/* Drops every bootstrap no room waits on, none of whose coordinates
+ * names a peer or awaits an answer, and that no room asked for the last
+ * r->forget_ns: its DEALER closed, logged (receiver_boot.c). */
+void receiver_boots_forget_idle(struct receiver *r, uint64_t now);
 
 /* Handles one decoded message as the loop does: from the engine socket
  * (engine != 0) or from the peer ROUTER. For the fuzz target and tests. */

@@ -401,6 +401,7 @@ static void peer_sync(struct receiver *r, struct rx_peer *p)
 		p->dead = 0;
 	} else if (!p->dead) {
 		p->dead = 1;
+		p->dead_since_ns = rtab_now_ns();
 		LOG(LOG_WARN, "prefill peer %s is dead: its rooms fail", p->ep);
 		receiver_drain_peer_lost(r, p, KVW_R_PEER_DEAD);
 	}
