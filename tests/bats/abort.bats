@@ -98,18 +98,6 @@ live_rooms() {
 		jq -r --arg m "$1" '.tables[] | select(.name == $m) | .rooms | length'
 }
 
-# sec MEMBER NAME: one of the member's security counters.
-sec() {
-	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
-		jq -r --arg m "$1" --arg c "$2" '.tables[] | select(.name == $m) | .security[$c]'
-}
-
-# counter MEMBER NAME: one of the member's table counters.
-counter() {
-	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
-		jq -r --arg m "$1" --arg c "$2" '.tables[] | select(.name == $m) | .counters[$c]'
-}
-
 @test "abort storm over tcp with slowed copies: every room ends, both tables end empty, nothing counted malformed" {
 	# Issue 34: over tcp with aborts the prefill table kept Failed rooms
 	# no engine would clear, each late batch of an aborted room counted
@@ -124,13 +112,13 @@ counter() {
 	wait_for 30 eval '[ "$(live_rooms d0)" = 0 ]'
 	"$KVW_BIN/kv-stat" --run-dir "$RUN" | grep -E '^(table|counters|security)'
 	grep -h ' warn: ' "$RUN"/logs/*.log | head -n 20
-	[ "$(counter p0 malformed)" = 0 ]
+	[ "$(ctr p0 malformed)" = 0 ]
 	# At the decode nothing but a batch refused for its body tag (each
 	# counted as integrity_failed too) counts as malformed. Such refusals
 	# happen here now and then with no tamperer on the path, within a
 	# millisecond of an ABORT of the room the batch was for: not
 	# explained yet (issue 29); the bytes are resent and corrupt stays 0.
-	[ "$(counter d0 malformed)" = "$(sec d0 integrity_failed)" ]
+	[ "$(ctr d0 malformed)" = "$(sec d0 integrity_failed)" ]
 }
 
 @test "ABORT before the worker dequeues the job: the job is dropped, no byte lands, the ack waits for the drop" {
@@ -314,7 +302,7 @@ counter() {
 	# drops it (the room is armed: a late batch, counted stale), and the
 	# prefill hears of the abort.
 	wait_for 20 logged d0 "room 31: data port: batch of an incarnation that is not live here discarded"
-	[ "$(counter d0 stale)" -ge 1 ]
+	[ "$(ctr d0 stale)" -ge 1 ]
 	wait_for 20 is p0 31 outstanding 0
 	[ "$(count d0 5a "$dst")" -eq $((150 * 4 * ITEM)) ]
 	[ "$(count d0 ab "$dst")" -eq 0 ]

@@ -253,10 +253,7 @@ next_incarnation_ok() {
 }
 
 # reclaimed MEMBER: the member's rooms_reclaimed counter.
-reclaimed() {
-	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
-		jq -r --arg m "$1" '.tables[] | select(.name == $m) | .counters.rooms_reclaimed'
-}
+reclaimed() { ctr "$1" rooms_reclaimed; }
 
 # room_log_t TEXT: the time (seconds) of p0's last log line with TEXT.
 room_log_t() {
@@ -292,11 +289,6 @@ releasable_at_d0() { [ "$(field d0 "$1" releasable)" = true ]; }
 	[ "$(reclaimed p0)" = 1 ]
 }
 
-# malformed MEMBER: the member's malformed counter.
-malformed() {
-	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
-		jq -r --arg m "$1" '.tables[] | select(.name == $m) | .counters.malformed'
-}
 
 @test "the prefill engine begins and sends a room its decode already aborted: ignored, not counted malformed; the engine's CLEAR ends it" {
 	up
@@ -310,7 +302,7 @@ malformed() {
 	wait_for 20 state_is p0 69 Cleared
 	run "$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all --room 69
 	echo "$output"
-	[ "$(malformed p0)" = 0 ]
+	[ "$(ctr p0 malformed)" = 0 ]
 	[ "$(field p0 69 reason)" = aborted ]
 	[ "$(reclaimed p0)" = 0 ]
 }

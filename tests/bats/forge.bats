@@ -107,18 +107,6 @@ forged_boot_register_is_refused() {
 	forged_boot_register_is_refused
 }
 
-# sec MEMBER KIND: the member's security counter (kv-stat --json).
-sec() {
-	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
-		jq -r --arg m "$1" --arg k "$2" '.tables[] | select(.name == $m) | .security[$k]'
-}
-
-# ctr MEMBER NAME: one of the member's table counters.
-ctr() {
-	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
-		jq -r --arg m "$1" --arg k "$2" '.tables[] | select(.name == $m) | .counters[$k]'
-}
-
 # peers MEMBER: the endpoints in the member's peer table, one a line.
 peers() {
 	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |

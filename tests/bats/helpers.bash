@@ -206,6 +206,18 @@ restarted() {
 	[ -n "$p" ] && [ "$p" != "$2" ] && kill -0 "$p" 2>/dev/null
 }
 
+# sec MEMBER KIND: the member's security counter (kv-stat --json).
+sec() {
+	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
+		jq -r --arg m "$1" --arg k "$2" '.tables[] | select(.name == $m) | .security[$k]'
+}
+
+# ctr MEMBER NAME: one of the member's table counters (kv-stat --json).
+ctr() {
+	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json |
+		jq -r --arg m "$1" --arg k "$2" '.tables[] | select(.name == $m) | .counters[$k]'
+}
+
 # logged MEMBER TEXT: the member's log has TEXT.
 logged() { grep -q -- "$2" "$RUN/logs/$1.log"; }
 
