@@ -55,7 +55,17 @@ static void forget_peers(struct receiver *r, uint64_t now)
 	uint32_t *ids, n = 0, kept = 0, k = 0;
 	uint8_t *done;
 
+	/* The rooms are walked only when some peer has been dead past the
+	 * grace: this runs every 100 ms, and a decode holds up to 65,536
+	 * rooms. */
+	for (uint32_t i = 0; i < r->npeers; i++) {
+		r->peers[i]->busy = 0;
+		n += receiver_peer_departed(r->peers[i], now, r->forget_ns);
+	}
+	if (n == 0)
+		return;
 	mark_named(r);
+	n = 0;
 	for (uint32_t i = 0; i < r->npeers; i++)
 		n += receiver_peer_departed(r->peers[i], now, r->forget_ns);
 	if (n == 0)
