@@ -32,69 +32,86 @@ passed=0
 failed=0
 bad() { echo "tree: $*"; failed=$((failed + 1)); }
 
-allowed_for() {
-	case $1 in
-	lib/base/*) echo "base" ;;
-	lib/wire/* | lib/table/* | lib/plan/* | lib/mem/*)
-		l=${1#lib/}; echo "base ${l%%/*}" ;;
-	lib/xport/*) echo "base mem xport" ;;
-	lib/roles/*) echo "base wire table plan mem xport roles" ;;
-	lib/cli/*) echo "base wire table plan mem xport roles cli" ;;
-	lib/*) echo "base wire table plan mem xport roles" ;;
-	esac
+# Rules 1, 2 and 5 read each C file of lib/ once, all in one awk (a
+# shell loop with a few processes per file took 4 s of CPU a run, and
+# tree.bats runs this six times).
+libfiles=$(mktemp)
+trap 'rm -f "$libfiles"' EXIT
+find lib -type f | sort >"$libfiles"
+lib_rules=$(find lib -name '*.[ch]' | sort | tr '\n' '\0' |
+	xargs -0 -r awk -v known="$libfiles" '
+	function allowed_for(f,    l) {
+		if (f ~ /^lib\/base\//) return "base"
+		if (f ~ /^lib\/(wire|table|plan|mem)\//) {
+			l = substr(f, 5); sub(/\/.*/, "", l); return "base " l
+		}
+		if (f ~ /^lib\/xport\//) return "base mem xport"
+		if (f ~ /^lib\/roles\//) return "base wire table plan mem xport roles"
+		if (f ~ /^lib\/cli\//) return "base wire table plan mem xport roles cli"
+		return "base wire table plan mem xport roles"
+	}
+	function bad(rule, msg) { out[rule] = out[rule] "tree: " msg "\n"; failed++ }
+	function finish(    at) {
+		if (cur == "") return
+		if (inc_ok) passed++
+		if (cur ~ /^lib\/roles\//) {
+			if (role_hits != "") {
+				at = (role_hits ~ / /) ? "lines " role_hits : "line " role_hits
+				bad(2, cur " names a transport (" at "): a role asks the ops table (lib/xport/xport.h), never a transport by name")
+			} else passed++
+		}
+		if (cuda_pat != "") {
+			if (cuda_hits != "")
+				bad(5, cur " includes the CUDA runtime (line " cuda_hits "): only lib/mem\047s .c files may; a transport copies through mem/gpool_map.h and mem/gpu_queue.h")
+			else passed++
+		}
+	}
+	BEGIN { while ((getline n < known) > 0) exists[n] = 1 }
+	FNR == 1 {
+		finish()
+		cur = FILENAME; dir = cur; sub(/\/[^\/]*$/, "", dir)
+		allow = " " allowed_for(cur) " "
+		inc_ok = 1; role_hits = ""; cuda_hits = ""
+		if (cur == "lib/mem/cuda_rt.h" || cur ~ /^lib\/mem\/.*\.c$/) cuda_pat = ""
+		else if (cur ~ /^lib\/mem\/.*\.h$/) cuda_pat = "^#include \"cuda_rt\\.h\""
+		else cuda_pat = "^#include (\"mem/cuda_rt\\.h\"|<cuda)"
+	}
+	/^#include "[^"]*"/ {
+		inc = $0; sub(/^#include "/, "", inc); sub(/".*/, "", inc)
+		if (inc !~ /\//) {
+			# same folder, or a lib/ top-level header from lib/
+			if (!((dir "/" inc) in exists)) {
+				bad(1, cur " includes \"" inc "\", which is not in its folder"); inc_ok = 0
+			}
+		} else {
+			layer = inc; sub(/\/.*/, "", layer)
+			if (index(allow, " " layer " ")) {
+				if (!(("lib/" inc) in exists)) {
+					bad(1, cur " includes \"" inc "\", which does not exist"); inc_ok = 0
+				}
+			} else {
+				d = dir; sub(/^lib\//, "", d)
+				bad(1, cur " includes \"" inc "\": layer " layer " is not below " d); inc_ok = 0
+			}
+		}
+	}
+	cur ~ /^lib\/roles\// && /"(tcp|rdma|shm|cuda)"|xport_(tcp|rdma|shm|cuda)_/ {
+		role_hits = role_hits (role_hits == "" ? "" : " ") FNR
+	}
+	cuda_pat != "" && $0 ~ cuda_pat {
+		cuda_hits = cuda_hits (cuda_hits == "" ? "" : " ") FNR
+	}
+	END {
+		finish()
+		printf "%s%s%s", out[1], out[2], out[5]
+		print passed + 0, failed + 0
+	}')
+counts=${lib_rules##*
 }
-
-for f in $(find lib -name '*.[ch]' | sort); do
-	allow=$(allowed_for "$f")
-	dir=$(dirname "$f")
-	ok=1
-	for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f"); do
-		case $inc in
-		*/*) layer=${inc%%/*} ;;
-		*) # same folder, or a lib/ top-level header from lib/
-			[ -f "$dir/$inc" ] && continue
-			bad "$f includes \"$inc\", which is not in its folder"
-			ok=0
-			continue ;;
-		esac
-		case " $allow " in
-		*" $layer "*) [ -f "lib/$inc" ] && continue
-			bad "$f includes \"$inc\", which does not exist"; ok=0 ;;
-		*) bad "$f includes \"$inc\": layer $layer is not below ${dir#lib/}"
-			ok=0 ;;
-		esac
-	done
-	[ "$ok" -eq 1 ] && passed=$((passed + 1))
-done
-
-# Roles reach a transport only through its ops table.
-for f in $(find lib/roles -name '*.[ch]' | sort); do
-	hits=$(grep -nE '"(tcp|rdma|shm|cuda)"|xport_(tcp|rdma|shm|cuda)_' "$f" |
-		cut -d: -f1 | tr '\n' ' ')
-	hits=${hits% }
-	case $hits in *" "*) at="lines $hits" ;; *) at="line $hits" ;; esac
-	if [ -n "$hits" ]; then
-		bad "$f names a transport ($at): a role asks the ops table (lib/xport/xport.h), never a transport by name"
-	else
-		passed=$((passed + 1))
-	fi
-done
-
-# The CUDA runtime is lib/mem's own.
-for f in $(find lib -name '*.[ch]' | sort); do
-	case $f in
-	lib/mem/cuda_rt.h) continue ;;
-	lib/mem/*.c) continue ;;
-	lib/mem/*.h) pat='^#include "cuda_rt\.h"' ;;
-	*) pat='^#include ("mem/cuda_rt\.h"|<cuda)' ;;
-	esac
-	hits=$(grep -nE "$pat" "$f" | cut -d: -f1 | tr '\n' ' ')
-	if [ -n "$hits" ]; then
-		bad "$f includes the CUDA runtime (line ${hits% }): only lib/mem's .c files may; a transport copies through mem/gpool_map.h and mem/gpu_queue.h"
-	else
-		passed=$((passed + 1))
-	fi
-done
+lib_rules=${lib_rules%"$counts"}
+printf '%s' "$lib_rules"
+passed=$((passed + ${counts% *}))
+failed=$((failed + ${counts#* }))
 
 # Names of every tracked file and of every system header, then each file
 # name cited, checked against both in one pass (a process per citation
@@ -102,7 +119,7 @@ done
 names=$(mktemp)
 sys=$(mktemp)
 cited=$(mktemp)
-trap 'rm -f "$names" "$sys" "$cited"' EXIT
+trap 'rm -f "$libfiles" "$names" "$sys" "$cited"' EXIT
 { git ls-files 2>/dev/null || find . -type f; } |
 	sed 's|.*/||' | sort -u >"$names"
 # System headers: <zmq.h>, <infiniband/verbs.h>, <sys/mman.h> ...
