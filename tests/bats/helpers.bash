@@ -181,9 +181,11 @@ endpoint() {
 ctl() { timeout 60 "$KVW_BIN/kv-ctl" --timeout 30 "$@"; }
 
 # field MEMBER ROOM KEY: one field of the room in MEMBER's table (kv-stat
-# --json --all); empty when the table has no such room.
+# --json --room, Cleared included); empty when the table has no such room.
+# (--room, not --all: wait_for polls this, and after a few thousand rooms
+# --all printed them all for jq to search.)
 field() {
-	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json --all |
+	"$KVW_BIN/kv-stat" --run-dir "$RUN" --json --room "$2" |
 		jq -r --arg m "$1" --arg r "$2" --arg k "$3" \
 			'.tables[] | select(.name == $m) | .rooms[] | select(.room == $r) | .[$k]'
 }
