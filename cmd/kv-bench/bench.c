@@ -300,6 +300,47 @@ static void poll_decode(struct run *r, struct room *x, uint32_t k)
 		x->df[k] |= F_FAILED;
 }
 
+/* A room that missed its deadline: what each engine's table shows of it,
+ * on stderr (the first STUCK_TOLD of a run), so that a stuck room says
+ * where it stopped (a run that found one once could not say). */
+#define STUCK_TOLD 8
+static void tell_stuck(struct run *r, const struct room *x, uint64_t now)
+{
+	struct kvw_room_status st;
+	char line[1024];
+	int n;
+
+	if (r->stuck_told++ >= STUCK_TOLD)
+		return;
+	n = snprintf(line, sizeof line, "room %llu: stuck: no outcome %.1f s "
+		     "after it began;", (unsigned long long)x->id,
+		     x->t_begin ? (double)(now - x->t_begin) / 1e9 : 0.0);
+	for (uint32_t k = 0; k < r->nd + r->np && n > 0 &&
+			     (size_t)n < sizeof line; k++) {
+		struct eng *e = k < r->nd ? &r->d[k] : &r->p[k - r->nd];
+		char side = k < r->nd ? 'd' : 'p';
+		uint32_t i = k < r->nd ? k : k - r->nd;
+
+		if (kvw_poll(e->e, x->id, &st) == 0)
+			n += snprintf(line + n, sizeof line - (size_t)n,
+				      " %c%u %s%s%s (pages %u/%u, flags 0x%x)",
+				      side, i, kvw_state_str(st.state),
+				      st.state == KVW_FAILED ? ": " : "",
+				      st.state == KVW_FAILED ?
+				      kvw_reason_str(st.reason) : "",
+				      st.pages_done, st.pages_expected,
+				      st.flags);
+		else
+			n += snprintf(line + n, sizeof line - (size_t)n,
+				      " %c%u not in its table", side, i);
+	}
+	if (r->peer)
+		fprintf(stderr, "kv-bench: %s; the prefill side was %s\n",
+			line, x->peer_sent ? "told to send it" : "not told yet");
+	else
+		fprintf(stderr, "kv-bench: %s\n", line);
+}
+
 /* Advances a running room; returns progress (> 0), 0, or a fatal error. */
 static int step_run(struct run *r, struct room *x, uint64_t now)
 {
@@ -356,8 +397,10 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 	 * passed missed it (stuck), however the machine's load ordered the
 	 * steps; --room-timeout means the same on a fast and a busy machine
 	 * (issue 30: a 1 us deadline once let both rooms of a run succeed). */
-	if (x->outcome == O_NONE && now >= x->deadline)
+	if (x->outcome == O_NONE && now >= x->deadline) {
 		x->outcome = O_STUCK;
+		tell_stuck(r, x, now);
+	}
 	if (x->outcome == O_NONE && ok == r->nd) {
 		x->t_done = proc_now_ns();
 		x->outcome = !r->c->verify || intact(r, x) ? O_SUCCESS

@@ -85,6 +85,7 @@ struct run {
 	struct canary *can;
 	uint32_t ncan, capcan;
 	struct bench_result *res;
+	uint32_t stuck_told;       /* rooms reported stuck on stderr */
 	char *err;
 	size_t errlen;
 };

@@ -476,6 +476,8 @@ SH
 	run env TMPDIR="$RUN" timeout 300 "$KVW_ROOT/bin/kv-demo" --rooms 2 --room-timeout 0.000001
 	echo "$output"
 	[ "$status" -eq 1 ]
+	# Each stuck room says where it stopped: its state in each table.
+	[ "$(echo "$output" | grep -c 'kv-bench: room [0-9]*: stuck: no outcome .* d0 .* p0 ')" = 2 ]
 	logs=$(echo "$output" | sed -n 's/^kv-demo: logs kept in //p')
 	[ -n "$logs" ]
 	[ -s "$logs/p0.log" ]
