@@ -72,6 +72,9 @@ static void ctx_put(void)
 
 _Static_assert(KVW_ROOM_F_ARMED == RTAB_F_ARMED, "flag bits match rtab");
 _Static_assert(KVW_ROOM_F_RELEASABLE == RTAB_F_RELEASABLE, "flag bits");
+_Static_assert(!(KVW_ROOM_F_SENDING & (RTAB_F_ARMED | RTAB_F_RELEASABLE |
+				       RTAB_F_DUMMY | RTAB_F_INFO)),
+	       "KVW_ROOM_F_SENDING is kvw_poll's, not a table bit");
 _Static_assert(KVW_ROOM_F_DUMMY == RTAB_F_DUMMY, "flag bits match rtab");
 
 int kvw_engine_open(const char *engine_endpoint, const char *table_path,
@@ -361,7 +364,7 @@ int kvw_poll(const struct kvw_engine *e, uint64_t room,
 		st->generation = v.ref.gen;
 		st->pages_expected = v.pages_expected;
 		st->pages_done = v.pages_done;
-		st->flags = v.flags;
+		st->flags = v.flags | (v.outstanding ? KVW_ROOM_F_SENDING : 0);
 		st->bytes = v.bytes;
 		return 0;
 	}

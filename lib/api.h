@@ -46,11 +46,19 @@ struct kvw_room_status {
 	uint64_t bytes;          /* bytes moved so far (where counted) */
 };
 
-/* Room flags (same bits as the room table's RTAB_F_*). */
+/* Room flags (the room table's RTAB_F_* bits, and KVW_ROOM_F_SENDING). */
 #define KVW_ROOM_F_ARMED 0x1u      /* abort sent, waiting for every ack */
 #define KVW_ROOM_F_RELEASABLE 0x2u /* every target acked the abort: the
 				    * destination pages may be reused */
 #define KVW_ROOM_F_DUMMY 0x4u
+/* Prefill: jobs of the room are still at the sender's workers, which read
+ * its source pages until each job has landed or failed (kvw_poll sets it
+ * from the table's count of outstanding jobs; not a table bit). A room
+ * that is terminal (or Cleared) without it is never read again: its
+ * source pages may be reused. Wait for this, not for the decode's
+ * RELEASABLE: on tcp a decode may release an aborted room while a batch
+ * is still being sent (nothing more lands in its pages; issue 29). */
+#define KVW_ROOM_F_SENDING 0x40000000u
 
 /* Connects to the control process. engine_endpoint: its engine socket
  * (ipc://...); table_path: its room table (must exist: the control creates

@@ -414,6 +414,37 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 }
 
 /* CLEARs every rank; returns 1 when all were sent, 0 to retry, < 0. */
+/* How long past its deadline an aborted room waits for a prefill rank's
+ * workers to let go of its source pages before they are kept out of use. */
+#define SOURCE_QUIET_GRACE_NS 10000000000ull
+
+/* 1 once no worker of prefill rank k reads the aborted room's source
+ * pages: the room terminal there and KVW_ROOM_F_SENDING clear, or never
+ * begun there. On tcp the decode may show the room releasable before that
+ * (nothing more lands in its pages), and a source page refilled under a
+ * batch in flight failed that batch's MAC at the sink: integrity_failed
+ * counted on a clean loopback. */
+static int source_quiet(struct run *r, struct room *x, uint32_t k)
+{
+	struct kvw_room_status st;
+	int rc;
+
+	if (x->pf[k] & F_QUIET)
+		return 1;
+	rc = kvw_poll(r->p[k].e, x->id, &st);
+	if (rc == KVW_ENOENT && !(x->pf[k] & F_SENT))
+		rc = 1; /* no SEND_BEGIN went there: no job */
+	else if (rc == 0)
+		rc = !(st.flags & KVW_ROOM_F_SENDING) &&
+		     (st.state == KVW_SUCCESS || st.state == KVW_FAILED ||
+		      st.state == KVW_CLEARED);
+	else
+		rc = 0; /* its SEND_BEGIN not taken yet, or a slot rewritten */
+	if (rc)
+		x->pf[k] |= F_QUIET;
+	return rc;
+}
+
 int bench_step_clear(struct run *r, struct room *x)
 {
 	int rc, all = 1;
@@ -424,6 +455,17 @@ int bench_step_clear(struct run *r, struct room *x)
 
 		if (*f & F_CLEAR)
 			continue;
+		/* An aborted room is cleared at a prefill rank once its
+		 * workers are done with the source pages (a CLEAR would hide
+		 * the count), or kept out of use after the grace. */
+		if (k >= r->nd && x->outcome == O_ABORTED &&
+		    !source_quiet(r, x, k - r->nd)) {
+			if (proc_now_ns() < x->deadline + SOURCE_QUIET_GRACE_NS) {
+				all = 0;
+				continue;
+			}
+			x->src_kept = 1;
+		}
 		rc = bench_sent(r, e, kvw_clear(e->e, x->id));
 		if (rc < 0)
 			return rc;
@@ -463,10 +505,11 @@ void bench_finish(struct run *r, struct room *x, struct bench_result *res)
 		break;
 	}
 	/* Pages of a room that did not complete stay out of use. */
-	if (x->outcome == O_ABORTED) {
-		/* Every prefill target acked: nothing reads its source pages
-		 * any more. The destination pages wait, under their canary,
-		 * in the canary list (bench_abort.c). */
+	if (x->outcome == O_ABORTED && !x->src_kept) {
+		/* No prefill worker reads its source pages any more
+		 * (bench_step_clear waited for it). The destination pages
+		 * wait, under their canary, in the canary list
+		 * (bench_abort.c). */
 		bench_alloc_put(&r->pa, n, x->src);
 		bench_alloc_put(&r->paux, 1, &x->src_aux);
 	}

@@ -38,6 +38,7 @@ struct eng {
 #define F_DONE 0x4u   /* prefill: last chunk sent / decode: Success */
 #define F_FAILED 0x8u /* the rank's room is Failed (or vanished) */
 #define F_CLEAR 0x10u /* CLEAR accepted */
+#define F_QUIET 0x80u /* prefill: no worker reads the room's source pages */
 #define F_ABORT 0x20u /* decode: RECV_ABORT accepted */
 #define F_REL 0x40u   /* decode: the aborted room is releasable (or Success) */
 
@@ -61,6 +62,8 @@ struct room {
 	uint8_t abort_at, aborted; /* AB_*; RECV_ABORT went to a decode rank */
 	uint32_t abort_pages;      /* AB_BETWEEN: pages sent before the abort */
 	uint8_t peer_sent;         /* --role decode: the peer was told to send */
+	uint8_t src_kept;          /* aborted: a prefill rank never showed its
+				    * workers done, the source pages stay out */
 };
 
 /* Destination pages of an aborted room after it became releasable: they

@@ -30,6 +30,9 @@ FAILED, BOOTSTRAPPING, WAITING, TRANSFERRING, SUCCESS, CLEARED = range(6)
 ROOM_F_ARMED = 0x1
 ROOM_F_RELEASABLE = 0x2
 ROOM_F_DUMMY = 0x4
+# Prefill: the sender's workers still read the room's source pages
+# (kvw_poll's, from the table's outstanding jobs; lib/api.h).
+ROOM_F_SENDING = 0x40000000
 
 # enum kvw_reason
 R_ABORTED = 1

@@ -174,6 +174,37 @@ static void poll_reads_what_the_owner_wrote(void **state)
 	assert_int_equal(kvw_poll(f->e, 43, &st), KVW_ENOENT);
 }
 
+/* Issue 29: a prefill engine learns from kvw_poll when no worker reads a
+ * room's source pages any more: KVW_ROOM_F_SENDING while the table counts
+ * jobs outstanding, failed or not, cleared or not. */
+static void poll_shows_sending_while_jobs_are_outstanding(void **state)
+{
+	struct fx *f = *state;
+	struct kvw_room_status st;
+	struct rtab_ref r;
+
+	assert_int_equal(rtab_insert(f->t, 44, 0, 0, &r), 0);
+	assert_int_equal(kvw_poll(f->e, 44, &st), 0);
+	assert_int_equal(st.flags & KVW_ROOM_F_SENDING, 0);
+	assert_int_equal(rtab_outstanding_add(f->t, r, 2), 2);
+	assert_int_equal(kvw_poll(f->e, 44, &st), 0);
+	assert_int_equal(st.flags, KVW_ROOM_F_SENDING);
+	/* Aborted with both jobs still at the workers: still sending. */
+	assert_int_equal(rtab_fail(f->t, r, KVW_R_ABORTED), 0);
+	assert_int_equal(rtab_outstanding_add(f->t, r, -1), 1);
+	assert_int_equal(kvw_poll(f->e, 44, &st), 0);
+	assert_int_equal(st.state, KVW_FAILED);
+	assert_true(st.flags & KVW_ROOM_F_SENDING);
+	assert_int_equal(rtab_clear(f->t, r, KVW_R_CLEARED), 0);
+	assert_int_equal(kvw_poll(f->e, 44, &st), 0);
+	assert_int_equal(st.state, KVW_CLEARED);
+	assert_true(st.flags & KVW_ROOM_F_SENDING);
+	/* The last job ended: the source pages are free. */
+	assert_int_equal(rtab_outstanding_add(f->t, r, -1), 0);
+	assert_int_equal(kvw_poll(f->e, 44, &st), 0);
+	assert_int_equal(st.flags & KVW_ROOM_F_SENDING, 0);
+}
+
 static void poll_after_clear_and_reuse_sees_the_new_generation(void **state)
 {
 	struct fx *f = *state;
@@ -419,6 +450,9 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(poll_reads_what_the_owner_wrote,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			poll_shows_sending_while_jobs_are_outstanding,
+			setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			poll_after_clear_and_reuse_sees_the_new_generation,
 			setup, teardown),
