@@ -292,7 +292,11 @@ static void receiver_loop_ends_promptly_when_its_context_is_terminated(void **st
 	receiver_close(&a.r);
 	unlink(table);
 	pool_unlink(pool);
-	rmdir(dir);
+	/* The ipc sockets' files outlive a context shut down under them
+	 * (137 such folders were left in /tmp). */
+	unlink(listen + strlen("ipc://"));
+	unlink(eng + strlen("ipc://"));
+	assert_int_equal(rmdir(dir), 0);
 }
 
 static void endpoints_are_checked_before_bind(void **state)
