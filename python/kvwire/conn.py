@@ -465,6 +465,13 @@ class KVSender(_Room):
         if self.conclude_state is not None:
             return self.conclude_state
         self._usable("poll")
+        st = self.kv_mgr.status(self.bootstrap_room)
+        if st is not None and st.state in (_lib.FAILED, _lib.SUCCESS) and \
+                st.flags & _lib.ROOM_F_SENDING:
+            # Ended, but a worker still reads the source pages (an
+            # aborted room's job draining): the engine frees them on
+            # Success or Failed, so not yet (issue 29).
+            return KVPoll.Transferring
         st = self._read()
         if self.conclude_state is not None:
             return self.conclude_state
