@@ -190,6 +190,7 @@ int bench_start_room(struct run *r, struct room *x, uint64_t now, uint64_t id)
 	x->phase = R_RUN;
 	x->outcome = O_NONE;
 	x->peer_sent = 0;
+	x->src_kept = 0;
 	x->deadline = now + (uint64_t)(r->c->room_timeout_s * 1e9);
 	memset(x->pf, 0, r->np);
 	memset(x->df, 0, r->nd);
@@ -413,7 +414,6 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 	return prog;
 }
 
-/* CLEARs every rank; returns 1 when all were sent, 0 to retry, < 0. */
 /* How long past its deadline an aborted room waits for a prefill rank's
  * workers to let go of its source pages before they are kept out of use. */
 #define SOURCE_QUIET_GRACE_NS 10000000000ull
@@ -445,6 +445,7 @@ static int source_quiet(struct run *r, struct room *x, uint32_t k)
 	return rc;
 }
 
+/* CLEARs every rank; returns 1 when all were sent, 0 to retry, < 0. */
 int bench_step_clear(struct run *r, struct room *x)
 {
 	int rc, all = 1;
