@@ -175,7 +175,10 @@ static int hello(struct run *r)
 			if (say(r, FRAME_PING, p->digest, NULL) < 0)
 				return KVW_EPEER;
 		}
-		while ((rc = hear(r, &in, &m)) > 0 && !done) {
+		/* done first: a hear() after the hello would take the
+		 * next message (the decode's first SEND_BEGIN, once the PONG
+		 * has reached it) and drop it, leaving that room stuck. */
+		while (!done && (rc = hear(r, &in, &m)) > 0) {
 			unsigned want = decode ? FRAME_PONG : FRAME_PING;
 			uint64_t theirs = m.hdr.room;
 

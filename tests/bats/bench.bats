@@ -226,3 +226,30 @@ role_pair() {
 	grep -q "stopped by a signal" "$RUN/d.out"
 	grep -q "stopped by a signal" "$RUN/p.out"
 }
+
+@test "kv-bench --role prefill: a SEND_BEGIN right behind the hello PING is begun, not dropped" {
+	# The decode side sends its first SEND_BEGIN as soon as the PONG
+	# reaches it; a prefill side that read one message past the hello
+	# dropped it, and that room stayed stuck to its deadline (seen once
+	# in netns.bats: 1 of 2,000 rooms stuck). kvwfake.py plays the
+	# decode side and sends both at once. First it learns the prefill
+	# side's workload digest (the PONG carries it; a wrong one ends that
+	# run), then it sends the right one and SEND_BEGIN of room 777.
+	kv_up --workers 2 "${TINY[@]}"
+	port=$(free_port)
+	w=(--run-dir "$RUN" --role prefill --peer "tcp://127.0.0.1:$port" --insecure --rooms 5)
+	FAKE=("$PY" "$BATS_TEST_DIRNAME/../peers/kvwfake.py" benchlink "tcp://127.0.0.1:$port")
+	timeout 60 kv-bench "${w[@]}" >"$RUN/p1.out" 2>&1 &
+	echo "$!" >>"$RUN/bg.pids"
+	digest=$(timeout 60 "${FAKE[@]}" 0 777 16 | sed -n 's/^digest=//p')
+	[ -n "$digest" ]
+	wait_for 30 gone "$(tail -n 1 "$RUN/bg.pids")"
+	grep -q "runs another workload" "$RUN/p1.out"
+	timeout 60 kv-bench "${w[@]}" >"$RUN/p2.out" 2>&1 &
+	echo "$!" >>"$RUN/bg.pids"
+	timeout 60 "${FAKE[@]}" "$digest" 777 16 >"$RUN/fake.out" &
+	echo "$!" >>"$RUN/bg.pids"
+	begun() { "$KVW_BIN/kv-stat" --run-dir "$RUN" --room 777 >/dev/null; }
+	wait_for 30 begun
+	"$KVW_BIN/kv-stat" --run-dir "$RUN" --room 777
+}

@@ -24,6 +24,11 @@ Needs Debian's /usr/bin/python3 (pyzmq).
   kvwfake.py engine EP send-chunk ROOM IS_LAST PAGES
   kvwfake.py engine EP send-clear ROOM NUM_PAGES AUX PAGES
       SEND_BEGIN, the last SEND_CHUNK and CLEAR on one socket, in order
+  kvwfake.py benchlink EP DIGEST ROOM NUM_PAGES
+      Plays kv-bench --role decode on the link to a kv-bench --role prefill
+      bound at EP (--insecure): a PING carrying DIGEST and at once, without
+      waiting for the PONG, a SEND_BEGIN of ROOM; prints the PONG's digest
+      ("digest=N"), then holds the link for 10 s.
   kvwfake.py ctl EP WORDS...
   kvwfake.py room TABLE ROOM      -> "state=NAME reason=N flags=N" or "missing"
   kvwfake.py peers TABLE          -> "id liveness misses epoch endpoint" lines
@@ -390,6 +395,25 @@ def engine(argv):
         send_one(ep, [b"\x00" * 7])
 
 
+def benchlink(argv):
+    ep, digest, room, n = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.linger = 0
+    s.connect(ep)
+    s.send_multipart([hdr(T["PING"], 0, digest)])
+    s.send_multipart([hdr(T["SEND_BEGIN"], 0, room), struct.pack("<II", n, 0)])
+    s.rcvtimeo = 60000
+    while True:
+        typ, _, their, _ = parse_hdr(s.recv_multipart()[0])
+        if typ == T["PONG"]:
+            print("digest=%d" % their, flush=True)
+            break
+    time.sleep(10)  # the link stays up while the test looks; not a wait
+    s.close()
+    ctx.term()
+
+
 def table_map(path):
     """The table's mapping and geometry, sizes read from its header (they
     change with its version)."""
@@ -448,6 +472,8 @@ def main():
         serve(argv)
     elif cmd == "engine":
         engine(argv)
+    elif cmd == "benchlink":
+        benchlink(argv)
     elif cmd == "ctl":
         send_one(argv[0], [" ".join(argv[1:]).encode()], zmq.PUSH)
     elif cmd == "room":
