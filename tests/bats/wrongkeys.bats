@@ -23,7 +23,11 @@ setup() {
 		>"$RUN/c/group.keys.tmp"
 	chmod 600 "$RUN/c/group.keys.tmp"
 	mv "$RUN/c/group.keys.tmp" "$RUN/c/group.keys"
-	PORT=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	# Control ports PORT, PORT + 1 (prefill) and PORT + 100, + 101
+	# (decode), outside the ephemeral range: a base drawn by binding port
+	# 0 came from it, and an outgoing connection of a test running beside
+	# this one once held PORT + 1 (p0 exited 111 at start).
+	PORT=$(free_port_base 110)
 	timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/p" --role prefill \
 		--transport tcp --port-base "$PORT" --keys "$RUN/a" --workers 1
 }
