@@ -17,6 +17,11 @@
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${KVW_BIN:-$root/bin}
+# The bats tests' helpers: wait_for (the one bounded poll) and
+# free_port_base (a block of ports outside the ephemeral range).
+BATS_TEST_DIRNAME=$root/tests/bats
+# shellcheck source=../bats/helpers.bash
+. "$root/tests/bats/helpers.bash"
 secs=${KVW_SOAK_SECS:-600}
 rss_slack=${KVW_SOAK_RSS_KIB:-4096}
 run=$(mktemp -d /tmp/kvwsoak.XXXXXX)
@@ -30,16 +35,7 @@ trap stop EXIT
 trap 'exit 130' INT TERM
 
 # A block of free control ports (kv-up --port-base: bootstrap, sender).
-base=""
-for _ in $(seq 100); do
-	b=$((20000 + RANDOM % 10000))
-	if [ -z "$(ss -Hltn "sport >= :$b and sport <= :$((b + 10))")" ]; then
-		base=$b
-		break
-	fi
-done
-[ -n "$base" ] || { echo "soak: no free block of ports" >&2; exit 111; }
-
+base=$(free_port_base 10) || exit 111
 timeout 60 "$root/bin/kv-up" --daemon --run-dir "$run" --transport tcp \
 	--advertise 127.0.0.1 --port-base "$base" --workers 2 \
 	--bootstrap-timeout 30 --waiting-timeout 30 "${shape[@]}" >/dev/null || {
@@ -95,13 +91,12 @@ done
 
 # What the tables still hold, once the deadlines (30 s) and the sweep that
 # reclaims never-begun rooms have had their time: nothing but Cleared.
-live=""
-for _ in $(seq 90); do
+tables_empty() {
 	live=$("$bin/kv-stat" --run-dir "$run" --json |
 		jq -r '[.tables[] | "\(.name)=\(.rooms | length)"] | join(" ")')
-	grep -qE '=[1-9]' <<<"$live" || break
-	sleep 1 # the reclaim bound passing: a poll, not a synchronisation
-done
+	! grep -qE '=[1-9]' <<<"$live"
+}
+wait_for 90 tables_empty
 echo "soak: after the last run: rooms not cleared: $live; reclaimed, integrity_failed, resent: $("$bin/kv-stat" --run-dir "$run" --json |
 	jq -r '[.tables[] | "\(.name) \(.counters.rooms_reclaimed) \(.security.integrity_failed) \(.security.resent)"] | join(", ")')"
 grep -qE '=[1-9]' <<<"$live" && { echo "soak: rooms nobody will clear remain"; ok=0; }
