@@ -7,7 +7,7 @@ pkgs="libzmq3-dev libbsd-dev libibverbs-dev libcmocka-dev pkg-config bats \
 bats-support bats-assert bats-file clang python3-zmq libclang-rt-14-dev \
 jq bc procps xxd libxxhash-dev libsodium-dev libssl-dev spin python3-numpy python3-pytest \
 iproute2 nftables libmicrohttpd-dev libsystemd-dev mandoc prometheus \
-gnuplot-nox curl bsdutils inotify-tools stress-ng parallel"
+gnuplot-nox curl bsdutils inotify-tools stress-ng parallel bash-builtins"
 
 missing=""
 for p in $pkgs; do
