@@ -37,16 +37,9 @@ teardown() {
 up() { KVW_LOG=debug kv_up $SHAPE --workers 1 "$@"; }
 ep() { endpoint "$1" "$2"; }
 
-# rj MEMBER ROOM KEY: one field of the room as kv-stat --json shows it.
-rj() {
-	"$KVW_BIN/kv-stat" --table "$(ep "$1" table)" --json --room "$2" |
-		"$PY" -c 'import json, sys
-r = [x for t in json.load(sys.stdin)["tables"] for x in t["rooms"]][0]
-v = r[sys.argv[1]]
-print(str(v).lower() if isinstance(v, bool) else v)' "$3"
-}
-# is MEMBER ROOM KEY VALUE
-is() { [ "$(rj "$1" "$2" "$3")" = "$4" ]; }
+# is MEMBER ROOM KEY VALUE: that field of the room as kv-stat --json shows
+# it (helpers.bash's field: no Python start per poll).
+is() { [ "$(field "$1" "$2" "$3")" = "$4" ]; }
 
 seqc() { seq -s, "$@"; }
 

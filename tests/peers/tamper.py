@@ -52,7 +52,8 @@ with, as MODE says:
            the header is checked (its tag comes after the copy list)
   none     forwards everything (for checking the path)
 
---state FILE gets, after every change, one line "tampered=T
+--state FILE gets, after every read of a client's bytes that changed it
+(before any of them is passed on) and every new connection, one line "tampered=T
 tampered_conns=K batches=B conns=C hash_bad=H bad_frames=F" (written to
 a temporary file and renamed: a reader never sees half of it): T batches
 tampered with (a replay counts once it was sent), K connections that
@@ -185,6 +186,7 @@ class Relay:
         self.tampered = self.batches = self.conns = self.hash_bad = 0
         self.tampered_conns = self.bad_frames = 0
         self.want = False  # the Nth batch came and was not eligible
+        self.dirty = False  # counters changed since the state file was written
         host, port = args.listen.rsplit(":", 1)
         self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -200,6 +202,7 @@ class Relay:
         print("tamper: " + msg, file=sys.stderr, flush=True)
 
     def save(self):
+        self.dirty = False
         if not self.a.state:
             return
         tmp = self.a.state + ".tmp"
@@ -351,6 +354,12 @@ class Pair:
                 elif k is self.client:
                     self.cin += d
                     self.from_client()
+                    # Once per read, not per batch (a file written and
+                    # renamed each time): still before any byte of these
+                    # batches or of a forged ACK goes on, since everything
+                    # is sent from the buffers after this returns.
+                    if self.r.dirty:
+                        self.r.save()
                 else:
                     self.sin += d
                     self.from_sink()
@@ -458,7 +467,7 @@ class Pair:
             self.send_sink(self.tamper(b, mode), True)
         while self.replays and self.replays[0][0] <= 0:
             self.replay(self.replays.popleft()[1], b)
-        r.save()
+        r.dirty = True
 
     def replay(self, old, now):
         """Sends the kept batch old again, right after batch now."""
