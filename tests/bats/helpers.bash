@@ -218,13 +218,11 @@ field() {
 	t=${j#*\{\"name\":\""$1"\",}
 	[ "$t" != "$j" ] || return 0
 	t=${t%%\{\"name\":\"*}
-	r=${t#*\"rooms\":\[*\{\"room\":\""$2"\",}
-	[ "$r" != "$t" ] || return 0
+	r=${t#*\"rooms\":\[*\{}
+	[ "$r" != "$t" ] && [[ $r == \"room\":\""$2"\",* ]] || return 0
 	r=",${r%%\}*},"
 	if [[ $r =~ ,\""$3"\":(\"([^\"]*)\"|([^,]*)), ]]; then
 		printf '%s\n' "${BASH_REMATCH[2]}${BASH_REMATCH[3]}"
-	elif [ "$3" = room ]; then
-		printf '%s\n' "$2"
 	else
 		echo null
 	fi
