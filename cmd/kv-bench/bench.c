@@ -191,6 +191,7 @@ int bench_start_room(struct run *r, struct room *x, uint64_t now, uint64_t id)
 	x->outcome = O_NONE;
 	x->peer_sent = 0;
 	x->src_kept = 0;
+	x->t_done = 0;
 	x->deadline = now + (uint64_t)(r->c->room_timeout_s * 1e9);
 	memset(x->pf, 0, r->np);
 	memset(x->df, 0, r->nd);
@@ -342,6 +343,49 @@ static void tell_stuck(struct run *r, const struct room *x, uint64_t now)
 		fprintf(stderr, "kv-bench: %s\n", line);
 }
 
+/* 1 once no worker of prefill rank k reads room x's source pages: the
+ * room terminal there and KVW_ROOM_F_SENDING clear, or never begun
+ * there. On tcp the decode may show an aborted room releasable before that
+ * (nothing more lands in its pages), and a source page refilled under a
+ * batch in flight failed that batch's MAC at the sink: integrity_failed
+ * counted on a clean loopback. */
+static int source_quiet(struct run *r, struct room *x, uint32_t k)
+{
+	struct kvw_room_status st;
+	int rc;
+
+	if (x->pf[k] & F_QUIET)
+		return 1;
+	rc = kvw_poll(r->p[k].e, x->id, &st);
+	if (rc == KVW_ENOENT && !(x->pf[k] & F_SENT))
+		rc = 1; /* no SEND_BEGIN went there: no job */
+	else if (rc == 0)
+		rc = !(st.flags & KVW_ROOM_F_SENDING) &&
+		     (st.state == KVW_SUCCESS || st.state == KVW_FAILED ||
+		      st.state == KVW_CLEARED);
+	else
+		rc = 0; /* its SEND_BEGIN not taken yet, or a slot rewritten */
+	if (rc)
+		x->pf[k] |= F_QUIET;
+	return rc;
+}
+
+/* 1 once prefill rank k has ended room x (Success, or Failed, or gone
+ * with a kv-sender that restarted) and no worker reads its source pages.
+ * A prefill engine frees a request's KV only once every rank's sender
+ * shows it done (SGLang polls all of them), and an MLA dummy rank ends
+ * its room only after its transfer info came: a room cleared on decode's
+ * Success alone could reach a busy dummy before that info did. */
+static int prefill_ended(struct run *r, struct room *x, uint32_t k)
+{
+	struct kvw_room_status st;
+
+	if ((x->pf[k] & F_FAILED) || source_quiet(r, x, k))
+		return 1;
+	return kvw_poll(r->p[k].e, x->id, &st) == KVW_ENOENT &&
+	       kvw_control_epoch(r->p[k].e) != x->pe[k];
+}
+
 /* Advances a running room; returns progress (> 0), 0, or a fatal error. */
 static int step_run(struct run *r, struct room *x, uint64_t now)
 {
@@ -402,8 +446,12 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 		x->outcome = O_STUCK;
 		tell_stuck(r, x, now);
 	}
+	if (x->outcome == O_NONE && ok == r->nd && !x->t_done)
+		x->t_done = proc_now_ns(); /* the latency ends at decode */
+	for (k = 0; k < r->np && ok == r->nd; k++)
+		if (!prefill_ended(r, x, k))
+			ok = 0;
 	if (x->outcome == O_NONE && ok == r->nd) {
-		x->t_done = proc_now_ns();
 		x->outcome = !r->c->verify || intact(r, x) ? O_SUCCESS
 							   : O_CORRUPT;
 	}
@@ -417,33 +465,6 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 /* How long past its deadline an aborted room waits for a prefill rank's
  * workers to let go of its source pages before they are kept out of use. */
 #define SOURCE_QUIET_GRACE_NS 10000000000ull
-
-/* 1 once no worker of prefill rank k reads the aborted room's source
- * pages: the room terminal there and KVW_ROOM_F_SENDING clear, or never
- * begun there. On tcp the decode may show the room releasable before that
- * (nothing more lands in its pages), and a source page refilled under a
- * batch in flight failed that batch's MAC at the sink: integrity_failed
- * counted on a clean loopback. */
-static int source_quiet(struct run *r, struct room *x, uint32_t k)
-{
-	struct kvw_room_status st;
-	int rc;
-
-	if (x->pf[k] & F_QUIET)
-		return 1;
-	rc = kvw_poll(r->p[k].e, x->id, &st);
-	if (rc == KVW_ENOENT && !(x->pf[k] & F_SENT))
-		rc = 1; /* no SEND_BEGIN went there: no job */
-	else if (rc == 0)
-		rc = !(st.flags & KVW_ROOM_F_SENDING) &&
-		     (st.state == KVW_SUCCESS || st.state == KVW_FAILED ||
-		      st.state == KVW_CLEARED);
-	else
-		rc = 0; /* its SEND_BEGIN not taken yet, or a slot rewritten */
-	if (rc)
-		x->pf[k] |= F_QUIET;
-	return rc;
-}
 
 /* CLEARs every rank; returns 1 when all were sent, 0 to retry, < 0. */
 int bench_step_clear(struct run *r, struct room *x)
