@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,10 @@ uint64_t proc_test_delay_us(const char *name)
 
 	if (!d || !*d)
 		return 0;
+	if (strcmp(d, "stop") == 0) {
+		LOG(LOG_WARN, "test-only stop %s: SIGSTOP at that point", name);
+		return PROC_TEST_STOP;
+	}
 	us = strtoull(d, NULL, 10);
 	if (us > 10000000u)
 		us = 10000000u;
@@ -201,6 +206,10 @@ void proc_test_sleep_us(uint64_t us)
 	struct timespec ts = { (time_t)(us / 1000000u),
 			       (long)(us % 1000000u) * 1000 };
 
+	if (us == PROC_TEST_STOP) {
+		raise(SIGSTOP); /* until the test sends SIGCONT */
+		return;
+	}
 	while (us && nanosleep(&ts, &ts) != 0 && errno == EINTR &&
 	       !proc_stopping())
 		;

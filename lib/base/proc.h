@@ -56,14 +56,19 @@ pid_t proc_spawn(char *const argv[], char *const envp[], int keep_fd);
 long proc_poll_ms(uint64_t deadline_ns, uint64_t now_ns, long cap_ms);
 
 /* TEST ONLY (never set in production): the microseconds the environment
- * variable `name` asks for, capped at 10 s; 0 when unset. A process reads
- * it once at start (its log says so when set), then sleeps that long with
- * proc_test_sleep_us at the one point it names, so a test can land an
- * abort there (KVW_TEST_COPY_DELAY_US: a worker between its room check and
- * its write; KVW_TEST_SINK_DELAY_US: a sink between its room check and
- * its write). */
+ * variable `name` asks for, capped at 10 s; 0 when unset; PROC_TEST_STOP
+ * for the value "stop". A process reads it once at start (its log says so
+ * when set), then sleeps that long with proc_test_sleep_us at the one
+ * point it names, so a test can land an abort there (KVW_TEST_COPY_DELAY_US:
+ * a worker between its room check and its write; KVW_TEST_SINK_DELAY_US: a
+ * sink between its room check and its write). "stop" makes the window as
+ * long as the test needs, whatever the machine's load: the process stops
+ * itself there (SIGSTOP) each time, and the test, having seen it stopped,
+ * acts and sends SIGCONT; a sleep is a window a busy test can miss. */
+#define PROC_TEST_STOP UINT64_MAX
 uint64_t proc_test_delay_us(const char *name);
-/* Sleeps us microseconds (through EINTR, until a stop is asked). */
+/* Sleeps us microseconds (through EINTR, until a stop is asked);
+ * PROC_TEST_STOP: stops the process until SIGCONT. */
 void proc_test_sleep_us(uint64_t us);
 
 #endif

@@ -146,9 +146,13 @@ live_rooms() {
 }
 
 @test "ABORT while a job copies: its batch in flight lands before the room is releasable, the rest is dropped, nothing lands after" {
-	export KVW_TEST_COPY_DELAY_US=1500000
+	# The worker stops itself between each batch's re-check and its
+	# write, for as long as the test needs; no stall verdict meanwhile.
+	export KVW_TEST_COPY_DELAY_US=stop KVW_WORKER_STALL=600
 	up
-	unset KVW_TEST_COPY_DELAY_US
+	unset KVW_TEST_COPY_DELAY_US KVW_WORKER_STALL
+	W=$(worker_of p0)
+	STOPPED=$W # teardown lets it go on, should a step fail
 	fill p0 ab
 	# 150 scattered pages: 600 copies of 128 bytes and the aux, batches of 256.
 	src=$(seqc 0 2 298)
@@ -157,9 +161,13 @@ live_rooms() {
 	wait_for 10 is d0 21 state WaitingForInput
 	ctl send-begin "$(ep p0 engine)" 21 150 0
 	ctl send-chunk "$(ep p0 engine)" 21 --last "$src"
-	# The worker passed its first re-check and sleeps before batch 1.
-	wait_for 10 logged p0 "room 21: test delay before a batch, 601 copies left"
+	# The worker passed its first re-check and holds batch 1.
+	wait_for 30 stopped "$W"
+	logged p0 "room 21: test delay before a batch, 601 copies left"
 	ctl abort "$(ep d0 engine)" 21
+	# The prefill has the abort before the worker goes on.
+	wait_for 10 is p0 21 state Failed
+	kill -CONT "$W"
 	wait_for 10 is d0 21 releasable true
 	# Released only after batch 1 landed; batches 2 and 3 never started.
 	[ "$(count d0 ab "$dst")" -eq $((256 * ITEM)) ]
@@ -173,7 +181,7 @@ live_rooms() {
 	wait_for 10 is d0 22 state WaitingForInput
 	ctl send-begin "$(ep p0 engine)" 22 2 1
 	ctl send-chunk "$(ep p0 engine)" 22 --last 700,701
-	wait_for 20 is d0 22 state Success
+	wait_for 20 go_on_until "$W" is d0 22 state Success
 	[ "$(count d0 5a "$dst")" -eq $((150 * 4 * ITEM)) ]
 	[ "$(count d0 ab 600,601)" -eq $((2 * 4 * ITEM)) ]
 }
@@ -271,9 +279,11 @@ live_rooms() {
 }
 
 @test "tcp: ABORT with the whole prefill rank stopped is releasable at once; its batch sent after it resumes never lands" {
-	export KVW_TEST_COPY_DELAY_US=1500000
+	export KVW_TEST_COPY_DELAY_US=stop KVW_WORKER_STALL=600
 	up --transport tcp
-	unset KVW_TEST_COPY_DELAY_US
+	unset KVW_TEST_COPY_DELAY_US KVW_WORKER_STALL
+	W=$(worker_of p0)
+	STOPPED=$W
 	fill p0 ab
 	src=$(seqc 0 2 298)
 	dst=$(seqc 1 2 299)
@@ -281,9 +291,11 @@ live_rooms() {
 	wait_for 10 is d0 31 state WaitingForInput
 	ctl send-begin "$(ep p0 engine)" 31 150 0
 	ctl send-chunk "$(ep p0 engine)" 31 --last "$src"
-	wait_for 10 logged p0 "room 31: test delay before a batch, 601 copies left"
-	# The control and its worker stop: no ABORT_ACK can come back.
-	STOPPED="$(cat "$RUN/pids/p0.pid") $(worker_of p0)"
+	# The worker stopped itself holding batch 1 (passed its re-check).
+	wait_for 30 stopped "$W"
+	logged p0 "room 31: test delay before a batch, 601 copies left"
+	# The control stops too: no ABORT_ACK can come back.
+	STOPPED="$(cat "$RUN/pids/p0.pid") $W"
 	# shellcheck disable=SC2086
 	kill -STOP $STOPPED
 	ctl abort "$(ep d0 engine)" 31
@@ -293,13 +305,15 @@ live_rooms() {
 	paint d0 5a "$dst"
 	# shellcheck disable=SC2086
 	kill -CONT $STOPPED
-	STOPPED=
+	STOPPED=$W
 	# The worker wakes and sends its first batch: the sink reads it and
 	# drops it (the room is armed: a late batch, counted stale), and the
 	# prefill hears of the abort.
 	wait_for 20 logged d0 "room 31: data port: batch of an incarnation that is not live here discarded"
 	[ "$(ctr d0 stale)" -ge 1 ]
-	wait_for 20 is p0 31 outstanding 0
+	# A worker that re-checked before the abort reached its control
+	# holds batch 2 as well: let it go on.
+	wait_for 20 go_on_until "$W" is p0 31 outstanding 0
 	[ "$(count d0 5a "$dst")" -eq $((150 * 4 * ITEM)) ]
 	[ "$(count d0 ab "$dst")" -eq 0 ]
 }

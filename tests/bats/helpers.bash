@@ -277,6 +277,26 @@ logged() { grep -q -- "$2" "$RUN/logs/$1.log"; }
 # worker_of MEMBER: the pids of a kv-up prefill member's worker processes.
 worker_of() { pgrep -P "$(cat "$RUN/pids/$1.pid")"; }
 
+# stopped PID: the process is stopped (state T in /proc/PID/stat, read
+# past the command name, which may hold spaces). A member started with a
+# TEST ONLY delay of "stop" (lib/base/proc.h) stops itself at its test
+# point: a test waits for this, acts, and sends SIGCONT.
+stopped() {
+	local s
+	read -r s <"/proc/$1/stat" || return 1
+	s=${s##*) }
+	[ "${s%% *}" = T ]
+}
+
+# go_on_until PID CMD...: CMD holds; PID, should it have stopped itself
+# at its test point on the way (a later room's batch), is let go on first.
+go_on_until() {
+	local p=$1
+	shift
+	! stopped "$p" || kill -CONT "$p"
+	"$@"
+}
+
 # Pool bytes of a kv-up member, for canary checks. count and paint look at
 # pages of the $NBUF (default 4: K0 K1 V0 V1) buffers laid back to back
 # from offset 0, each of $PAGES pages of $ITEM bytes (set in the test file).
