@@ -304,11 +304,14 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	if (drc != KVW_EXIT_OK)
 		return drc;
 	if (o->json) {
+		/* gib_per_s to 6 significant digits: a few small rooms on a
+		 * busy machine move well under 0.0005 GiB/s, which %.3f
+		 * printed as 0 (a reader divides by it). */
 		printf("{\"mode\":\"demo\",");
 		kvb_machine_print(stdout, 1, kv_page_bytes(&cfg->shape));
 		printf(",\"rooms\":%u,\"success\":%u,\"failed\":%u,\"stuck\":%u,"
 		       "\"corrupt\":%u,\"bytes\":%llu,\"seconds\":%.3f,"
-		       "\"rooms_per_s\":%.1f,\"gib_per_s\":%.3f,", res.rooms,
+		       "\"rooms_per_s\":%.1f,\"gib_per_s\":%.6g,", res.rooms,
 		       res.success, res.failed, res.stuck, res.corrupt,
 		       (unsigned long long)res.bytes, res.seconds,
 		       res.rooms / secs, gibs);
