@@ -11,9 +11,11 @@
 # of the room landed before or after, checked on canary pages. Also a worker
 # that hangs (--worker-stall), one whose transport fails (the decode pool
 # it must map is gone), and a bootstrap restart (no room affected).
-# Then each source again with slowed copies (KVW_TEST_COPY_DELAY_US),
-# striking a copy in flight: the canary is painted the moment the room is
-# releasable and must survive the slowed worker and a later room.
+# Then each source again with a copy in flight (KVW_TEST_COPY_DELAY_US=stop:
+# the worker stops itself between a batch's re-check and its write, and
+# the test lets it go on), striking there: the canary is painted the
+# moment the room is releasable and must survive the worker and a later
+# room.
 
 load helpers
 
@@ -247,24 +249,31 @@ canary_holds() {
 
 p0_logged() { logged p0 "$1"; }
 
-# Slowed copies: 1024-page pools, every batch of WORKER_BATCH (256) copies
-# waits DELAY_US between its room re-check and its write (the worker's
-# TEST ONLY KVW_TEST_COPY_DELAY_US; restarted members inherit it from
-# kv-up), so a failure can strike a copy in flight. A batch that passed its
-# re-check still writes after the delay: "releasable" before that write is
-# what the canary would catch.
-DELAY_US=1500000
+# Copies in flight: 1024-page pools, and before every batch of
+# WORKER_BATCH (256) copies, between its room re-check and its write, the
+# worker waits DELAY_US (the worker's TEST ONLY KVW_TEST_COPY_DELAY_US;
+# restarted members inherit it from kv-up), so a failure can strike a copy
+# in flight. DELAY_US is "stop": the worker stops itself there (SIGSTOP)
+# and the test, having seen it stopped, strikes and lets it go on, so the
+# window is as long as the test needs (a 1.5 s sleep there was a window a
+# busy test could miss, and then more batches landed). A batch that passed
+# its re-check still writes once let go on: "releasable" before that write
+# is what the canary would catch. The workers get no stall verdict while
+# stopped (KVW_WORKER_STALL 600 s unless a test sets it).
+DELAY_US=stop
 SRC=$(seq -s, 0 2 298)
 DST=$(seq -s, 1 2 299)
 slow_up() {
 	SHAPE="--layers 2 --page-tokens 4 --heads 2 --head-dim 8 --dtype-bytes 2 --pages 1024 --aux-slots 16 --aux-bytes 16"
 	PAGES=1024
-	KVW_TEST_COPY_DELAY_US=$DELAY_US up "$@"
+	KVW_WORKER_STALL=${KVW_WORKER_STALL:-600} \
+		KVW_TEST_COPY_DELAY_US=$DELAY_US up "$@"
 }
 
 # slow_room ROOM: 150 scattered pages of p0 (ab) into $DST of d0 (cd): one
 # job of 600 copies and the aux, in batches of 256, 256 and 89; returns
-# once the worker waits before its first batch. Sets W (the worker's pid).
+# once the worker waits before its first batch (stopped there, with
+# DELAY_US=stop). Sets W (the worker's pid) and STOPPED.
 slow_room() {
 	fill p0 ab
 	fill d0 cd
@@ -273,7 +282,26 @@ slow_room() {
 	wait_for 10 state_is d0 "$1" WaitingForInput
 	ctl send-begin "$(endpoint p0 engine)" "$1" 150 0
 	ctl send-chunk "$(endpoint p0 engine)" "$1" --last "$SRC"
-	wait_for 10 p0_logged "room $1: test delay before a batch, 601 copies left"
+	STOPPED=$W # teardown lets it go on, should a step fail
+	if [ "$DELAY_US" = stop ]; then
+		wait_for 30 stopped "$W"
+		p0_logged "room $1: test delay before a batch, 601 copies left"
+	else
+		wait_for 10 p0_logged "room $1: test delay before a batch, 601 copies left"
+	fi
+}
+
+# go_on ROOM MEMBER...: each MEMBER's room ROOM is Failed (the failure
+# reached the prefill rank), then its worker, stopped holding a batch that
+# passed its re-check, goes on: that batch lands, the next re-check ends
+# the job.
+go_on() {
+	local r=$1 m
+	shift
+	for m; do
+		wait_for "$BOUND" state_is "$m" "$r" Failed
+		kill -CONT "$(worker_of "$m")"
+	done
 }
 
 # canary_at_release ROOM: the moment decode room ROOM is releasable, what
@@ -307,16 +335,18 @@ landed_batches() {
 
 # slow_canary ROOM [WORKER]: a later room through p0's worker (a new one,
 # or the old one WORKER, still the one, whose jobs run in order, so it is
-# past the old room) to Success: the canary on the slowed room's pages is
-# untouched.
+# past the old room) to Success (the worker let go on at each batch): the
+# canary on the slowed room's pages is untouched.
 slow_canary() {
-	local next=$(($1 + 1))
-	[ -z "${2:-}" ] || [ "$(worker_of p0)" = "$2" ]
+	local next=$(($1 + 1)) w
+	w=$(worker_of p0)
+	[ -z "${2:-}" ] || [ "$w" = "$2" ]
+	STOPPED=$w
 	ctl recv-begin "$(endpoint d0 engine)" "$next" "$(endpoint bootstrap listen)" 1 600,601
 	wait_for 20 state_is d0 "$next" WaitingForInput
 	ctl send-begin "$(endpoint p0 engine)" "$next" 2 1
 	ctl send-chunk "$(endpoint p0 engine)" "$next" --last 700,701
-	wait_for 20 state_is d0 "$next" Success
+	wait_for 20 go_on_until "$w" state_is d0 "$next" Success
 	[ "$(count d0 5a "$DST")" -eq $((150 * 4 * ITEM)) ]
 	[ "$(count d0 ab 600,601)" -eq $((2 * 4 * ITEM)) ]
 }
@@ -329,12 +359,13 @@ slow_canary() {
 	wait_for 20 restarted d0 "$old"
 	start=$SECONDS
 	ctl abort "$(endpoint d0 engine)" 81
+	go_on 81 p0
 	canary_at_release 81
 	[ $((SECONDS - start)) -le "$BOUND" ]
 	field_is p0 81 outstanding 0
 	p0_logged "room 81: job stopped: room ended"
-	# What landed before the release is whole batches (0 or the first).
-	landed_batches 0 1
+	# What landed before the release is the batch in flight, whole.
+	landed_batches 1
 	slow_canary 81
 }
 
@@ -352,13 +383,16 @@ slow_canary() {
 	for p in p0 p1; do
 		ctl send-begin "$(endpoint $p engine)" 121 30 0
 		ctl send-chunk "$(endpoint $p engine)" 121 --last "$src"
-		wait_for 10 logged $p "room 121: test delay before a batch"
+		wait_for 30 stopped "$(worker_of $p)"
+		logged $p "room 121: test delay before a batch"
+		STOPPED="${STOPPED:-} $(worker_of $p)"
 	done
 	old=$(cat "$RUN/pids/d0.pid")
 	kill -KILL "$old"
 	wait_for 20 restarted d0 "$old"
 	start=$SECONDS
 	ctl abort "$(endpoint d0 engine)" 121
+	go_on 121 p0 p1
 	wait_for "$BOUND" field_is d0 121 releasable true
 	[ $((SECONDS - start)) -le "$BOUND" ]
 	paint d0 5a "$dst"
@@ -384,7 +418,10 @@ slow_canary() {
 
 @test "worker hang with slowed copies: a worker slower than --worker-stall is replaced, its room terminal and releasable within seconds" {
 	# The job needs 3 delays (4.5 s) with no answer; the stall bound is
-	# 2.5 s; the later room's one batch (1.5 s) stays under it.
+	# 2.5 s; the later room's one batch (1.5 s) stays under it. A sleep,
+	# not a stop: nothing is struck inside the window here, and a worker
+	# stopped at the later room's batch would get the verdict too.
+	DELAY_US=1500000
 	KVW_WORKER_STALL=2.5 slow_up
 	slow_room 101
 	start=$SECONDS
@@ -404,11 +441,15 @@ slow_canary() {
 	slow_room 111
 	pool=$(endpoint d0 pool)
 	size=$(stat -c %s "$pool")
-	wait_for 10 p0_logged "room 111: test delay before a batch, 345 copies left"
+	# Batch 1 lands; the worker stops again holding batch 2.
+	kill -CONT "$W"
+	wait_for 30 p0_logged "room 111: test delay before a batch, 345 copies left"
+	wait_for 30 stopped "$W"
 	# The decode pool shrinks by one byte (its unused tail) under the
 	# worker's second batch: the per-batch check fails the transfer.
 	truncate -s $((size - 1)) "$pool"
 	start=$SECONDS
+	kill -CONT "$W"
 	failed_both 111 "transfer error"
 	slow_released 111 "$BOUND"
 	truncate -s "$size" "$pool"
@@ -423,18 +464,19 @@ slow_canary() {
 	slow_room 121
 	D=$(cat "$RUN/pids/d0.pid")
 	kill -STOP "$D"
-	STOPPED=$D
+	STOPPED="$D $W"
 	wait_for 20 state_is p0 121 Failed
 	field_is p0 121 reason "peer dead"
 	start=$SECONDS
 	kill -CONT "$D"
-	STOPPED=
+	STOPPED=$W
+	go_on 121 p0
 	slow_released 121 "$BOUND"
 	field_is p0 121 outstanding 0
 	p0_logged "room 121: job stopped: room ended"
 	# The batch that passed its re-check before the verdict landed; no
 	# other did (3 batches would have been the whole room).
-	landed_batches 1 2
+	landed_batches 1
 	slow_canary 121 "$W"
 }
 
@@ -459,8 +501,8 @@ slow_canary() {
 	old=$(cat "$RUN/pids/bootstrap.pid")
 	kill -KILL "$old"
 	wait_for 20 restarted bootstrap "$old"
-	# Three delays of 1.5 s in all.
-	wait_for 20 state_is d0 141 Success
+	# The worker let go on at each of its three batches.
+	wait_for 20 go_on_until "$W" state_is d0 141 Success
 	state_is p0 141 Success
 	[ "$(count d0 ab "$DST")" -eq $((150 * 4 * ITEM)) ]
 	# Every other page of the decode pool is still cd.
