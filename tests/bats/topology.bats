@@ -34,7 +34,7 @@ bench() {
 	[[ "$output" == *"rooms=6 success=6 failed=0 aborted=0 stuck=0 corrupt=0 "* ]]
 	# kv-bench's CLEARs reach the control processes after it exits:
 	# wait for them before reading the tables.
-	wait_for 10 all_cleared $(awk '/role=(prefill|decode)/ { sub("member=", "", $1); print $1 }' "$RUN/endpoints")
+	wait_for 60 all_cleared $(awk '/role=(prefill|decode)/ { sub("member=", "", $1); print $1 }' "$RUN/endpoints")
 }
 
 # rows MEMBER: the room rows of MEMBER's table as "state reason pages bytes"
