@@ -344,8 +344,8 @@ static void tell_stuck(struct run *r, const struct room *x, uint64_t now)
 }
 
 /* 1 once no worker of prefill rank k reads room x's source pages: the
- * room terminal there and KVW_ROOM_F_SENDING clear, or never begun
- * there. On tcp the decode may show an aborted room releasable before that
+ * room terminal there and KVW_ROOM_F_SENDING clear, never begun there, or
+ * gone with a kv-sender that restarted since it took the BEGIN. On tcp the decode may show an aborted room releasable before that
  * (nothing more lands in its pages), and a source page refilled under a
  * batch in flight failed that batch's MAC at the sink: integrity_failed
  * counted on a clean loopback. */
@@ -359,6 +359,8 @@ static int source_quiet(struct run *r, struct room *x, uint32_t k)
 	rc = kvw_poll(r->p[k].e, x->id, &st);
 	if (rc == KVW_ENOENT && !(x->pf[k] & F_SENT))
 		rc = 1; /* no SEND_BEGIN went there: no job */
+	else if (rc == KVW_ENOENT && kvw_control_epoch(r->p[k].e) != x->pe[k])
+		rc = 1; /* gone with a kv-sender that restarted: its workers too */
 	else if (rc == 0)
 		rc = !(st.flags & KVW_ROOM_F_SENDING) &&
 		     (st.state == KVW_SUCCESS || st.state == KVW_FAILED ||
@@ -378,12 +380,7 @@ static int source_quiet(struct run *r, struct room *x, uint32_t k)
  * Success alone could reach a busy dummy before that info did. */
 static int prefill_ended(struct run *r, struct room *x, uint32_t k)
 {
-	struct kvw_room_status st;
-
-	if ((x->pf[k] & F_FAILED) || source_quiet(r, x, k))
-		return 1;
-	return kvw_poll(r->p[k].e, x->id, &st) == KVW_ENOENT &&
-	       kvw_control_epoch(r->p[k].e) != x->pe[k];
+	return (x->pf[k] & F_FAILED) || source_quiet(r, x, k);
 }
 
 /* Advances a running room; returns progress (> 0), 0, or a fatal error. */
