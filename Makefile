@@ -1,8 +1,9 @@
 # kvwire build. `make` builds the library and every program into bin/;
-# `make test` checks that the tests can fail (mk/check-tests.sh), then runs
-# the unit tests, the model check (`make model`: the room protocol's
-# Promela model with spin, docs/MODEL.md), the bats tests, then the Python
-# tests (tests/python/, ending with pytest's own summary line); `make demo`
+# `make test` checks that the tests can fail (mk/check-tests.sh), builds,
+# then runs the unit tests, the model check (`make model`: the room
+# protocol's Promela model with spin, docs/MODEL.md) and the Python tests
+# (tests/python/, ending with pytest's own summary line) side by side, then
+# the bats tests; `make demo`
 # runs the main job. `make test-loaded` runs the unit and bats tests under
 # a CPU hog of every core (mk/loaded.sh). SANITIZE=address,undefined or
 # SANITIZE=thread builds a separate tree under build/<variant>/ (binaries
@@ -138,7 +139,17 @@ pytest: all
 checktests:
 	@./mk/check-tests.sh
 
-test: checktests all unit model bats pytest
+# make test: first everything its stages run, built with every core (one
+# file at a time, a fresh clone's build was a minute of it); then the unit,
+# model and Python stages side by side (mk/beside.sh: their output follows
+# each whole), then the bats stage. -j1 for the stages whatever -j make test
+# got: beside.sh decides what runs at once.
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+test: checktests
+	@$(MAKE) --no-print-directory -j$(NPROC) all $(UNITS) $(FAKECUDA) $(MODEL_B)/tables.pml
+	@./mk/beside.sh '$(MAKE) --no-print-directory -j1 unit' \
+		'$(MAKE) --no-print-directory -j1 model' '$(MAKE) --no-print-directory -j1 pytest'
+	@$(MAKE) --no-print-directory -j1 bats
 
 # A tcp group driven for KVW_SOAK_SECS (default 600) with 20 % aborts:
 # every room terminal and intact, the tables empty after, memory and fds
