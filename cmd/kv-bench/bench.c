@@ -378,7 +378,7 @@ static int source_quiet(struct run *r, struct room *x, uint32_t k)
  * shows it done (SGLang polls all of them), and an MLA dummy rank ends
  * its room only after its transfer info came: a room cleared on decode's
  * Success alone could reach a busy dummy before that info did. */
-static int prefill_ended(struct run *r, struct room *x, uint32_t k)
+int bench_prefill_ended(struct run *r, struct room *x, uint32_t k)
 {
 	return (x->pf[k] & F_FAILED) || source_quiet(r, x, k);
 }
@@ -446,7 +446,7 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 	if (x->outcome == O_NONE && ok == r->nd && !x->t_done)
 		x->t_done = proc_now_ns(); /* the latency ends at decode */
 	for (k = 0; k < r->np && ok == r->nd; k++)
-		if (!prefill_ended(r, x, k))
+		if (!bench_prefill_ended(r, x, k))
 			ok = 0;
 	if (x->outcome == O_NONE && ok == r->nd) {
 		x->outcome = !r->c->verify || intact(r, x) ? O_SUCCESS

@@ -101,6 +101,8 @@ int bench_start_room(struct run *r, struct room *x, uint64_t now,
 		     uint64_t id);
 int bench_step_prefill(struct run *r, struct room *x, uint32_t k);
 int bench_step_clear(struct run *r, struct room *x);
+/* 1 once prefill rank k ended room x and no worker reads its source pages. */
+int bench_prefill_ended(struct run *r, struct room *x, uint32_t k);
 void bench_finish(struct run *r, struct room *x, struct bench_result *res);
 void bench_nap(uint64_t idle_ns);
 int bench_group_check(struct run *r, uint64_t now);

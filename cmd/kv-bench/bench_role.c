@@ -401,8 +401,8 @@ static int prefill_read(struct run *r, struct bench_result *res,
 					x->outcome = (int)o;
 			if (x) /* unknown text: failed, pages kept out */
 				x->outcome = x->outcome ? x->outcome : O_FAILED;
-			if (x)
-				x->phase = R_CLEAR;
+			if (x && x->outcome != O_SUCCESS)
+				x->phase = R_CLEAR; /* a Success: ranks_ended */
 		}
 		wire_in_release(&in);
 		rc = rc < 0 ? rc : 0;
@@ -410,6 +410,27 @@ static int prefill_read(struct run *r, struct bench_result *res,
 			return rc < 0 ? rc : 1;
 	}
 	return prog;
+}
+
+/* 1 when the decode side's Success of room x may clear it here: every
+ * prefill rank of this side ended it too (bench.c: a prefill engine frees a
+ * request's KV only once every rank's sender shows it done, and an MLA
+ * dummy rank ends its room only after its transfer info came, which on a
+ * busy host can come after decode's Success), or its deadline passed (a
+ * rank that never ends it; the run's count is the decode side's). */
+static int ranks_ended(struct run *r, struct room *x, uint64_t now)
+{
+	for (uint32_t k = 0; k < r->np; k++)
+		if (!bench_prefill_ended(r, x, k)) {
+			if (now < x->deadline)
+				return 0;
+			fprintf(stderr, "kv-bench: room %llu: decode's Success, "
+				"prefill rank %u has not ended it by its "
+				"deadline: cleared anyway\n",
+				(unsigned long long)x->id, k);
+			return 1;
+		}
+	return 1;
 }
 
 /* 1 when no room is begun or clearing. */
@@ -438,6 +459,11 @@ int bench_role_prefill(struct run *r, struct bench_result *res)
 			for (uint32_t k = 0; x->phase == R_RUN && k < r->np &&
 					     rc >= 0; k++)
 				prog |= (rc = bench_step_prefill(r, x, k)) > 0;
+			if (rc >= 0 && x->phase == R_RUN &&
+			    x->outcome == O_SUCCESS && ranks_ended(r, x, now)) {
+				x->phase = R_CLEAR;
+				prog = 1;
+			}
 			if (rc >= 0 && x->phase == R_CLEAR &&
 			    (rc = bench_step_clear(r, x)) > 0) {
 				bench_finish(r, x, res);

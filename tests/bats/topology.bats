@@ -149,6 +149,43 @@ bytes_of() { rows "$1" | awk '{ print $4 }' | sort -u; }
 	done
 }
 
+@test "kv-bench --role prefill|decode, TP 4 -> 2 MLA: the prefill side clears a room only once its dummy ranks ended it" {
+	# The dummy p1 stopped for the decode side's whole run: decode's
+	# Success of every room reaches the prefill side's kv-bench, which
+	# may not CLEAR any rank of a room while p1 has not ended it (a CLEAR
+	# that beat p1's transfer info left it "cleared while Bootstrapping").
+	up --prefill-tp 4 --decode-tp 2 --layers 3 --mla
+	port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	w=(--peer "tcp://127.0.0.1:$port" --insecure --rooms 6 --pages-per-room 5
+		--chunk-pages 2 --concurrency 3 --verify --seed 11)
+	p1=$(cat "$RUN/pids/p1.pid")
+	kill -STOP "$p1"
+	STOPPED=$p1
+	timeout 120 "$KVW_BIN/kv-bench" --run-dir "$RUN" --role prefill "${w[@]}" >"$RUN/p.out" 2>&1 &
+	pb=$!
+	echo "$pb" >>"$RUN/bg.pids"
+	run timeout 120 "$KVW_BIN/kv-bench" --run-dir "$RUN" --role decode "${w[@]}"
+	echo "$output"
+	[[ "$output" == *"rooms=6 success=6 failed=0 aborted=0 stuck=0 corrupt=0 "* ]]
+	# Every room's Success went to the prefill side long ago; with p1
+	# stopped not one of them is cleared at the real targets.
+	rows p0
+	[ "$(rows p0 | wc -l)" -eq 6 ]
+	refute grep -q '^Cleared' <(rows p0; rows p2)
+	kill -CONT "$p1"
+	STOPPED=
+	wait_for 60 gone "$pb"
+	wait "$pb"
+	cat "$RUN/p.out"
+	wait_for 60 all_cleared p0 p1 p2 p3 d0 d1
+	for m in p0 p1 p2 p3; do echo "$m:"; rows "$m"; done # shown on failure
+	[ "$(rows p0 | sort -u)" = "Cleared - 5/5 $((3 * 5 * 4 * 16 + 64))" ]
+	[ "$(rows p2 | sort -u)" = "Cleared - 5/5 $((3 * 5 * 4 * 16 + 64))" ]
+	[ "$(rows p1 | wc -l)" -eq 6 ]
+	[ "$(rows p1 | sort -u)" = "Cleared - 0/5 0" ]
+	[ "$(rows p3 | sort -u)" = "Cleared - 0/5 0" ]
+}
+
 @test "a decode rank with another page size: its rooms fail with reason bootstrap, the log names the mismatch" {
 	up --layers 2 --heads 2
 	start_ready rx 60 "$KVW_BIN/kv-receiver" --listen "ipc://$RUN/x.peer" \
