@@ -31,11 +31,12 @@ static char *const tiny_shape[] = {
 };
 #define NTINY (sizeof tiny_shape / sizeof tiny_shape[0])
 
-int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
+/* kvb_opts_parse's work: argv[0..n) read, what the run parses next put
+ * in out (room for n + NTINY + 1) and counted in *argc. */
+static int opts_into(int n, char **argv, char **out, int *argc,
+		     struct kvb_opts *o)
 {
-	char **argv = *argvp, **out;
-	int n = *argc, k = 1, spawn = 0, extra;
-
+	int k = 1, spawn = 0;
 	const char *noref = getenv("KVW_BENCH_NO_REFERENCE");
 
 	*o = (struct kvb_opts){ .mode = KVB_DEMO, .lat_rooms = 300,
@@ -49,10 +50,6 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 		o->mode = KVB_TCP;
 	if (n > 1 && (o->mode != KVB_DEMO || strcmp(argv[1], "demo") == 0))
 		k = 2;
-	extra = o->mode == KVB_ROOMS ? (int)NTINY : 0;
-	out = calloc((size_t)n + (size_t)extra + 1, sizeof *out);
-	if (!out)
-		return cli_fatal(PROG, KVW_EXIT_USAGE, "out of memory");
 	out[0] = argv[0];
 	*argc = 1;
 	for (int i = k; i < n; i++) {
@@ -142,6 +139,22 @@ int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
 		*argc += (int)NTINY;
 	}
 	out[*argc] = NULL;
+	return 0;
+}
+
+int kvb_opts_parse(int *argc, char ***argvp, struct kvb_opts *o)
+{
+	char **out = calloc((size_t)*argc + NTINY + 1, sizeof *out);
+	int rc;
+
+	if (!out)
+		return cli_fatal(PROG, KVW_EXIT_USAGE, "out of memory");
+	/* A refused flag frees the new vector too: no way out of kv-bench
+	 * leaves it to a leak check. */
+	if ((rc = opts_into(*argc, *argvp, out, argc, o)) != 0) {
+		free(out);
+		return rc;
+	}
 	*argvp = out;
 	return 0;
 }

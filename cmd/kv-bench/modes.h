@@ -43,8 +43,9 @@ struct kvb_opts {
 /* Takes the mode word (argv[1]) and the mode flags out of argv, in place
  * (argv keeps its NULL end). For rooms with --spawn, puts the tiny-room
  * shape flags in front of the caller's (which still win). Returns 0, or
- * KVW_EXIT_USAGE after printing `kv-bench: fatal: ...`. *argv may be
- * replaced by an array that lives until exit. */
+ * KVW_EXIT_USAGE after printing `kv-bench: fatal: ...`. On 0, *argv is
+ * a new array (the strings stay argv's) for the caller to free once the
+ * run is over; on a refusal nothing is left allocated. */
 int kvb_opts_parse(int *argc, char ***argv, struct kvb_opts *o);
 
 /* The workload defaults of a mode (demo: unchanged). */
