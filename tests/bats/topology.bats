@@ -155,7 +155,7 @@ bytes_of() { rows "$1" | awk '{ print $4 }' | sort -u; }
 	# may not CLEAR any rank of a room while p1 has not ended it (a CLEAR
 	# that beat p1's transfer info left it "cleared while Bootstrapping").
 	up --prefill-tp 4 --decode-tp 2 --layers 3 --mla
-	port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	port=$(free_port_base 1)
 	w=(--peer "tcp://127.0.0.1:$port" --insecure --rooms 6 --pages-per-room 5
 		--chunk-pages 2 --concurrency 3 --verify --seed 11)
 	p1=$(cat "$RUN/pids/p1.pid")
