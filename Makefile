@@ -26,7 +26,7 @@ CC ?= cc
 WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
 	-Wmissing-prototypes -Wcast-qual -Wsign-compare
 OPT ?= -O2 -g
-CPPFLAGS += -Ilib -D_GNU_SOURCE
+CPPFLAGS += -Ilib -Icmd -D_GNU_SOURCE
 # Hidden by default: libkvwire.so exports only what lib/api.h marks KVW_API.
 CFLAGS += -std=c17 $(OPT) $(WARN) -fPIC -pthread -fvisibility=hidden
 LDLIBS += -lzmq -lsodium -lcrypto -lxxhash -lbsd -ldl -lrt -lm -pthread
@@ -38,17 +38,17 @@ endif
 # The library by layer (docs/ARCHITECTURE.md): base, then wire, table, plan
 # and mem (which never include each other), then xport (over mem), then
 # roles, then the engine API on top. A layer's sources may sit one folder
-# deeper (lib/xport/tcp/, lib/roles/sender/). lib/cli/ is what the programs
-# share (flags, the run directory's endpoints file): linked into programs,
-# not into libkvwire.
+# deeper (lib/xport/tcp/, lib/roles/sender/). cmd/common/ is what the
+# programs share (flags, readiness for systemd): linked into programs, not
+# into libkvwire; every other folder of cmd/ is one program.
 LAYERS := base wire table plan mem xport roles
 LIB_SRC := $(sort $(wildcard lib/*.c $(LAYERS:%=lib/%/*.c) $(LAYERS:%=lib/%/*/*.c)))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
-CLI_SRC := $(sort $(wildcard lib/cli/*.c))
+CLI_SRC := $(sort $(wildcard cmd/common/*.c))
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
 # kv-bench's code without its main(), for its unit test.
 BENCH_LIB_OBJ := $(patsubst %.c,$(B)/%.o,$(filter-out cmd/kv-bench/main.c,$(wildcard cmd/kv-bench/*.c)))
-CMDS := $(notdir $(wildcard cmd/*))
+CMDS := $(filter-out common,$(notdir $(wildcard cmd/*)))
 PROGS := $(CMDS:%=$(BINDIR)/%)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNITS := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -99,7 +99,7 @@ $(BINDIR)/kv-sender $(BINDIR)/kv-receiver $(BINDIR)/kv-bootstrap $(BINDIR)/kv-he
 
 # Unit tests may include a program's own headers ("kv-bench/bench.h").
 # Every test under its own bound (tests/unit/unit_bound.h).
-$(B)/tests/unit/%.o: CPPFLAGS += -Icmd -include tests/unit/unit_bound.h
+$(B)/tests/unit/%.o: CPPFLAGS += -include tests/unit/unit_bound.h
 $(B)/tests/test_bench: $(BENCH_LIB_OBJ)
 $(B)/tests/%: $(B)/tests/unit/%.o $(KVWCLI) $(LIBDIR)/libkvwire.a
 	@mkdir -p $(@D)
@@ -200,12 +200,12 @@ seeds: $(SEEDGEN)
 	$(SEEDGEN) tests/fuzz/corpus
 
 # libFuzzer targets: clang, every lib source compiled into each target.
-FUZZ_CFLAGS := -std=c17 -g -O1 -Ilib -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
+FUZZ_CFLAGS := -std=c17 -g -O1 -Ilib -Icmd -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
 fuzz: $(FUZZERS)
-# (not lib/cli/notify.c: it needs libsystemd, and no fuzz target calls it)
+# (not cmd/common/notify.c: it needs libsystemd, and no fuzz target calls it)
 build/fuzz/%: tests/fuzz/%.c $(LIB_SRC) $(CLI_SRC) $(wildcard lib/*.h lib/*/*.h lib/*/*/*.h) | $(DEPS_OK)
 	@mkdir -p $(@D)
-	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(filter-out lib/cli/notify.c,$(CLI_SRC)) $(LDLIBS)
+	clang $(FUZZ_CFLAGS) -o $@ $< $(LIB_SRC) $(filter-out cmd/common/notify.c,$(CLI_SRC)) $(LDLIBS)
 
 # Manual pages from each program's --help (mk/help2mdoc.sh: one source,
 # they cannot drift), into build/man/man1.

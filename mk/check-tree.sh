@@ -4,7 +4,7 @@
 #  1. Layers (docs/ARCHITECTURE.md): lib/base includes only base; wire,
 #     table, plan and mem include base and themselves, never each other;
 #     xport includes base, mem and itself; roles include any layer below;
-#     lib/api.c anything in lib/ but cli/; lib/cli anything in lib/. A
+#     lib/api.c anything in lib/. A
 #     layer's subfolders (lib/xport/tcp/) are part of it. Nothing in lib/
 #     includes a program's header.
 #  2. No role names a transport (issue 31): no file under lib/roles holds
@@ -47,7 +47,6 @@ lib_rules=$(find lib -name '*.[ch]' | sort | tr '\n' '\0' |
 		}
 		if (f ~ /^lib\/xport\//) return "base mem xport"
 		if (f ~ /^lib\/roles\//) return "base wire table plan mem xport roles"
-		if (f ~ /^lib\/cli\//) return "base wire table plan mem xport roles cli"
 		return "base wire table plan mem xport roles"
 	}
 	function bad(rule, msg) { out[rule] = out[rule] "tree: " msg "\n"; failed++ }

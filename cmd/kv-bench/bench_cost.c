@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "cli/runinfo.h"
+#include "plan/runinfo.h"
 #include "table/rtab.h"
 
 #define MAX_TABLES RUNINFO_MAX_MEMBERS

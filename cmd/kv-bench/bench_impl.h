@@ -12,7 +12,7 @@
 
 #include "bench.h"
 #include "api.h"
-#include "cli/runinfo.h"
+#include "plan/runinfo.h"
 
 #define MAX_RANKS 64u
 #define MAX_BUFS 4096u

@@ -7,7 +7,7 @@
 #include "bench_copy.h"
 #include "modes.h"
 #include "base/proc.h"
-#include "cli/cli.h"
+#include "common/cli.h"
 #include "xport/xport.h"
 
 static void copy_usage(FILE *f)

@@ -13,7 +13,7 @@
 #include <stdio.h>
 
 #include "bench.h"
-#include "cli/cli.h"
+#include "common/cli.h"
 
 #define KVB_MAX_ARGS 128
 

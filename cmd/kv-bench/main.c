@@ -20,8 +20,8 @@
 #include "spawn.h"
 #include "base/kvw.h"
 #include "base/proc.h"
-#include "cli/cli.h"
-#include "cli/runinfo.h"
+#include "common/cli.h"
+#include "plan/runinfo.h"
 #include "plan/shape.h"
 
 #define PROG "kv-bench"

@@ -16,8 +16,8 @@
 #include "bench_rooms.h"
 #include "plot.h"
 #include "base/kvw.h"
-#include "cli/cli.h"
-#include "cli/runinfo.h"
+#include "common/cli.h"
+#include "plan/runinfo.h"
 
 #define PROG "kv-bench"
 #define GIB (1024.0 * 1024.0 * 1024.0)

@@ -16,7 +16,7 @@
 #include "modes.h"
 #include "base/kvw.h"
 #include "base/proc.h"
-#include "cli/cli.h"
+#include "common/cli.h"
 
 static void tcp_usage(FILE *f)
 {

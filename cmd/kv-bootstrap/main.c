@@ -11,8 +11,8 @@
 #include "base/kvw.h"
 #include "base/log.h"
 #include "base/proc.h"
-#include "cli/cli.h"
-#include "cli/notify.h"
+#include "common/cli.h"
+#include "common/notify.h"
 #include "roles/bootstrap/boot_serve.h"
 #include "wire/wire.h"
 

@@ -12,7 +12,7 @@
 #include "base/kvw.h"
 #include "base/log.h"
 #include "base/proc.h"
-#include "cli/cli.h"
+#include "common/cli.h"
 #include "plan/shape.h"
 #include "roles/bootstrap/bootc.h"
 

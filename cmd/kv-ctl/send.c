@@ -10,7 +10,7 @@
 
 #include "ctl.h"
 #include "base/proc.h"
-#include "cli/cli.h"
+#include "common/cli.h"
 #include "roles/bootstrap/bootc.h"
 
 /* Parses "1,2,3" ("" = none) into a calloc'd array (caller frees, also

@@ -8,8 +8,8 @@
 #include "base/kvw.h"
 #include "base/log.h"
 #include "base/proc.h"
-#include "cli/cli.h"
-#include "cli/notify.h"
+#include "common/cli.h"
+#include "common/notify.h"
 #include "roles/heartbeat/hbeat.h"
 
 #define PROG "kv-heartbeat"

@@ -9,7 +9,7 @@
 
 #include "base/keys.h"
 #include "base/kvw.h"
-#include "cli/cli.h"
+#include "common/cli.h"
 
 static void usage(FILE *f)
 {

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "base/kvw.h"
-#include "cli/cli.h"
+#include "common/cli.h"
 #include "xport/xport.h"
 
 static void usage(FILE *f)

@@ -21,8 +21,8 @@
 #include "tables.h"
 #include "watch.h"
 #include "base/kvw.h"
-#include "cli/cli.h"
-#include "cli/runinfo.h"
+#include "common/cli.h"
+#include "plan/runinfo.h"
 #include "table/rtab.h"
 
 #define PROG "kv-stat"

@@ -8,7 +8,7 @@
 #define KVSTAT_TABLES_H
 
 #include "render.h"
-#include "cli/runinfo.h"
+#include "plan/runinfo.h"
 
 #define TABLES_MAX RUNINFO_MAX_MEMBERS
 

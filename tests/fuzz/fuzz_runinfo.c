@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/runinfo.h"
+#include "plan/runinfo.h"
 #include "plan/shape.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

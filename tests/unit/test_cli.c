@@ -20,7 +20,7 @@
 
 #include "base/kvw.h"
 #include "base/log.h"
-#include "cli/cli.h"
+#include "common/cli.h"
 #include "plan/shape.h"
 
 enum { O_LISTEN = 256, O_FLAG };

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "base/kvw.h"
-#include "cli/cli.h"
+#include "common/cli.h"
 #include "xport/rdma/rdma_lib.h"
 #include "xport/rdma/xport_rdma.h"
 #include "xport/xport.h"

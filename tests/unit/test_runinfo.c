@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/runinfo.h"
+#include "plan/runinfo.h"
 #include "plan/shape.h"
 
 static char err[512];

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "../fuzz/fuzz_input.h"
-#include "cli/runinfo.h"
+#include "plan/runinfo.h"
 #include "roles/bootstrap/boot.h"
 #include "table/rtab.h"
 #include "wire/chan.h"

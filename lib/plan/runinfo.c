@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "plan/shape.h"
+#include "shape.h"
 
 struct runinfo {
 	struct runinfo_member *m;

@@ -3,9 +3,8 @@
  * options (--help, --ready-fd, --log-level, --name and the shape flags)
  * merged into the program's own getopt_long table and applied here, strict
  * number parsers, the one fatal-message form `prog: fatal: ...`, and the
- * map from KVW_E* codes to the documented exit codes. It is the only lib/
- * module that writes to stderr, and only for the programs' main(), which
- * own stderr; nothing else in lib/ may call it.
+ * map from KVW_E* codes to the documented exit codes. It writes to stderr,
+ * which only the programs' main() own; the library never calls it.
  *
  * --check (CLI_CHECK), on the group's members: parse and validate every
  * flag and the configuration exactly as a start would, make nothing, and
@@ -13,10 +12,12 @@
  * fatal line, or 77 when the transport is not available here. kv-up runs
  * it on every member before it starts any.
  *
- * lib/cli/ is what the programs share (this module and runinfo, the run
- * directory's endpoints file). It is built into build/<variant>/libkvwcli.a
- * and linked into the programs only, never into libkvwire; it may include
- * any layer.
+ * cmd/common/ is what the programs share (this module and notify, readiness
+ * for systemd). It is not part of the library (issue 31): it lives beside
+ * the programs, is built into build/<variant>/libkvwcli.a, linked into the
+ * programs only, and may include any layer of lib/. The run directory's
+ * endpoints file is the library's (lib/plan/runinfo.h): engines read it
+ * too.
  */
 #ifndef KVW_CLI_H
 #define KVW_CLI_H
