@@ -259,13 +259,6 @@ is_num() { [[ $1 =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)$ ]]; }
 # num_ge V MIN: V >= MIN, both decimal numbers.
 num_ge() { awk -v x="$1" -v m="$2" 'BEGIN { exit !(x + 0 >= m + 0) }'; }
 
-# heads_split H TP: the rule of plan_heads_compute (lib/plan/plan_params.c):
-# H kv heads split evenly over TP ranks, or (H < TP) each head is
-# replicated over a whole number of ranks.
-heads_split() { if [ "$1" -ge "$2" ]; then [ $(($1 % $2)) -eq 0 ]; else [ $(($2 % $1)) -eq 0 ]; fi; }
-
-# ipc_fits PATH: an ipc:// path fits sun_path (108 bytes with its NUL).
-ipc_fits() { local LC_ALL=C; [ ${#1} -le 107 ]; }
 
 # check_member NAME: runs member NAME once with --check and the flags it
 # will start with. On failure sets fail_rc (its exit code) and fail_line

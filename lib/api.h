@@ -179,4 +179,68 @@ KVW_API uint64_t kvw_control_epoch(const struct kvw_engine *e);
  * stat(2) and one kill(pid, 0). */
 KVW_API int kvw_control_check(const struct kvw_engine *e);
 
+/* The group of a run directory and its members' KV pool layout, as kv-up
+ * planned them (lib/plan/group.h) and recorded them in DIR/endpoints: an
+ * engine's bindings (python/kvwire) read them here and compute no naming
+ * or layout rule of their own (issue 31). Neither call opens a socket. */
+
+/* Members' roles in struct kvw_member. */
+#define KVW_MEMBER_BOOTSTRAP 0u
+#define KVW_MEMBER_PREFILL 1u
+#define KVW_MEMBER_DECODE 2u
+#define KVW_MEMBER_HEARTBEAT 3u
+
+/* One member of a group: strings NUL-terminated, "" where the role has
+ * none (a heartbeat has only its table). */
+struct kvw_member {
+	char name[64];
+	uint32_t role;         /* KVW_MEMBER_* */
+	struct kvw_topo topo;  /* 1,1,1,1 for bootstrap and heartbeat */
+	struct kvw_coord rank;
+	char listen[256];      /* control endpoint (bootstrap: its own) */
+	char engine[256];      /* engine socket, ipc:// */
+	char table[256];       /* room table */
+	char pool[256];        /* KV pool file */
+};
+
+/* The model shape a group was started with (kv-up's shape flags). */
+struct kvw_shape {
+	uint32_t layers, draft_layers, page_tokens, kv_heads, head_dim;
+	uint32_t dtype_bytes, pages, aux_slots, aux_bytes;
+	uint32_t mla; /* 1: one latent KV buffer per layer */
+};
+
+/* Reads DIR/endpoints (run_dir may also name the file): members in start
+ * order into out[0..*n) and, when shape is not NULL, the group's shape
+ * (the defaults where the file has no shape line). Returns 0; KVW_ENOMEM
+ * when cap is too small (*n = members); KVW_ENOENT, KVW_EINVAL (a line the
+ * format refuses) or KVW_ESYS with err saying which file and line. */
+KVW_API int kvw_group_read(const char *run_dir, struct kvw_member *out,
+			   uint32_t cap, uint32_t *n, struct kvw_shape *shape,
+			   char *err, size_t errlen);
+
+/* What kvw_pool_layout says of one rank besides its buffers. */
+struct kvw_rank_layout {
+	uint32_t first_layer;   /* its PP stage holds layers first_layer.. */
+	uint32_t layers;        /* .. first_layer + layers - 1 */
+	uint32_t rank_kv_heads; /* KV heads it holds (1 with MLA) */
+	uint32_t nbufs;         /* buffers written (or needed) */
+	uint64_t pool_bytes;    /* the pool size they need */
+};
+
+/* The KV pool layout of the rank at `rank` of `topo` (tp and pp are used)
+ * for a group of `shape`: K buffers of its layers, then V (MHA; MLA: one
+ * KV buffer per layer), then draft layers' (decode only, when `decode` is
+ * non-zero), then the AUX buffer, back to back from offset 0 (the layout
+ * kv-sender and kv-receiver create their pools with). Returns 0 with
+ * bufs[0..out->nbufs) and *out; KVW_ENOMEM when cap is too small
+ * (out->nbufs = needed); KVW_EINVAL with err (kv heads that do not split
+ * over topo->tp, a rank outside topo, sizes that overflow). */
+KVW_API int kvw_pool_layout(const struct kvw_shape *shape,
+			    const struct kvw_topo *topo,
+			    const struct kvw_coord *rank, int decode,
+			    struct kvw_buf *bufs, uint32_t cap,
+			    struct kvw_rank_layout *out, char *err,
+			    size_t errlen);
+
 #endif

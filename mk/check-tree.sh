@@ -24,6 +24,14 @@
 #     outside lib/mem includes mem/cuda_rt.h or a <cuda...> header, and no
 #     header of lib/mem includes cuda_rt.h (so none hands it on): the
 #     transports copy GPU memory through gpool_map.h and gpu_queue.h.
+#  6. The group plan and the pool layout have one owner, lib/plan (issue
+#     31: group.c, shape.c, layout.c, runinfo.c): no script of bin/ and
+#     no module of python/kvwire restates them. A line there that is not
+#     a comment may not do the layout's arithmetic (`heads % tp`,
+#     `layers // pp`, `divmod(`), name the draft layers' id base
+#     (1000000), build a member's /dev/shm file name (`kvwire.$...`,
+#     `kvwire.%s`) or a control port (`port_base +`): kv-up asks kv-plan,
+#     Python asks the library (kvw_group_read, kvw_pool_layout).
 # Usage: mk/check-tree.sh [ROOT] (default: the repository this is in).
 set -u
 root=${1:-$(dirname "$0")/..}
@@ -170,6 +178,19 @@ if [ -f "$arch" ]; then
 		done
 	done
 fi
+
+# Rule 6: layout and plan rules only in lib/plan.
+plan_pat='(%|//) *\(?(tp|heads|kv_heads|layers|pp)\b|\b(tp|heads|kv_heads|layers|pp)[])}]* *(%|//) *(\(|[A-Za-z_]{2,}|[0-9])|divmod\(|1000000|kvwire\.(\$|%s|\{)|port_base *\+'
+for f in $({ git ls-files bin python/kvwire 2>/dev/null ||
+	find bin python/kvwire -type f; } | grep -E '^(bin/[^/]+|python/kvwire/.*\.py)$'); do
+	[ -f "$f" ] && grep -Iq . "$f" || continue # scripts, not built programs
+	hits=$(grep -nE "$plan_pat" "$f" | grep -vE '^[0-9]+:[[:space:]]*#' | cut -d: -f1 | tr '\n' ' ')
+	if [ -n "$hits" ]; then
+		bad "$f restates a plan or layout rule (line ${hits% }): lib/plan owns them; ask kv-plan (scripts) or kvw_group_read and kvw_pool_layout (lib/api.h)"
+	else
+		passed=$((passed + 1))
+	fi
+done
 
 echo "tree: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -18,6 +18,7 @@ kv-bootstrap) nd="rendezvous server of a kvwire prefill instance" ;;
 kv-ctl) nd="send one kvwire control message and print the reply" ;;
 kv-demo) nd="run a kvwire group and a verified demo workload" ;;
 kv-heartbeat) nd="ping the peers of a kvwire room table" ;;
+kv-plan) nd="print the members of a kvwire group as its endpoints file" ;;
 kv-probe) nd="probe which kvwire transports are available" ;;
 kv-receiver) nd="decode-side kvwire control process" ;;
 kv-sender) nd="prefill-side kvwire control process" ;;
@@ -33,7 +34,7 @@ esc() { sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/"; }
 # Every other program, the last without a comma.
 see_also() {
 	others=""
-	for p in kv-bench kv-bootstrap kv-ctl kv-demo kv-heartbeat kv-probe \
+	for p in kv-bench kv-bootstrap kv-ctl kv-demo kv-heartbeat kv-plan kv-probe \
 		kv-receiver kv-sender kv-stat kv-up; do
 		[ "$p" = "$name" ] || others="$others $p"
 	done

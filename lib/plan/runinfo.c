@@ -465,3 +465,55 @@ int runinfo_check_topo(const struct runinfo *ri, unsigned role, uint32_t tp,
 	}
 	return 0;
 }
+
+/* A value written into a line must read back as one token. */
+static int token_ok(const char *v)
+{
+	if (v[0] == '\0' || strlen(v) > KVW_MAX_STR)
+		return 0;
+	for (; *v; v++)
+		if (is_space(*v) || *v == '\n' || *v == '#')
+			return 0;
+	return 1;
+}
+
+int runinfo_format(const struct runinfo_member *m, char *buf, size_t len)
+{
+	int n;
+
+	if (!token_ok(m->name) || strchr(m->name, '=') ||
+	    strlen(m->name) > RUNINFO_NAME_MAX)
+		return KVW_EINVAL;
+	switch (m->role) {
+	case RUNINFO_BOOTSTRAP:
+		if (strcmp(m->name, "bootstrap") != 0 || !token_ok(m->listen))
+			return KVW_EINVAL;
+		n = snprintf(buf, len, "member=bootstrap listen=%s", m->listen);
+		break;
+	case RUNINFO_PREFILL:
+	case RUNINFO_DECODE:
+		if (!token_ok(m->listen) || !token_ok(m->engine) ||
+		    !token_ok(m->table) || !token_ok(m->pool) ||
+		    m->topo.cp != 1 || m->topo.dp != 1 || !m->topo.tp ||
+		    !m->topo.pp || m->rank.tp >= m->topo.tp ||
+		    m->rank.pp >= m->topo.pp || m->rank.cp || m->rank.dp)
+			return KVW_EINVAL;
+		n = snprintf(buf, len, "member=%s role=%s rank=%u,%u "
+			     "topo=%u,%u listen=%s engine=%s table=%s pool=%s",
+			     m->name, runinfo_role_str(m->role), m->rank.tp,
+			     m->rank.pp, m->topo.tp, m->topo.pp, m->listen,
+			     m->engine, m->table, m->pool);
+		break;
+	case RUNINFO_HEARTBEAT:
+		if (!token_ok(m->table))
+			return KVW_EINVAL;
+		n = snprintf(buf, len, "member=%s role=heartbeat table=%s",
+			     m->name, m->table);
+		break;
+	default:
+		return KVW_EINVAL;
+	}
+	if (n < 0 || (size_t)n >= len)
+		return KVW_ERANGE;
+	return n;
+}

@@ -1,6 +1,7 @@
 /*
  * runinfo.h - the run directory's `endpoints` file, which bin/kv-up writes
- * so tools (kv-stat, kv-bench) can find every member of a running group:
+ * (from kv-plan: lib/plan/group.h) so tools (kv-stat, kv-bench) and engines
+ * (kvw_group_read, python/kvwire) can find every member of a running group:
  * one line per member of whitespace-separated key=value pairs, e.g.
  *   member=bootstrap listen=ipc://DIR/boot.sock
  *   member=p0 role=prefill rank=0,0 topo=1,1 listen=... engine=... table=...
@@ -105,6 +106,17 @@ int runinfo_shape_apply(const char *flags, struct shape *s, char *err,
  * named in err. */
 int runinfo_check_topo(const struct runinfo *ri, unsigned role, uint32_t tp,
 		       uint32_t pp, char *err, size_t errlen);
+
+/* Writes member *m as its line of the endpoints file (no newline), the
+ * keys its role needs in the order above: "member=bootstrap listen=EP";
+ * "member=N role=prefill|decode rank=tp,pp topo=tp,pp listen= engine=
+ * table= pool=" (cp and dp are not written: kv-up's groups have 1 of
+ * each); "member=N role=heartbeat table=". The one writer of the format
+ * runinfo_parse reads (lib/plan/group.c plans the members). Returns the
+ * length (NUL excluded), KVW_ERANGE when buf[len] is too small, or
+ * KVW_EINVAL for a member runinfo_parse would refuse or that has cp or dp
+ * > 1. */
+int runinfo_format(const struct runinfo_member *m, char *buf, size_t len);
 
 /* Name of a role ("prefill", ...). */
 const char *runinfo_role_str(unsigned role);

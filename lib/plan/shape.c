@@ -80,6 +80,28 @@ int shape_option(struct shape *s, const char *name, const char *value,
 	return 0;
 }
 
+int shape_flags(const struct shape *s, char *buf, size_t len)
+{
+	size_t at = 0;
+	int n;
+
+	for (size_t i = 0; i <= NOPTS; i++) {
+		if (i == NOPTS)
+			n = s->mla ? snprintf(buf + at, len - at, "%s--mla",
+					      at ? " " : "")
+				   : 0;
+		else
+			n = snprintf(buf + at, len - at, "%s--%s %u",
+				     at ? " " : "", opts[i].name,
+				     *(const uint32_t *)((const char *)s +
+							 opts[i].off));
+		if (n < 0 || (size_t)n >= len - at)
+			return KVW_ERANGE;
+		at += (size_t)n;
+	}
+	return (int)at;
+}
+
 const char *shape_usage(void)
 {
 	return "model shape: --layers N --draft-layers N --page-tokens N "

@@ -43,6 +43,13 @@ int shape_option(struct shape *s, const char *name, const char *value,
  * tables that must not repeat the list. */
 const char *shape_option_name(unsigned i, int *takes_value);
 
+/* Writes *s as shape flags, every option in shape_option's order with its
+ * value ("--layers 32 --draft-layers 0 ... --aux-bytes 64", then "--mla"
+ * when set): what runinfo_shape_apply and shape_option read back to the
+ * same shape. Returns the length written (NUL excluded) or KVW_ERANGE when
+ * buf[len] is too small. */
+int shape_flags(const struct shape *s, char *buf, size_t len);
+
 /* One line of --help text listing the shape options. */
 const char *shape_usage(void);
 

@@ -1,59 +1,90 @@
 """layout.py - a group's run directory and the KV layout of each member,
-computed in Python by the rules of lib/plan/shape.c (shape_layout) and
-lib/plan/layout.c (layout_make), from the shape flags kv-up recorded in
-DIR/endpoints. One pool holds, back to back: the K buffer of each of the
-member's layers, their V buffers, the draft K and V buffers (decode only),
-then the AUX buffer (aux_slots x aux_bytes). A K or V buffer is pages x
-page_tokens x rank_kv_heads x head_dim elements of dtype_bytes each.
+both from libkvwire (kvw_group_read and kvw_pool_layout, lib/api.h): the
+members kv-up planned (lib/plan/group.h) as DIR/endpoints records them, and
+each rank's pool as lib/plan/shape.c lays it out. No rule is restated here
+(issue 31): a pool holds, back to back, the K buffer of each of the
+member's layers, their V buffers (MLA: one KV buffer per layer), the draft
+buffers (decode only), then the AUX buffer; the library says where.
 """
+import ctypes
 import dataclasses
-import shlex
 
-DRAFT_BASE = 1000000  # LAYOUT_DRAFT_BASE: draft layer i has id base + i
-ROLE_K, ROLE_V, ROLE_KV, ROLE_AUX = 0, 1, 2, 3
+from . import _lib
+
+ROLE_K, ROLE_V, ROLE_KV, ROLE_AUX = 0, 1, 2, 3  # enum kvw_role
+_ROLES = {0: "bootstrap", 1: "prefill", 2: "decode", 3: "heartbeat"}
+_MAX_MEMBERS = 256  # RUNINFO_MAX_MEMBERS
+
+
+class _Quad(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_uint32) for f in ("tp", "pp", "cp", "dp")]
+
+
+class _Member(ctypes.Structure):
+    """struct kvw_member."""
+    _fields_ = [("name", ctypes.c_char * 64), ("role", ctypes.c_uint32),
+                ("topo", _Quad), ("rank", _Quad),
+                ("listen", ctypes.c_char * 256),
+                ("engine", ctypes.c_char * 256),
+                ("table", ctypes.c_char * 256),
+                ("pool", ctypes.c_char * 256)]
+
+
+_SHAPE_FIELDS = ("layers", "draft_layers", "page_tokens", "kv_heads",
+                 "head_dim", "dtype_bytes", "pages", "aux_slots",
+                 "aux_bytes", "mla")
+
+
+class _Shape(ctypes.Structure):
+    """struct kvw_shape."""
+    _fields_ = [(f, ctypes.c_uint32) for f in _SHAPE_FIELDS]
+
+
+class _Buf(ctypes.Structure):
+    """struct kvw_buf."""
+    _fields_ = [("layer_id", ctypes.c_uint32), ("role", ctypes.c_uint8),
+                ("pool", ctypes.c_uint8), ("offset", ctypes.c_uint64),
+                ("item_len", ctypes.c_uint32), ("pages", ctypes.c_uint32)]
+
+
+class _RankLayout(ctypes.Structure):
+    """struct kvw_rank_layout."""
+    _fields_ = [("first_layer", ctypes.c_uint32),
+                ("layers", ctypes.c_uint32),
+                ("rank_kv_heads", ctypes.c_uint32),
+                ("nbufs", ctypes.c_uint32),
+                ("pool_bytes", ctypes.c_uint64)]
+
+
+_P = ctypes.POINTER
+_lib.lib.kvw_group_read.restype = ctypes.c_int
+_lib.lib.kvw_group_read.argtypes = [
+    ctypes.c_char_p, _P(_Member), ctypes.c_uint32, _P(ctypes.c_uint32),
+    _P(_Shape), ctypes.c_char_p, ctypes.c_size_t]
+_lib.lib.kvw_pool_layout.restype = ctypes.c_int
+_lib.lib.kvw_pool_layout.argtypes = [
+    _P(_Shape), _P(_Quad), _P(_Quad), ctypes.c_int, _P(_Buf),
+    ctypes.c_uint32, _P(_RankLayout), ctypes.c_char_p, ctypes.c_size_t]
 
 
 @dataclasses.dataclass
 class Shape:
-    """struct shape with shape_default's values."""
-    layers: int = 32
-    draft_layers: int = 0
-    page_tokens: int = 16
-    kv_heads: int = 8
-    head_dim: int = 128
-    dtype_bytes: int = 2
-    pages: int = 512
-    aux_slots: int = 256
-    aux_bytes: int = 64
-    mla: bool = False
-
-    @classmethod
-    def from_flags(cls, text):
-        """Parses the `shape=` line's flags ("--layers 4 --mla ...")."""
-        s, words = cls(), shlex.split(text or "")
-        i = 0
-        while i < len(words):
-            w = words[i]
-            if not w.startswith("--"):
-                raise ValueError("shape flags: unexpected %r" % w)
-            name = w[2:].replace("-", "_")
-            if name == "mla":
-                s.mla = True
-                i += 1
-                continue
-            if name == "heads":
-                name = "kv_heads"
-            if name not in {f.name for f in dataclasses.fields(cls)} or \
-                    i + 1 >= len(words):
-                raise ValueError("shape flags: bad option %r" % w)
-            setattr(s, name, int(words[i + 1]))
-            i += 2
-        return s
+    """struct kvw_shape: the model shape a group was started with."""
+    layers: int
+    draft_layers: int
+    page_tokens: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    pages: int
+    aux_slots: int
+    aux_bytes: int
+    mla: bool
 
 
 @dataclasses.dataclass
 class Member:
-    """One line of DIR/endpoints (lib/cli/runinfo.h)."""
+    """struct kvw_member: one line of DIR/endpoints."""
     name: str
     role: str
     topo: tuple = (1, 1, 1, 1)   # tp, pp, cp, dp
@@ -62,34 +93,6 @@ class Member:
     engine: str = ""
     table: str = ""
     pool: str = ""
-
-
-def _quad(text, fill):
-    v = [int(x) for x in text.split(",")]
-    return tuple(v + [fill] * (4 - len(v)))
-
-
-def read_run_dir(run_dir):
-    """Returns (members by name, Shape) of DIR/endpoints."""
-    members, shape = {}, Shape()
-    with open("%s/endpoints" % run_dir) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("shape="):
-                shape = Shape.from_flags(line[len("shape="):])
-                continue
-            kv = dict(t.split("=", 1) for t in line.split())
-            name = kv["member"]
-            role = kv.get("role", "bootstrap" if name == "bootstrap" else "")
-            members[name] = Member(
-                name=name, role=role,
-                topo=_quad(kv["topo"], 1) if "topo" in kv else (1, 1, 1, 1),
-                rank=_quad(kv["rank"], 0) if "rank" in kv else (0, 0, 0, 0),
-                listen=kv.get("listen", ""), engine=kv.get("engine", ""),
-                table=kv.get("table", ""), pool=kv.get("pool", ""))
-    return members, shape
 
 
 @dataclasses.dataclass
@@ -102,44 +105,70 @@ class Buffer:
     pages: int
 
 
-def rank_kv_heads(shape, tp):
-    """shape_model: heads split over TP, one replicated head per rank when
-    there are fewer heads than ranks (MLA: one latent "head")."""
-    if shape.mla:
-        return 1
-    return shape.kv_heads // tp if shape.kv_heads >= tp else 1
+def _quad(q):
+    return (q.tp, q.pp, q.cp, q.dp)
 
 
-def layer_range(shape, pp, pp_rank):
-    """shape_layers: (first, count) of stage pp_rank of pp, an even split
-    with the first (layers % pp) stages one layer more."""
-    base, rem = divmod(shape.layers, pp)
-    r = min(pp_rank, pp - 1)
-    return r * base + min(r, rem), base + (r < rem)
+def read_run_dir(run_dir):
+    """Returns (members by name, Shape) of DIR/endpoints."""
+    out = (_Member * _MAX_MEMBERS)()
+    n, shape = ctypes.c_uint32(), _Shape()
+    err = ctypes.create_string_buffer(512)
+    rc = _lib.lib.kvw_group_read(str(run_dir).encode(), out, _MAX_MEMBERS,
+                                 ctypes.byref(n), ctypes.byref(shape), err,
+                                 len(err))
+    if rc == _lib.ENOENT:
+        raise FileNotFoundError(err.value.decode(errors="replace"))
+    if rc < 0:
+        raise ValueError(err.value.decode(errors="replace"))
+    members = {}
+    for m in out[:n.value]:
+        members[m.name.decode()] = Member(
+            name=m.name.decode(), role=_ROLES.get(m.role, "?"),
+            topo=_quad(m.topo), rank=_quad(m.rank),
+            listen=m.listen.decode(), engine=m.engine.decode(),
+            table=m.table.decode(), pool=m.pool.decode())
+    fields = {f: getattr(shape, f) for f in _SHAPE_FIELDS}
+    fields["mla"] = bool(fields["mla"])
+    return members, Shape(**fields)
+
+
+def _rank_layout(shape, topo, rank, decode):
+    """kvw_pool_layout: (buffers, struct kvw_rank_layout)."""
+    cs = _Shape(**{f: int(getattr(shape, f)) for f in _SHAPE_FIELDS})
+    t = _Quad(*(list(topo) + [1, 1, 1, 1])[:4])
+    r = _Quad(*(list(rank) + [0, 0, 0, 0])[:4])
+    info, err = _RankLayout(), ctypes.create_string_buffer(512)
+    cap = 0
+    while True:
+        bufs = (_Buf * max(cap, 1))()
+        rc = _lib.lib.kvw_pool_layout(ctypes.byref(cs), ctypes.byref(t),
+                                      ctypes.byref(r), int(bool(decode)),
+                                      bufs, cap, ctypes.byref(info), err,
+                                      len(err))
+        if rc == _lib.ENOMEM and info.nbufs > cap:
+            cap = info.nbufs
+            continue
+        if rc < 0:
+            raise ValueError(err.value.decode(errors="replace"))
+        return [Buffer(b.layer_id, b.role, b.offset, b.item_len, b.pages)
+                for b in bufs[:info.nbufs]], info
 
 
 def make_layout(shape, topo, rank, decode):
-    """shape_layout + layout_make: (buffers, pool bytes) of the member with
-    topology `topo` and coordinates `rank` (decode: with draft layers)."""
-    tp, pp = topo[0] or 1, topo[1] or 1
-    if not shape.mla and (shape.kv_heads % tp if shape.kv_heads >= tp
-                          else tp % shape.kv_heads):
-        raise ValueError("%d kv heads do not split over tp %d"
-                         % (shape.kv_heads, tp))
-    item = shape.page_tokens * rank_kv_heads(shape, tp) * \
-        shape.head_dim * shape.dtype_bytes
-    first, count = layer_range(shape, pp, rank[1])
-    draft = shape.draft_layers if decode else 0
-    roles = [ROLE_KV] if shape.mla else [ROLE_K, ROLE_V]
-    bufs, off = [], 0
-    for ids in (range(first, first + count),
-                range(DRAFT_BASE, DRAFT_BASE + draft)):
-        for role in roles:
-            for layer in ids:
-                bufs.append(Buffer(layer, role, off, item, shape.pages))
-                off += item * shape.pages
-    if shape.aux_slots:
-        bufs.append(Buffer(0, ROLE_AUX, off, shape.aux_bytes,
-                           shape.aux_slots))
-        off += shape.aux_bytes * shape.aux_slots
-    return bufs, off
+    """(buffers, pool bytes) of the member with topology `topo` and
+    coordinates `rank` (decode: with draft layers)."""
+    bufs, info = _rank_layout(shape, topo, rank, decode)
+    return bufs, info.pool_bytes
+
+
+def layer_range(shape, pp, pp_rank):
+    """(first, count): the layers PP stage pp_rank of pp holds."""
+    _, info = _rank_layout(shape, (1, pp), (0, pp_rank), False)
+    return info.first_layer, info.layers
+
+
+def rank_kv_heads(shape, tp):
+    """The KV heads each rank of TP size tp holds (1 with MLA)."""
+    _, info = _rank_layout(shape, (tp, 1), (0, 0), False)
+    return info.rank_kv_heads

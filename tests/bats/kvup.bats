@@ -397,7 +397,10 @@ refused() {
 }
 
 @test "a member's own refusal (--check) exits with its code and fatal line, not 111" {
-	refused 100 "kv-sender: fatal: " --pages 64 --aux-slots 0 --layers 2
+	# A page too large for 32 bits: the plan has nothing against it, the
+	# members' layout (kv-sender --check, the first to check) has.
+	refused 100 "kv-sender: fatal: page of 4096 tokens" --pages 1 --layers 2 \
+		--page-tokens 4096 --head-dim 65536 --dtype-bytes 8
 }
 
 # fake_bin MEMBER: $RUN/bin holds the real programs, but MEMBER, once
@@ -530,4 +533,30 @@ SH
 	done
 	run "$KVW_BIN/kv-stat" --run-dir "$RUN"
 	echo "$output" | grep -q "^table p0 .* fds=[0-9]*/$hard$"
+}
+
+@test "kv-up starts exactly the members of kv-plan's plan and writes that plan as DIR/endpoints; kv-plan refuses what kv-up would, with its reason" {
+	# Issue 31: the group plan has one owner (lib/plan/group.c, printed by
+	# kv-plan); kv-up keeps only supervision.
+	kv_up --prefill-tp 2 --workers 1 $SHAPE
+	t=$(endpoint p0 table)
+	runid=${t#/dev/shm/kvwire.} runid=${runid%.p0.rooms}
+	[ -n "$runid" ] && [ "$runid" != "$t" ]
+	run "$KVW_BIN/kv-plan" --run-dir "$(realpath "$RUN")" --runid "$runid" \
+		--prefill-tp 2 $SHAPE
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	[ "$output" = "$(cat "$RUN/endpoints")" ] || {
+		diff <(echo "$output") "$RUN/endpoints"; false; }
+	# Seven members, each one running under the pid its file names; no
+	# other member's pid file.
+	names=$(grep -o '^member=[^ ]*' "$RUN/endpoints" | cut -d= -f2 | sort)
+	[ "$(echo "$names" | tr '\n' ' ')" = "bootstrap d0 hb0 hbp0 hbp1 p0 p1 " ]
+	for n in $names; do
+		kill -0 "$(cat "$RUN/pids/$n.pid")"
+	done
+	[ "$(ls "$RUN/pids" | grep -vx kv-up.pid | sed 's/\.pid$//' | sort)" = "$names" ]
+	# What kv-up refuses for the topology, kv-plan refuses the same way.
+	run "$KVW_BIN/kv-plan" --run-dir "$RUN/x" --prefill-tp 2 --decode-tp 3
+	[ "$status" -eq 100 ]
+	[[ $output == "kv-plan: fatal: prefill TP 2 and decode TP 3 do not divide one another" ]]
 }

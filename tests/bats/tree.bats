@@ -114,3 +114,25 @@ copy_tree() {
 	[[ $output == *"lib/mem/gpool_map.h includes the CUDA runtime (line $g)"* ]]
 	[[ $output =~ tree:\ [0-9]+\ passed,\ 3\ failed ]]
 }
+
+@test "check-tree refuses a plan or layout rule restated outside lib/plan: in a kv-up script and in the Python package" {
+	copy_tree
+	# Issue 31: lib/plan owns the group plan and the pool layout; kv-up
+	# asks kv-plan and Python asks the library. A member's table name
+	# built in a script, a control port computed there, and the heads
+	# split and the draft id base restated in Python are each refused;
+	# a comment that mentions them is not.
+	s=$(( $(wc -l <"$RUN/t/bin/kv-up-lib.bash") + 1 ))
+	printf '%s\n' 't=/dev/shm/kvwire.$runid.p$i.rooms' \
+		'port=$((port_base + 1 + i))' \
+		'# a comment may say heads % tp and port_base + 1' >>"$RUN/t/bin/kv-up-lib.bash"
+	p=$(( $(wc -l <"$RUN/t/python/kvwire/pool.py") + 1 ))
+	printf '%s\n' 'DRAFT_BASE = 1000000' \
+		'HEADS = lambda s, tp: s.kv_heads // tp' >>"$RUN/t/python/kvwire/pool.py"
+	(cd "$RUN/t" && git add -A)
+	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
+	[ "$status" -ne 0 ]
+	[[ $output == *"bin/kv-up-lib.bash restates a plan or layout rule (line $s $((s + 1))): lib/plan owns them"* ]]
+	[[ $output == *"python/kvwire/pool.py restates a plan or layout rule (line $p $((p + 1)))"* ]]
+	[[ $output =~ tree:\ [0-9]+\ passed,\ 2\ failed ]]
+}
