@@ -12,6 +12,8 @@
 
 #include "base/log.h"
 #include "mem/gpool_map.h"
+#include "rdma_pmap.h"
+#include "rdma_qp.h"
 
 struct rgpu {
 	struct gmap m;

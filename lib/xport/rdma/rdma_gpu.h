@@ -27,8 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rdma_pmap.h"
-#include "rdma_qp.h"
+/* Only pointers to these cross this header: declared, not included, so
+ * the transport's include chain stays shallow (issue 31). */
+struct rdma_dev;  /* rdma_qp.h */
+struct rdma_pseg; /* rdma_pmap.h */
 
 struct rgpu; /* opaque */
 
