@@ -35,7 +35,8 @@ for p in build/default build/.deps-ok lib/libkvwire.a lib/libkvwire.so bin; do
 	[ -e "$p" ] && cp -a --parents "$p" "$tree"
 done
 log=$scratch/log
-progs=$(for c in cmd/*; do printf 'bin/%s ' "${c#cmd/}"; done)
+# Every program: each folder of cmd/ but cmd/common (their shared code).
+progs=$(for c in cmd/*; do [ "$c" = cmd/common ] || printf 'bin/%s ' "${c#cmd/}"; done)
 
 killed=0
 survived=0
