@@ -29,7 +29,7 @@ static void usage(FILE *f)
 		"                       . _ + - and / only)\n"
 		"  --runid ID           names the /dev/shm tables and pools:\n"
 		"                       kvwire.ID.<member>.{rooms,pool} (default:\n"
-		"                       DIR's last part)\n"
+		"                       DIR's last part); CLUSTER+ID in a cluster\n"
 		"  --role R             prefill, decode or both (default)\n"
 		"  --prefill-tp N       prefill TP size, 1..64 (default 1)\n"
 		"  --prefill-pp N       prefill PP stages, 1..64 (default 1)\n"
@@ -39,8 +39,10 @@ static void usage(FILE *f)
 		"                       ipc:// in DIR; 127.0.0.1 for a split group)\n"
 		"  --port-base N        with ADDR: bootstrap N, prefill rank i\n"
 		"                       N+1+i, decode rank i N+512+i (default 17000)\n"
-		"  --bootstrap EP       --role decode: the prefill side's\n"
-		"                       kv-bootstrap, tcp://HOST:PORT\n"
+		"  --bootstrap EP       --role decode: a prefill instance's\n"
+		"                       kv-bootstrap, tcp://HOST:PORT (repeat for\n"
+		"                       several, lines bootstrap, bootstrap1, ...;\n"
+		"                       none: rooms name their instance)\n"
 		"  %s\n"
 		"Exit: 0 printed, 100 a usage error or a group that cannot be\n"
 		"planned (the reason on stderr).\n",
@@ -95,6 +97,7 @@ int main(int argc, char **argv)
 				.dtp = 1, .dpp = 1, .port_base = 17000 };
 	struct runinfo_member *m;
 	char err[512], line[RUNINFO_LINE_MAX], runid[GROUP_RUNID_MAX + 1];
+	const char *boots[GROUP_MAX_BOOTSTRAPS];
 	struct cli cl;
 	uint32_t n;
 	int c, rc;
@@ -135,7 +138,10 @@ int main(int argc, char **argv)
 					       cl.arg);
 			break;
 		case O_BOOT:
-			g.bootstrap = cl.arg;
+			if (g.nboot == GROUP_MAX_BOOTSTRAPS)
+				return cli_bad(&cl, "more than %u --bootstrap",
+					       GROUP_MAX_BOOTSTRAPS);
+			boots[g.nboot++] = cl.arg;
 			break;
 		default:
 			usage(stderr); /* CLI_BAD: after its fatal line */
@@ -144,6 +150,7 @@ int main(int argc, char **argv)
 	}
 	if (!g.dir)
 		return cli_bad(&cl, "--run-dir is required");
+	g.bootstraps = boots;
 	if (!g.runid) {
 		default_runid(g.dir, runid, sizeof runid);
 		g.runid = runid;

@@ -28,7 +28,7 @@ static const char *const state_lbl[KVW_NSTATES] = {
 static const char *const reason_lbl[] = {
 	"none", "aborted", "timeout", "peer_dead", "peer_restart", "transfer",
 	"bad_index", "layout", "worker_died", "owner_restart", "bootstrap",
-	"cleared", "pages", "integrity",
+	"cleared", "pages", "integrity", "refused",
 };
 _Static_assert(sizeof reason_lbl / sizeof reason_lbl[0] == KVW_NREASONS,
 	       "a label per reason");

@@ -67,7 +67,7 @@ const char *kvw_reason_str(unsigned reason)
 		"transfer error", "page index out of range", "layout mismatch",
 		"worker died", "owner restarted", "bootstrap lookup failed",
 		"cleared while active", "page lists differ",
-		"integrity",
+		"integrity", "refused",
 	};
 
 	return reason < KVW_NREASONS ? names[reason] : "?";

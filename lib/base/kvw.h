@@ -100,7 +100,10 @@ enum kvw_reason {
 	KVW_R_PAGES = 12,       /* page lists disagree: a destination page given
 				 * twice, or decode and prefill page counts */
 	KVW_R_INTEGRITY = 13,   /* bytes landed but failed their checksum */
-	KVW_NREASONS = 14,
+	KVW_R_REFUSED = 14,     /* the prefill side refused the decode's
+				 * registration: its pool is not one this
+				 * group (or --cluster) may write */
+	KVW_NREASONS = 15,
 };
 
 /* Returns a short static text for a reason ("aborted", "timeout", ...). */

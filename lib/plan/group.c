@@ -62,8 +62,9 @@ uint32_t group_size(const struct group_spec *g)
 
 	if (!sizes_ok(g))
 		return 0;
-	/* The bootstrap has a line on either side (decode: the remote one). */
-	return 1 + (runs_prefill(g) ? 2 * p : 0) + (runs_decode(g) ? 2 * d : 0);
+	/* The bootstrap's line (decode: one per prefill instance named). */
+	return (g->side == GROUP_DECODE ? g->nboot : 1) +
+	       (runs_prefill(g) ? 2 * p : 0) + (runs_decode(g) ? 2 * d : 0);
 }
 
 static int all_of(const char *s, const char *set)
@@ -140,10 +141,13 @@ static int check(const struct group_spec *g, char *err, size_t errlen)
 				g->dir ? g->dir : "");
 	if (!g->runid || strlen(g->runid) > GROUP_RUNID_MAX ||
 	    !all_of(g->runid, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrst"
-			      "uvwxyz0123456789_-"))
+			      "uvwxyz0123456789_-+") ||
+	    strchr(g->runid, '+') != strrchr(g->runid, '+') ||
+	    g->runid[0] == '+')
 		return kvw_errf(err, errlen, KVW_EINVAL,
-				"run id '%s': want 1..%u of A-Z a-z 0-9 _ -",
-				g->runid ? g->runid : "", GROUP_RUNID_MAX);
+				"run id '%s': want 1..%u of A-Z a-z 0-9 _ -, "
+				"or CLUSTER+ID", g->runid ? g->runid : "",
+				GROUP_RUNID_MAX);
 	if (adv && !numeric_ip(adv))
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"--advertise: want a numeric IP address, got "
@@ -161,18 +165,27 @@ static int check(const struct group_spec *g, char *err, size_t errlen)
 				"do not fit: use a lower --port-base or fewer "
 				"ranks", g->port_base, g->port_base,
 				g->port_base, GROUP_DECODE_PORTS);
-	if (g->side == GROUP_DECODE &&
-	    (!g->bootstrap || !tcp_endpoint(g->bootstrap)))
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"--role decode needs --bootstrap "
-				"tcp://HOST:PORT (the prefill side's), got "
-				"'%s'", g->bootstrap && g->bootstrap[0]
-						? g->bootstrap
-						: "nothing");
-	if (g->side != GROUP_DECODE && g->bootstrap && g->bootstrap[0])
+	if (g->side != GROUP_DECODE && g->nboot)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"--bootstrap is for --role decode (this side "
 				"runs its own kv-bootstrap)");
+	if (g->nboot > GROUP_MAX_BOOTSTRAPS)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"%u --bootstrap, at most %u", g->nboot,
+				GROUP_MAX_BOOTSTRAPS);
+	for (uint32_t i = 0; i < g->nboot; i++) {
+		if (!tcp_endpoint(g->bootstraps[i]) ||
+		    strlen(g->bootstraps[i]) > KVW_MAX_STR)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"--bootstrap: want the prefill side's "
+					"tcp://HOST:PORT, got '%s'",
+					g->bootstraps[i]);
+		for (uint32_t j = 0; j < i; j++)
+			if (strcmp(g->bootstraps[i], g->bootstraps[j]) == 0)
+				return kvw_errf(err, errlen, KVW_EINVAL,
+						"--bootstrap %s given twice",
+						g->bootstraps[i]);
+	}
 	if (group_size(g) > RUNINFO_MAX_MEMBERS)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"a group of %u members is over the %u an "
@@ -220,16 +233,18 @@ static int shm_path(const struct group_spec *g, const char *name,
 	return n < 0 || (size_t)n >= cap ? KVW_EINVAL : 0;
 }
 
-static int bootstrap_member(const struct group_spec *g,
+/* The bootstrap's line: this side's kv-bootstrap, or (decode) prefill
+ * instance i's, named bootstrap, bootstrap1, ... */
+static int bootstrap_member(const struct group_spec *g, uint32_t i,
 			    struct runinfo_member *m, char *err,
 			    size_t errlen)
 {
 	memset(m, 0, sizeof *m);
-	strcpy(m->name, "bootstrap");
+	snprintf(m->name, sizeof m->name, i ? "bootstrap%u" : "bootstrap", i);
 	m->role = RUNINFO_BOOTSTRAP;
 	m->topo = (struct kvw_topo){ 1, 1, 1, 1 };
 	if (g->side == GROUP_DECODE) {
-		snprintf(m->listen, sizeof m->listen, "%s", g->bootstrap);
+		snprintf(m->listen, sizeof m->listen, "%s", g->bootstraps[i]);
 		return 0;
 	}
 	return endpoint(g, "boot.sock", 0, m->listen, sizeof m->listen, err,
@@ -301,7 +316,7 @@ static int side_ranks(const struct group_spec *g, unsigned role,
 int group_plan(const struct group_spec *g, struct runinfo_member *out,
 	       uint32_t cap, uint32_t *n, char *err, size_t errlen)
 {
-	uint32_t k = 0, p0, d0 = 0, np = 0, nd = 0;
+	uint32_t k = 0, p0, d0 = 0, np = 0, nd = 0, nb;
 	int rc = check(g, err, errlen);
 
 	*n = 0;
@@ -312,7 +327,9 @@ int group_plan(const struct group_spec *g, struct runinfo_member *out,
 		return kvw_errf(err, errlen, KVW_ENOMEM,
 				"%u members need room for %u", cap, *n);
 	}
-	rc = bootstrap_member(g, &out[k++], err, errlen);
+	nb = g->side == GROUP_DECODE ? g->nboot : 1;
+	for (uint32_t i = 0; rc == 0 && i < nb; i++)
+		rc = bootstrap_member(g, i, &out[k++], err, errlen);
 	p0 = k;
 	if (rc == 0 && runs_prefill(g)) {
 		rc = side_ranks(g, RUNINFO_PREFILL, out, &k, err, errlen);

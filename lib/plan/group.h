@@ -9,7 +9,9 @@
  * sockets, no files.
  *
  * The plan, for side both (prefill only: the first three kinds; decode
- * only: a bootstrap line naming the prefill side's, then the last two):
+ * only: a line for each prefill instance's bootstrap it was given, named
+ * bootstrap, bootstrap1, ..., none when rooms name their instance; then
+ * the last two):
  *   bootstrap   kv-bootstrap        DIR/boot.sock     or tcp://A:N
  *   p<i>        kv-sender, rank i   DIR/p<i>.peer     or tcp://A:N+1+i
  *   d<i>        kv-receiver, rank i DIR/d<i>.peer     or tcp://A:N+512+i
@@ -36,19 +38,23 @@ enum group_side {
 
 #define GROUP_MAX_SIZE 64u      /* TP size, PP stages: each 1..64 */
 #define GROUP_DECODE_PORTS 512u /* decode rank i at port base + 512 + i */
-#define GROUP_RUNID_MAX 48u
+#define GROUP_RUNID_MAX 64u
+#define GROUP_MAX_BOOTSTRAPS 64u /* prefill instances a decode side names */
 
 struct group_spec {
 	unsigned side;            /* enum group_side */
 	uint32_t ptp, ppp;        /* prefill TP size and PP stages */
 	uint32_t dtp, dpp;        /* decode TP size and PP stages */
 	const char *dir;          /* the run directory, an absolute path */
-	const char *runid;        /* names the /dev/shm files: [A-Za-z0-9_-] */
+	const char *runid;        /* names the /dev/shm files: [A-Za-z0-9_-],
+				   * "CLUSTER+..." in a cluster (kv-up
+				   * --cluster, lib/roles/sender/sender_authz.c) */
 	const char *advertise;    /* numeric IP: control sockets on tcp://
 				   * there; NULL or "": ipc:// in dir */
 	uint32_t port_base;       /* with advertise: 1..64000 */
-	const char *bootstrap;    /* GROUP_DECODE: the prefill side's
-				   * kv-bootstrap, tcp://HOST:PORT */
+	const char *const *bootstraps; /* GROUP_DECODE: prefill instances'
+					* kv-bootstraps, tcp://HOST:PORT */
+	uint32_t nboot;                /* 0..GROUP_MAX_BOOTSTRAPS (decode) */
 	struct shape shape;
 };
 

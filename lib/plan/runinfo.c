@@ -486,9 +486,14 @@ int runinfo_format(const struct runinfo_member *m, char *buf, size_t len)
 		return KVW_EINVAL;
 	switch (m->role) {
 	case RUNINFO_BOOTSTRAP:
-		if (strcmp(m->name, "bootstrap") != 0 || !token_ok(m->listen))
+		if (!token_ok(m->listen))
 			return KVW_EINVAL;
-		n = snprintf(buf, len, "member=bootstrap listen=%s", m->listen);
+		/* "bootstrap" says its role by its name; others say it. */
+		n = strcmp(m->name, "bootstrap") == 0
+			    ? snprintf(buf, len, "member=bootstrap listen=%s",
+				       m->listen)
+			    : snprintf(buf, len, "member=%s role=bootstrap "
+				       "listen=%s", m->name, m->listen);
 		break;
 	case RUNINFO_PREFILL:
 	case RUNINFO_DECODE:

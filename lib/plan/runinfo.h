@@ -108,7 +108,8 @@ int runinfo_check_topo(const struct runinfo *ri, unsigned role, uint32_t tp,
 		       uint32_t pp, char *err, size_t errlen);
 
 /* Writes member *m as its line of the endpoints file (no newline), the
- * keys its role needs in the order above: "member=bootstrap listen=EP";
+ * keys its role needs in the order above: "member=bootstrap listen=EP"
+ * (another bootstrap: "member=N role=bootstrap listen=EP");
  * "member=N role=prefill|decode rank=tp,pp topo=tp,pp listen= engine=
  * table= pool=" (cp and dp are not written: kv-up's groups have 1 of
  * each); "member=N role=heartbeat table=". The one writer of the format

@@ -490,9 +490,10 @@ SH
 }
 
 @test "kv-up refuses a split group it cannot start, each with its reason, and creates nothing" {
-	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role decode --transport tcp
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role decode --transport tcp \
+		--insecure --bootstrap ipc:///tmp/boot.sock
 	[ "$status" -eq 100 ]
-	[[ $output == *"--role decode needs --bootstrap tcp://HOST:PORT"* ]]
+	[[ $output == *"--bootstrap: want the prefill side's tcp://HOST:PORT, got 'ipc:///tmp/boot.sock'"* ]]
 	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --role prefill --transport tcp
 	[ "$status" -eq 100 ]
 	[[ $output == *"needs the group's keys on both sides"* ]]
@@ -511,6 +512,9 @@ SH
 	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --bootstrap tcp://10.0.0.1:1
 	[ "$status" -eq 100 ]
 	[[ $output == *"--bootstrap is for --role decode"* ]]
+	run timeout 30 "$KVW_ROOT/bin/kv-up" --run-dir "$RUN/g" --cluster a.b
+	[ "$status" -eq 100 ]
+	[[ $output == *"--cluster: want 1..16 of A-Z a-z 0-9 _ -, got 'a.b'"* ]]
 	[ ! -e "$RUN/g" ]
 }
 

@@ -271,16 +271,16 @@ unauthorised() {
 	[ "$(unauthorised)" = 1 ]
 }
 
-@test "issue 14: a REGISTER naming the prefill's own pool or another decode's is refused, counted, and its room fails cleanly (layout)" {
+@test "issue 14: a REGISTER naming the prefill's own pool or another decode's is refused, counted, and its room fails cleanly (refused, not a layout mismatch)" {
 	start_sender --workers 1
 	# The prefill's own pool: refused; the room fails at its first chunk.
-	fake 51 own --desc-path "$POOL" --expect failed --reason 7
+	fake 51 own --desc-path "$POOL" --expect failed --reason 14
 	[ "$(unauthorised)" = 1 ]
 	grep -q "unauthorised: decode ipc://$RUN/own.sock: REGISTER names a pool it does not own: pool $POOL is this prefill rank's own" "$RUN/sender.log"
 	room_state 51 Failed
 	# Decode a registers its own pool; decode b naming a's is refused.
 	fake 52 a
-	fake 53 b --desc-path "/dev/shm/kvwire.$TAG-a.pool" --expect failed --reason 7
+	fake 53 b --desc-path "/dev/shm/kvwire.$TAG-a.pool" --expect failed --reason 14
 	[ "$(unauthorised)" = 2 ]
 	# The real decode is still served.
 	fake 54 a2
@@ -293,7 +293,7 @@ unauthorised() {
 	# kvwire.G.d0.pool; group G-x's decode pool is another group's.
 	POOL=/dev/shm/kvwire.$TAG.p0.pool
 	start_sender --workers 1
-	fake 61 x --decode-pool "/dev/shm/kvwire.${TAG}-x.d0.pool" --expect failed --reason 7
+	fake 61 x --decode-pool "/dev/shm/kvwire.${TAG}-x.d0.pool" --expect failed --reason 14
 	[ "$(unauthorised)" = 1 ]
 	grep -q "REGISTER names a pool it does not own: pool /dev/shm/kvwire.${TAG}-x.d0.pool is not this group's pool of the decode at rank 0,0 (/dev/shm/kvwire.$TAG.d0.pool)" "$RUN/sender.log"
 	room_state 61 Failed

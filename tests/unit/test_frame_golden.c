@@ -78,7 +78,7 @@ static void full(unsigned type, struct frame_msg *m)
 		m->u.xfer_info.token = 0x1112131415161718ull;
 		break;
 	case FRAME_ABORT:
-		m->u.abort.reason = KVW_NREASONS - 2;
+		m->u.abort.reason = KVW_R_PAGES; /* 12: pinned, as when golden */
 		m->u.abort.token = 0x2122232425262728ull;
 		break;
 	case FRAME_ABORT_ACK:
@@ -86,7 +86,7 @@ static void full(unsigned type, struct frame_msg *m)
 		break;
 	case FRAME_STATUS:
 		m->u.status.state = KVW_FAILED;
-		m->u.status.reason = KVW_NREASONS - 3;
+		m->u.status.reason = KVW_R_CLEARED; /* 11 */
 		m->u.status.token = 0x4142434445464748ull;
 		break;
 	case FRAME_SEND_BEGIN:
@@ -114,7 +114,7 @@ static void full(unsigned type, struct frame_msg *m)
 	case FRAME_JOB_DONE:
 		m->u.job_done.slot = 0x91u;
 		m->u.job_done.generation = 0x9200u;
-		m->u.job_done.reason = KVW_NREASONS - 4;
+		m->u.job_done.reason = KVW_R_BOOTSTRAP; /* 10 */
 		m->u.job_done.bytes = 0x93949596979899AAull;
 		m->u.job_done.count = 0x3FFu;
 		break;

@@ -4,7 +4,8 @@
  * (kvw_group_read, kvw_pool_layout): a one-host TP 2 -> TP 4 group planned
  * member by member in start order, every line read back by runinfo_parse
  * to the member it was written from; a split group's tcp ports on both
- * sides and the decode side's line for the remote bootstrap; every spec
+ * sides and the decode side's lines for the prefill instances' bootstraps
+ * (none, one or several: xPyD); every spec
  * kv-up must refuse, refused with the operator's message; a cap too small;
  * a line runinfo_parse would refuse is never written; shape flags read
  * back to the same shape; and an engine's view of a run directory and of
@@ -62,6 +63,8 @@ static const char *plan_text(const struct group_spec *g, uint32_t *n)
 	text[at] = '\0';
 	return text;
 }
+
+static void refused(const struct group_spec *g, const char *what);
 
 static void one_host_group_is_planned_in_start_order(void **state)
 {
@@ -156,7 +159,8 @@ static void split_group_has_tcp_ports_on_both_sides(void **state)
 	g.side = GROUP_DECODE;
 	g.dtp = 2;
 	g.advertise = "10.9.0.2";
-	g.bootstrap = "tcp://10.9.0.1:27000";
+	g.bootstraps = (const char *const[]){ "tcp://10.9.0.1:27000" };
+	g.nboot = 1;
 	plan_text(&g, &n);
 	assert_int_equal(n, 5); /* the remote bootstrap, d0, d1, hb0, hb1 */
 	assert_int_equal(plan[0].role, RUNINFO_BOOTSTRAP);
@@ -164,6 +168,40 @@ static void split_group_has_tcp_ports_on_both_sides(void **state)
 	assert_string_equal(plan[2].listen, "tcp://10.9.0.2:17513");
 	assert_string_equal(plan[3].name, "hb0");
 	assert_string_equal(plan[4].table, "/dev/shm/kvwire.g-1.d1.rooms");
+}
+
+static void decode_side_names_any_number_of_prefill_instances(void **state)
+{
+	struct group_spec g = spec();
+	struct runinfo *ri = NULL;
+	const char *text;
+	uint32_t n;
+
+	(void)state;
+	g.side = GROUP_DECODE;
+	/* None: every room names its prefill instance (xPyD routers). */
+	text = plan_text(&g, &n);
+	assert_int_equal(n, 2); /* d0, hb0 */
+	assert_string_equal(plan[0].name, "d0");
+	/* Two instances: lines bootstrap and bootstrap1, read back as
+	 * bootstraps; runinfo_bootstrap is the first. */
+	g.bootstraps = (const char *const[]){ "tcp://10.9.0.1:27000",
+					      "tcp://10.9.0.3:27000" };
+	g.nboot = 2;
+	text = plan_text(&g, &n);
+	assert_int_equal(n, 4);
+	assert_non_null(strstr(text, "member=bootstrap listen=tcp://10.9.0.1:"
+				     "27000\nmember=bootstrap1 role=bootstrap "
+				     "listen=tcp://10.9.0.3:27000\n"));
+	assert_int_equal(runinfo_parse(text, strlen(text), &ri, err,
+				       sizeof err), 0);
+	assert_int_equal(runinfo_nrole(ri, RUNINFO_BOOTSTRAP), 2);
+	assert_string_equal(runinfo_bootstrap(ri), "tcp://10.9.0.1:27000");
+	runinfo_free(&ri);
+	/* The same instance twice is a mistake. */
+	g.bootstraps = (const char *const[]){ "tcp://10.9.0.1:27000",
+					      "tcp://10.9.0.1:27000" };
+	refused(&g, "--bootstrap tcp://10.9.0.1:27000 given twice");
 }
 
 /* Expects group_plan to refuse g with EINVAL and `what` in err. */
@@ -211,11 +249,12 @@ static void every_bad_spec_is_refused_with_its_reason(void **state)
 	refused(&g, "do not fit");
 	g = spec(), g.advertise = "127.0.0.1", g.ptp = 64, g.ppp = 8;
 	refused(&g, "do not fit"); /* prefill ports into the decode's */
-	g = spec(), g.side = GROUP_DECODE;
-	refused(&g, "--role decode needs --bootstrap tcp://HOST:PORT");
-	g = spec(), g.side = GROUP_DECODE, g.bootstrap = "ipc:///tmp/b";
-	refused(&g, "got 'ipc:///tmp/b'");
-	g = spec(), g.bootstrap = "tcp://10.0.0.1:1";
+	g = spec(), g.side = GROUP_DECODE, g.nboot = 1,
+	g.bootstraps = (const char *const[]){ "ipc:///tmp/b" };
+	refused(&g, "--bootstrap: want the prefill side's tcp://HOST:PORT, "
+		    "got 'ipc:///tmp/b'");
+	g = spec(), g.nboot = 1,
+	g.bootstraps = (const char *const[]){ "tcp://10.0.0.1:1" };
 	refused(&g, "--bootstrap is for --role decode");
 	memset(longdir, 'a', sizeof longdir - 1);
 	longdir[0] = '/';
@@ -261,8 +300,13 @@ static void a_line_the_parser_would_refuse_is_never_written(void **state)
 	m.rank.tp = 1; /* outside topo 1 */
 	assert_int_equal(runinfo_format(&m, line, sizeof line), KVW_EINVAL);
 	m = plan[0];
-	strcpy(m.name, "boot");
+	strcpy(m.name, "boot=1");
 	assert_int_equal(runinfo_format(&m, line, sizeof line), KVW_EINVAL);
+	/* Another bootstrap's name says its role. */
+	strcpy(m.name, "boot");
+	assert_true(runinfo_format(&m, line, sizeof line) > 0);
+	assert_string_equal(line, "member=boot role=bootstrap "
+				  "listen=ipc:///tmp/g/boot.sock");
 	assert_int_equal(runinfo_format(&plan[1], line, 20), KVW_ERANGE);
 }
 
@@ -373,6 +417,7 @@ int main(void)
 		cmocka_unit_test(one_host_group_is_planned_in_start_order),
 		cmocka_unit_test(pipeline_stages_number_ranks_stage_by_stage),
 		cmocka_unit_test(split_group_has_tcp_ports_on_both_sides),
+		cmocka_unit_test(decode_side_names_any_number_of_prefill_instances),
 		cmocka_unit_test(every_bad_spec_is_refused_with_its_reason),
 		cmocka_unit_test(small_cap_says_how_many),
 		cmocka_unit_test(a_line_the_parser_would_refuse_is_never_written),

@@ -477,7 +477,8 @@ static uint64_t unauthorised(struct fix *f)
 /* Issue 14: a REGISTER whose shm descriptor names this prefill rank's own
  * pool, or a pool another decode registered, is refused and counted as
  * unauthorised; the decode is recorded unusable, so its room fails
- * cleanly (Failed, layout) at its first chunk, never mapped. */
+ * cleanly (Failed, refused: not a layout mismatch) at its first chunk,
+ * never mapped. */
 static void test_a_register_naming_the_prefills_own_or_another_decodes_pool_is_refused(void **state)
 {
 	struct fix *f = *state;
@@ -505,7 +506,7 @@ static void test_a_register_naming_the_prefills_own_or_another_decodes_pool_is_r
 	assert_non_null(r);
 	assert_int_equal(rtab_get(f->s->t, r->ref, &v), 0);
 	assert_int_equal(v.state, KVW_FAILED);
-	assert_int_equal(v.reason, KVW_R_LAYOUT);
+	assert_int_equal(v.reason, KVW_R_REFUSED);
 
 	/* The decode's own pool: accepted. Another decode naming it: not. */
 	reg(f, E2, "shm", f->nbufs, 0);

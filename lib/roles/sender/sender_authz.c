@@ -14,7 +14,11 @@
  *     exactly DIR/kvwire.G.dJ.pool, J being the member index kv-up gives
  *     the decode at the REGISTER's coordinates (pp * tp_size + tp): the
  *     run directory's name for that member's pool, so no other group's
- *     pool and no other member's.
+ *     pool and no other member's;
+ *   - in a group of a cluster (kv-up --cluster C: G is "C+rest"), the
+ *     pool DIR/kvwire.C+R.dJ.pool of any group R of the same cluster
+ *     (issue 34: xPyD on one host, where every decode instance receives
+ *     from every prefill instance), still member J's.
  *
  * This is for a transport whose writers map a file the peer's descriptor
  * names (ops->desc_file: shm). Other transports map no file named by the
@@ -52,6 +56,27 @@ static int kvup_prefix(const char *path, size_t *pre)
 	return 1;
 }
 
+/* Whether path is DIR/kvwire.C+R.dJ.pool: own[0..pre) is this rank's
+ * "DIR/kvwire.C+G." and R a group name of kv-up's alphabet. */
+static int cluster_pool(const char *own, size_t pre, const char *path,
+			uint64_t j)
+{
+	const char *plus = memchr(own, '+', pre), *base = strrchr(own, '/');
+	char tail[48];
+	size_t c, r, n = strlen(path);
+
+	if (!plus || !base || plus < base)
+		return 0;
+	c = (size_t)(plus - own) + 1; /* "DIR/kvwire.C+" */
+	snprintf(tail, sizeof tail, ".d%llu.pool", (unsigned long long)j);
+	if (n <= c + strlen(tail) || strncmp(path, own, c) != 0 ||
+	    strcmp(path + n - strlen(tail), tail) != 0)
+		return 0;
+	r = n - c - strlen(tail);
+	return strspn(path + c, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqr"
+				"stuvwxyz0123456789_-") == r;
+}
+
 int sender_pool_allowed(const struct sender *s, const struct sender_peer *p,
 			const struct frame_register *r, uint64_t *dev,
 			uint64_t *ino, char *why, size_t whylen)
@@ -74,10 +99,13 @@ int sender_pool_allowed(const struct sender *s, const struct sender_peer *p,
 
 		snprintf(want, sizeof want, "%.*sd%llu.pool", (int)pre, own,
 			 (unsigned long long)j);
-		if (strcmp(d.path, want) != 0) {
-			snprintf(why, whylen, "pool %.200s is not this group's "
-				 "pool of the decode at rank %u,%u (%.200s)",
-				 d.path, r->coord.tp, r->coord.pp, want);
+		if (strcmp(d.path, want) != 0 &&
+		    !cluster_pool(own, pre, d.path, j)) {
+			snprintf(why, whylen, "pool %.200s is not this "
+				 "group's%s pool of the decode at rank %u,%u "
+				 "(%.200s)", d.path,
+				 memchr(own, '+', pre) ? " or its cluster's" : "",
+				 r->coord.tp, r->coord.pp, want);
 			return 0;
 		}
 	}

@@ -55,6 +55,8 @@ struct sender_peer {
 				      * (0, 0: none; sender_authz.c) */
 	struct plan *plan; /* NULL: unusable, why says why */
 	char why[160];
+	uint8_t refused;   /* unusable because its pool was refused
+			    * (sender_authz.c): rooms fail as refused */
 	void *out; /* DEALER to endpoint (s->dealers owns it), got on first send */
 	uint64_t registered_ns; /* its first REGISTER of this epoch */
 	uint8_t served;         /* an XFER_INFO of this epoch came */

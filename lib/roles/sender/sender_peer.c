@@ -257,6 +257,7 @@ static void on_register(struct sender *s, const struct wire_in *in,
 	plan_free(&p->plan);
 	p->plan = plan;
 	memcpy(p->why, why, sizeof p->why);
+	p->refused = !allowed;
 	if (p->plan)
 		LOG(LOG_INFO, "decode %s registered (rank %u, tp %u/%u, %u "
 		    "buffers)", p->endpoint, p->src_rank, r->coord.tp,

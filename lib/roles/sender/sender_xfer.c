@@ -336,7 +336,12 @@ static int dispatch_one(struct sender *s, struct sender_room *r, uint32_t w)
 		if (!d->peer->plan) {
 			snprintf(why, sizeof why, "decode %s: %s",
 				 d->peer->endpoint, d->peer->why);
-			sender_room_fail(s, r, KVW_R_LAYOUT, why);
+			/* Refused is not a layout that fails to pair: the
+			 * operator's fix is the group (--cluster), not the
+			 * shape. */
+			sender_room_fail(s, r, d->peer->refused
+						       ? KVW_R_REFUSED
+						       : KVW_R_LAYOUT, why);
 			return KVW_EINVAL;
 		}
 		/* Each real destination names one page per source page
