@@ -103,9 +103,10 @@ static int heads_split(uint32_t heads, uint32_t tp)
 	return heads >= tp ? heads % tp == 0 : tp % heads == 0;
 }
 
-static int check(const struct group_spec *g, char *err, size_t errlen)
+/* The topology: sizes, the decode PP rule, TP sizes and kv heads. */
+static int check_topology(const struct group_spec *g, char *err,
+			  size_t errlen)
 {
-	const char *adv = advertised(g);
 	uint32_t heads = g->shape.mla ? 1 : g->shape.kv_heads;
 
 	if (!sizes_ok(g))
@@ -131,6 +132,16 @@ static int check(const struct group_spec *g, char *err, size_t errlen)
 					"(need heads %% tp == 0, or tp %% heads "
 					"== 0 when heads < tp)", heads, tp);
 	}
+	return 0;
+}
+
+/* Where the members live: run directory, run id, address, ports, the
+ * prefill instances a decode side names, and the endpoints file's size. */
+static int check_places(const struct group_spec *g, char *err,
+			size_t errlen)
+{
+	const char *adv = advertised(g);
+
 	/* The path goes into lines split on spaces and into ipc:// ones. */
 	if (!g->dir || g->dir[0] != '/' ||
 	    !all_of(g->dir, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv"
@@ -192,6 +203,13 @@ static int check(const struct group_spec *g, char *err, size_t errlen)
 				"endpoints file holds: use fewer ranks",
 				group_size(g), RUNINFO_MAX_MEMBERS);
 	return 0;
+}
+
+static int check(const struct group_spec *g, char *err, size_t errlen)
+{
+	int rc = check_topology(g, err, errlen);
+
+	return rc < 0 ? rc : check_places(g, err, errlen);
 }
 
 /* ipc://DIR/file, its path checked against sun_path. */
