@@ -2,7 +2,9 @@
 room status struct mirrored field by field, and the codes of lib/base/kvw.h.
 
 The library is found at $KVW_LIB, else at lib/libkvwire.so of the checkout
-this package lives in, else where `make install` put it (_libpath.py). An
+this package lives in, else where `make install` put it (_libpath.py), else
+by the dynamic loader's search (LD_LIBRARY_PATH, the ld.so cache): the case
+of a package placed by `pip install ./python` beside an installed library. An
 engine handle is serialised by its manager's lock, as lib/api.h asks.
 """
 import ctypes
@@ -72,7 +74,7 @@ def _path():
         from ._libpath import LIBPATH
         return LIBPATH
     except ImportError:
-        return checkout
+        return "libkvwire.so"  # pip's copy: the loader searches
 
 
 def _load():
@@ -84,8 +86,9 @@ def _load():
         # each one costs more than the call (up to the switch interval).
         lib = ctypes.PyDLL(path)
     except OSError as e:
-        raise ImportError("kvwire: cannot load %s (run `make`, or set "
-                          "KVW_LIB): %s" % (path, e)) from None
+        raise ImportError("kvwire: cannot load %s (run `make`, `make "
+                          "install` (then ldconfig), or set KVW_LIB): %s"
+                          % (path, e)) from None
     P, U32, U64, I = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, \
         ctypes.c_int
     U32P = ctypes.POINTER(ctypes.c_uint32)

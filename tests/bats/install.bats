@@ -78,3 +78,47 @@ print(l._path(), l.state_str(4))"
 	run find "$live" -not -type d
 	[ -z "$output" ]
 }
+
+@test "pip install ./python into a fresh venv, offline: kvwire imports from the venv, finds an installed library through the loader, and the adapter tests pass from outside the tree" {
+	$PY -c 'import venv, setuptools' 2>/dev/null || skip "python3-venv or python3-setuptools not installed"
+	# pip builds in the source folder: a copy keeps the checkout clean.
+	cp -r "$KVW_ROOT/python" "$RUN/src"
+	$PY -m venv --system-site-packages "$RUN/venv"
+	run "$RUN/venv/bin/pip" install -q --no-index --no-build-isolation "$RUN/src"
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	cd "$RUN" # outside the tree from here on
+	run env -u PYTHONPATH PYTHONDONTWRITEBYTECODE=1 KVW_LIB="$KVW_ROOT/lib/libkvwire.so" \
+		"$RUN/venv/bin/python" -c 'import kvwire, os; print(os.path.dirname(kvwire.__file__))'
+	[ "$status" -eq 0 ]
+	[[ $output == "$RUN/venv/lib/python3"*"/site-packages/kvwire" ]]
+	# No KVW_LIB, and pip's copy holds no library path of make install's:
+	# the dynamic loader finds the library `make install` placed
+	# (LD_LIBRARY_PATH for a prefix of the test's own; ldconfig's cache
+	# for /usr/local).
+	live="$RUN/live"
+	run make -s -C "$KVW_ROOT" install PREFIX="$live"
+	[ "$status" -eq 0 ]
+	run env -u KVW_LIB -u PYTHONPATH PYTHONDONTWRITEBYTECODE=1 LD_LIBRARY_PATH="$live/lib" \
+		"$RUN/venv/bin/python" -c 'import kvwire._lib as l; print(l._path(), l.state_str(4))'
+	[ "$status" -eq 0 ]
+	[ "$output" = "libkvwire.so Success" ]
+	# Without the library anywhere it says how to get it.
+	run env -u KVW_LIB -u PYTHONPATH PYTHONDONTWRITEBYTECODE=1 \
+		"$RUN/venv/bin/python" -c 'import kvwire'
+	[ "$status" -ne 0 ]
+	[[ $output == *"kvwire: cannot load libkvwire.so (run \`make\`, \`make install\` (then ldconfig), or set KVW_LIB)"* ]]
+	# The adapter tests, run against the installed package: with
+	# KVW_PY_INSTALLED their conftest leaves the tree's python/ off the path.
+	run env -u PYTHONPATH KVW_PY_INSTALLED=1 PYTHONDONTWRITEBYTECODE=1 \
+		LD_LIBRARY_PATH="$live/lib" "$RUN/venv/bin/python" -c \
+		"import sys; sys.path.insert(0, '$KVW_ROOT/tests/python'); import conftest, kvwire; print(kvwire.__file__)"
+	[ "$status" -eq 0 ]
+	[[ $output == "$RUN/venv/lib/python3"*"/site-packages/kvwire/__init__.py" ]]
+	run env -u KVW_LIB -u PYTHONPATH KVW_PY_INSTALLED=1 PYTHONDONTWRITEBYTECODE=1 \
+		LD_LIBRARY_PATH="$live/lib" "$RUN/venv/bin/python" -m pytest -q \
+		-p no:cacheprovider "$KVW_ROOT/tests/python/test_adapters.py"
+	[ "$status" -eq 0 ] || { echo "$output"; false; }
+	[[ $output == *" passed"* ]]
+	run make -s -C "$KVW_ROOT" uninstall PREFIX="$live"
+	[ "$status" -eq 0 ]
+}

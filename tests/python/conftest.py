@@ -10,7 +10,10 @@ import tempfile
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+# KVW_PY_INSTALLED=1: test the kvwire package installed where this Python
+# finds it (tests/bats/install.bats, after pip install), not the tree's.
+if not os.environ.get("KVW_PY_INSTALLED"):
+    sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 BIN = os.environ.get("KVW_BIN", os.path.join(ROOT, "bin"))
 
