@@ -185,9 +185,10 @@ model: $(MODEL_B)/tables.pml
 
 bench: $(BENCHES)
 
-# TRANSPORT=tcp runs the same job over loopback tcp.
+# TRANSPORT=tcp runs the same job over loopback tcp; XPYD=2x2 runs it
+# over two prefill and two decode instances of one cluster (kv-demo --help).
 demo: all
-	@KVW_TRANSPORT=$(TRANSPORT) ./bin/kv-demo
+	@KVW_TRANSPORT=$(TRANSPORT) KVW_XPYD=$(XPYD) ./bin/kv-demo
 
 # Fuzz seeds from today's encoder (tests/fuzz/mkseeds.c): `make seeds`
 # rewrites tests/fuzz/corpus/; check the result in. test_seeds decodes them.

@@ -69,34 +69,115 @@ static int open_side(struct run *r, struct eng *x, const struct shape *s,
 		decode ? r->c->decode_gpu : 0, r->err, r->errlen);
 }
 
-static int setup(struct run *r, const struct runinfo *ri)
+/* Opens one instance: the engines of its prefill and decode members
+ * (--role: this host's side only) and its pools' page allocators. */
+static int setup_inst(struct run *r, struct inst *in, const struct runinfo *ri)
 {
 	const struct bench_config *c = r->c;
 	uint32_t np = runinfo_nrole(ri, RUNINFO_PREFILL);
 	uint32_t nd = runinfo_nrole(ri, RUNINFO_DECODE), k;
 	int rc;
 
-	r->boot = runinfo_bootstrap(ri);
+	in->boot = runinfo_bootstrap(ri);
 	/* --role: this host's side only (the other is the peer's). */
 	np = c->role == BENCH_ROLE_DECODE ? 0 : np;
 	nd = c->role == BENCH_ROLE_PREFILL ? 0 : nd;
 	if ((c->prefill_ranks && np && c->prefill_ranks != np) ||
 	    (c->decode_ranks && nd && c->decode_ranks != nd)) {
-		snprintf(r->err, r->errlen, "the group has %u prefill and %u "
-			 "decode members, not %u and %u", np, nd,
-			 c->prefill_ranks ? c->prefill_ranks : np,
+		snprintf(r->err, r->errlen, "the group%s%s has %u prefill and "
+			 "%u decode members, not %u and %u",
+			 r->ninst > 1 ? " of " : "", r->ninst > 1 ? in->dir : "",
+			 np, nd, c->prefill_ranks ? c->prefill_ranks : np,
 			 c->decode_ranks ? c->decode_ranks : nd);
 		return KVW_EINVAL;
 	}
-	if (!r->boot || (np == 0 && c->role != BENCH_ROLE_DECODE) ||
-	    (nd == 0 && c->role != BENCH_ROLE_PREFILL) || np > MAX_RANKS ||
-	    nd > MAX_RANKS) {
+	if (np > MAX_RANKS || nd > MAX_RANKS || (np && !in->boot)) {
 		snprintf(r->err, r->errlen, "endpoints need a bootstrap and "
 			 "1..%u prefill and decode members (have %s, %u, %u)",
-			 MAX_RANKS, r->boot ? "bootstrap" : "no bootstrap", np,
+			 MAX_RANKS, in->boot ? "bootstrap" : "no bootstrap", np,
 			 nd);
 		return KVW_EINVAL;
 	}
+	for (k = 0; k < np; k++) {
+		in->p[k].m = runinfo_nth(ri, RUNINFO_PREFILL, k);
+		in->np = k + 1;
+		if ((rc = open_side(r, &in->p[k], &c->shape, 0)) < 0)
+			return rc;
+	}
+	for (k = 0; k < nd; k++) {
+		in->d[k].m = runinfo_nth(ri, RUNINFO_DECODE, k);
+		in->nd = k + 1;
+		if ((rc = open_side(r, &in->d[k], &c->shape, 1)) < 0)
+			return rc;
+		in->room_bytes += bench_room_bytes(&in->d[k].g,
+						   c->pages_per_room);
+	}
+	if (bench_alloc_init(&in->pa, c->shape.pages) ||
+	    bench_alloc_init(&in->da, c->shape.pages) ||
+	    bench_alloc_init(&in->paux, c->shape.aux_slots) ||
+	    bench_alloc_init(&in->daux, c->shape.aux_slots))
+		return KVW_ENOMEM;
+	return 0;
+}
+
+/* The instances: --run-dir's group, then each of --peers. */
+static int setup_instances(struct run *r, const struct runinfo *ri)
+{
+	const struct bench_config *c = r->c;
+	int rc;
+
+	r->ninst = 1 + c->npeers;
+	r->in[0].dir = c->run_dir ? c->run_dir : "the group";
+	for (uint32_t i = 0; i < c->npeers; i++) {
+		r->in[1 + i].dir = c->peers[i];
+		struct shape sh;
+
+		rc = runinfo_load(c->peers[i], &r->in[1 + i].own, r->err,
+				  r->errlen);
+		if (rc < 0)
+			return rc;
+		/* One pattern for every pool: the same shape everywhere. */
+		shape_default(&sh);
+		if (runinfo_shape_apply(runinfo_shape(r->in[1 + i].own), &sh,
+					r->err, r->errlen) < 0 ||
+		    memcmp(&sh, &c->shape, sizeof sh) != 0)
+			return kvw_errf(r->err, r->errlen, KVW_EINVAL,
+					"--peers %s: its group's shape is not "
+					"--run-dir's: the groups of one xPyD "
+					"deployment share one shape",
+					c->peers[i]);
+	}
+	for (uint32_t i = 0; i < r->ninst; i++) {
+		struct inst *in = &r->in[i];
+
+		rc = setup_inst(r, in, i ? in->own : ri);
+		if (rc < 0)
+			return rc;
+		if (in->np)
+			r->pin[r->npin++] = i;
+		if (in->nd)
+			r->din[r->ndin++] = i;
+		r->maxp = in->np > r->maxp ? in->np : r->maxp;
+		r->maxd = in->nd > r->maxd ? in->nd : r->maxd;
+	}
+	if ((r->npin == 0 && c->role != BENCH_ROLE_DECODE) ||
+	    (r->ndin == 0 && c->role != BENCH_ROLE_PREFILL)) {
+		snprintf(r->err, r->errlen, "endpoints need a bootstrap and "
+			 "1..%u prefill and decode members (have %s, %u, %u)",
+			 MAX_RANKS, r->in[0].boot ? "bootstrap" : "no bootstrap",
+			 r->maxp, r->maxd);
+		return KVW_EINVAL;
+	}
+	r->pairs = calloc((size_t)r->ninst * r->ninst, sizeof *r->pairs);
+	return r->pairs ? 0 : KVW_ENOMEM;
+}
+
+static int setup(struct run *r, const struct runinfo *ri)
+{
+	const struct bench_config *c = r->c;
+	uint32_t k, np, nd;
+	int rc;
+
 	if (c->pages_per_room == 0 || c->pages_per_room > c->shape.pages ||
 	    c->pages_per_room > KVW_MAX_PAGES || c->chunk_pages == 0 ||
 	    c->concurrency == 0 || c->rooms == 0) {
@@ -105,24 +186,10 @@ static int setup(struct run *r, const struct runinfo *ri)
 			 c->shape.pages);
 		return KVW_EINVAL;
 	}
-	for (k = 0; k < np; k++) {
-		r->p[k].m = runinfo_nth(ri, RUNINFO_PREFILL, k);
-		r->np = k + 1;
-		if ((rc = open_side(r, &r->p[k], &c->shape, 0)) < 0)
-			return rc;
-	}
-	for (k = 0; k < nd; k++) {
-		r->d[k].m = runinfo_nth(ri, RUNINFO_DECODE, k);
-		r->nd = k + 1;
-		if ((rc = open_side(r, &r->d[k], &c->shape, 1)) < 0)
-			return rc;
-		r->room_bytes += bench_room_bytes(&r->d[k].g, c->pages_per_room);
-	}
-	if (bench_alloc_init(&r->pa, c->shape.pages) ||
-	    bench_alloc_init(&r->da, c->shape.pages) ||
-	    bench_alloc_init(&r->paux, c->shape.aux_slots) ||
-	    bench_alloc_init(&r->daux, c->shape.aux_slots))
-		return KVW_ENOMEM;
+	if ((rc = setup_instances(r, ri)) < 0)
+		return rc;
+	np = r->maxp;
+	nd = r->maxd;
 	r->nslots = c->concurrency * (c->role == BENCH_ROLE_PREFILL ? 2 : 1);
 	r->rooms = calloc(r->nslots, sizeof *r->rooms);
 	if (r->rooms == NULL)
@@ -140,18 +207,29 @@ static int setup(struct run *r, const struct runinfo *ri)
 		if (!x->src || !x->dst || !x->cur || !x->pf || !x->df ||
 		    !x->pe || !x->de)
 			return KVW_ENOMEM;
+		x->pi = x->di = &r->in[0];
 	}
 	return 0;
 }
 
 static void teardown(struct run *r)
 {
-	for (uint32_t k = 0; k < r->np + r->nd; k++) {
-		struct eng *x = k < r->np ? &r->p[k] : &r->d[k - r->np];
+	for (uint32_t i = 0; i < r->ninst; i++) {
+		struct inst *in = &r->in[i];
 
-		kvw_engine_close(&x->e); /* withdraws the GPU registration */
-		bgpu_close(&x->g.gpu);
-		free(x->bufs);
+		for (uint32_t k = 0; k < in->np + in->nd; k++) {
+			struct eng *x = k < in->np ? &in->p[k]
+						   : &in->d[k - in->np];
+
+			kvw_engine_close(&x->e); /* withdraws the GPU pool */
+			bgpu_close(&x->g.gpu);
+			free(x->bufs);
+		}
+		bench_alloc_fini(&in->pa);
+		bench_alloc_fini(&in->da);
+		bench_alloc_fini(&in->paux);
+		bench_alloc_fini(&in->daux);
+		runinfo_free(&in->own);
 	}
 	for (uint32_t k = 0; r->rooms && k < r->nslots; k++) {
 		free(r->rooms[k].src);
@@ -166,10 +244,27 @@ static void teardown(struct run *r)
 	for (uint32_t i = 0; i < r->ncan; i++)
 		free(r->can[i].dst);
 	free(r->can);
-	bench_alloc_fini(&r->pa);
-	bench_alloc_fini(&r->da);
-	bench_alloc_fini(&r->paux);
-	bench_alloc_fini(&r->daux);
+	free(r->pairs);
+}
+
+/* The pair of instances room x runs between: --route rr walks every
+ * (prefill, decode) pair in turn, random draws one; a side with no
+ * instance here (--role) is instance 0, which has no ranks of it. */
+static void route(struct run *r, struct room *x)
+{
+	uint64_t k = r->routed, p = 0, d = 0;
+
+	if (r->c->route == BENCH_ROUTE_RANDOM) {
+		k = (k + 1) * 0x9e3779b97f4a7c15ULL ^ r->arng;
+		k = (k ^ (k >> 31)) * 0xbf58476d1ce4e5b9ULL;
+		k ^= k >> 29;
+	}
+	if (r->npin)
+		p = r->pin[k % r->npin];
+	if (r->ndin)
+		d = r->din[(k / (r->npin ? r->npin : 1)) % r->ndin];
+	x->pi = &r->in[p];
+	x->di = &r->in[d];
 }
 
 /* Takes pages and aux slots for a room and fills its source pages.
@@ -178,27 +273,30 @@ int bench_start_room(struct run *r, struct room *x, uint64_t now, uint64_t id)
 {
 	uint32_t n = r->c->pages_per_room;
 
-	if (r->da.n < n || r->daux.n < 1)
+	route(r, x);
+	if (x->di->da.n < n || x->di->daux.n < 1)
 		bench_canary_flush(r); /* checks released pages, then reuses them */
-	if (r->pa.n < n || r->da.n < n || r->paux.n < 1 || r->daux.n < 1)
+	if (x->pi->pa.n < n || x->di->da.n < n || x->pi->paux.n < 1 || x->di->daux.n < 1)
 		return 0;
-	bench_alloc_take(&r->pa, n, x->src);
-	bench_alloc_take(&r->da, n, x->dst);
-	bench_alloc_take(&r->paux, 1, &x->src_aux);
-	bench_alloc_take(&r->daux, 1, &x->dst_aux);
+	bench_alloc_take(&x->pi->pa, n, x->src);
+	bench_alloc_take(&x->di->da, n, x->dst);
+	bench_alloc_take(&x->pi->paux, 1, &x->src_aux);
+	bench_alloc_take(&x->di->daux, 1, &x->dst_aux);
 	x->id = id ? id : next_id(r);
+	r->pairs[(x->pi - r->in) * r->ninst + (x->di - r->in)]++;
+	r->routed++;
 	x->phase = R_RUN;
 	x->outcome = O_NONE;
 	x->peer_sent = 0;
 	x->src_kept = 0;
 	x->t_done = 0;
 	x->deadline = now + (uint64_t)(r->c->room_timeout_s * 1e9);
-	memset(x->pf, 0, r->np);
-	memset(x->df, 0, r->nd);
-	memset(x->cur, 0, r->np * sizeof *x->cur);
+	memset(x->pf, 0, x->pi->np);
+	memset(x->df, 0, x->di->nd);
+	memset(x->cur, 0, x->pi->np * sizeof *x->cur);
 	bench_plan_abort(r, x);
-	for (uint32_t k = 0; k < r->np && (r->c->verify || !r->c->no_fill); k++)
-		bench_fill(kvw_pool_base(r->p[k].e), &r->p[k].g, x->id, x->src,
+	for (uint32_t k = 0; k < x->pi->np && (r->c->verify || !r->c->no_fill); k++)
+		bench_fill(kvw_pool_base(x->pi->p[k].e), &x->pi->p[k].g, x->id, x->src,
 			   n, x->src_aux);
 	return 1;
 }
@@ -221,7 +319,7 @@ int bench_sent(struct run *r, struct eng *x, int rc)
 int bench_step_prefill(struct run *r, struct room *x, uint32_t k)
 {
 	const struct bench_config *c = r->c;
-	struct eng *p = &r->p[k];
+	struct eng *p = &x->pi->p[k];
 	struct kvw_room_status st;
 	uint32_t n = c->pages_per_room;
 	int rc, prog = 0;
@@ -279,8 +377,8 @@ int bench_step_prefill(struct run *r, struct room *x, uint32_t k)
 /* Checks every decode rank's copy of a finished room. */
 static int intact(struct run *r, const struct room *x)
 {
-	for (uint32_t k = 0; k < r->nd; k++)
-		if (bench_verify(kvw_pool_base(r->d[k].e), &r->d[k].g, x->id,
+	for (uint32_t k = 0; k < x->di->nd; k++)
+		if (bench_verify(kvw_pool_base(x->di->d[k].e), &x->di->d[k].g, x->id,
 				 x->dst, r->c->pages_per_room, x->dst_aux))
 			return 0;
 	return 1;
@@ -289,12 +387,12 @@ static int intact(struct run *r, const struct room *x)
 /* Reads decode rank k's room: Success -> F_DONE; Failed, Cleared, or
  * missing from a table whose owner restarted since it took the RECV_BEGIN
  * (the command died with it) -> F_FAILED. */
-static void poll_decode(struct run *r, struct room *x, uint32_t k)
+static void poll_decode(struct room *x, uint32_t k)
 {
 	struct kvw_room_status st;
-	int rc = kvw_poll(r->d[k].e, x->id, &st);
+	int rc = kvw_poll(x->di->d[k].e, x->id, &st);
 
-	if (rc == KVW_ENOENT && kvw_control_epoch(r->d[k].e) != x->de[k])
+	if (rc == KVW_ENOENT && kvw_control_epoch(x->di->d[k].e) != x->de[k])
 		x->df[k] |= F_FAILED;
 	else if (rc == 0 && st.state == KVW_SUCCESS)
 		x->df[k] |= F_DONE;
@@ -317,11 +415,11 @@ static void tell_stuck(struct run *r, const struct room *x, uint64_t now)
 	n = snprintf(line, sizeof line, "room %llu: stuck: no outcome %.1f s "
 		     "after it began;", (unsigned long long)x->id,
 		     x->t_begin ? (double)(now - x->t_begin) / 1e9 : 0.0);
-	for (uint32_t k = 0; k < r->nd + r->np && n > 0 &&
+	for (uint32_t k = 0; k < x->di->nd + x->pi->np && n > 0 &&
 			     (size_t)n < sizeof line; k++) {
-		struct eng *e = k < r->nd ? &r->d[k] : &r->p[k - r->nd];
-		char side = k < r->nd ? 'd' : 'p';
-		uint32_t i = k < r->nd ? k : k - r->nd;
+		struct eng *e = k < x->di->nd ? &x->di->d[k] : &x->pi->p[k - x->di->nd];
+		char side = k < x->di->nd ? 'd' : 'p';
+		uint32_t i = k < x->di->nd ? k : k - x->di->nd;
 
 		if (kvw_poll(e->e, x->id, &st) == 0)
 			n += snprintf(line + n, sizeof line - (size_t)n,
@@ -349,17 +447,17 @@ static void tell_stuck(struct run *r, const struct room *x, uint64_t now)
  * (nothing more lands in its pages), and a source page refilled under a
  * batch in flight failed that batch's MAC at the sink: integrity_failed
  * counted on a clean loopback. */
-static int source_quiet(struct run *r, struct room *x, uint32_t k)
+static int source_quiet(struct room *x, uint32_t k)
 {
 	struct kvw_room_status st;
 	int rc;
 
 	if (x->pf[k] & F_QUIET)
 		return 1;
-	rc = kvw_poll(r->p[k].e, x->id, &st);
+	rc = kvw_poll(x->pi->p[k].e, x->id, &st);
 	if (rc == KVW_ENOENT && !(x->pf[k] & F_SENT))
 		rc = 1; /* no SEND_BEGIN went there: no job */
-	else if (rc == KVW_ENOENT && kvw_control_epoch(r->p[k].e) != x->pe[k])
+	else if (rc == KVW_ENOENT && kvw_control_epoch(x->pi->p[k].e) != x->pe[k])
 		rc = 1; /* gone with a kv-sender that restarted: its workers too */
 	else if (rc == 0)
 		rc = !(st.flags & KVW_ROOM_F_SENDING) &&
@@ -378,9 +476,9 @@ static int source_quiet(struct run *r, struct room *x, uint32_t k)
  * shows it done (SGLang polls all of them), and an MLA dummy rank ends
  * its room only after its transfer info came: a room cleared on decode's
  * Success alone could reach a busy dummy before that info did. */
-int bench_prefill_ended(struct run *r, struct room *x, uint32_t k)
+int bench_prefill_ended(struct room *x, uint32_t k)
 {
-	return (x->pf[k] & F_FAILED) || source_quiet(r, x, k);
+	return (x->pf[k] & F_FAILED) || source_quiet(x, k);
 }
 
 /* Advances a running room; returns progress (> 0), 0, or a fatal error. */
@@ -389,12 +487,12 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 	uint32_t k, ok = 0;
 	int rc, prog = 0;
 
-	for (k = 0; k < r->nd; k++) {
-		struct eng *d = &r->d[k];
+	for (k = 0; k < x->di->nd; k++) {
+		struct eng *d = &x->di->d[k];
 
 		if (x->df[k] & F_SENT)
 			continue;
-		rc = bench_sent(r, d, kvw_recv_begin(d->e, x->id, r->boot, 0, x->dst,
+		rc = bench_sent(r, d, kvw_recv_begin(d->e, x->id, x->pi->boot, 0, x->dst,
 					       r->c->pages_per_room,
 					       x->dst_aux));
 		if (rc < 0)
@@ -406,7 +504,7 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 			x->t_begin = proc_now_ns();
 		prog |= rc;
 	}
-	for (k = 0; k < r->nd; k++)
+	for (k = 0; k < x->di->nd; k++)
 		if (!(x->df[k] & F_SENT))
 			return prog; /* prefill begins after every RECV_BEGIN */
 	if (r->peer && !x->peer_sent) { /* --role decode: the peer sends */
@@ -416,21 +514,21 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 	}
 	if (x->abort_at == AB_BEFORE)
 		x->aborted = 1;
-	for (k = 0; k < r->np; k++) {
+	for (k = 0; k < x->pi->np; k++) {
 		rc = bench_step_prefill(r, x, k);
 		if (rc < 0)
 			return rc;
 		prog |= rc;
 	}
-	if (x->abort_at && !x->aborted && bench_abort_due(r, x))
+	if (x->abort_at && !x->aborted && bench_abort_due(x))
 		x->aborted = 1;
 	if (x->aborted) {
 		rc = bench_step_aborted(r, x, now);
 		return rc < 0 ? rc : (prog | rc);
 	}
-	for (k = 0; k < r->nd; k++) {
+	for (k = 0; k < x->di->nd; k++) {
 		if (!(x->df[k] & (F_DONE | F_FAILED)))
-			poll_decode(r, x, k);
+			poll_decode(x, k);
 		if (x->df[k] & F_FAILED)
 			x->outcome = O_FAILED;
 		ok += (x->df[k] & F_DONE) != 0;
@@ -443,12 +541,12 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 		x->outcome = O_STUCK;
 		tell_stuck(r, x, now);
 	}
-	if (x->outcome == O_NONE && ok == r->nd && !x->t_done)
+	if (x->outcome == O_NONE && ok == x->di->nd && !x->t_done)
 		x->t_done = proc_now_ns(); /* the latency ends at decode */
-	for (k = 0; k < r->np && ok == r->nd; k++)
-		if (!bench_prefill_ended(r, x, k))
+	for (k = 0; k < x->pi->np && ok == x->di->nd; k++)
+		if (!bench_prefill_ended(x, k))
 			ok = 0;
-	if (x->outcome == O_NONE && ok == r->nd) {
+	if (x->outcome == O_NONE && ok == x->di->nd) {
 		x->outcome = !r->c->verify || intact(r, x) ? O_SUCCESS
 							   : O_CORRUPT;
 	}
@@ -468,17 +566,17 @@ int bench_step_clear(struct run *r, struct room *x)
 {
 	int rc, all = 1;
 
-	for (uint32_t k = 0; k < r->nd + r->np; k++) {
-		struct eng *e = k < r->nd ? &r->d[k] : &r->p[k - r->nd];
-		uint8_t *f = k < r->nd ? &x->df[k] : &x->pf[k - r->nd];
+	for (uint32_t k = 0; k < x->di->nd + x->pi->np; k++) {
+		struct eng *e = k < x->di->nd ? &x->di->d[k] : &x->pi->p[k - x->di->nd];
+		uint8_t *f = k < x->di->nd ? &x->df[k] : &x->pf[k - x->di->nd];
 
 		if (*f & F_CLEAR)
 			continue;
 		/* An aborted room is cleared at a prefill rank once its
 		 * workers are done with the source pages (a CLEAR would hide
 		 * the count), or kept out of use after the grace. */
-		if (k >= r->nd && x->outcome == O_ABORTED &&
-		    !source_quiet(r, x, k - r->nd)) {
+		if (k >= x->di->nd && x->outcome == O_ABORTED &&
+		    !source_quiet(x, k - x->di->nd)) {
 			if (proc_now_ns() < x->deadline + SOURCE_QUIET_GRACE_NS) {
 				all = 0;
 				continue;
@@ -503,7 +601,7 @@ void bench_finish(struct run *r, struct room *x, struct bench_result *res)
 	switch (x->outcome) {
 	case O_SUCCESS:
 		res->success++;
-		res->bytes += r->room_bytes;
+		res->bytes += x->di->room_bytes;
 		if (res->nlat < r->c->lat_cap)
 			r->c->lat_ns[res->nlat++] = x->t_done - x->t_begin;
 		break;
@@ -529,14 +627,14 @@ void bench_finish(struct run *r, struct room *x, struct bench_result *res)
 		 * (bench_step_clear waited for it). The destination pages
 		 * wait, under their canary, in the canary list
 		 * (bench_abort.c). */
-		bench_alloc_put(&r->pa, n, x->src);
-		bench_alloc_put(&r->paux, 1, &x->src_aux);
+		bench_alloc_put(&x->pi->pa, n, x->src);
+		bench_alloc_put(&x->pi->paux, 1, &x->src_aux);
 	}
 	if (x->outcome == O_SUCCESS || x->outcome == O_CORRUPT) {
-		bench_alloc_put(&r->pa, n, x->src);
-		bench_alloc_put(&r->da, n, x->dst);
-		bench_alloc_put(&r->paux, 1, &x->src_aux);
-		bench_alloc_put(&r->daux, 1, &x->dst_aux);
+		bench_alloc_put(&x->pi->pa, n, x->src);
+		bench_alloc_put(&x->di->da, n, x->dst);
+		bench_alloc_put(&x->pi->paux, 1, &x->src_aux);
+		bench_alloc_put(&x->di->daux, 1, &x->dst_aux);
 	}
 	x->phase = R_IDLE;
 }
@@ -593,9 +691,14 @@ int bench_group_check(struct run *r, uint64_t now)
 {
 	int rc = 0;
 
-	for (uint32_t k = 0; k < r->np + r->nd && rc == 0; k++)
-		rc = member_check(r, k < r->np ? &r->p[k] : &r->d[k - r->np],
-				  now);
+	for (uint32_t i = 0; i < r->ninst && rc == 0; i++) {
+		struct inst *in = &r->in[i];
+
+		for (uint32_t k = 0; k < in->np + in->nd && rc == 0; k++)
+			rc = member_check(r, k < in->np ? &in->p[k]
+							: &in->d[k - in->np],
+					  now);
+	}
 	return rc;
 }
 
@@ -669,6 +772,24 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 	return rc < 0 ? rc : 0;
 }
 
+/* --peers: how many rooms ran over each (prefill, decode) pair, on
+ * stderr (the summary line on stdout keeps its form). */
+static void tell_routes(const struct run *r)
+{
+	const char *sep = "";
+
+	fprintf(stderr, "kv-bench: rooms by route (prefill -> decode):");
+	for (uint32_t p = 0; p < r->ninst; p++)
+		for (uint32_t d = 0; d < r->ninst; d++)
+			if (r->pairs[p * r->ninst + d]) {
+				fprintf(stderr, "%s %s -> %s %u", sep,
+					r->in[p].dir, r->in[d].dir,
+					r->pairs[p * r->ninst + d]);
+				sep = ",";
+			}
+	fputc('\n', stderr);
+}
+
 int bench_run(const struct runinfo *ri, const struct bench_config *cfg,
 	      bench_progress_fn *progress, void *arg,
 	      struct bench_result *res, char *err, size_t errlen)
@@ -695,6 +816,8 @@ int bench_run(const struct runinfo *ri, const struct bench_config *cfg,
 	else if (rc == 0)
 		rc = loop(r, progress, arg, res);
 	bench_peer_close(r, rc == 0 ? res : NULL);
+	if (r->ninst > 1 && r->pairs && r->routed)
+		tell_routes(r);
 	teardown(r);
 	free(r);
 	return rc;

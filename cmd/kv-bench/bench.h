@@ -89,6 +89,10 @@ void bench_alloc_put(struct bench_alloc *a, uint32_t k, const uint32_t *in);
  * drives (bench_role.c); 0 drives both. */
 enum { BENCH_ROLE_PREFILL = 1, BENCH_ROLE_DECODE = 2 };
 
+#define BENCH_MAX_PEERS 7u /* --peers: run directories besides --run-dir */
+
+enum { BENCH_ROUTE_RR = 0, BENCH_ROUTE_RANDOM = 1 };
+
 struct bench_config {
 	struct shape shape;       /* the group's shape flags */
 	uint32_t rooms;           /* rooms to run, >= 1 */
@@ -125,6 +129,15 @@ struct bench_config {
 	int role;                 /* 0, BENCH_ROLE_PREFILL or _DECODE */
 	const char *peer;         /* --role: tcp://HOST:PORT the prefill side
 				   * binds and the decode side dials */
+	const char *peers[BENCH_MAX_PEERS]; /* --peers: more groups' run
+				   * directories, each an instance of its own
+				   * (xPyD): a room runs from one instance's
+				   * prefill ranks to one's decode ranks */
+	uint32_t npeers;
+	const char *run_dir;      /* --run-dir's (or --spawn's) folder, for
+				   * messages; may be NULL */
+	int route;                /* BENCH_ROUTE_*: how a room's pair of
+				   * instances is chosen */
 };
 
 struct bench_result {

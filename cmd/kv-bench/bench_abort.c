@@ -43,12 +43,12 @@ void bench_plan_abort(struct run *r, struct room *x)
 }
 
 /* 1 when the planned moment of the abort has come. */
-int bench_abort_due(struct run *r, struct room *x)
+int bench_abort_due(struct room *x)
 {
 	struct kvw_room_status st;
 	uint32_t k;
 
-	for (k = 0; k < r->np; k++) {
+	for (k = 0; k < x->pi->np; k++) {
 		if (x->pf[k] & F_FAILED)
 			continue;
 		if (x->abort_at == AB_BETWEEN && x->cur[k] < x->abort_pages)
@@ -59,7 +59,7 @@ int bench_abort_due(struct run *r, struct room *x)
 	if (x->abort_at != AB_COPYING)
 		return 1;
 	/* Copies in flight (Transferring), or already over. */
-	if (kvw_poll(r->p[0].e, x->id, &st) < 0)
+	if (kvw_poll(x->pi->p[0].e, x->id, &st) < 0)
 		return 0;
 	return st.state != KVW_BOOTSTRAPPING && st.state != KVW_WAITING;
 }
@@ -71,8 +71,8 @@ static void canary_keep(struct run *r, const struct room *x)
 	uint32_t n = r->c->pages_per_room;
 	struct canary *c;
 
-	for (uint32_t k = 0; k < r->nd; k++)
-		bench_fill(kvw_pool_base(r->d[k].e), &r->d[k].g,
+	for (uint32_t k = 0; k < x->di->nd; k++)
+		bench_fill(kvw_pool_base(x->di->d[k].e), &x->di->d[k].g,
 			   x->id ^ CANARY_SALT, x->dst, n, x->dst_aux);
 	if (r->ncan == r->capcan) {
 		uint32_t cap = r->capcan ? 2 * r->capcan : 16;
@@ -88,6 +88,7 @@ static void canary_keep(struct run *r, const struct room *x)
 	if (!c->dst)
 		return;
 	memcpy(c->dst, x->dst, n * sizeof *c->dst);
+	c->di = x->di;
 	c->key = x->id ^ CANARY_SALT;
 	c->dst_aux = x->dst_aux;
 	r->ncan++;
@@ -103,13 +104,14 @@ void bench_canary_flush(struct run *r)
 		struct canary *c = &r->can[i];
 		uint64_t bad = 0;
 
-		for (uint32_t k = 0; k < r->nd; k++)
-			bad += bench_verify(kvw_pool_base(r->d[k].e), &r->d[k].g,
-					    c->key, c->dst, n, c->dst_aux);
+		for (uint32_t k = 0; k < c->di->nd; k++)
+			bad += bench_verify(kvw_pool_base(c->di->d[k].e),
+					    &c->di->d[k].g, c->key, c->dst, n,
+					    c->dst_aux);
 		if (bad)
 			r->res->corrupt++;
-		bench_alloc_put(&r->da, n, c->dst);
-		bench_alloc_put(&r->daux, 1, &c->dst_aux);
+		bench_alloc_put(&c->di->da, n, c->dst);
+		bench_alloc_put(&c->di->daux, 1, &c->dst_aux);
 		free(c->dst);
 	}
 	r->ncan = 0;
@@ -126,8 +128,8 @@ int bench_step_aborted(struct run *r, struct room *x, uint64_t now)
 	uint32_t k, rel = 0;
 	int rc, prog = 0;
 
-	for (k = 0; k < r->nd; k++) {
-		struct eng *d = &r->d[k];
+	for (k = 0; k < x->di->nd; k++) {
+		struct eng *d = &x->di->d[k];
 
 		if (!(x->df[k] & F_ABORT)) {
 			rc = bench_sent(r, d, kvw_abort(d->e, x->id));
@@ -146,7 +148,7 @@ int bench_step_aborted(struct run *r, struct room *x, uint64_t now)
 		}
 		rel += (x->df[k] & F_REL) != 0;
 	}
-	if (rel == r->nd) {
+	if (rel == x->di->nd) {
 		canary_keep(r, x);
 		x->outcome = O_ABORTED;
 	} else if (now >= x->deadline) {

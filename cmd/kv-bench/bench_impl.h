@@ -16,6 +16,7 @@
 
 #define MAX_RANKS 64u
 #define MAX_BUFS 4096u
+#define MAX_INSTANCES (1u + BENCH_MAX_PEERS)
 
 struct eng {
 	const struct runinfo_member *m;
@@ -52,8 +53,23 @@ enum { O_NONE, O_SUCCESS, O_FAILED, O_STUCK, O_CORRUPT, O_ABORTED,
 enum { AB_NONE, AB_BEFORE, AB_BETWEEN, AB_COPYING };
 #define CANARY_SALT 0x63616e6172795f5fULL /* canary pattern key: id ^ salt */
 
+/* One instance: a group's prefill ranks and decode ranks (either may be
+ * none), its bootstrap, and the page allocators of its pools. A room runs
+ * from a prefill instance to a decode instance: the group of --run-dir,
+ * and with --peers every group named there (xPyD). */
+struct inst {
+	struct runinfo *own;     /* a --peers group's endpoints (freed) */
+	const char *dir;         /* its run directory, for the summary */
+	const char *boot;
+	struct eng p[MAX_RANKS], d[MAX_RANKS];
+	uint32_t np, nd;
+	struct bench_alloc pa, da, paux, daux;
+	uint64_t room_bytes;     /* payload a room lands in its decode pools */
+};
+
 struct room {
 	int phase, outcome;
+	struct inst *pi, *di; /* its prefill and decode instance */
 	uint64_t id, deadline, t_begin, t_done;
 	uint32_t *src, *dst, src_aux, dst_aux;
 	uint8_t *pf, *df; /* flags per prefill / decode rank */
@@ -70,21 +86,27 @@ struct room {
  * hold a canary pattern that must never change (a byte landing after the
  * release would change it). */
 struct canary {
+	struct inst *di; /* whose decode pool the pages are */
 	uint64_t key;
 	uint32_t *dst, dst_aux;
 };
 
 struct run {
 	const struct bench_config *c;
-	const char *boot;
-	struct eng p[MAX_RANKS], d[MAX_RANKS];
-	uint32_t np, nd;
-	struct bench_alloc pa, da, paux, daux;
+	struct inst in[MAX_INSTANCES];
+	uint32_t ninst;
+	uint32_t maxp, maxd;       /* the most prefill / decode ranks of one
+				    * instance: the rooms' flag arrays */
+	uint32_t pin[MAX_INSTANCES], din[MAX_INSTANCES]; /* instances with
+				    * prefill / decode ranks, in order */
+	uint32_t npin, ndin;
+	uint64_t routed;           /* rooms given a pair so far */
+	uint32_t *pairs;           /* rooms per (prefill, decode) instance */
 	struct room *rooms;
 	uint32_t nslots;           /* rooms[]: concurrency (--role prefill:
 				    * twice that, for rooms still clearing) */
 	struct bpeer *peer;        /* --role: the other host's kv-bench */
-	uint64_t rng, room_bytes, arng;
+	uint64_t rng, arng;
 	struct canary *can;
 	uint32_t ncan, capcan;
 	struct bench_result *res;
@@ -102,7 +124,7 @@ int bench_start_room(struct run *r, struct room *x, uint64_t now,
 int bench_step_prefill(struct run *r, struct room *x, uint32_t k);
 int bench_step_clear(struct run *r, struct room *x);
 /* 1 once prefill rank k ended room x and no worker reads its source pages. */
-int bench_prefill_ended(struct run *r, struct room *x, uint32_t k);
+int bench_prefill_ended(struct room *x, uint32_t k);
 void bench_finish(struct run *r, struct room *x, struct bench_result *res);
 void bench_nap(uint64_t idle_ns);
 int bench_group_check(struct run *r, uint64_t now);
@@ -128,7 +150,7 @@ int bench_role_prefill(struct run *r, struct bench_result *res);
 
 /* bench_abort.c: --abort-frac. */
 void bench_plan_abort(struct run *r, struct room *x);
-int bench_abort_due(struct run *r, struct room *x);
+int bench_abort_due(struct room *x);
 int bench_step_aborted(struct run *r, struct room *x, uint64_t now);
 void bench_canary_flush(struct run *r);
 

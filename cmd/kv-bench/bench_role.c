@@ -418,10 +418,10 @@ static int prefill_read(struct run *r, struct bench_result *res,
  * dummy rank ends its room only after its transfer info came, which on a
  * busy host can come after decode's Success), or its deadline passed (a
  * rank that never ends it; the run's count is the decode side's). */
-static int ranks_ended(struct run *r, struct room *x, uint64_t now)
+static int ranks_ended(struct room *x, uint64_t now)
 {
-	for (uint32_t k = 0; k < r->np; k++)
-		if (!bench_prefill_ended(r, x, k)) {
+	for (uint32_t k = 0; k < x->pi->np; k++)
+		if (!bench_prefill_ended(x, k)) {
 			if (now < x->deadline)
 				return 0;
 			fprintf(stderr, "kv-bench: room %llu: decode's Success, "
@@ -456,11 +456,11 @@ int bench_role_prefill(struct run *r, struct bench_result *res)
 		for (uint32_t i = 0; i < r->nslots && rc >= 0; i++) {
 			struct room *x = &r->rooms[i];
 
-			for (uint32_t k = 0; x->phase == R_RUN && k < r->np &&
+			for (uint32_t k = 0; x->phase == R_RUN && k < x->pi->np &&
 					     rc >= 0; k++)
 				prog |= (rc = bench_step_prefill(r, x, k)) > 0;
 			if (rc >= 0 && x->phase == R_RUN &&
-			    x->outcome == O_SUCCESS && ranks_ended(r, x, now)) {
+			    x->outcome == O_SUCCESS && ranks_ended(x, now)) {
 				x->phase = R_CLEAR;
 				prog = 1;
 			}

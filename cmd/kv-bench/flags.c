@@ -86,6 +86,18 @@ void kvb_flags_usage(FILE *f)
 		"DIR or --insecure\n"
 		"  --keys DIR, --insecure  the tcp:// policy of --peer "
 		"(default: $KVW_KEYS)\n"
+		"  --peers DIR[,DIR]    xPyD: more groups on this host (kv-up "
+		"--cluster with\n"
+		"                       --run-dir's), each a prefill and/or "
+		"decode instance;\n"
+		"                       a room runs from one instance's "
+		"prefill ranks to one's\n"
+		"                       decode ranks, the decode naming that "
+		"prefill's bootstrap\n"
+		"  --route rr|random    how a room's (prefill, decode) pair "
+		"is chosen: in turn\n"
+		"                       over every pair (default) or at "
+		"random\n"
 		"  --log-level LEVEL    error|warn|info|debug\n"
 		"  --help               this text\n"
 		"  %s\n"
@@ -104,7 +116,8 @@ void kvb_flags_usage(FILE *f)
 
 enum { O_RUN = 256, O_SPAWN, O_KVUP, O_UPARG, O_ROOMS, O_PPR, O_CHUNK,
        O_ZERO, O_CONC, O_VERIFY, O_SEED, O_TIMEOUT, O_PRANKS, O_DRANKS,
-       O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU, O_GPUPOOLS, O_ROLE, O_PEER };
+       O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU, O_GPUPOOLS, O_ROLE, O_PEER,
+       O_PEERS, O_ROUTE };
 
 /* --transport NAME: known, available here (else kv-probe's line and 77),
  * and handed to kv-up. -1 to go on, or the exit code. */
@@ -151,6 +164,7 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		{ "decode-gpu", 1, NULL, O_DGPU },
 		{ "gpu-pools", 0, NULL, O_GPUPOOLS },
 		{ "role", 1, NULL, O_ROLE }, { "peer", 1, NULL, O_PEER },
+		{ "peers", 1, NULL, O_PEERS }, { "route", 1, NULL, O_ROUTE },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli *cl = &f->cl;
@@ -217,6 +231,26 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 					       "not %s", v);
 			break;
 		case O_PEER: cfg->peer = v; break;
+		case O_PEERS:
+			/* DIR[,DIR...], repeatable: optarg is argv's own
+			 * string, cut in place at the commas. */
+			for (char *save = NULL, *d = strtok_r(optarg, ",", &save);
+			     d; d = strtok_r(NULL, ",", &save)) {
+				if (cfg->npeers == BENCH_MAX_PEERS)
+					return cli_bad(cl, "--peers: at most %u "
+						       "groups", BENCH_MAX_PEERS);
+				cfg->peers[cfg->npeers++] = d;
+			}
+			break;
+		case O_ROUTE:
+			if (!strcmp(v, "rr"))
+				cfg->route = BENCH_ROUTE_RR;
+			else if (!strcmp(v, "random"))
+				cfg->route = BENCH_ROUTE_RANDOM;
+			else
+				return cli_bad(cl, "--route: rr or random, not "
+					       "%s", v);
+			break;
 		case O_ABORT:
 			if (cli_double(v, 0, 1, &cfg->abort_frac))
 				return cli_bad(cl, "bad --abort-frac (0..1): %s", v);
@@ -244,6 +278,9 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 	if (cfg->role && cfg->abort_frac > 0)
 		return cli_bad(cl, "--abort-frac needs one kv-bench driving "
 			       "both sides (no --role)");
+	if (cfg->npeers && (f->spawn || cfg->role))
+		return cli_bad(cl, "--peers adds running groups to --run-dir's "
+			       "(one host): not with --spawn or --role");
 	return -1;
 }
 

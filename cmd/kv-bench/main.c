@@ -49,6 +49,7 @@ static int one_group(struct kvb_flags *fl, char *const *up,
 		run_dir = sp.dir;
 	}
 	rc = runinfo_load(run_dir, &ri, err, sizeof err);
+	cfg.run_dir = run_dir; /* names it in --peers' summary */
 	if (rc == 0)
 		rc = runinfo_check_topo(ri, RUNINFO_PREFILL, fl->topo[0],
 					fl->topo[1], err, sizeof err);
