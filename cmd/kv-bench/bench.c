@@ -160,8 +160,10 @@ static int setup_instances(struct run *r, const struct runinfo *ri)
 		r->maxp = in->np > r->maxp ? in->np : r->maxp;
 		r->maxd = in->nd > r->maxd ? in->nd : r->maxd;
 	}
+	/* --role decode: the rooms name the bootstrap its endpoints list. */
 	if ((r->npin == 0 && c->role != BENCH_ROLE_DECODE) ||
-	    (r->ndin == 0 && c->role != BENCH_ROLE_PREFILL)) {
+	    (r->ndin == 0 && c->role != BENCH_ROLE_PREFILL) ||
+	    (r->npin == 0 && !r->in[0].boot)) {
 		snprintf(r->err, r->errlen, "endpoints need a bootstrap and "
 			 "1..%u prefill and decode members (have %s, %u, %u)",
 			 MAX_RANKS, r->in[0].boot ? "bootstrap" : "no bootstrap",

@@ -258,7 +258,10 @@ static int bootstrap_member(const struct group_spec *g, uint32_t i,
 			    size_t errlen)
 {
 	memset(m, 0, sizeof *m);
-	snprintf(m->name, sizeof m->name, i ? "bootstrap%u" : "bootstrap", i);
+	if (i)
+		snprintf(m->name, sizeof m->name, "bootstrap%u", i);
+	else
+		snprintf(m->name, sizeof m->name, "bootstrap");
 	m->role = RUNINFO_BOOTSTRAP;
 	m->topo = (struct kvw_topo){ 1, 1, 1, 1 };
 	if (g->side == GROUP_DECODE) {
