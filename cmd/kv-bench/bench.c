@@ -171,7 +171,8 @@ static int setup_instances(struct run *r, const struct runinfo *ri)
 		return KVW_EINVAL;
 	}
 	r->pairs = calloc((size_t)r->ninst * r->ninst, sizeof *r->pairs);
-	return r->pairs ? 0 : KVW_ENOMEM;
+	r->pairs_ok = calloc((size_t)r->ninst * r->ninst, sizeof *r->pairs_ok);
+	return r->pairs && r->pairs_ok ? 0 : KVW_ENOMEM;
 }
 
 static int setup(struct run *r, const struct runinfo *ri)
@@ -247,6 +248,7 @@ static void teardown(struct run *r)
 		free(r->can[i].dst);
 	free(r->can);
 	free(r->pairs);
+	free(r->pairs_ok);
 }
 
 /* The pair of instances room x runs between: --route rr walks every
@@ -603,6 +605,7 @@ void bench_finish(struct run *r, struct room *x, struct bench_result *res)
 	switch (x->outcome) {
 	case O_SUCCESS:
 		res->success++;
+		r->pairs_ok[(x->pi - r->in) * r->ninst + (x->di - r->in)]++;
 		res->bytes += x->di->room_bytes;
 		if (res->nlat < r->c->lat_cap)
 			r->c->lat_ns[res->nlat++] = x->t_done - x->t_begin;
@@ -774,8 +777,9 @@ static int loop(struct run *r, bench_progress_fn *progress, void *arg,
 	return rc < 0 ? rc : 0;
 }
 
-/* --peers: how many rooms ran over each (prefill, decode) pair, on
- * stderr (the summary line on stdout keeps its form). */
+/* --peers: how many rooms ran over each (prefill, decode) pair and how
+ * many of them succeeded, on stderr (the summary line on stdout keeps its
+ * form). */
 static void tell_routes(const struct run *r)
 {
 	const char *sep = "";
@@ -784,9 +788,10 @@ static void tell_routes(const struct run *r)
 	for (uint32_t p = 0; p < r->ninst; p++)
 		for (uint32_t d = 0; d < r->ninst; d++)
 			if (r->pairs[p * r->ninst + d]) {
-				fprintf(stderr, "%s %s -> %s %u", sep,
+				fprintf(stderr, "%s %s -> %s %u (%u ok)", sep,
 					r->in[p].dir, r->in[d].dir,
-					r->pairs[p * r->ninst + d]);
+					r->pairs[p * r->ninst + d],
+					r->pairs_ok[p * r->ninst + d]);
 				sep = ",";
 			}
 	fputc('\n', stderr);
@@ -818,7 +823,7 @@ int bench_run(const struct runinfo *ri, const struct bench_config *cfg,
 	else if (rc == 0)
 		rc = loop(r, progress, arg, res);
 	bench_peer_close(r, rc == 0 ? res : NULL);
-	if (r->ninst > 1 && r->pairs && r->routed)
+	if (r->ninst > 1 && r->pairs && r->pairs_ok && r->routed)
 		tell_routes(r);
 	teardown(r);
 	free(r);

@@ -102,6 +102,7 @@ struct run {
 	uint32_t npin, ndin;
 	uint64_t routed;           /* rooms given a pair so far */
 	uint32_t *pairs;           /* rooms per (prefill, decode) instance */
+	uint32_t *pairs_ok;        /* of those, rooms that succeeded */
 	struct room *rooms;
 	uint32_t nslots;           /* rooms[]: concurrency (--role prefill:
 				    * twice that, for rooms still clearing) */
