@@ -143,6 +143,31 @@ static int flags_transport(struct kvb_flags *f, struct bench_config *cfg,
 	return -1;
 }
 
+/* --peers DIR[,DIR...] (repeatable; arg is argv's own string, cut in
+ * place at the commas) and --route rr|random. -1 to go on, or the exit
+ * code after a fatal line. */
+static int flags_xpyd(const struct cli *cl, struct bench_config *cfg, int opt,
+		      char *arg)
+{
+	if (opt == O_ROUTE) {
+		if (!strcmp(arg, "rr"))
+			cfg->route = BENCH_ROUTE_RR;
+		else if (!strcmp(arg, "random"))
+			cfg->route = BENCH_ROUTE_RANDOM;
+		else
+			return cli_bad(cl, "--route: rr or random, not %s", arg);
+		return -1;
+	}
+	for (char *save = NULL, *d = strtok_r(arg, ",", &save); d;
+	     d = strtok_r(NULL, ",", &save)) {
+		if (cfg->npeers == BENCH_MAX_PEERS)
+			return cli_bad(cl, "--peers: at most %u groups",
+				       BENCH_MAX_PEERS);
+		cfg->peers[cfg->npeers++] = d;
+	}
+	return -1;
+}
+
 int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		    struct bench_config *cfg)
 {
@@ -232,24 +257,9 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 			break;
 		case O_PEER: cfg->peer = v; break;
 		case O_PEERS:
-			/* DIR[,DIR...], repeatable: optarg is argv's own
-			 * string, cut in place at the commas. */
-			for (char *save = NULL, *d = strtok_r(optarg, ",", &save);
-			     d; d = strtok_r(NULL, ",", &save)) {
-				if (cfg->npeers == BENCH_MAX_PEERS)
-					return cli_bad(cl, "--peers: at most %u "
-						       "groups", BENCH_MAX_PEERS);
-				cfg->peers[cfg->npeers++] = d;
-			}
-			break;
 		case O_ROUTE:
-			if (!strcmp(v, "rr"))
-				cfg->route = BENCH_ROUTE_RR;
-			else if (!strcmp(v, "random"))
-				cfg->route = BENCH_ROUTE_RANDOM;
-			else
-				return cli_bad(cl, "--route: rr or random, not "
-					       "%s", v);
+			if ((c = flags_xpyd(cl, cfg, c, optarg)) >= 0)
+				return c;
 			break;
 		case O_ABORT:
 			if (cli_double(v, 0, 1, &cfg->abort_frac))
