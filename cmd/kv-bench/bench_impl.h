@@ -116,6 +116,16 @@ struct run {
 	size_t errlen;
 };
 
+/* bench_inst.c: the instances. bench_setup opens every instance's
+ * engines (--run-dir's group from ri, then --peers) and the rooms' slots:
+ * 0, or < 0 with r->err; bench_teardown closes what it opened. */
+int bench_setup(struct run *r, const struct runinfo *ri);
+void bench_teardown(struct run *r);
+/* Sets room x's prefill and decode instance (--route). */
+void bench_route(struct run *r, struct room *x);
+/* --peers: the rooms and successes of each pair, on stderr. */
+void bench_tell_routes(const struct run *r);
+
 /* bench.c: the steps of one room, shared with bench_role.c. */
 int bench_sent(struct run *r, struct eng *x, int rc);
 /* Takes pages and fills the source; id 0 draws a new room id. 1 started,
