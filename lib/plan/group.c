@@ -4,6 +4,7 @@
  * function per kind so that each naming rule is stated once.
  */
 #include "group.h"
+#include "plan.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -98,11 +99,6 @@ static int tcp_endpoint(const char *ep)
 	       all_of(colon + 1, "0123456789") && !strpbrk(host, " \t\n#");
 }
 
-static int heads_split(uint32_t heads, uint32_t tp)
-{
-	return heads >= tp ? heads % tp == 0 : tp % heads == 0;
-}
-
 /* The topology: sizes, the decode PP rule, TP sizes and kv heads. */
 static int check_topology(const struct group_spec *g, char *err,
 			  size_t errlen)
@@ -126,7 +122,7 @@ static int check_topology(const struct group_spec *g, char *err,
 	for (int i = 0; i < 2; i++) {
 		uint32_t tp = i ? g->dtp : g->ptp;
 
-		if (!heads_split(heads, tp))
+		if (!plan_heads_split(heads, tp))
 			return kvw_errf(err, errlen, KVW_EINVAL,
 					"%u kv heads do not split over TP %u "
 					"(need heads %% tp == 0, or tp %% heads "

@@ -64,6 +64,13 @@ struct plan;
 int plan_models_compat(const struct kvw_model *src, const struct kvw_model *dst,
 		       char *err, size_t errlen);
 
+/* The one rule of how kv heads spread over tp ranks: evenly (heads a
+ * multiple of tp), or, with fewer heads than ranks, each head whole on
+ * tp / heads ranks (tp a multiple of heads). 1 when heads split so; 0
+ * otherwise and for 0 heads or tp. The group plan, the shape check and
+ * the head slice all ask this. */
+int plan_heads_split(uint64_t heads, uint32_t tp);
+
 /* Computes the head slice for prefill rank `prank` of `ptp` sending to
  * decode rank `drank` of `dtp` (ranks are taken modulo their TP size),
  * from m->total_kv_heads (H; if 0, rank_kv_heads * ptp) and m->head_bytes:

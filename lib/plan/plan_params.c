@@ -46,6 +46,13 @@ int plan_models_compat(const struct kvw_model *src, const struct kvw_model *dst,
 	return 0;
 }
 
+int plan_heads_split(uint64_t heads, uint32_t tp)
+{
+	if (heads == 0 || tp == 0)
+		return 0;
+	return heads >= tp ? heads % tp == 0 : tp % heads == 0;
+}
+
 int plan_heads_compute(const struct kvw_model *m, uint32_t ptp, uint32_t prank,
 		       uint32_t dtp, uint32_t drank, struct plan_heads *out,
 		       char *err, size_t errlen)
@@ -76,7 +83,7 @@ int plan_heads_compute(const struct kvw_model *m, uint32_t ptp, uint32_t prank,
 	for (int side = 0; side < 2; side++) {
 		uint32_t tp = side ? dtp : ptp;
 
-		if (H >= tp ? H % tp != 0 : tp % H != 0) {
+		if (!plan_heads_split(H, tp)) {
 			kvw_seterr(
 			    err, errlen,
 			    "head slice: %llu kv heads do not split over tp %u",

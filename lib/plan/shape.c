@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "layout.h"
+#include "plan.h"
 
 void shape_default(struct shape *s)
 {
@@ -144,11 +145,8 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 	struct layout_spec spec;
 
 	shape_model(s, t, c, &m);
-	/* The rule plan_heads_compute applies between two ranks: heads split
-	 * evenly over TP, or each of several ranks holds one head whole. A
-	 * member refuses a shape that no peer could exchange with. */
-	if (!s->mla && t->tp &&
-	    (s->kv_heads >= t->tp ? s->kv_heads % t->tp : t->tp % s->kv_heads))
+	/* A member refuses a shape that no peer could exchange with. */
+	if (!s->mla && t->tp && !plan_heads_split(s->kv_heads, t->tp))
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"%u kv heads do not split over tp %u (need a "
 				"multiple or a divisor of it)",

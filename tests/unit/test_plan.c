@@ -667,6 +667,19 @@ static void test_heads_bad_sizes_rejected(void **st)
 	assert_int_equal(h.n_heads, 77); /* unchanged on error */
 }
 
+/* The one split rule: a multiple of tp, or a divisor of it. */
+static void test_heads_split_rule_multiple_or_divisor_of_tp(void **st)
+{
+	(void)st;
+	assert_true(plan_heads_split(8, 4));  /* 2 heads a rank */
+	assert_true(plan_heads_split(2, 4));  /* each head on 2 ranks */
+	assert_true(plan_heads_split(1, 8));  /* MLA: one head everywhere */
+	assert_false(plan_heads_split(6, 4)); /* 6 over 4 */
+	assert_false(plan_heads_split(3, 4)); /* 4 ranks, 3 heads */
+	assert_false(plan_heads_split(0, 4));
+	assert_false(plan_heads_split(8, 0));
+}
+
 /* Head h (0-based) of a rank r in tp T holds this global head. */
 static uint32_t ghead(uint32_t H, uint32_t T, uint32_t r, uint32_t h)
 {
@@ -988,6 +1001,7 @@ int main(void)
 	    cmocka_unit_test(
 		test_heads_gqa_2_heads_over_tp4_ranks_share_by_division),
 	    cmocka_unit_test(test_heads_bad_sizes_rejected),
+	    cmocka_unit_test(test_heads_split_rule_multiple_or_divisor_of_tp),
 	    cmocka_unit_test(test_heads_bytes_exact_tp2_to_tp4_h8),
 	    cmocka_unit_test(test_heads_bytes_exact_tp4_to_tp2_h8),
 	    cmocka_unit_test(test_heads_bytes_exact_gqa_h2_tp1_and_tp2_to_tp4),
