@@ -120,7 +120,7 @@ FAKECUDA := $(B)/tests/libfakecudart.so
 $(FAKECUDA): tests/fakecuda/fakecudart.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) -std=c17 $(OPT) $(WARN) -fPIC -shared -o $@ $< -pthread
-$(B)/tests/test_xport_cuda $(B)/tests/test_cuda_stage $(B)/tests/test_rdma_gpu \
+$(B)/tests/test_xport_cuda $(B)/tests/test_mem $(B)/tests/test_rdma_gpu \
 	$(B)/tests/test_receiver_rdma: $(FAKECUDA)
 
 unit: $(UNITS)
@@ -227,7 +227,7 @@ include mk/install.mk
 # also build with the headers in view; without them, that they build alone.
 CUDA_HOME ?= /usr/local/cuda
 CUDA_SRC := lib/mem/cuda_rt.c lib/mem/gpool.c lib/mem/gpool_map.c lib/xport/cuda/xport_cuda.c \
-	lib/mem/cuda_stage.c lib/xport/rdma/rdma_gpu.c
+	lib/mem/mem.c lib/mem/mem_cuda.c lib/xport/rdma/rdma_gpu.c
 cuda-decl: | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) -std=c17 $(WARN) -fsyntax-only tests/cuda/decl_check.c
 	@for f in $(CUDA_SRC); do $(CC) $(CPPFLAGS) $(CFLAGS) -fsyntax-only $$f || exit 1; done

@@ -22,8 +22,11 @@
 #     must be the tree).
 #  5. The CUDA runtime stays in lib/mem (issue 31): no file under lib/
 #     outside lib/mem includes mem/cuda_rt.h or a <cuda...> header, and no
-#     header of lib/mem includes cuda_rt.h (so none hands it on): the
-#     transports copy GPU memory through gpool_map.h and gpu_queue.h.
+#     header of lib/mem includes cuda_rt.h (so none hands it on). And a
+#     transport or a role reaches memory only through regions: of lib/mem
+#     it includes mem.h (regions and their backends), pool.h (pool files)
+#     and gpu_queue.h (a device copy queue), never a header that knows a
+#     backend's insides (gpool.h's record, gpool_map.h's handles).
 #  6. The group plan and the pool layout have one owner, lib/plan (issue
 #     31: group.c, shape.c, layout.c, runinfo.c): no script of bin/ and
 #     no module of python/kvwire restates them. A line there that is not
@@ -69,7 +72,7 @@ lib_rules=$(find lib -name '*.[ch]' | sort | tr '\n' '\0' |
 		}
 		if (cuda_pat != "") {
 			if (cuda_hits != "")
-				bad(5, cur " includes the CUDA runtime (line " cuda_hits "): only lib/mem\047s .c files may; a transport copies through mem/gpool_map.h and mem/gpu_queue.h")
+				bad(5, cur " includes the CUDA runtime (line " cuda_hits "): only lib/mem\047s .c files may; a transport reaches GPU memory through mem/mem.h")
 			else passed++
 		}
 	}
@@ -85,6 +88,12 @@ lib_rules=$(find lib -name '*.[ch]' | sort | tr '\n' '\0' |
 	}
 	/^#include "[^"]*"/ {
 		inc = $0; sub(/^#include "/, "", inc); sub(/".*/, "", inc)
+		# (mem/cuda_rt.h: the CUDA check below.)
+		if (cur ~ /^lib\/(xport|roles)\// && inc ~ /^mem\// &&
+		    inc !~ /^mem\/(mem|pool|gpu_queue|cuda_rt)\.h$/)
+			bad(5, cur " includes \"" inc "\" (line " FNR "): a transport or role reaches memory through regions (mem/mem.h), never a backend\047s insides")
+		else if (cur ~ /^lib\/(xport|roles)\// && inc ~ /^mem\//)
+			passed++
 		if (inc !~ /\//) {
 			# same folder, or a lib/ top-level header from lib/
 			if (!((dir "/" inc) in exists)) {

@@ -6,7 +6,7 @@
 # over the CPU stand-in runtime (tests/fakecuda/, KVW_CUDART): engines
 # register "GPU" pools, workers open them from other processes and copy,
 # byte-exact, and an abort storm leaves every canary intact; the same over
-# tcp with the pages staged through the host pools (cuda_stage.h), and an
+# tcp with the pages staged through the host pools (lib/mem/mem_cuda.c), and an
 # unusable record at either end failing rooms cleanly. The stand-in proves
 # the plumbing, not the GPU: tests/device/run.sh is the GPU check.
 

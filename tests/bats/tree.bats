@@ -94,10 +94,11 @@ copy_tree() {
 
 @test "check-tree refuses the CUDA runtime outside lib/mem: a transport's or role's include, and a lib/mem header that hands it on" {
 	copy_tree
-	# Issue 31: no transport includes a CUDA header; GPU memory is copied
-	# through lib/mem (gpool_map.h, gpu_queue.h). The runtime's own header
-	# included by a transport, a CUDA system header in a role, and a
-	# lib/mem header that would pass cuda_rt.h on to whoever includes it.
+	# Issue 31: no transport includes a CUDA header; GPU memory is reached
+	# through lib/mem's regions (mem.h). The runtime's own header included
+	# by a transport, a CUDA system header in a role, a lib/mem header
+	# that would pass cuda_rt.h on to whoever includes it, and a transport
+	# that opens a backend's insides (the GPU record's handles) itself.
 	t=$(( $(wc -l <"$RUN/t/lib/xport/tcp/xport_tcp.c") + 1 ))
 	w=$(( $(wc -l <"$RUN/t/lib/roles/sender/worker.c") + 1 ))
 	printf '#include "mem/cuda_rt.h"\n' >>"$RUN/t/lib/xport/tcp/xport_tcp.c"
@@ -106,13 +107,16 @@ copy_tree() {
 		"$RUN/t/lib/mem/gpool_map.h"
 	g=$(grep -n '^#include "cuda_rt.h"$' "$RUN/t/lib/mem/gpool_map.h" | cut -d: -f1)
 	[ -n "$g" ]
+	r=$(( $(wc -l <"$RUN/t/lib/xport/rdma/rdma_gpu.c") + 1 ))
+	printf '#include "mem/gpool_map.h"\n' >>"$RUN/t/lib/xport/rdma/rdma_gpu.c"
 	(cd "$RUN/t" && git add -A)
 	run "$RUN/t/mk/check-tree.sh" "$RUN/t"
 	[ "$status" -ne 0 ]
 	[[ $output == *"lib/xport/tcp/xport_tcp.c includes the CUDA runtime (line $t): only lib/mem's .c files may"* ]]
 	[[ $output == *"lib/roles/sender/worker.c includes the CUDA runtime (line $w)"* ]]
 	[[ $output == *"lib/mem/gpool_map.h includes the CUDA runtime (line $g)"* ]]
-	[[ $output =~ tree:\ [0-9]+\ passed,\ 3\ failed ]]
+	[[ $output == *"lib/xport/rdma/rdma_gpu.c includes \"mem/gpool_map.h\" (line $r): a transport or role reaches memory through regions"* ]]
+	[[ $output =~ tree:\ [0-9]+\ passed,\ 4\ failed ]]
 }
 
 @test "check-tree refuses a plan or layout rule restated outside lib/plan: in a kv-up script and in the Python package" {

@@ -9,7 +9,7 @@
 #      worker processes opening their IPC handles; every byte checked. With
 #      two GPUs, again with the decode engines on GPU 1 (peer to peer).
 #      Then GPU pools over loopback tcp (kv-bench --gpu-pools): pages staged
-#      through the pinned host pools at both ends (cuda_stage.h).
+#      through the pinned host pools at both ends (lib/mem/mem_cuda.c).
 #   2. the abort storm over cuda: aborted rooms releasable, the canaries
 #      written into GPU memory after release never change.
 #   3. kv-bench copy --transport cuda: the transport against cudaMemcpy
@@ -57,9 +57,9 @@ echo "gpus: $ngpu"; nvidia-smi -L 2>/dev/null
 
 step "CUDA unit tests (argument checks, records, the transport over the CPU stand-in)"
 make -j"$(nproc)" build/default/tests/test_gpool build/default/tests/test_xport_cuda \
-	build/default/tests/test_cuda_stage >/dev/null 2>&1
+	build/default/tests/test_mem >/dev/null 2>&1
 out=$(./tests/unit/run.sh build/default/tests/test_gpool build/default/tests/test_xport_cuda \
-	build/default/tests/test_cuda_stage 2>&1)
+	build/default/tests/test_mem 2>&1)
 echo "$out" | tail -1
 check "unit tests" $?
 make -s cuda-decl 2>&1 | tail -1

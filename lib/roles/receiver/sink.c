@@ -10,7 +10,7 @@
 #include "base/kvw.h"
 #include "base/log.h"
 #include "base/proc.h"
-#include "mem/cuda_stage.h"
+#include "mem/mem.h"
 #include "mem/pool.h"
 #include "roles/malformed.h"
 #include "table/rtab.h"
@@ -215,8 +215,8 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 	/* A decode engine may keep its KV on a GPU (a record beside the
 	 * pool): then batches land in the host pool and go on to the GPU. */
 	if (rc == 0)
-		rc = cstage_open(&sc.stage, cfg->pool, pool_size(p), err,
-				 errlen);
+		rc = mem_region_open(&sc.mem, cfg->pool, pool_size(p),
+				     MEM_STAGE, err, errlen);
 	if (rc == 0) {
 		sc.base = pool_base(p);
 		sc.size = pool_size(p);
@@ -232,7 +232,7 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 		    (unsigned long long)st.dest, (unsigned long long)st.not_live,
 		    (unsigned long long)st.device);
 	}
-	cstage_close(&sc.stage);
+	mem_region_close(&sc.mem);
 	pool_close(&p);
 	rtab_grant_close(&x.g);
 	rtab_fence_close(&x.f);

@@ -24,8 +24,9 @@
  * closed and the new one opened; a record removed (engine gone) fails the
  * batch with KVW_ENOENT. disconnect and close close the handles.
  *
- * The stream and event are lib/mem's gpu_queue, the handles its gpool_map:
- * this file includes no CUDA header. libcudart is loaded at run time:
+ * The stream and event are lib/mem's gpu_queue, each side a lib/mem region
+ * (mem.h) whose device addresses it asks for: this file includes no CUDA
+ * header and knows no record format. libcudart is loaded at run time:
  * without it, a driver or a GPU, probe and open answer KVW_ENODEV "cuda:
  * not available: <why>".
  */
@@ -35,9 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem/gpool.h"
-#include "mem/gpool_map.h"
 #include "mem/gpu_queue.h"
+#include "mem/mem.h"
 #include "mem/pool.h"
 
 #define CU_MAGIC "KVCU"
@@ -48,11 +48,12 @@
 #define CU_SHM_PATH_OFF 32u  /* path */
 #define CU_MAX_REGIONS 256u  /* per instance, locals and remotes each */
 
-/* One host pool and its GPU record. used == 0 marks a free slot. */
+/* One host pool and the engine memory behind it. used == 0 marks a free
+ * slot. */
 struct xcu_side {
 	int used;
 	uint32_t shm_id;
-	struct gmap m; /* the record, loaded when a batch needs it */
+	struct mem_region *r; /* mapped when a batch needs it */
 };
 
 /* A device piece of a batch, ready to queue. */
@@ -99,41 +100,59 @@ static int xcu_open(struct xport **out, char *err, size_t errlen)
 	return 0;
 }
 
-/* Closes a side's opened handles and drops its record (kept: the slot). */
+/* Unmaps a side's memory (kept: the slot and its region). */
 static void xcu_unload(struct xcu_xport *c, struct xcu_side *s)
 {
+	if (s->r == NULL)
+		return;
 	/* No queued copy may outlive the mapping it reads or writes. */
-	if (s->m.g != NULL)
+	if (mem_region_on_gpu(s->r))
 		gpu_queue_wait(c->q, -1, NULL, 0);
-	gmap_unload(&s->m);
+	mem_region_unmap(s->r);
 }
 
-/* Makes s's record current: the one on disk now, handles opened. 0;
- * KVW_ENOENT (no record: the engine never registered or is gone), or the
- * read's, the size check's (KVW_ESTALE) or CUDA's error. */
+/* Frees a side: unmapped, region closed, slot free. */
+static void xcu_drop(struct xcu_xport *c, struct xcu_side *s)
+{
+	xcu_unload(c, s);
+	mem_region_close(&s->r);
+	memset(s, 0, sizeof *s);
+}
+
+/* Where the region's bytes live must be a GPU. */
+static int xcu_on_gpu(const struct xcu_side *s, char *err, size_t errlen)
+{
+	return mem_region_on_gpu(s->r)
+		       ? 0
+		       : kvw_errf(err, errlen, KVW_ENOENT,
+				  "cuda: no GPU pool registered for %s",
+				  mem_region_name(s->r));
+}
+
+/* Makes s's memory current: what the engine registered last, mapped. 0;
+ * KVW_ENOENT (no GPU record: the engine never registered or is gone), or
+ * the map's error (a malformed record, another pool size: KVW_ESTALE;
+ * CUDA's). */
 static int xcu_fresh(struct xcu_xport *c, struct xcu_side *s, int local,
 		     char *err, size_t errlen)
 {
-	int rc = gmap_stale(&s->m);
+	int rc;
 
-	if (rc == KVW_ENOENT) {
-		xcu_unload(c, s);
-		return kvw_errf(err, errlen, KVW_ENOENT,
-				"cuda: no GPU pool registered for %s",
-				s->m.rec);
-	}
-	if (rc == 0)
-		return 0;
+	if (!mem_region_stale(s->r))
+		return xcu_on_gpu(s, err, errlen);
 	xcu_unload(c, s); /* a new engine epoch: the old handles go */
-	if ((rc = gmap_read(&s->m, err, errlen)))
-		return rc;
-	/* The local record decides the device, once per instance. */
-	if (local &&
-	    (rc = gpu_queue_bind(c->q, gpool_device(s->m.g), err, errlen))) {
-		gmap_unload(&s->m);
-		return rc;
-	}
-	return gmap_open(&s->m, err, errlen);
+	/* The local side decides the device, once per instance; a remote
+	 * side is opened on it (peer access is lazy). */
+	rc = mem_region_map(s->r, local ? MEM_DEV_RECORD : MEM_DEV_CURRENT,
+			    err, errlen);
+	if (rc == 0)
+		rc = xcu_on_gpu(s, err, errlen);
+	if (rc == 0 && local)
+		rc = gpu_queue_bind(c->q, mem_region_device(s->r), err,
+				    errlen);
+	if (rc)
+		mem_region_unmap(s->r);
+	return rc;
 }
 
 /* A free slot of arr, or -1. */
@@ -150,15 +169,12 @@ static int xcu_reg(struct xport *x, const struct pool *p, uint32_t *id,
 		   size_t errlen)
 {
 	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
-	struct gmap m;
+	struct mem_region *r = NULL;
 	size_t shmlen;
 	uint32_t sid;
 	int64_t slot = xcu_slot(c->loc);
 	int rc;
 
-	if (gmap_init(&m, pool_path(p), pool_size(p)) != 0)
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"cuda: %s is not a pool path", pool_path(p));
 	if (slot < 0)
 		return kvw_errf(err, errlen, KVW_ENOMEM,
 				"cuda: too many registered pools");
@@ -168,14 +184,19 @@ static int xcu_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	/* shm refuses a descriptor beyond the room it is given. */
 	if (desccap > KVW_MAX_DESC)
 		desccap = KVW_MAX_DESC;
-	rc = xport_register(c->shm, p, &sid, desc + CU_HDR, desccap - CU_HDR,
-			    &shmlen, err, errlen);
+	rc = mem_region_open(&r, pool_path(p), pool_size(p), 0, err, errlen);
 	if (rc)
 		return rc;
+	rc = xport_register(c->shm, p, &sid, desc + CU_HDR, desccap - CU_HDR,
+			    &shmlen, err, errlen);
+	if (rc) {
+		mem_region_close(&r);
+		return rc;
+	}
 	memcpy(desc, CU_MAGIC, 4);
 	le_put(desc + 4, CU_VERSION, 4); /* version 2, reserved 2 */
 	*desclen = CU_HDR + shmlen;
-	c->loc[slot] = (struct xcu_side){ .used = 1, .shm_id = sid, .m = m };
+	c->loc[slot] = (struct xcu_side){ .used = 1, .shm_id = sid, .r = r };
 	*id = (uint32_t)slot;
 	return 0;
 }
@@ -186,7 +207,7 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 	struct xcu_xport *c = XPORT_SELF(struct xcu_xport, x);
 	char path[POOL_PATH_MAX + 1];
 	const uint8_t *sd = desc + CU_HDR;
-	struct gmap m;
+	struct mem_region *r = NULL;
 	uint64_t plen;
 	uint32_t sid;
 	int64_t slot;
@@ -210,9 +231,7 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 				"cuda: malformed descriptor (path)");
 	memcpy(path, sd + CU_SHM_PATH_OFF, plen);
 	path[plen] = '\0';
-	if (gmap_init(&m, path, le_get(sd + CU_SHM_SIZE_OFF, 8)) != 0)
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"cuda: descriptor names no pool");
+	/* shm checks the path names a pool; so does the region. */
 	rc = xport_connect(c->shm, sd, desclen - CU_HDR, &sid, err, errlen);
 	if (rc)
 		return rc;
@@ -222,12 +241,15 @@ static int xcu_connect(struct xport *x, const uint8_t *desc, size_t desclen,
 			return 0;
 		}
 	slot = xcu_slot(c->rmt);
-	if (slot < 0) {
+	if (slot < 0 ||
+	    (rc = mem_region_open(&r, path, le_get(sd + CU_SHM_SIZE_OFF, 8), 0,
+				  err, errlen))) {
 		xport_disconnect(c->shm, sid);
-		return kvw_errf(err, errlen, KVW_ENOMEM,
-				"cuda: too many connected pools");
+		return slot < 0 ? kvw_errf(err, errlen, KVW_ENOMEM,
+					   "cuda: too many connected pools")
+				: rc;
 	}
-	c->rmt[slot] = (struct xcu_side){ .used = 1, .shm_id = sid, .m = m };
+	c->rmt[slot] = (struct xcu_side){ .used = 1, .shm_id = sid, .r = r };
 	*id = (uint32_t)slot;
 	return 0;
 }
@@ -240,9 +262,8 @@ static void xcu_disconnect(struct xport *x, uint32_t id)
 		return;
 	/* Nothing of this remote may still be in flight when its handles
 	 * close: the caller waited, but a failed batch may not have. */
-	xcu_unload(c, &c->rmt[id]);
 	xport_disconnect(c->shm, c->rmt[id].shm_id);
-	memset(&c->rmt[id], 0, sizeof c->rmt[id]);
+	xcu_drop(c, &c->rmt[id]);
 }
 
 /* Appends to a growing array; 0 or -1 (out of memory). */
@@ -274,8 +295,8 @@ static int xcu_split(struct xcu_xport *c, const struct xport_copy *k,
 
 	while (left > 0) {
 		uint64_t n = left, srun, drun;
-		const uint8_t *sp = gmap_at(&s->m, so, &srun);
-		uint8_t *dp = gmap_at(&d->m, dof, &drun);
+		const uint8_t *sp = mem_region_device_at(s->r, so, &srun);
+		uint8_t *dp = mem_region_device_at(d->r, dof, &drun);
 
 		if ((sp == NULL) != (dp == NULL))
 			return kvw_errf(err, errlen, KVW_ERANGE,
@@ -331,8 +352,10 @@ static int xcu_check(struct xcu_xport *c, const struct xport_copy *k,
 					"cuda: copy %zu: unknown region (src "
 					"%u, dst %u)",
 					i, k[i].src, k[i].dst);
-		if (!xcu_in(k[i].src_off, k[i].len, c->loc[k[i].src].m.size) ||
-		    !xcu_in(k[i].dst_off, k[i].len, c->rmt[k[i].dst].m.size))
+		if (!xcu_in(k[i].src_off, k[i].len,
+			    mem_region_size(c->loc[k[i].src].r)) ||
+		    !xcu_in(k[i].dst_off, k[i].len,
+			    mem_region_size(c->rmt[k[i].dst].r)))
 			return kvw_errf(err, errlen, KVW_ERANGE,
 					"cuda: copy %zu out of range", i);
 	}
@@ -393,8 +416,8 @@ static void xcu_close(struct xport **xp)
 	c = XPORT_SELF(struct xcu_xport, *xp);
 	gpu_queue_wait(c->q, -1, NULL, 0);
 	for (uint32_t i = 0; i < CU_MAX_REGIONS; i++) {
-		xcu_unload(c, &c->rmt[i]);
-		xcu_unload(c, &c->loc[i]);
+		xcu_drop(c, &c->rmt[i]);
+		xcu_drop(c, &c->loc[i]);
 	}
 	gpu_queue_close(&c->q);
 	xport_close(&c->shm);

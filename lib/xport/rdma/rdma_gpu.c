@@ -11,12 +11,12 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "mem/gpool_map.h"
+#include "mem/mem.h"
 #include "rdma_pmap.h"
 #include "rdma_qp.h"
 
 struct rgpu {
-	struct gmap m;
+	struct mem_region *r;
 	const struct rdma_lib *lib; /* of the regions registered */
 	struct ibv_mr **mr;        /* per buffer: its allocation's region,
 				    * owned by the allocation's first buffer */
@@ -31,14 +31,14 @@ int rgpu_open(struct rgpu **out, const char *pool_path, uint64_t size,
 	      char *err, size_t errlen)
 {
 	struct rgpu *g = calloc(1, sizeof *g);
+	int rc;
 
 	*out = NULL;
 	if (!g)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
-	if (gmap_init(&g->m, pool_path, size) != 0) {
+	if ((rc = mem_region_open(&g->r, pool_path, size, 0, err, errlen))) {
 		free(g);
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"rdma: %s is not a pool path", pool_path);
+		return rc;
 	}
 	*out = g;
 	return 0;
@@ -46,9 +46,7 @@ int rgpu_open(struct rgpu **out, const char *pool_path, uint64_t size,
 
 int rgpu_stale(const struct rgpu *g)
 {
-	int rc = gmap_stale(&g->m);
-
-	return rc == KVW_ENOENT ? g->m.g != NULL : rc != 0;
+	return mem_region_stale(g->r);
 }
 
 /* Drops every region and the record's handles. */
@@ -67,7 +65,7 @@ static void unload(struct rgpu *g)
 	g->rkey = NULL;
 	g->nseg = 0;
 	g->dmabuf = 0;
-	gmap_unload(&g->m);
+	mem_region_unmap(g->r);
 }
 
 /* The dmabuf way for [base, base + size): the region, or NULL with why. */
@@ -83,7 +81,7 @@ static struct ibv_mr *by_dmabuf(const struct rgpu *g,
 		snprintf(why, whylen, "libibverbs has no ibv_reg_dmabuf_mr");
 		return NULL;
 	}
-	if (gmap_dmabuf_fd(&g->m, base, size, &fd, why, whylen))
+	if (mem_region_dmabuf_fd(g->r, base, size, &fd, why, whylen))
 		return NULL;
 	mr = dev->lib->reg_dmabuf_mr(dev->pd, 0, (size_t)size, base, fd,
 				     access);
@@ -114,45 +112,44 @@ static int reg_alloc(struct rgpu *g, const struct rdma_dev *dev,
 			"rdma: GPU pool %s: unable to register device memory "
 			"on %s: dmabuf: %s; peer memory: ibv_reg_mr: %s (is "
 			"nvidia-peermem loaded?)",
-			g->m.rec, dev->name, dw, strerror(errno));
+			mem_region_name(g->r), dev->name, dw, strerror(errno));
 }
 
-/* Registers each allocation of the opened record once; every buffer gets
- * its allocation's keys. */
+/* Registers each allocation of the mapped GPU buffers once; every
+ * buffer gets its allocation's keys. */
 static int reg_all(struct rgpu *g, const struct rdma_dev *dev, int access,
 		   char *err, size_t errlen)
 {
-	uint32_t n = gpool_count(g->m.g);
+	const struct mem_buf *b;
+	uint32_t n = mem_region_bufs(g->r, &b);
 	int all_dmabuf = 1;
 
-	g->mr = calloc(n, sizeof *g->mr);
-	g->owner = calloc(n, 1);
-	g->seg = calloc(n, sizeof *g->seg);
-	g->rkey = calloc(n, sizeof *g->rkey);
+	while (n > 0 && b[n - 1].where != MEM_GPU)
+		n--; /* the AUX bytes past the buffers stay host memory */
+	g->mr = calloc(n + 1, sizeof *g->mr);
+	g->owner = calloc(n + 1, 1);
+	g->seg = calloc(n + 1, sizeof *g->seg);
+	g->rkey = calloc(n + 1, sizeof *g->rkey);
 	if (!g->mr || !g->owner || !g->seg || !g->rkey)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "rdma: out of memory");
 	g->lib = dev->lib;
 	g->nseg = n;
 	for (uint32_t i = 0; i < n; i++) {
-		const struct gpool_buf *b = gpool_buf_at(g->m.g, i);
-		uint64_t base = (uint64_t)(uintptr_t)g->m.at[i] - b->alloc_off;
 		int dmabuf, rc;
 
 		for (uint32_t j = 0; j < i && !g->mr[i]; j++)
-			if ((uint64_t)(uintptr_t)g->m.at[j] -
-				    gpool_buf_at(g->m.g, j)->alloc_off == base)
+			if (b[j].alloc_addr == b[i].alloc_addr)
 				g->mr[i] = g->mr[j];
 		if (!g->mr[i]) {
-			rc = reg_alloc(g, dev, base, b->alloc_size, access,
-				       &g->mr[i], &dmabuf, err, errlen);
+			rc = reg_alloc(g, dev, b[i].alloc_addr, b[i].alloc_size,
+				       access, &g->mr[i], &dmabuf, err, errlen);
 			if (rc)
 				return rc;
 			g->owner[i] = 1;
 			all_dmabuf &= dmabuf;
 		}
 		g->seg[i] = (struct rdma_pseg){
-			b->start, { (uint64_t)(uintptr_t)g->m.at[i], b->len,
-				    g->mr[i]->lkey } };
+			b[i].start, { b[i].addr, b[i].len, g->mr[i]->lkey } };
 		g->rkey[i] = g->mr[i]->rkey;
 	}
 	g->dmabuf = all_dmabuf;
@@ -165,22 +162,16 @@ int rgpu_load(struct rgpu *g, const struct rdma_dev *dev, int access,
 	int rc;
 
 	unload(g);
-	if (gmap_stale(&g->m) == KVW_ENOENT)
-		return 0;
-	if ((rc = gmap_read(&g->m, err, errlen)))
+	rc = mem_region_map(g->r, MEM_DEV_RECORD, err, errlen);
+	if (rc || !mem_region_on_gpu(g->r)) /* a host pool: nothing to add */
 		return rc;
-	rc = gmap_set_device(&g->m, err, errlen);
-	if (rc == 0)
-		rc = gmap_open(&g->m, err, errlen);
-	if (rc == 0)
-		rc = reg_all(g, dev, access, err, errlen);
-	if (rc) {
+	if ((rc = reg_all(g, dev, access, err, errlen))) {
 		unload(g);
 		return rc;
 	}
 	LOG(LOG_INFO, "rdma: GPU pool %s (epoch %016llx): %u buffers "
-	    "registered on %s through %s", g->m.rec,
-	    (unsigned long long)gpool_epoch(g->m.g), g->nseg, dev->name,
+	    "registered on %s through %s", mem_region_name(g->r),
+	    (unsigned long long)mem_region_epoch(g->r), g->nseg, dev->name,
 	    g->dmabuf ? "dmabuf" : "peer memory");
 	return 0;
 }
@@ -210,6 +201,7 @@ void rgpu_close(struct rgpu **gp)
 	if (!gp || !*gp)
 		return;
 	unload(*gp);
+	mem_region_close(&(*gp)->r);
 	free(*gp);
 	*gp = NULL;
 }

@@ -1,8 +1,8 @@
 /*
- * rdma_gpu.h - an engine's GPU pool (gpool.h) registered with the HCA, so
- * RDMA WRITEs go straight to and from device memory. The record beside the
- * host pool is opened as the other transports open it (gpool_map.h: IPC
- * handles, one per allocation), and each allocation is registered once:
+ * rdma_gpu.h - an engine's GPU buffers registered with the HCA, so RDMA
+ * WRITEs go straight to and from device memory. The pool's region (mem.h)
+ * is mapped as the other transports map it, and each allocation its GPU
+ * buffers lie in is registered once:
  *
  *   1. dmabuf: a dmabuf fd of the allocation from the CUDA driver
  *      (cuMemGetHandleForAddressRange, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,

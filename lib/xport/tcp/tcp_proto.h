@@ -71,7 +71,7 @@ enum tcp_status {
 	TCP_NOT_LIVE = 3,  /* the room is not live at the decode: discarded */
 	TCP_SECRET = 4,    /* WELCOME: wrong secret or keys, closed */
 	TCP_DEVICE = 5,    /* landed, but the copy on to the decode's GPU
-			    * failed (cuda_stage.h): room fails */
+			    * failed (mem.h): room fails */
 	TCP_DEST = 6,      /* a copy outside the pages the decode granted
 			    * the room's incarnation: nothing written, the
 			    * room fails (integrity) */

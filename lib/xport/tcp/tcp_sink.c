@@ -38,7 +38,6 @@
 #include "tcp_mac.h"
 #include "tcp_proto.h"
 #include "base/kvw.h"
-#include "mem/cuda_stage.h"
 
 
 uint64_t tcp_sink_now_ns(void)

@@ -43,14 +43,17 @@ enum tcp_room {
 				* this incarnation: discard, ACK DEST */
 };
 
+struct mem_region; /* mem/mem.h */
+
 struct tcp_sink_cfg {
 	int listen_fd;             /* borrowed; made non-blocking here */
 	uint8_t *base;             /* the pool, mapped read-write */
 	uint64_t size;
-	/* The pool's GPU staging (cuda_stage.h), or NULL: where the decode
-	 * engine registered a GPU pool, a batch's device pages land in the
-	 * host pool and are copied on to the GPU before the ACK. */
-	struct cstage *stage;
+	/* The decode engine's memory behind the pool (mem.h, opened with
+	 * MEM_STAGE), or NULL: where the engine keeps its KV on a GPU, a
+	 * batch's device pages land in the pool and are copied on to the
+	 * GPU before the ACK. */
+	struct mem_region *mem;
 	const uint8_t *secret;     /* 16 bytes */
 	const uint8_t *group_key;  /* the group's data key (32 bytes), or
 				    * NULL without group keys (tcp_auth.h) */

@@ -15,7 +15,7 @@
 
 #include "tcp_auth.h"
 #include "base/kvw.h"
-#include "mem/cuda_stage.h"
+#include "mem/mem.h"
 
 /* The connection's write is over: its room is no longer held. */
 void tcp_sink_release(struct sink *s, struct conn *c)
@@ -342,23 +342,22 @@ static uint8_t *dst_of(const struct sink *s, const struct conn *c,
 static int to_device(struct sink *s, struct conn *c)
 {
 	char why[256] = "";
-	int gpu = 0, rc;
+	int rc, r2;
 
-	if (s->cfg->stage == NULL)
+	if (s->cfg->mem == NULL)
 		return 0;
-	rc = cstage_fresh(s->cfg->stage, &gpu, why, sizeof why);
-	for (uint32_t i = 0; rc == 0 && gpu && i < c->ncopies; i++) {
+	rc = mem_region_refresh(s->cfg->mem, why, sizeof why);
+	for (uint32_t i = 0; rc == 0 && i < c->ncopies; i++) {
 		const uint8_t *p = c->copies + i * TCP_COPY_LEN;
 
-		rc = cstage_queue(s->cfg->stage, le_get(p, 8), le_get(p + 8, 8),
-				  0, why, sizeof why);
+		rc = mem_region_copy_to_device(s->cfg->mem, le_get(p, 8),
+					       le_get(p + 8, 8), why,
+					       sizeof why);
 	}
-	if (gpu) { /* also after a failed enqueue: nothing stays queued */
-		int r2 = cstage_sync(s->cfg->stage, rc ? NULL : why, sizeof why);
-
-		if (rc == 0)
-			rc = r2;
-	}
+	/* Also after a failed enqueue: nothing stays queued. */
+	r2 = mem_region_sync(s->cfg->mem, rc ? NULL : why, sizeof why);
+	if (rc == 0)
+		rc = r2;
 	if (rc)
 		tcp_sink_event(s, why);
 	return rc;

@@ -27,7 +27,7 @@
 #include "tcp_auth.h"
 #include "tcp_client.h"
 #include "tcp_proto.h"
-#include "mem/cuda_stage.h"
+#include "mem/mem.h"
 #include "mem/pool.h"
 #include "xport/xnet.h"
 
@@ -36,7 +36,7 @@
 struct xtcp_local {
 	uint8_t *base; /* NULL: free */
 	uint64_t size;
-	struct cstage *stage; /* GPU pages staged through the pool */
+	struct mem_region *mem; /* the engine's memory behind the pool */
 };
 
 struct xtcp_remote {
@@ -225,8 +225,8 @@ static int xtcp_reg(struct xport *x, const struct pool *p, uint32_t *id,
 	t->loc[i] = (struct xtcp_local){ pool_base(p), pool_size(p), NULL };
 	/* A source engine may keep its KV on a GPU: then each batch's
 	 * device pages are copied into the pool before they are sent. */
-	rc = cstage_open(&t->loc[i].stage, pool_path(p), pool_size(p), err,
-			 errlen);
+	rc = mem_region_open(&t->loc[i].mem, pool_path(p), pool_size(p),
+			     MEM_STAGE, err, errlen);
 	if (rc) {
 		t->loc[i].base = NULL;
 		return rc;
@@ -332,30 +332,28 @@ static void xtcp_set_room(struct xport *x, uint64_t room)
 	t->inc = 0; /* until xport_tcp_set_incarnation names it */
 }
 
-/* Where the source engine keeps its KV on a GPU (cuda_stage.h): the
- * batch's device pages copied into the pool, done, before a byte is sent
- * or hashed. A batch has one source pool in practice; one stat each. */
+/* The source engine's memory made current and its device pages (where it
+ * keeps its KV on a GPU: mem.h) copied into the pool, done, before a byte
+ * is sent or hashed. For a host pool both are nothing but one stat. A
+ * batch has one source pool in practice. */
 static int stage_gpu_pages(struct xtcp_xport *t, const struct xport_copy *c,
 			   size_t n, char *err, size_t errlen)
 {
 	for (size_t i = 0; i < n; i++) {
-		struct cstage *st = t->loc[c[i].src].stage;
-		int gpu = 0, rc;
+		struct mem_region *m = t->loc[c[i].src].mem;
+		int rc, r2;
 
 		if (i > 0 && c[i].src == c[i - 1].src)
 			continue;
-		if ((rc = cstage_fresh(st, &gpu, err, errlen)))
+		if ((rc = mem_region_refresh(m, err, errlen)))
 			return rc;
-		for (size_t j = i; gpu && rc == 0 && j < n; j++)
+		for (size_t j = i; rc == 0 && j < n; j++)
 			if (c[j].src == c[i].src)
-				rc = cstage_queue(st, c[j].src_off, c[j].len, 1,
-						  err, errlen);
-		if (gpu) {
-			int r2 = cstage_sync(st, rc ? NULL : err, errlen);
-
-			rc = rc ? rc : r2;
-		}
-		if (rc)
+				rc = mem_region_stage_to_host(
+				    m, c[j].src_off, c[j].len, err, errlen);
+		/* Also after a failed enqueue: nothing stays queued. */
+		r2 = mem_region_sync(m, rc ? NULL : err, errlen);
+		if ((rc = rc ? rc : r2))
 			return rc;
 	}
 	return 0;
@@ -458,7 +456,7 @@ static void xtcp_close(struct xport **x)
 	for (uint32_t i = 0; i < t->nrmt; i++)
 		xtcp_disconnect(*x, i);
 	for (uint32_t i = 0; i < XTCP_MAX_LOCAL; i++)
-		cstage_close(&t->loc[i].stage);
+		mem_region_close(&t->loc[i].mem);
 	free(t->rmt);
 	if (t->lfd >= 0)
 		close(t->lfd);
