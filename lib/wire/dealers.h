@@ -2,8 +2,8 @@
  * dealers.h - the one cache of outbound DEALER sockets, keyed by the
  * endpoint they dial, that every role uses to reach its peers (kv-sender:
  * decodes' return endpoints; its workers: the same, for STATUS of final
- * jobs; kv-receiver: bootstraps and prefill ranks; kv-heartbeat: every
- * peer of its table). A DEALER is made (ZMQ_LINGER 0, wire_socket) and
+ * jobs; kv-receiver: bootstraps and prefill ranks; kv-heartbeat dials
+ * its many peers on one ROUTER instead, hbeat.c). A DEALER is made (ZMQ_LINGER 0, wire_socket) and
  * connected the first time its endpoint is asked for; connecting never
  * waits for the peer, so asking is cheap and never blocks.
  *

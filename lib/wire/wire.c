@@ -14,8 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void *wire_socket(void *ctx, int type, int linger_ms, char *err,
-		  size_t errlen)
+/* A socket of type; its failed handshakes watched as a server's (it
+ * binds) or a client's (it dials). */
+static void *make_socket(void *ctx, int type, int linger_ms, int server,
+			 char *err, size_t errlen)
 {
 	void *s;
 	int one = 1;
@@ -35,14 +37,26 @@ void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 		zmq_close(s);
 		return NULL;
 	}
-	/* ROUTERs are the servers, DEALERs and REQs dial: their failed
-	 * handshakes are counted and logged (with keys only). */
+	/* Failed handshakes are counted and logged (with keys only). */
 	if ((type == ZMQ_ROUTER || type == ZMQ_DEALER || type == ZMQ_REQ) &&
-	    wire_auth_watch(ctx, s, type == ZMQ_ROUTER, err, errlen) != 0) {
+	    wire_auth_watch(ctx, s, server, err, errlen) != 0) {
 		zmq_close(s);
 		return NULL;
 	}
 	return s;
+}
+
+void *wire_socket(void *ctx, int type, int linger_ms, char *err,
+		  size_t errlen)
+{
+	/* ROUTERs are the servers; DEALERs and REQs dial. */
+	return make_socket(ctx, type, linger_ms, type == ZMQ_ROUTER, err,
+			   errlen);
+}
+
+void *wire_router_dialer(void *ctx, int linger_ms, char *err, size_t errlen)
+{
+	return make_socket(ctx, ZMQ_ROUTER, linger_ms, 0, err, errlen);
 }
 
 int wire_endpoint_check(const char *ep, char *err, size_t errlen)

@@ -37,6 +37,12 @@ struct wire_in {
 void *wire_socket(void *ctx, int type, int linger_ms, char *err,
 		  size_t errlen);
 
+/* A ROUTER that dials many peers (kv-heartbeat: one socket for all of
+ * them, each connection named by ZMQ_CONNECT_ROUTING_ID before its
+ * wire_connect, so that sockets and threads do not grow with the peers):
+ * wire_socket's ROUTER, its handshakes watched as a client's. */
+void *wire_router_dialer(void *ctx, int linger_ms, char *err, size_t errlen);
+
 /* Whether ep can be bound or dialled: ipc://PATH with a PATH of 1..107
  * bytes (a socket address holds 108 with its NUL), tcp://HOST:PORT or
  * inproc://NAME, at most KVW_MAX_STR bytes in all. 0, or KVW_EINVAL with

@@ -12,9 +12,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "unit_wait.h"
@@ -22,6 +27,8 @@
 #include "base/proc.h"
 #include "roles/heartbeat/hbeat.h"
 #include "table/rtab.h"
+#include "wire/frame.h"
+#include "wire/wire.h"
 
 #include <zmq.h>
 
@@ -54,17 +61,40 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* The child: kv-heartbeat's main without the flags, interval 50 ms. */
-static void run_heartbeat(uint32_t max_failures)
+/* How the child runs: kv-heartbeat's main without the flags. */
+struct hb_run {
+	uint32_t max_failures;
+	uint64_t interval_ns;  /* 0: 50 ms */
+	rlim_t soft, hard;     /* open files at start (0: as inherited) */
+	const char *log;       /* its stderr (NULL: inherited) */
+};
+
+static void run_heartbeat_as(const struct hb_run *r)
 {
 	struct hbeat_cfg cfg = {
 		.table = path,
-		.interval_ns = 50000000ull,
-		.max_failures = max_failures,
+		.interval_ns = r->interval_ns ? r->interval_ns : 50000000ull,
+		.max_failures = r->max_failures,
 	};
 	struct hbeat *h;
 	char err[200];
 
+	if (r->log) {
+		int fd = open(r->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+			_exit(111);
+		close(fd);
+	}
+	if (r->soft) {
+		struct rlimit rl = { r->soft, r->hard ? r->hard : r->soft };
+
+		if (!r->hard && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+			rl.rlim_cur = r->soft;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			_exit(111);
+	}
+	(void)proc_raise_nofile(); /* as kv-heartbeat's main does */
 	if (proc_signals_init() != 0 ||
 	    hbeat_open(&cfg, &h, err, sizeof err) != 0)
 		_exit(111);
@@ -75,7 +105,7 @@ static void run_heartbeat(uint32_t max_failures)
  * peer's ZMQ context makes some: a fork then would leave the child unable
  * to start its own under TSAN). The child waits on *go until the test
  * has its table and peer ready: start_heartbeat_go releases it. */
-static pid_t start_heartbeat(uint32_t max_failures, int *go)
+static pid_t start_heartbeat_as(const struct hb_run *r, int *go)
 {
 	int fds[2];
 	pid_t pid;
@@ -89,12 +119,19 @@ static pid_t start_heartbeat(uint32_t max_failures, int *go)
 		if (read(fds[0], &c, 1) != 1)
 			_exit(111);
 		close(fds[0]);
-		run_heartbeat(max_failures);
+		run_heartbeat_as(r);
 	}
 	close(fds[0]);
 	child = pid;
 	*go = fds[1];
 	return pid;
+}
+
+static pid_t start_heartbeat(uint32_t max_failures, int *go)
+{
+	struct hb_run r = { .max_failures = max_failures };
+
+	return start_heartbeat_as(&r, go);
 }
 
 static void start_heartbeat_go(int go)
@@ -246,6 +283,342 @@ static void test_every_unanswered_ping_is_counted_before_the_next(void **state)
 	rtab_close(&t);
 }
 
+/* ---- many peers (issue 34 item 4) ---------------------------------- */
+
+#define MANY 2000u     /* peers of one heartbeat */
+#define EPOCH 7u
+
+/* Peers that answer every PING: one ROUTER bound at n ipc endpoints (a
+ * thread of this process), PONGs with the epoch the table knows. */
+struct answerer {
+	void *ctx, *sock;
+	uint32_t n;
+	pthread_t th;
+	atomic_uint stop;
+	/* Kills (one peer, its table): while muted, PINGs go unanswered and
+	 * are counted; at the (max_failures + 1)th, verdict says whether the
+	 * table already had it DEAD (1) or not (0); -1 until then. */
+	struct rtab *t;
+	uint32_t max_failures;
+	atomic_uint muted, after;
+	atomic_int verdict;
+};
+
+static void answer_ep(char *buf, size_t len, uint32_t i)
+{
+	snprintf(buf, len, "ipc:///tmp/kvw-thb%d.%u", (int)getpid(), i);
+}
+
+static void *answer_main(void *arg)
+{
+	struct answerer *a = arg;
+
+	while (!atomic_load(&a->stop)) {
+		zmq_pollitem_t it = { .socket = a->sock, .events = ZMQ_POLLIN };
+		struct wire_in in;
+		struct frame_msg m, r;
+		char why[200];
+
+		if (zmq_poll(&it, 1, 50) <= 0)
+			continue;
+		while (wire_recv(a->sock, 1, &in, &m, why, sizeof why) == 0) {
+			if (m.hdr.type == FRAME_PING && atomic_load(&a->muted)) {
+				struct rtab_peer_view v;
+
+				if (atomic_fetch_add(&a->after, 1) + 1 ==
+				    a->max_failures + 1)
+					atomic_store(
+					    &a->verdict,
+					    rtab_peer_get(a->t, 1, &v) == 0 &&
+						v.liveness == RTAB_PEER_DEAD);
+			} else if (m.hdr.type == FRAME_PING) {
+				frame_msg_init(&r, FRAME_PONG, 0, m.hdr.room,
+					       EPOCH);
+				(void)wire_send(a->sock, &r, in.id, in.idlen,
+						why, sizeof why);
+			}
+			wire_in_release(&in);
+		}
+	}
+	return NULL;
+}
+
+/* A fresh table of n peers, all answered by a. */
+static struct rtab *table_with_answerers(struct answerer *a, uint32_t n)
+{
+	struct rtab *t = NULL;
+	int linger = 0;
+	char err[200], ep[128];
+
+	assert_int_equal(rtab_create(path, 64, 4096, 0x3333, &t, NULL, err,
+				     sizeof err), 0);
+	a->n = n;
+	a->ctx = zmq_ctx_new();
+	assert_non_null(a->ctx);
+	a->sock = zmq_socket(a->ctx, ZMQ_ROUTER);
+	assert_non_null(a->sock);
+	assert_int_equal(zmq_setsockopt(a->sock, ZMQ_LINGER, &linger,
+					sizeof linger), 0);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t id;
+
+		answer_ep(ep, sizeof ep, i);
+		assert_int_equal(zmq_bind(a->sock, ep), 0);
+		assert_int_equal(rtab_peer_upsert(t, ep, EPOCH, &id, NULL), 0);
+	}
+	assert_int_equal(pthread_create(&a->th, NULL, answer_main, a), 0);
+	return t;
+}
+
+static void answerers_close(struct answerer *a)
+{
+	char ep[128];
+
+	atomic_store(&a->stop, 1);
+	assert_int_equal(unit_join(a->th, 30), 0);
+	zmq_close(a->sock);
+	zmq_ctx_term(a->ctx);
+	for (uint32_t i = 0; i < a->n; i++) {
+		answer_ep(ep, sizeof ep, i);
+		unlink(ep + strlen("ipc://"));
+	}
+}
+
+/* Peers of t by liveness: [UNKNOWN, ALIVE, DEAD]. */
+static void count_liveness(struct rtab *t, uint32_t n, uint32_t out[3])
+{
+	out[0] = out[1] = out[2] = 0;
+	for (uint32_t id = 1; id <= n; id++) {
+		struct rtab_peer_view v;
+
+		assert_int_equal(rtab_peer_get(t, id, &v), 0);
+		out[v.liveness < 3 ? v.liveness : 2]++;
+	}
+}
+
+/* Waits until peer 1 of t is as wanted (a poll with a bound, never a
+ * verdict on time). */
+static void wait_liveness(struct rtab *t, uint32_t want)
+{
+	const struct timespec tick = { 0, 5000000 };
+	long end = unit_now_s() + 60;
+	struct rtab_peer_view v;
+
+	while (rtab_peer_get(t, 1, &v) != 0 || v.liveness != want) {
+		if (unit_now_s() > end)
+			fail_msg("peer 1 liveness %u, waited for %u", v.liveness,
+				 want);
+		nanosleep(&tick, NULL);
+	}
+}
+
+/* Issue 34 item 3's bound, 20 times: a peer that stops answering at a
+ * random phase of the interval is DEAD by the time it holds its
+ * (max_failures + 1)th unanswered PING: within interval x (max_failures
+ * + 1) of its last answer, counted in the heartbeat's own PINGs, so no
+ * clock and no load decides it. Each time it answers again and is
+ * ALIVE again. (A late PONG of an earlier PING used to settle the newer
+ * one, whose miss then never counted.) */
+static void test_twenty_kills_at_random_phases_each_dead_within_the_bound(
+	void **state)
+{
+	struct hb_run r = { .max_failures = 2, .interval_ns = 100000000ull };
+	struct answerer a = { 0 };
+	struct rtab *t;
+	int go;
+	pid_t pid;
+
+	(void)state;
+	pid = start_heartbeat_as(&r, &go);
+	atomic_store(&a.verdict, -1);
+	a.max_failures = r.max_failures;
+	t = table_with_answerers(&a, 1);
+	a.t = t;
+	start_heartbeat_go(go);
+	srand((unsigned)getpid());
+	for (int kill = 1; kill <= 20; kill++) {
+		/* The phase: anywhere in the interval after an answer. */
+		struct timespec phase = { 0, (long)(rand() % 100) * 1000000L };
+		long end = unit_now_s() + 60;
+
+		wait_liveness(t, RTAB_PEER_ALIVE);
+		nanosleep(&phase, NULL);
+		atomic_store(&a.verdict, -1);
+		atomic_store(&a.after, 0);
+		atomic_store(&a.muted, 1);
+		while (atomic_load(&a.verdict) < 0) {
+			const struct timespec tick = { 0, 5000000 };
+
+			if (unit_now_s() > end)
+				fail_msg("kill %d: no verdict", kill);
+			nanosleep(&tick, NULL);
+		}
+		if (atomic_load(&a.verdict) != 1)
+			fail_msg("kill %d: PING %u after the peer stopped, and "
+				 "it is not DEAD", kill, r.max_failures + 1);
+		atomic_store(&a.muted, 0); /* it comes back */
+	}
+	wait_liveness(t, RTAB_PEER_ALIVE);
+	stop_heartbeat(pid);
+	answerers_close(&a);
+	rtab_close(&t);
+}
+
+/* This process needs an fd per listener and per accepted connection. */
+static int fds_for(uint32_t n)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 0;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	return getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+	       (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= 2 * n + 256);
+}
+
+/* Waits (a poll with a generous bound: it gives up, it never decides)
+ * until done(t, arg) holds. */
+static void wait_until(int (*done)(struct rtab *, void *),
+		       struct rtab *t, void *arg, const char *what)
+{
+	const struct timespec tick = { 0, 10000000 };
+	long end = unit_now_s() + 120;
+
+	while (!done(t, arg)) {
+		if (unit_now_s() > end)
+			fail_msg("gave up waiting for %s", what);
+		nanosleep(&tick, NULL);
+	}
+}
+
+static int all_alive(struct rtab *t, void *arg)
+{
+	uint32_t n[3];
+
+	count_liveness(t, MANY, n);
+	(void)arg;
+	return n[1] == MANY;
+}
+
+/* 2,000 peers under a soft limit of 1,024 open files at start: the
+ * heartbeat raises it (as every member does) and watches them all on one
+ * socket, so every one is pinged, answers and is ALIVE. A DEALER per peer
+ * stopped at ZMQ's 1,023 sockets: 977 were never pinged (UNKNOWN) and the
+ * wait gives up. So many misses make a peer dead here that no slowness of
+ * the machine can reach them while the test runs: whether every peer is
+ * watched is the verdict, not how fast 2,000 connections come up. */
+static void test_two_thousand_peers_under_a_1024_soft_limit_all_watched(
+	void **state)
+{
+	struct hb_run r = { .max_failures = 1000000u,
+			    .interval_ns = 200000000ull, .soft = 1024 };
+	struct answerer a = { 0 };
+	uint32_t n[3];
+	struct rtab *t;
+	int go;
+	pid_t pid;
+
+	(void)state;
+	if (!fds_for(MANY))
+		skip(); /* the machine's hard limit leaves no room for 4,000 */
+	pid = start_heartbeat_as(&r, &go);
+	t = table_with_answerers(&a, MANY);
+	start_heartbeat_go(go);
+	wait_until(all_alive, t, NULL, "every peer ALIVE");
+	count_liveness(t, MANY, n);
+	stop_heartbeat(pid);
+	answerers_close(&a);
+	assert_int_equal(n[2], 0);
+	rtab_close(&t);
+}
+
+#define FEW_FDS 400u  /* open files of a heartbeat that cannot watch all */
+#define OVER 600u     /* its peers */
+
+/* The heartbeat's log (up to 64 KiB). */
+static void log_read(const char *log, char *buf, size_t cap)
+{
+	ssize_t got = -1;
+	int fd = open(log, O_RDONLY);
+
+	if (fd >= 0) {
+		got = read(fd, buf, cap - 1);
+		close(fd);
+	}
+	buf[got > 0 ? got : 0] = '\0';
+}
+
+struct over_wait {
+	const char *log;
+	uint32_t room; /* the connections the heartbeat planned (its log) */
+};
+
+/* The heartbeat said how many peers it has room for and that one is not
+ * watched, and that many peers are ALIVE. */
+static int over_settled(struct rtab *t, void *arg)
+{
+	struct over_wait *w = arg;
+	static char buf[65536];
+	const char *at;
+	uint32_t n[3];
+
+	log_read(w->log, buf, sizeof buf);
+	at = strstr(buf, "room for ");
+	if (!at || sscanf(at, "room for %u peer connections", &w->room) != 1 ||
+	    !strstr(buf, "not watched: the open-file limit (RLIMIT_NOFILE 400)"))
+		return 0;
+	count_liveness(t, OVER, n);
+	return n[1] == w->room;
+}
+
+/* Fewer open files than peers, even at the hard limit: the peers beyond
+ * them are not watched, with an error that names the limit, and never
+ * declared dead for it: not one miss is counted against them (no PING
+ * goes to a peer without a connection). The others are all watched. */
+static void test_out_of_open_files_is_an_error_naming_the_limit_not_a_death(
+	void **state)
+{
+	char log[128];
+	struct hb_run r = { .max_failures = 1000000u,
+			    .interval_ns = 200000000ull, .soft = FEW_FDS,
+			    .hard = FEW_FDS, .log = log };
+	struct over_wait w = { log, 0 };
+	struct answerer a = { 0 };
+	uint32_t n[3];
+	struct rtab *t;
+	int go;
+	pid_t pid;
+
+	(void)state;
+	snprintf(log, sizeof log, "/tmp/kvw-thb%d.log", (int)getpid());
+	if (!fds_for(OVER))
+		skip();
+	pid = start_heartbeat_as(&r, &go);
+	t = table_with_answerers(&a, OVER);
+	start_heartbeat_go(go);
+	wait_until(over_settled, t, &w, "the planned peers ALIVE");
+	stop_heartbeat(pid);
+	answerers_close(&a);
+	unlink(log);
+	count_liveness(t, OVER, n);
+	assert_true(w.room > 0 && w.room < OVER - 100);
+	assert_int_equal(n[1], w.room);        /* the planned ones watched */
+	assert_int_equal(n[2], 0);             /* none dead */
+	assert_int_equal(n[0], OVER - w.room); /* the rest not watched */
+	for (uint32_t id = 1; id <= OVER; id++) {
+		struct rtab_peer_view v;
+
+		assert_int_equal(rtab_peer_get(t, id, &v), 0);
+		if (v.liveness == RTAB_PEER_UNKNOWN && v.misses != 0)
+			fail_msg("unwatched peer %u has %u misses", id,
+				 v.misses);
+	}
+	rtab_close(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -254,6 +627,15 @@ int main(void)
 			setup, teardown),
 		cmocka_unit_test_setup_teardown(
 			test_every_unanswered_ping_is_counted_before_the_next,
+			setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_twenty_kills_at_random_phases_each_dead_within_the_bound,
+			setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_two_thousand_peers_under_a_1024_soft_limit_all_watched,
+			setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_out_of_open_files_is_an_error_naming_the_limit_not_a_death,
 			setup, teardown),
 	};
 

@@ -1,10 +1,23 @@
 /*
- * hbeat.c - the heartbeat loop of hbeat.h. One zmq_poll loop over one
- * DEALER per peer; its timeout is the nearer of the next tick and the
- * earliest outstanding PING's timeout, so the process sleeps in zmq_poll
- * and wakes exactly when something is due. A PONG is matched to its peer
- * by the socket it came on (each peer has its own DEALER); a PING is
- * answered when any PONG arrives on that socket before its timeout.
+ * hbeat.c - the heartbeat loop of hbeat.h. One ROUTER dials every peer:
+ * each connection is named, before its connect, by a routing id that holds
+ * the peer's slot and a generation, so a PONG is matched to its peer by the
+ * name it comes in under, and a connection of a peer since forgotten is
+ * told apart from its successor's. Sockets, threads and monitors stay the
+ * same whatever the number of peers (a DEALER per peer, with its mailbox
+ * and, with keys, its handshake monitor thread, put a thousand peers past
+ * ZMQ's socket cap and the process's open files: issue 34); each peer costs
+ * one connection, and connections stay within the open files the process
+ * may have: a peer beyond them is not watched, with an error naming the
+ * limit, never declared dead for it.
+ *
+ * A ROUTER drops what it cannot route, so a PING is handed to its
+ * connection only once that is up (ZMQ_ROUTER_MANDATORY says when not):
+ * until then it is tried again every HB_RETRY_MS, and at its timeout it is
+ * a miss like a PING that got no PONG. The zmq_poll timeout is the nearer
+ * of the next tick, the earliest outstanding PING's timeout and, while a
+ * PING waits for its connection, the next try; the process sleeps in
+ * zmq_poll and wakes when something is due.
  */
 #include "hbeat.h"
 
@@ -12,24 +25,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 
+#include "base/le.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "roles/malformed.h"
 #include "table/rtab.h"
-#include "wire/dealers.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
 
 #define POLL_CAP_MS 1000
-#define DRAIN_MAX 256 /* messages taken from one peer per wakeup */
+#define DRAIN_MAX 1024 /* messages taken per wakeup: ticks are never starved */
+#define HB_RETRY_MS 20 /* a PING waiting for its connection is tried again */
+#define HB_FD_RESERVE 64 /* open files kept for all but peer connections */
 
 #define HB_RETIRED 4u /* earlier epochs remembered per peer */
 #define HB_PINGS 64u  /* send times of the last PINGs (by sequence) */
 
+/* A connection's routing id: 'H', the peer's slot id, the generation. */
+#define HB_RID_LEN 9u
+
 struct hb_peer {
-	void *sock;       /* from h->dealers (not ours to close) */
+	uint32_t gen;     /* of its connection; 0 = not connected */
 	uint64_t sent_ns; /* an unanswered PING went out then; 0 = none */
+	uint64_t sent_seq; /* its sequence number */
+	uint64_t missed_seq; /* the newest PING whose miss was counted */
+	int waiting;      /* that PING is not yet taken by the connection */
 	char ep[RTAB_ENDPOINT_MAX];
 	uint64_t epoch;                /* last epoch this process heard */
 	uint64_t retired[HB_RETIRED];  /* epochs it had before */
@@ -39,13 +62,16 @@ struct hb_peer {
 struct hbeat {
 	struct rtab *tab;
 	void *ctx;
-	struct dealers *dealers; /* one DEALER per peer endpoint */
+	void *sock; /* the ROUTER that dials every peer */
 	uint64_t interval_ns, timeout_ns;
 	uint32_t max_failures;
 	uint64_t epoch, seq;
 	uint64_t ping_ns[HB_PINGS]; /* when PING seq went out: [seq % HB_PINGS] */
 	struct hb_peer *peers; /* index = peer id - 1 */
 	uint32_t cap;
+	uint32_t gen;   /* the last connection generation given out */
+	uint32_t nconn; /* peers connected now */
+	uint64_t fd_limit, fd_budget; /* RLIMIT_NOFILE; connections it allows */
 };
 
 int hbeat_check(const struct hbeat_cfg *cfg, char *err, size_t errlen)
@@ -56,6 +82,33 @@ int hbeat_check(const struct hbeat_cfg *cfg, char *err, size_t errlen)
 				"need a table, interval >= 0.05 s, "
 				"max failures >= 1");
 	return 0;
+}
+
+/* Open files now (the fds of /proc/self/fd, less the directory's own). */
+static uint64_t fds_open(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	uint64_t n = 0;
+
+	if (!d)
+		return 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n > 3 ? n - 3 : 0; /* ".", "..", the directory's fd */
+}
+
+/* How many peer connections the open-file limit leaves room for: each is
+ * one fd; what the process holds now and a reserve are kept out. */
+static void fd_plan(struct hbeat *h)
+{
+	struct rlimit rl;
+	uint64_t held = fds_open() + HB_FD_RESERVE;
+
+	h->fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+			      rl.rlim_cur != RLIM_INFINITY
+		      ? (uint64_t)rl.rlim_cur : UINT64_MAX;
+	h->fd_budget = h->fd_limit > held ? h->fd_limit - held : 0;
 }
 
 int hbeat_open(const struct hbeat_cfg *cfg, struct hbeat **out, char *err,
@@ -91,11 +144,10 @@ int hbeat_open(const struct hbeat_cfg *cfg, struct hbeat **out, char *err,
 		kvw_seterr(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
 		goto fail;
 	}
-	rc = dealers_open(h->ctx, 0, &h->dealers);
-	if (rc) {
-		kvw_seterr(err, errlen, "out of memory");
+	h->sock = wire_router_dialer(h->ctx, 0, err, errlen);
+	if (!h->sock)
 		goto fail;
-	}
+	fd_plan(h);
 	*out = h;
 	return 0;
 fail:
@@ -109,7 +161,7 @@ void hbeat_close(struct hbeat **hp)
 
 	if (!h)
 		return;
-	dealers_close(&h->dealers);
+	wire_close(&h->sock);
 	if (h->ctx)
 		zmq_ctx_term(h->ctx);
 	rtab_close(&h->tab);
@@ -118,13 +170,76 @@ void hbeat_close(struct hbeat **hp)
 	*hp = NULL;
 }
 
+static void rid_make(uint8_t rid[HB_RID_LEN], uint32_t id, uint32_t gen)
+{
+	rid[0] = 'H';
+	le_put(rid + 1, id, 4);
+	le_put(rid + 5, gen, 4);
+}
+
+/* The peer a routing id names, or 0 (not one of ours, or a connection of
+ * a peer since forgotten: its slot has another generation now). */
+static uint32_t rid_peer(const struct hbeat *h, const uint8_t *rid,
+			 size_t len)
+{
+	uint32_t id, gen;
+
+	if (len != HB_RID_LEN || rid[0] != 'H')
+		return 0;
+	id = (uint32_t)le_get(rid + 1, 4);
+	gen = (uint32_t)le_get(rid + 5, 4);
+	return id >= 1 && id <= h->cap && gen != 0 &&
+			       h->peers[id - 1].gen == gen
+		       ? id
+		       : 0;
+}
+
+/* Dials peer id at ep, its connection named by a new generation. 0, or -1
+ * (logged, rate-limited): the open-file limit leaves no room for another
+ * connection, or the endpoint is refused. The peer is then not watched:
+ * no PING, so no miss. */
+static int dial(struct hbeat *h, uint32_t id, const char *ep)
+{
+	struct hb_peer *p = &h->peers[id - 1];
+	uint8_t rid[HB_RID_LEN];
+	char err[200];
+
+	if (h->nconn >= h->fd_budget) {
+		LOG_RL(LOG_ERROR, "peer %u %s: not watched: the open-file "
+		       "limit (RLIMIT_NOFILE %llu) leaves room for %llu peer "
+		       "connections, all in use; raise it (LimitNOFILE=, "
+		       "ulimit -n)", id, ep, (unsigned long long)h->fd_limit,
+		       (unsigned long long)h->fd_budget);
+		return -1;
+	}
+	if (++h->gen == 0)
+		h->gen = 1;
+	rid_make(rid, id, h->gen);
+	if (zmq_setsockopt(h->sock, ZMQ_CONNECT_ROUTING_ID, rid, sizeof rid)) {
+		LOG_RL(LOG_ERROR, "peer %s: zmq_setsockopt: %s", ep,
+		       zmq_strerror(errno));
+		return -1;
+	}
+	if (wire_connect(h->sock, ep, err, sizeof err) != 0) {
+		LOG_RL(LOG_ERROR, "peer %s: %s", ep, err);
+		return -1;
+	}
+	p->gen = h->gen;
+	snprintf(p->ep, sizeof p->ep, "%s", ep);
+	h->nconn++;
+	LOG(LOG_INFO, "watching peer %u %s", id, ep);
+	return 0;
+}
+
 /* Forgets what this process knew of the peer in slot p: its table owner
  * retired the slot (rtab_peer_retire), which may now hold another
- * endpoint under the same id. Its DEALER goes too. */
+ * endpoint under the same id. Its connection goes too. */
 static void forget(struct hbeat *h, struct hb_peer *p)
 {
-	if (p->sock)
-		dealers_drop(h->dealers, p->ep);
+	if (p->gen) {
+		(void)zmq_disconnect(h->sock, p->ep);
+		h->nconn--;
+	}
 	memset(p, 0, sizeof *p);
 }
 
@@ -152,6 +267,8 @@ static void miss(struct hbeat *h, uint32_t id)
 	int n;
 
 	h->peers[id - 1].sent_ns = 0;
+	h->peers[id - 1].waiting = 0;
+	h->peers[id - 1].missed_seq = h->peers[id - 1].sent_seq;
 	/* A DEAD peer's misses no longer count (tick pings it only so that
 	 * a PONG can revive it): its count stays the one that killed it. */
 	if (!same_peer(h, id, &v) || v.liveness == RTAB_PEER_DEAD)
@@ -167,45 +284,69 @@ static void miss(struct hbeat *h, uint32_t id)
 	    id, v.endpoint, h->max_failures, n < 0 ? 0 : n);
 }
 
-/* Counts misses of every PING whose timeout passed. Returns the earliest
- * timeout still pending (0 = none). */
+/* Hands peer id's outstanding PING to its connection. 1 when taken; 0
+ * when the connection is not up yet (or its queue is full): tried again
+ * until the PING's timeout. */
+static int ping_out(struct hbeat *h, uint32_t id)
+{
+	struct hb_peer *p = &h->peers[id - 1];
+	uint8_t rid[HB_RID_LEN];
+	struct frame_msg m;
+	char err[200];
+	int rc;
+
+	rid_make(rid, id, p->gen);
+	frame_msg_init(&m, FRAME_PING, 0, p->sent_seq, h->epoch);
+	rc = wire_send(h->sock, &m, rid, sizeof rid, err, sizeof err);
+	if (rc != 0 && rc != KVW_EAGAIN)
+		LOG_RL(LOG_WARN, "peer %s: %s", p->ep, err);
+	p->waiting = rc != 0;
+	return rc == 0;
+}
+
+/* Counts misses of every PING whose timeout passed and tries again the
+ * ones still waiting for their connection. Returns the earliest moment
+ * something is due (0 = nothing). */
 static uint64_t check_misses(struct hbeat *h, uint64_t now)
 {
-	uint64_t next = 0;
+	uint64_t next = 0, retry = now + HB_RETRY_MS * 1000000ull;
 
 	for (uint32_t i = 0; i < h->cap; i++) {
+		struct hb_peer *p = &h->peers[i];
 		uint64_t due;
 
-		if (!h->peers[i].sent_ns)
+		if (!p->sent_ns)
 			continue;
-		due = h->peers[i].sent_ns + h->timeout_ns;
-		if (now >= due)
+		due = p->sent_ns + h->timeout_ns;
+		if (now >= due) {
 			miss(h, i + 1);
-		else if (next == 0 || due < next)
+			continue;
+		}
+		if (p->waiting && !ping_out(h, i + 1) && retry < due)
+			due = retry;
+		if (next == 0 || due < next)
 			next = due;
 	}
 	return next;
 }
 
-/* Sends one PING to every peer of the table that is not DEAD. */
+/* Sends one PING to every peer of the table. */
 static void tick(struct hbeat *h, uint64_t now)
 {
 	struct rtab_peer_view v;
 	uint32_t cursor = 0;
-	char err[200];
 
 	h->seq++;
 	h->ping_ns[h->seq % HB_PINGS] = now;
 	while (rtab_peer_next(h->tab, &cursor, &v) == 0) {
 		struct hb_peer *p;
-		struct frame_msg m;
 
 		/* DEAD peers are pinged too (their misses no longer count):
 		 * the PONG of one that came back revives it. */
 		if (v.id == 0 || v.id > h->cap)
 			continue;
 		p = &h->peers[v.id - 1];
-		if (p->sock && strncmp(v.endpoint, p->ep, sizeof p->ep) != 0)
+		if (p->gen && strncmp(v.endpoint, p->ep, sizeof p->ep) != 0)
 			forget(h, p); /* the slot changed hands */
 		/* The previous PING is still unanswered: a miss, counted now
 		 * and never overwritten by this one. Its timeout (at most the
@@ -217,21 +358,11 @@ static void tick(struct hbeat *h, uint64_t now)
 		 * declared (issue 34: 2.1-4.6 s at interval 1 s, 2 misses). */
 		if (p->sent_ns)
 			miss(h, v.id);
-		if (!p->sock) {
-			p->sock = dealers_get(h->dealers, v.endpoint, err,
-					      sizeof err);
-			if (!p->sock) {
-				LOG_RL(LOG_ERROR, "peer %s: %s", v.endpoint, err);
-				continue;
-			}
-			snprintf(p->ep, sizeof p->ep, "%s", v.endpoint);
-			LOG(LOG_INFO, "watching peer %u %s", v.id, v.endpoint);
-		}
-		frame_msg_init(&m, FRAME_PING, 0, h->seq, h->epoch);
-		/* A full queue (peer gone) is simply a PING that gets no PONG. */
-		if (wire_send(p->sock, &m, NULL, 0, err, sizeof err) != 0)
-			LOG(LOG_DEBUG, "peer %s: %s", p->ep, err);
+		if (!p->gen && dial(h, v.id, v.endpoint) != 0)
+			continue;
 		p->sent_ns = now;
+		p->sent_seq = h->seq;
+		(void)ping_out(h, v.id);
 	}
 }
 
@@ -281,7 +412,6 @@ static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 			  frame_type_str(m->hdr.type));
 		return;
 	}
-	h->peers[id - 1].sent_ns = 0;
 	if (!same_peer(h, id, &v)) {
 		rtab_counter_add(h->tab, RTAB_C_STALE, 1);
 		LOG_RL(LOG_INFO, "peer %u: PONG from an endpoint whose slot was "
@@ -303,6 +433,23 @@ static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 		       id, (unsigned long long)m->hdr.epoch);
 		return;
 	}
+	/* A PONG older than a PING whose miss is already counted says
+	 * nothing of that PING: it neither settles it nor clears the count
+	 * (a peer that stopped right after answering would take an extra
+	 * interval to die, or never, with a late reply arriving each time).
+	 * Only the PONG of the outstanding PING settles that one. */
+	if (m->hdr.room < h->peers[id - 1].missed_seq) {
+		rtab_counter_add(h->tab, RTAB_C_STALE, 1);
+		LOG_RL(LOG_INFO, "peer %u: PONG to PING %llu came after PING "
+		       "%llu was counted missed: dropped", id,
+		       (unsigned long long)m->hdr.room,
+		       (unsigned long long)h->peers[id - 1].missed_seq);
+		return;
+	}
+	if (m->hdr.room == h->peers[id - 1].sent_seq) {
+		h->peers[id - 1].sent_ns = 0;
+		h->peers[id - 1].waiting = 0;
+	}
 	changed = rtab_peer_seen(h->tab, id, m->hdr.epoch, proc_now_ns());
 	if (changed == 1) {
 		int n = rtab_fail_peer(h->tab, id, KVW_R_PEER_RESTART, NULL, NULL);
@@ -313,26 +460,33 @@ static void pong(struct hbeat *h, uint32_t id, const struct frame_msg *m)
 	}
 }
 
-/* Reads up to DRAIN_MAX messages waiting on peer id's socket (a peer that
- * floods it cannot starve the ticks); KVW_ESYS if the socket died. */
-static int drain(struct hbeat *h, uint32_t id, char *err, size_t errlen)
+/* Reads up to DRAIN_MAX messages waiting on the socket (peers that flood
+ * it cannot starve the ticks); KVW_ESYS if the socket died. */
+static int drain(struct hbeat *h, char *err, size_t errlen)
 {
-	for (int k = 0; k < DRAIN_MAX && h->peers[id - 1].sock; k++) {
+	for (int k = 0; k < DRAIN_MAX; k++) {
 		struct wire_in in;
 		struct frame_msg m;
 		char why[200];
-		int rc = wire_recv(h->peers[id - 1].sock, 0, &in, &m, why,
-				   sizeof why);
+		uint32_t id;
+		int rc = wire_recv(h->sock, 1, &in, &m, why, sizeof why);
 
 		if (rc == KVW_EAGAIN)
 			return 0;
 		if (rc == KVW_ESYS)
 			return kvw_errf(err, errlen, rc, "%s", why);
 		if (rc) {
-			MALFORMED(h->tab, "peer %u: malformed message: %s", id, why);
+			MALFORMED(h->tab, "a peer sent a malformed message: %s",
+				  why);
 			continue;
 		}
-		pong(h, id, &m);
+		id = rid_peer(h, in.id, in.idlen);
+		if (id == 0) {
+			/* A connection of a peer since forgotten. */
+			rtab_counter_add(h->tab, RTAB_C_STALE, 1);
+		} else {
+			pong(h, id, &m);
+		}
 		wire_in_release(&in);
 	}
 	return 0;
@@ -340,21 +494,16 @@ static int drain(struct hbeat *h, uint32_t id, char *err, size_t errlen)
 
 int hbeat_run(struct hbeat *h, char *err, size_t errlen)
 {
-	zmq_pollitem_t *items = calloc(h->cap, sizeof *items);
-	uint32_t *ids = calloc(h->cap, sizeof *ids);
 	uint64_t next_tick = proc_now_ns();
 	int rc = 0;
 
-	if (!items || !ids) {
-		kvw_seterr(err, errlen, "out of memory");
-		rc = KVW_ENOMEM;
-		goto out;
-	}
-	LOG(LOG_INFO, "interval %.3f s, %u misses make a peer dead",
-	    (double)h->interval_ns / 1e9, h->max_failures);
+	LOG(LOG_INFO, "interval %.3f s, %u misses make a peer dead; room for "
+	    "%llu peer connections (open files: %llu)",
+	    (double)h->interval_ns / 1e9, h->max_failures,
+	    (unsigned long long)h->fd_budget, (unsigned long long)h->fd_limit);
 	while (!proc_stopping() && rc == 0) {
 		uint64_t now = proc_now_ns(), due;
-		int n = 0;
+		zmq_pollitem_t item = { .socket = h->sock, .events = ZMQ_POLLIN };
 
 		due = check_misses(h, now);
 		if (now >= next_tick) {
@@ -366,13 +515,7 @@ int hbeat_run(struct hbeat *h, char *err, size_t errlen)
 		}
 		if (due == 0 || next_tick < due)
 			due = next_tick;
-		for (uint32_t i = 0; i < h->cap; i++)
-			if (h->peers[i].sock) {
-				items[n] = (zmq_pollitem_t){ .socket = h->peers[i].sock,
-							     .events = ZMQ_POLLIN };
-				ids[n++] = i + 1;
-			}
-		if (zmq_poll(items, n, proc_poll_ms(due, now, POLL_CAP_MS)) < 0) {
+		if (zmq_poll(&item, 1, proc_poll_ms(due, now, POLL_CAP_MS)) < 0) {
 			if (errno == EINTR)
 				continue;
 			kvw_seterr(err, errlen, "zmq_poll: %s",
@@ -380,12 +523,8 @@ int hbeat_run(struct hbeat *h, char *err, size_t errlen)
 			rc = KVW_ESYS;
 			break;
 		}
-		for (int i = 0; i < n && rc == 0; i++)
-			if (items[i].revents & ZMQ_POLLIN)
-				rc = drain(h, ids[i], err, errlen);
+		if (item.revents & ZMQ_POLLIN)
+			rc = drain(h, err, errlen);
 	}
-out:
-	free(items);
-	free(ids);
 	return rc;
 }

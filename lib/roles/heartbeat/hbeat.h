@@ -1,7 +1,9 @@
 /*
  * hbeat.h - kv-heartbeat: watches the prefill peers in a control process's
- * peer table. Every interval it sends PING to each peer that is not DEAD
- * (one DEALER per endpoint, made on first use); a PONG within the ping
+ * peer table. Every interval it sends PING to each peer (one ROUTER
+ * dials them all, a connection per endpoint made on first use, within the
+ * open-file limit: a peer beyond it is not watched, with an error naming
+ * the limit, never declared dead for it); a PONG within the ping
  * timeout marks the peer seen (rtab_peer_seen); a PONG with a new epoch
  * for a peer whose epoch was known means it restarted, and its non-terminal
  * rooms fail (KVW_R_PEER_RESTART); an unanswered PING is a miss
@@ -33,8 +35,9 @@ struct hbeat; /* opaque */
  * KVW_EINVAL with the reason in err. */
 int hbeat_check(const struct hbeat_cfg *cfg, char *err, size_t errlen);
 
-/* Maps the table (rtab_open writable) and makes the ZMQ context; no socket
- * yet (peers come and go with the table). Returns 0 and *out (free with
+/* Maps the table (rtab_open writable), makes the ZMQ context and the
+ * one socket that dials the peers (they come and go with the table), and
+ * plans the peer connections the open-file limit leaves room for. Returns 0 and *out (free with
  * hbeat_close), KVW_EINVAL for a bad config, or the rtab_open error
  * (KVW_ENOENT: no table at that path) with the reason in err. */
 int hbeat_open(const struct hbeat_cfg *cfg, struct hbeat **out, char *err,
