@@ -10,6 +10,7 @@
 # the crossing rooms fail as refused, each group's own rooms succeed.
 
 load helpers
+load xpyd
 
 SHAPE="--layers 2 --heads 2 --head-dim 16 --page-tokens 4 --pages 128 --aux-slots 32"
 
@@ -90,19 +91,7 @@ summary() { grep -o "\b$1=[0-9]*" "$RUN/out" | head -n 1 | cut -d= -f2; }
 		--room-timeout 60 --no-reference >"$RUN/out" 2>&1 &
 	bench=$!
 	echo "$bench" >>"$RUN/bg.pids"
-	# Once gb's prefill has served rooms, kill its kv-sender (kv-up
-	# restarts it: a new incarnation).
-	served() {
-		timeout 30 "$KVW_BIN/kv-stat" --run-dir "$RUN/gb" --json --all |
-			jq -e '[.tables[] | select(.name == "p0") | .rooms[] | select(.state == "Cleared" and .reason == "none")] | length >= 20' >/dev/null
-	}
-	wait_for 120 served
-	# kv-bench holds still while the kill lands, so the kill meets rooms
-	# in flight however fast the machine runs them.
-	kill -STOP "$bench"
-	old=$(cat "$RUN/gb/pids/p0.pid")
-	kill -KILL "$old"
-	kill -CONT "$bench"
+	kill_prefill "$bench" gb
 	rc=0
 	wait "$bench" || rc=$?
 	cat "$RUN/out"
@@ -110,21 +99,14 @@ summary() { grep -o "\b$1=[0-9]*" "$RUN/out" | head -n 1 | cut -d= -f2; }
 	[ "$(summary rooms)" = 6000 ] && [ "$(summary corrupt)" = 0 ] && [ "$(summary stuck)" = 0 ]
 	[ "$(summary failed)" -gt 0 ] # the kill met rooms of gb's prefill
 	# Every room ga's prefill sent succeeded, to either decode.
-	for d in ga gb; do
-		[[ $(cat "$RUN/out") =~ $RUN/ga\ -\>\ $RUN/$d\ 1500\ \(1500\ ok\) ]] || { echo "ga -> $d lost rooms"; false; }
-	done
+	pairs_carry "$(cat "$RUN/out")" 1500 1500 ga -- ga gb
 	# The killed instance's new incarnation serves both decodes.
-	new_pid() { [ -s "$RUN/gb/pids/p0.pid" ] && [ "$(cat "$RUN/gb/pids/p0.pid")" != "$old" ]; }
-	wait_for 60 new_pid
+	wait_for 60 restarted gb
 	run timeout 300 "$KVW_BIN/kv-bench" --run-dir "$RUN/ga" --peers "$RUN/gb" --rooms 40 \
 		--concurrency 4 --verify --no-reference
 	echo "$output"
 	[ "$status" -eq 0 ]
-	for p in ga gb; do
-		for d in ga gb; do
-			[[ $output =~ $RUN/$p\ -\>\ $RUN/$d\ 10\ \(10\ ok\) ]] || { echo "$p -> $d after the restart"; false; }
-		done
-	done
+	pairs_carry "$output" 10 10 ga gb -- ga gb
 }
 
 @test "groups of no one cluster: the crossing rooms fail as refused, not as a layout mismatch; each group's own rooms succeed" {
