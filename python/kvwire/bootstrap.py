@@ -3,6 +3,7 @@ supervises it (a bootstrap that dies is started again; kv-senders register
 again when they see its new epoch). SGLang runs its bootstrap server in the
 prefill instance's front-end process; this is the same role.
 """
+import collections
 import os
 import select
 import shutil
@@ -43,18 +44,35 @@ class KVBootstrapServer:
                                         name="kvwire-bootstrap")
         self._thread.start()
 
+    def _forward(self, fd, tail):
+        """kv-bootstrap's stderr, line by line, into the log; the last
+        lines kept, so a failed start can say why."""
+        with os.fdopen(fd, "rb") as err, open(self._log, "ab") as log:
+            for line in err:
+                log.write(line)
+                log.flush()
+                tail.append(line.decode(errors="replace").strip())
+
     def _start(self):
-        """Starts kv-bootstrap and waits (bounded) for its READY line."""
+        """Starts kv-bootstrap and waits (bounded) for its READY line. A
+        start that fails raises with kv-bootstrap's own last words."""
         r, w = os.pipe()
+        er, ew = os.pipe()
+        tail = collections.deque(maxlen=4)
         try:
             with open(self._log, "ab") as log:
                 proc = subprocess.Popen(
                     [self._exe, "--listen", self.endpoint, "--ready-fd",
                      str(w)] + self._auth, pass_fds=(w,),
                     stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=log)
+                    stdout=log, stderr=ew)
             os.close(w)
-            w = -1
+            os.close(ew)
+            w = ew = -1
+            fwd = threading.Thread(target=self._forward, args=(er, tail),
+                                   daemon=True, name="kvwire-bootstrap-log")
+            er = -1  # the thread's now
+            fwd.start()
             got, deadline = b"", time.monotonic() + self.READY_TIMEOUT
             while b"\n" not in got:
                 left = deadline - time.monotonic()
@@ -67,13 +85,16 @@ class KVBootstrapServer:
             if got.strip() != b"READY":
                 proc.kill()
                 proc.wait()
+                fwd.join(5)  # its stderr ended with it
                 raise RuntimeError("kv-bootstrap on %s did not get ready "
-                                   "(exit %s)" % (self.endpoint, proc.poll()))
+                                   "(exit %s): %s" % (
+                                       self.endpoint, proc.poll(),
+                                       " / ".join(tail) or "it said nothing"))
             return proc
         finally:
-            os.close(r)
-            if w >= 0:
-                os.close(w)
+            for fd in (r, w, er, ew):
+                if fd >= 0:
+                    os.close(fd)
 
     def _supervise(self):
         while not self._stop.is_set():

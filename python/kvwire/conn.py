@@ -13,6 +13,7 @@ import dataclasses
 import os
 import threading
 import time
+import weakref
 from typing import Optional
 
 import numpy as np
@@ -89,6 +90,10 @@ class KVArgs:
     bootstrap_timeout: float = float(os.environ.get("KVW_BOOTSTRAP_TIMEOUT",
                                                     300))
     send_timeout: float = 10.0    # how long a full command queue is retried
+    # How long the control process may be away (a restart by kv-up takes
+    # less) before calls raise and open rooms fail: a group that is gone
+    # is said within seconds, never waited out.
+    control_grace: float = float(os.environ.get("KVW_CONTROL_GRACE", 5))
     kv_data_ptrs: list = dataclasses.field(default_factory=list)
     kv_data_lens: list = dataclasses.field(default_factory=list)
     kv_item_lens: list = dataclasses.field(default_factory=list)
@@ -143,6 +148,12 @@ class KVManager:
         self.mode = disaggregation_mode
         self.lock = threading.Lock()
         self._e = None
+        # Rooms of this manager not cleared yet, by id (a second live room
+        # of one id on one side is refused).
+        self._live = weakref.WeakValueDictionary()
+        self._away_since = None  # when the control was first seen away
+        self._gone_at = 0.0      # when control_gone last looked
+        self._gone = None        # what it found
         err = _lib.ctypes.create_string_buffer(256)
         e = _lib.ctypes.c_void_p()
         rc = lib.kvw_engine_open(args.engine_endpoint.encode(),
@@ -188,9 +199,37 @@ class KVManager:
                                % self.kv_args.member)
         return self._e
 
+    def control_gone(self):
+        """None while the control process runs (or has been away for less
+        than control_grace, as in a restart); else why the group is gone.
+        Looks at most every 0.2 s (a stat and a kill(pid, 0))."""
+        now = time.monotonic()
+        if now - self._gone_at < 0.2:
+            return self._gone
+        self._gone_at = now
+        rc = self.control_check()
+        if rc == 0:
+            self._away_since, self._gone = None, None
+        elif rc == _lib.ENOENT:
+            self._gone = ("the group is gone: no room table at %s"
+                          % self.kv_args.table_path)
+        else:
+            if self._away_since is None:
+                self._away_since = now
+            if now - self._away_since >= self.kv_args.control_grace:
+                self._gone = ("the %s control process is gone: no process "
+                              "has held its room table for %.1f s"
+                              % (self.kv_args.member, now - self._away_since))
+        return self._gone
+
     def call(self, what, fn, *args):
         """Runs a command (kvw_send_begin, ...) under the lock; a full queue
-        (EAGAIN) is retried for send_timeout seconds. Raises KVWireError."""
+        (EAGAIN) is retried for send_timeout seconds. Raises KVWireError,
+        also at once when the group is gone (control_gone)."""
+        gone = self.control_gone()
+        if gone:
+            raise KVWireError("%s on %s" % (what, self.kv_args.member),
+                              _lib.ENOENT, gone)
         deadline = time.monotonic() + self.kv_args.send_timeout
         nap = 50e-6
         while True:
@@ -342,6 +381,15 @@ class _Room:
         self.failure_reason = None
         self._cleared = False
         self._epoch = None  # the control's epoch when it took our command
+        old = mgr._live.get(self.bootstrap_room)
+        if old is not None and not old._cleared:
+            # Both would read the one row of the table: the second would
+            # report the first's Success over pages it never got.
+            raise ValueError("room %d is live on %s already: clear() the "
+                             "%s of it before beginning the id again"
+                             % (self.bootstrap_room, mgr.kv_args.member,
+                                type(old).__name__))
+        mgr._live[self.bootstrap_room] = self
 
     def _usable(self, what):
         if self._cleared:
@@ -360,6 +408,11 @@ class _Room:
         st = self.kv_mgr.status(self.bootstrap_room)
         if st is not None and st.state == _lib.CLEARED:
             st = None  # an earlier incarnation of the id: ours is not in yet
+        if st is None or st.state not in (_lib.FAILED, _lib.SUCCESS):
+            gone = self.kv_mgr.control_gone()
+            if gone:
+                self._fail(gone)
+                return None
         if st is None:
             if self._epoch is not None and self.kv_mgr.epoch() != self._epoch:
                 self._fail("owner restarted: the %s control process "
@@ -390,10 +443,17 @@ class _Room:
 
     def clear(self):
         """The engine is done with the room (CLEAR); a room still active is
-        failed by its control process first. The object is then spent."""
-        self._usable("clear")
-        self.kv_mgr.call("kvw_clear", lib.kvw_clear, self.bootstrap_room)
+        failed by its control process first. The object is then spent; a
+        second clear() does nothing (SGLang clears after
+        failure_exception(), which has cleared already). A group that is
+        gone has nothing left to clear."""
+        if self._cleared:
+            return
+        if self.kv_mgr.control_gone() is None:
+            self.kv_mgr.call("kvw_clear", lib.kvw_clear, self.bootstrap_room)
         self._cleared = True
+        if self.kv_mgr._live.get(self.bootstrap_room) is self:
+            del self.kv_mgr._live[self.bootstrap_room]
 
 
 class KVSender(_Room):
@@ -439,7 +499,7 @@ class KVSender(_Room):
         if self.num_kv_indices is None:
             raise RuntimeError("send: room %d before init()"
                                % self.bootstrap_room)
-        if state_indices is not None:
+        if state_indices:  # SGLang passes [] (no state types) every time
             raise NotImplementedError("send: kvwire moves no state buffers")
         if self.conclude_state is not None:
             raise RuntimeError("send: room %d already %s" % (
@@ -530,7 +590,7 @@ class KVReceiver(_Room):
         if self._begun:
             raise RuntimeError("send_metadata: room %d sent twice"
                                % self.bootstrap_room)
-        if state_indices is not None or decode_prefix_len:
+        if state_indices or decode_prefix_len:
             raise NotImplementedError("send_metadata: kvwire moves no state "
                                       "buffers and no prefix offsets")
         a = self.kv_mgr.kv_args

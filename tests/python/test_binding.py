@@ -123,8 +123,7 @@ def test_states_in_sglang_order_and_bytes_land(mgrs):
     assert s.poll() == KVPoll.Success and r.poll() == KVPoll.Success
     with pytest.raises(RuntimeError, match="used after clear"):
         s.send(np.array([1], np.int32))
-    with pytest.raises(RuntimeError, match="used after clear"):
-        s.clear()
+    s.clear()  # twice: nothing (SGLang clears after failure_exception)
     with pytest.raises(RuntimeError, match="used after clear"):
         r.abort()
 
