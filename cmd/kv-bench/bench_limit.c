@@ -1,6 +1,7 @@
 /*
  * bench_limit.c - the reference measurements of bench_limit.h: machine
- * facts, single-thread memcpy over a copy list, the raw CUDA runtime's
+ * facts, single-thread memcpy over a copy list, memcpy on every core at
+ * once, the raw CUDA runtime's
  * device-to-device copies of the same list, and a raw ZMQ ipc ping-pong
  * with a forked echo child. Nothing here touches kvwire's own code paths: these are the
  * limits kvwire's figures are divided by.
@@ -8,6 +9,7 @@
 #include "bench_limit.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +71,85 @@ double bench_limit_memcpy(const struct bench_limit_span *spans, size_t n,
 		t = proc_now_ns() - t0;
 	} while (t < need && bytes);
 	return bytes && t ? (double)bytes / GIB / ((double)t / 1e9) : 0;
+}
+
+/* The start of bench_limit_memcpy_cores: go 1 (copy) or -1 (give up). */
+struct core_start {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int go;
+};
+
+/* One thread of bench_limit_memcpy_cores. */
+struct core_copy {
+	struct core_start *st;
+	uint8_t *src, *dst;
+	size_t bytes;
+	double min_s;
+	uint64_t copied, ns;
+};
+
+static void *core_copy_main(void *arg)
+{
+	struct core_copy *c = arg;
+	struct bench_limit_span s = { c->dst, c->src, c->bytes };
+	uint64_t t0;
+	double g;
+	int go;
+
+	pthread_mutex_lock(&c->st->mu);
+	while (!c->st->go)
+		pthread_cond_wait(&c->st->cv, &c->st->mu);
+	go = c->st->go;
+	pthread_mutex_unlock(&c->st->mu);
+	if (go < 0)
+		return NULL;
+	t0 = proc_now_ns();
+	g = bench_limit_memcpy(&s, 1, c->min_s);
+	c->ns = proc_now_ns() - t0;
+	c->copied = (uint64_t)(g * GIB * ((double)c->ns / 1e9));
+	return NULL;
+}
+
+double bench_limit_memcpy_cores(unsigned threads, size_t bytes, double min_s)
+{
+	struct core_start st = { PTHREAD_MUTEX_INITIALIZER,
+				 PTHREAD_COND_INITIALIZER, 0 };
+	struct core_copy *c = calloc(threads ? threads : 1, sizeof *c);
+	pthread_t *th = calloc(threads ? threads : 1, sizeof *th);
+	uint64_t copied = 0, ns = 0;
+	unsigned started = 0;
+	int ok = c && th && threads;
+
+	for (unsigned i = 0; ok && i < threads; i++) {
+		c[i] = (struct core_copy){ &st, malloc(bytes), malloc(bytes),
+					   bytes, min_s, 0, 0 };
+		ok = c[i].src && c[i].dst;
+		if (ok) { /* touched first: no page fault is timed */
+			memset(c[i].src, 1, bytes);
+			memset(c[i].dst, 2, bytes);
+		}
+	}
+	for (; ok && started < threads; started++)
+		ok = pthread_create(&th[started], NULL, core_copy_main,
+				    &c[started]) == 0;
+	/* All start together, or none copies. */
+	pthread_mutex_lock(&st.mu);
+	st.go = ok ? 1 : -1;
+	pthread_cond_broadcast(&st.cv);
+	pthread_mutex_unlock(&st.mu);
+	for (unsigned i = 0; i < started; i++) {
+		pthread_join(th[i], NULL);
+		copied += c[i].copied;
+		ns = c[i].ns > ns ? c[i].ns : ns;
+	}
+	for (unsigned i = 0; c && i < threads; i++) {
+		free(c[i].src);
+		free(c[i].dst);
+	}
+	free(c);
+	free(th);
+	return ok && ns ? (double)copied / GIB / ((double)ns / 1e9) : 0;
 }
 
 double bench_limit_cuda_d2d(const struct bench_limit_span *spans, size_t n,

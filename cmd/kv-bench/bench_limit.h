@@ -37,6 +37,13 @@ struct bench_limit_span {
 double bench_limit_memcpy(const struct bench_limit_span *spans, size_t n,
 			double min_s);
 
+/* The all-core limit (issue 35): `threads` threads at once (one per
+ * core), each copying a private pair of `bytes` buffers with memcpy again
+ * and again for at least min_s seconds after they all started. Returns the
+ * GiB/s of all of them together, 0 when a buffer or a thread could not be
+ * had. The machine's limit for a group whose workers run on every core. */
+double bench_limit_memcpy_cores(unsigned threads, size_t bytes, double min_s);
+
 /* The same list on a GPU (spans hold device addresses): one
  * cudaMemcpyAsync device-to-device per span on one stream, then one
  * cudaStreamSynchronize per pass, again and again for at least min_s

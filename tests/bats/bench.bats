@@ -78,6 +78,11 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
 	[[ $output == *"machine: cores="* ]]
 	[[ $output == *"rooms=6 success=6 failed=0"*"gib_per_s="* ]]
 	[[ $output == *"demo GiB/s"*"1-core memcpy"* ]]
+	# Issue 35: the all-core limit beside it, one thread per core (the
+	# cores of the machine line).
+	[[ $output =~ machine:\ cores=([0-9]+) ]]
+	cores=${BASH_REMATCH[1]}
+	[[ $output == *"demo GiB/s vs all cores"*"(limit: all-core memcpy GiB/s, $cores threads, before "* ]]
 	# --no-reference: the same rooms, the limit left out, said so.
 	run env -u KVW_BENCH_NO_REFERENCE timeout 120 kv-bench demo \
 		--run-dir "$RUN" --rooms 6 --pages-per-room 2 --chunk-pages 1 \
@@ -87,7 +92,8 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
 import json, sys
 d = json.load(sys.stdin)
 assert d["success"] == 6 and d["gib_per_s"] > 0, d
-for k in ("memcpy_gib_per_s", "memcpy_before", "memcpy_after", "ratio"):
+for k in ("memcpy_gib_per_s", "memcpy_before", "memcpy_after", "ratio",
+          "memcpy_all_gib_per_s", "memcpy_all_threads", "ratio_all"):
     assert d[k] is None, (k, d)
 '
 }
