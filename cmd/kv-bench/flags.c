@@ -136,6 +136,7 @@ static int flags_transport(struct kvb_flags *f, struct bench_config *cfg,
 	}
 	if (f->nup + 2 > KVB_MAX_ARGS)
 		return cli_bad(&f->cl, "too many --up-arg");
+	f->transport = name;
 	f->up_args[f->nup++] = flag;
 	f->up_args[f->nup++] = name;
 	if (strcmp(name, "cuda") == 0)

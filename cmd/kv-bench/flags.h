@@ -26,6 +26,7 @@ struct kvb_flags {
 	unsigned nshape;       /* shape flags given, in order */
 	const char *shape_name[KVB_MAX_ARGS];
 	char *shape_val[KVB_MAX_ARGS]; /* NULL for --mla */
+	const char *transport; /* --transport, NULL when not given */
 	unsigned nup;          /* arguments for kv-up so far */
 	char *up_args[3 * KVB_MAX_ARGS + 9];
 	char up_flag[KVB_MAX_ARGS][24]; /* "--layers", ... for up_args */

@@ -141,6 +141,7 @@ static int run(int argc, char **argv, const struct kvb_opts *m)
 	kvb_defaults(&mo, &cfg);
 	if ((rc = kvb_flags_parse(argc, argv, &fl, &cfg)) >= 0)
 		return rc;
+	mo.stream_limit = fl.transport && strcmp(fl.transport, "tcp") == 0;
 	cli_log_init(&fl.cl, "bench", -1);
 	if (proc_signals_init() < 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to set signals");

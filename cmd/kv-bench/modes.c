@@ -14,6 +14,7 @@
 #include "bench_cost.h"
 #include "bench_limit.h"
 #include "bench_rooms.h"
+#include "bench_stream.h"
 #include "plot.h"
 #include "base/kvw.h"
 #include "common/cli.h"
@@ -179,7 +180,10 @@ void kvb_usage(FILE *f)
 		"and all\n"
 		"         cores' (one thread per core) beside it (measured right "
 		"before and\n"
-		"         after: about two seconds of CPU);\n"
+		"         after: about two seconds of CPU); with --transport tcp "
+		"also a\n"
+		"         raw loopback tcp stream (the same 64 MiB passes, 1 MiB "
+		"writes)\n"
 		"         --no-reference (or $KVW_BENCH_NO_REFERENCE=1) leaves it "
 		"out, for\n"
 		"         runs that only drive rooms (the tests do)\n"
@@ -278,12 +282,16 @@ static double demo_memcpy_all(unsigned *threads)
 struct demo_limits {
 	double one[2], all[2]; /* GiB/s: before, after */
 	unsigned threads;
+	double stream[2]; /* a group over tcp: a raw loopback stream */
 };
 
-static void demo_limits_take(struct demo_limits *l, int after)
+static void demo_limits_take(struct demo_limits *l, int after, int stream)
 {
 	l->one[after] = demo_memcpy();
 	l->all[after] = demo_memcpy_all(&l->threads);
+	/* Passes of the same size as the memcpy's, in 1 MiB writes. */
+	if (stream)
+		l->stream[after] = bench_stream_gibs(DEMO_REF_BYTES, 0.3, NULL);
 }
 
 static double best(const double v[2])
@@ -328,13 +336,13 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	struct kvb_progress *p = arg;
 	struct bench_config c = *cfg;
 	struct bench_result res;
-	struct demo_limits l = { { 0, 0 }, { 0, 0 }, 0 };
+	struct demo_limits l = { { 0, 0 }, { 0, 0 }, 0, { 0, 0 } };
 	char err[512];
-	double lim, all, secs, gibs;
+	double lim, all, stream, secs, gibs;
 	int rc, drc;
 
 	if (!o->no_reference)
-		demo_limits_take(&l, 0);
+		demo_limits_take(&l, 0, o->stream_limit);
 
 	if (o->plot) {
 		c.lat_cap = cfg->rooms;
@@ -344,9 +352,10 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	}
 	rc = bench_run(ri, &c, progress, arg, &res, err, sizeof err);
 	if (!o->no_reference)
-		demo_limits_take(&l, 1);
+		demo_limits_take(&l, 1, o->stream_limit);
 	lim = best(l.one);
 	all = best(l.all);
+	stream = best(l.stream);
 	secs = res.seconds > 0 ? res.seconds : 1e-9;
 	gibs = (double)res.bytes / GIB / secs;
 	if (p->tty)
@@ -372,17 +381,26 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 			printf("\"memcpy_gib_per_s\":null,\"memcpy_before\":null,"
 			       "\"memcpy_after\":null,\"ratio\":null,"
 			       "\"memcpy_all_gib_per_s\":null,"
-			       "\"memcpy_all_threads\":null,\"ratio_all\":null}\n");
+			       "\"memcpy_all_threads\":null,\"ratio_all\":null,"
+			       "\"stream_gib_per_s\":null,\"ratio_stream\":null}\n");
 		else
 			printf("\"memcpy_gib_per_s\":%.3f,\"memcpy_before\":%.3f,"
 			       "\"memcpy_after\":%.3f,\"ratio\":%.3f,"
 			       "\"memcpy_all_gib_per_s\":%.3f,"
 			       "\"memcpy_all_before\":%.3f,"
 			       "\"memcpy_all_after\":%.3f,"
-			       "\"memcpy_all_threads\":%u,\"ratio_all\":%.3f}\n",
+			       "\"memcpy_all_threads\":%u,\"ratio_all\":%.3f,",
 			       lim, l.one[0], l.one[1], lim > 0 ? gibs / lim : 0,
 			       all, l.all[0], l.all[1], l.threads,
 			       all > 0 ? gibs / all : 0);
+		if (!o->no_reference && o->stream_limit)
+			printf("\"stream_gib_per_s\":%.3f,\"stream_before\":"
+			       "%.3f,\"stream_after\":%.3f,\"ratio_stream\":"
+			       "%.3f}\n", stream, l.stream[0], l.stream[1],
+			       stream > 0 ? gibs / stream : 0);
+		else if (!o->no_reference)
+			printf("\"stream_gib_per_s\":null,"
+			       "\"ratio_stream\":null}\n");
 	} else {
 		kvb_machine_print(stdout, 0, kv_page_bytes(&cfg->shape));
 		if (rc == 0 || res.rooms || res.inflight)
@@ -403,6 +421,13 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 			       "%.3f)\n", "demo GiB/s vs all cores", gibs, all,
 			       all > 0 ? gibs / all : 0, l.threads, l.all[0],
 			       l.all[1]);
+			if (o->stream_limit)
+				printf("%-34s %12.3f %12.3f %8.3f   (limit: raw "
+				       "loopback tcp stream GiB/s, before %.3f "
+				       "after %.3f)\n", "demo GiB/s vs a tcp stream",
+				       gibs, stream,
+				       stream > 0 ? gibs / stream : 0,
+				       l.stream[0], l.stream[1]);
 		}
 		printf("%-34s %12.1f\n", "demo rooms/s", res.rooms / secs);
 	}

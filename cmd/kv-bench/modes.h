@@ -38,6 +38,9 @@ struct kvb_opts {
 			     * kv-up --port-base (the --insecure one's is
 			     * N + 100); default 27400 */
 	double *rooms_per_s; /* rooms: where the rate run's rooms/s goes */
+	int stream_limit;   /* demo: the group moves its bytes over tcp
+			     * (--transport tcp): a raw loopback stream of
+			     * the same bytes is its limit too */
 };
 
 /* Takes the mode word (argv[1]) and the mode flags out of argv, in place

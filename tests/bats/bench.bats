@@ -98,6 +98,24 @@ for k in ("memcpy_gib_per_s", "memcpy_before", "memcpy_after", "ratio",
 '
 }
 
+@test "kv-bench demo --spawn --transport tcp: a raw loopback tcp stream beside the memcpy limits, before and after" {
+	run env -u KVW_BENCH_NO_REFERENCE timeout 180 kv-bench demo --spawn \
+		--transport tcp --rooms 6 --pages-per-room 2 --chunk-pages 1 --verify
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"rooms=6 success=6 failed=0"* ]]
+	[[ $output =~ demo\ GiB/s\ vs\ a\ tcp\ stream\ +[0-9.]+\ +[0-9.]+\ +[0-9.]+\ +\(limit:\ raw\ loopback\ tcp\ stream\ GiB/s,\ before\ [0-9.]+\ after\ [0-9.]+\) ]]
+	# Over shm there is no stream to compare with.
+	run env -u KVW_BENCH_NO_REFERENCE timeout 180 kv-bench demo --spawn \
+		--rooms 6 --pages-per-room 2 --chunk-pages 1 --json
+	[ "$status" -eq 0 ]
+	echo "$output" | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["stream_gib_per_s"] is None and d["ratio_all"] > 0, d
+'
+}
+
 @test "kv-bench rooms --spawn: starts its own tiny-room group" {
 	run timeout 180 kv-bench rooms --spawn --up-arg --workers --up-arg 2 \
 		--rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
