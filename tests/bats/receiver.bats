@@ -293,26 +293,32 @@ f=open(sys.argv[1],"r+b"); m=mmap.mmap(f.fileno(),0); m[:]=b"\xab"*len(m)' \
 
 # fds PID: how many files the process has open.
 fds() { ls "/proc/$1/fd" | wc -l; }
+# rss PID: its resident anonymous memory in KiB (heap and stacks: where a
+# leak grows; the shared table's pages count as they are first touched).
+rss() { awk '/^RssAnon:/ { print $2 }' "/proc/$1/status"; }
 
 # live_peers: the receiver's table peers that are not retired.
 live_peers() { timeout 10 "$PY" "$FAKE" peers "$TAB" | grep -c . || true; }
 
-@test "prefill instances come and go one after another: each dead one is forgotten (socket, table slot, bootstrap), the decode's and heartbeat's fds come back" {
+@test "prefill instances come and go one after another: each dead one is forgotten (socket, table slot, bootstrap), the decode's and heartbeat's fds and memory come back" {
 	# Issue 34: a decode kept a DEALER, a table slot and a bootstrap
 	# DEALER for every prefill instance it ever talked to, and
 	# kv-heartbeat kept pinging them all.
-	local n=${KVW_CHURN:-5} i pid first_rx first_hb
+	local n=${KVW_CHURN:-5} i pid first_rx first_hb mem_rx mem_hb
 	# Bounds of their own: 60 s (start_rx) is too short for KVW_CHURN=50.
 	start_ready rx 900 "$KVW_BIN/kv-receiver" --listen "ipc://$RUN/rx" \
 		--engine "$ENG" --table "$TAB" --pool "$RUN/kvwire.d0.pool" \
 		$SHAPE --log-level debug --forget-after 0.5
-	RX_PID=$BG_PID
+	# start_ready's pid is its `timeout`: the member is its child.
+	RX_PID=$(pgrep -P "$BG_PID")
+	[ -n "$RX_PID" ] && grep -q kv-receiver "/proc/$RX_PID/cmdline"
 	# 30 misses (3 s): each instance's room must not fail on a false
 	# death of its Python stand-in, which on a busy machine can answer
 	# a ping 0.3 s late (heartbeat.bats's restart test did, issue 30).
 	start_ready hb 900 "$KVW_BIN/kv-heartbeat" --table "$TAB" \
 		--interval 0.1 --max-failures 30
-	HB_PID=$BG_PID
+	HB_PID=$(pgrep -P "$BG_PID")
+	[ -n "$HB_PID" ] && grep -q kv-heartbeat "/proc/$HB_PID/cmdline"
 	for ((i = 1; i <= n; i++)); do
 		start_ready "fake$i" 120 "$PY" "$FAKE" serve --topo 1,1 \
 			--ranks "ipc://$RUN/pf$i" --boot "ipc://$RUN/boot$i" --auto \
@@ -335,11 +341,19 @@ live_peers() { timeout 10 "$PY" "$FAKE" peers "$TAB" | grep -c . || true; }
 		if [ "$i" = 1 ]; then
 			first_rx=$(fds "$RX_PID")
 			first_hb=$(fds "$HB_PID")
+			mem_rx=$(rss "$RX_PID")
+			mem_hb=$(rss "$HB_PID")
 		fi
 	done
 	wait_for 30 eval '[ "$(fds "$HB_PID")" -le "$first_hb" ]'
 	echo "receiver fds: after the first instance $first_rx, after $n: $(fds "$RX_PID")"
 	echo "heartbeat fds: after the first instance $first_hb, after $n: $(fds "$HB_PID")"
+	echo "receiver RssAnon KiB: after the first instance $mem_rx, after $n: $(rss "$RX_PID")"
+	echo "heartbeat RssAnon KiB: after the first instance $mem_hb, after $n: $(rss "$HB_PID")"
 	[ "$(fds "$RX_PID")" -le "$first_rx" ]
+	# Memory back too, within a small constant (the allocator's own
+	# slack), whatever the number of instances that came and went.
+	[ "$(rss "$RX_PID")" -le $((mem_rx + 1024)) ]
+	[ "$(rss "$HB_PID")" -le $((mem_hb + 1024)) ]
 	[ "$(timeout 10 "$PY" "$FAKE" counter "$TAB" 0)" = 0 ] # malformed
 }
