@@ -23,7 +23,11 @@ static void usage(FILE *f)
 		"Pings every peer of the table each interval (default 5 s, may be\n"
 		"fractional, min 0.05); max-failures (default 2) missed pings in a\n"
 		"row mark a peer dead and fail its rooms. The ping timeout defaults\n"
-		"to the interval. --check validates the flags and exits.\n"
+		"to the interval. One socket dials every peer, one connection\n"
+		"each, within the open-file limit (raised to the hard limit at\n"
+		"start): a peer beyond it is not watched, never declared dead for\n"
+		"it, and the log names the limit. --check validates the flags and\n"
+		"exits.\n"
 		"Exit: 0 stopped, 100 usage, 111 system failure.\n");
 }
 

@@ -260,9 +260,10 @@ static void xcu_disconnect(struct xport *x, uint32_t id)
 
 	if (id >= CU_MAX_REGIONS || !c->rmt[id].used)
 		return;
-	/* Nothing of this remote may still be in flight when its handles
-	 * close: the caller waited, but a failed batch may not have. */
 	xport_disconnect(c->shm, c->rmt[id].shm_id);
+	/* Nothing of this remote may still be in flight when its handles
+	 * close: the caller waited, but a failed batch may not have
+	 * (xcu_drop waits for the queue first). */
 	xcu_drop(c, &c->rmt[id]);
 }
 
