@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bench_copy.h"
+#include "history.h"
 #include "modes.h"
 #include "base/proc.h"
 #include "common/cli.h"
@@ -180,6 +181,13 @@ int kvb_copy_main(int argc, char **argv, const struct kvb_opts *o)
 					 "copy: %s", err);
 		}
 		row(&cfg, &r, o->json, first);
+		history_note(o->record, "copy",
+			     cfg.tcp ? (k ? "tcp-scattered" : "tcp-contiguous")
+			     : cfg.rdma ? (k ? "rdma-scattered" : "rdma-contiguous")
+			     : (k ? "shm-scattered" : "shm-contiguous"),
+			     r.xport_gibs, r.before_gibs > r.after_gibs
+					       ? r.before_gibs : r.after_gibs,
+			     r.ratio);
 		first = 0;
 		ok &= r.verified;
 		fflush(stdout);

@@ -22,6 +22,8 @@ void kvb_flags_usage(FILE *f)
 		"       kv-bench copy [options]\n"
 		"       kv-bench tcp [options]   (the tcp transport against a raw "
 		"stream)\n"
+		"       kv-bench history [FILE] [--plot PNG]   (the ratios --record "
+		"kept)\n"
 		"Simulated prefill and decode engines moving patterned KV "
 		"through a kvwire group.\n"
 		"  --run-dir DIR        use the group of DIR/endpoints (its "

@@ -15,6 +15,7 @@
 
 #include "bench.h"
 #include "flags.h"
+#include "history.h"
 #include "modes.h"
 #include "plot.h"
 #include "spawn.h"
@@ -138,6 +139,8 @@ static int run(int argc, char **argv, const struct kvb_opts *m)
 		return kvb_copy_main(argc, argv, &mo);
 	if (mo.mode == KVB_TCP)
 		return kvb_tcp_main(argc, argv, &mo);
+	if (mo.mode == KVB_HISTORY)
+		return history_main(argc, argv);
 	kvb_defaults(&mo, &cfg);
 	if ((rc = kvb_flags_parse(argc, argv, &fl, &cfg)) >= 0)
 		return rc;

@@ -15,6 +15,7 @@
 #include "bench_limit.h"
 #include "bench_rooms.h"
 #include "bench_stream.h"
+#include "history.h"
 #include "plot.h"
 #include "base/kvw.h"
 #include "common/cli.h"
@@ -49,6 +50,8 @@ static int opts_into(int n, char **argv, char **out, int *argc,
 		o->mode = KVB_ROOMS;
 	else if (n > 1 && strcmp(argv[1], "tcp") == 0)
 		o->mode = KVB_TCP;
+	else if (n > 1 && strcmp(argv[1], "history") == 0)
+		o->mode = KVB_HISTORY;
 	if (n > 1 && (o->mode != KVB_DEMO || strcmp(argv[1], "demo") == 0))
 		k = 2;
 	out[0] = argv[0];
@@ -62,8 +65,16 @@ static int opts_into(int n, char **argv, char **out, int *argc,
 				out[(*argc)++] = argv[i++];
 			break;
 		}
+		if (o->mode == KVB_HISTORY) { /* its own flags: history.c */
+			out[(*argc)++] = argv[i];
+			continue;
+		}
 		if (strcmp(a, "--json") == 0) {
 			o->json = 1;
+			continue;
+		}
+		if (strcmp(a, "--record") == 0) {
+			o->record = 1;
 			continue;
 		}
 		if (strcmp(a, "--no-reference") == 0) {
@@ -214,6 +225,12 @@ void kvb_usage(FILE *f)
 		"histogram and\n"
 		"         rooms/s and GiB/s over time with gnuplot\n"
 		"  --json  one JSON document instead of the table (any mode)\n"
+		"  --record  (any mode) append each figure's ratio, with the "
+		"commit, to\n"
+		"         $KVW_BENCH_HISTORY or bench/history.csv; "
+		"kv-bench history reads\n"
+		"         it back (--plot PNG draws it): kv-bench history "
+		"--help\n"
 		"Every run prints the machine: cores, page sizes, CPU model.\n");
 }
 
@@ -435,6 +452,15 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	if (rc < 0) {
 		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
 	}
+	if (!o->no_reference) {
+		history_note(o->record, "demo", "gibs-1core", gibs, lim,
+			     lim > 0 ? gibs / lim : 0);
+		history_note(o->record, "demo", "gibs-allcore", gibs, all,
+			     all > 0 ? gibs / all : 0);
+		if (o->stream_limit)
+			history_note(o->record, "demo", "gibs-tcp-stream", gibs,
+				     stream, stream > 0 ? gibs / stream : 0);
+	}
 	/* Aborted rooms count as done when they became releasable. */
 	return res.success + res.aborted == cfg->rooms && !res.stuck &&
 	       !res.corrupt ? KVW_EXIT_OK : 1;
@@ -552,6 +578,12 @@ static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
 	if (o->rooms_per_s)
 		*o->rooms_per_s = res.rooms_per_s;
 	fflush(stdout);
+	history_note(o->record, "rooms", "rate", res.rooms_per_s, res.rtt_per_s,
+		     res.rate_ratio);
+	history_note(o->record, "rooms", "p50", res.p50_us, res.rtt_us,
+		     res.p50_ratio);
+	history_note(o->record, "rooms", "p99", res.p99_us, res.rtt_us,
+		     res.p99_ratio);
 	if (o->cost && (rc = cost(o, ri, &rc_cfg.base)) != KVW_EXIT_OK)
 		return rc;
 	return res.rate.success == res.rate.rooms &&

@@ -18,7 +18,7 @@
 
 struct runinfo;
 
-enum kvb_mode { KVB_DEMO, KVB_COPY, KVB_ROOMS, KVB_TCP };
+enum kvb_mode { KVB_DEMO, KVB_COPY, KVB_ROOMS, KVB_TCP, KVB_HISTORY };
 
 struct kvb_opts {
 	enum kvb_mode mode;
@@ -38,6 +38,8 @@ struct kvb_opts {
 			     * kv-up --port-base (the --insecure one's is
 			     * N + 100); default 27400 */
 	double *rooms_per_s; /* rooms: where the rate run's rooms/s goes */
+	int record;         /* --record: each figure's ratio appended to the
+			     * history file (history.h) */
 	int stream_limit;   /* demo: the group moves its bytes over tcp
 			     * (--transport tcp): a raw loopback stream of
 			     * the same bytes is its limit too */

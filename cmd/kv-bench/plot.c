@@ -172,12 +172,15 @@ static int write_script(const char *path, const char *dir, const char *png,
 	return fclose(f);
 }
 
-/* Runs gnuplot SCRIPT; 0, KVW_ENODEV (not installed) or KVW_ESYS. */
-static int run_gnuplot(char *script, char *err, size_t errlen)
+int plot_gnuplot(const char *script, char *err, size_t errlen)
 {
-	char *argv[] = { "gnuplot", script, NULL };
+	char path[600];
+	char *argv[] = { "gnuplot", path, NULL };
 	pid_t pid;
-	int st, e = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
+	int st, e;
+
+	snprintf(path, sizeof path, "%s", script);
+	e = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
 
 	if (e == ENOENT)
 		return kvw_errf(err, errlen, KVW_ENODEV,
@@ -220,7 +223,7 @@ int plot_draw(const char *png, const struct kvb_progress *p,
 		rc = kvw_errf(err, errlen, KVW_ESYS, "%s: %s", dir,
 			      strerror(errno));
 	else
-		rc = run_gnuplot(f[2], err, errlen);
+		rc = plot_gnuplot(f[2], err, errlen);
 	if (rc == 0 && access(png, F_OK) != 0)
 		rc = kvw_errf(err, errlen, KVW_ESYS, "gnuplot wrote no %s", png);
 	for (int i = 0; i < 3; i++)

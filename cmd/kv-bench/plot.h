@@ -52,4 +52,8 @@ int plot_draw(const char *png, const struct kvb_progress *p,
 
 void plot_free(struct kvb_progress *p);
 
+/* Runs gnuplot on the script file at path; 0, KVW_ENODEV (not installed:
+ * says which Debian package) or KVW_ESYS, with err. */
+int plot_gnuplot(const char *path, char *err, size_t errlen);
+
 #endif

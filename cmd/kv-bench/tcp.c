@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bench_copy.h"
+#include "history.h"
 #include "modes.h"
 #include "base/kvw.h"
 #include "base/proc.h"
@@ -169,6 +170,10 @@ int kvb_tcp_main(int argc, char **argv, const struct kvb_opts *o)
 								 : cli_exit_code(rc),
 						 "tcp %s: %s", k.name, err);
 			row(&k, &r, o->json, i == 0 && (a == 0 || auth == 2));
+			history_note(o->record, "tcp", k.name, r.xport_gibs,
+				     r.before_gibs > r.after_gibs
+					     ? r.before_gibs : r.after_gibs,
+				     r.ratio);
 			gibs[a] = r.xport_gibs;
 			ok &= r.verified;
 			fflush(stdout);

@@ -277,3 +277,33 @@ role_pair() {
 	wait_for 30 begun
 	"$KVW_BIN/kv-stat" --run-dir "$RUN" --room 777
 }
+
+@test "kv-bench --record appends each figure's ratio with the commit; kv-bench history prints them and draws them" {
+	# Issue 35 item 4: a regression is seen at a glance.
+	export KVW_BENCH_HISTORY="$RUN/history.csv"
+	cd "$KVW_ROOT"
+	want=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+	for i in 1 2; do
+		run timeout 120 kv-bench copy --record --reps 1
+		[ "$status" -eq 0 ]
+	done
+	run cat "$KVW_BENCH_HISTORY"
+	echo "$output"
+	[ "${lines[0]}" = "utc,commit,mode,figure,value,limit,ratio" ]
+	[ "${#lines[@]}" -eq 5 ] # the header once, two figures a run
+	[[ ${lines[1]} =~ ^[0-9-]+T[0-9:]+Z,$want,copy,shm-contiguous,[0-9.e+-]+,[0-9.e+-]+,[0-9.e+-]+$ ]]
+	[[ ${lines[4]} =~ ,$want,copy,shm-scattered, ]]
+	run kv-bench history
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output =~ copy\ shm-contiguous\ +2\ +[0-9.]+\ \($want\) ]]
+	[[ $output =~ copy\ shm-scattered\ +2\  ]]
+	if command -v gnuplot >/dev/null; then
+		run kv-bench history "$KVW_BENCH_HISTORY" --plot "$RUN/h.png"
+		[ "$status" -eq 0 ]
+		[ -s "$RUN/h.png" ]
+	fi
+	run kv-bench history "$RUN/none.csv"
+	[ "$status" -eq 100 ]
+	[[ $output == *"history: $RUN/none.csv: No such file or directory"* ]]
+}
