@@ -184,28 +184,41 @@ static int read_history(const char *path, struct series *s, size_t *ns,
 	return -1;
 }
 
+/* A latency percentile (rooms' "p50", "p99": the latency over the round
+ * trip) is better lower; every other ratio is better higher. */
+static int lower_better(const char *name)
+{
+	const char *fig = strchr(name, ' ');
+
+	return fig && fig[1] == 'p' && fig[2] >= '0' && fig[2] <= '9';
+}
+
 /* Each figure: runs, first, last, best, and the last against the best of
- * the runs before it (a regression shows as a fall). */
+ * the runs before it, as a speed (a regression shows as a fall below 1
+ * whichever way the figure points). */
 static void print_series(const struct series *s, size_t ns)
 {
 	printf("%-40s %5s %18s %18s %18s %8s\n", "figure", "runs",
 	       "first (commit)", "last (commit)", "best before last",
-	       "last/best");
+	       "last vs");
 	for (size_t i = 0; i < ns; i++) {
 		const struct series *x = &s[i];
-		double best = 0;
+		int low = lower_better(x->name);
+		double best = 0, last_r = x->ratio[x->n - 1];
 		char first[40], last[40], bb[40] = "-", vs[16] = "-";
 
 		for (size_t k = 0; k + 1 < x->n; k++)
-			best = x->ratio[k] > best ? x->ratio[k] : best;
+			if (best == 0 || (low ? x->ratio[k] < best
+					      : x->ratio[k] > best))
+				best = x->ratio[k];
 		snprintf(first, sizeof first, "%.3f (%s)", x->ratio[0],
 			 x->commit[0]);
 		snprintf(last, sizeof last, "%.3f (%s)", x->ratio[x->n - 1],
 			 x->commit[x->n - 1]);
-		if (x->n > 1 && best > 0) {
+		if (x->n > 1 && best > 0 && last_r > 0) {
 			snprintf(bb, sizeof bb, "%.3f", best);
 			snprintf(vs, sizeof vs, "%.2f",
-				 x->ratio[x->n - 1] / best);
+				 low ? best / last_r : last_r / best);
 		}
 		printf("%-40s %5zu %18s %18s %18s %8s\n", x->name, x->n, first,
 		       last, bb, vs);
@@ -275,9 +288,11 @@ static void usage(FILE *f)
 		"(default\n$KVW_BENCH_HISTORY, else bench/history.csv; one line "
 		"per figure:\nutc,commit,mode,figure,value,limit,ratio) and "
 		"prints, per figure, the\nruns, the first and last ratio with "
-		"their commits, the best before the\nlast and last/best (a "
-		"regression shows as a fall below 1); --plot PNG\ndraws every "
-		"figure's ratio run after run with gnuplot.\n"
+		"their commits, the best before the\nlast and how the last "
+		"compares with it as a speed (a regression shows as\na fall "
+		"below 1; the latency percentiles p50 and p99 are better "
+		"lower);\n--plot PNG draws every figure's ratio run after run "
+		"with gnuplot.\n"
 		"Exit: 0, 100 usage (or no such file), 77 gnuplot missing, 111 "
 		"system error.\n");
 }

@@ -303,6 +303,18 @@ role_pair() {
 		[ "$status" -eq 0 ]
 		[ -s "$RUN/h.png" ]
 	fi
+	# A ratio is better higher, a latency percentile lower: either way a
+	# worse last run shows below 1.
+	printf '%s\n' "utc,commit,mode,figure,value,limit,ratio" \
+		"t,a1,rooms,rate,200,100,2.0" "t,a2,rooms,rate,300,100,3.0" \
+		"t,a3,rooms,rate,150,100,1.5" "t,a1,rooms,p50,200,100,2.0" \
+		"t,a2,rooms,p50,300,100,3.0" "not a record" >"$RUN/made.csv"
+	run kv-bench history "$RUN/made.csv"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output =~ rooms\ rate\ +3\ +2\.000\ \(a1\)\ +1\.500\ \(a3\)\ +3\.000\ +0\.50 ]]
+	[[ $output =~ rooms\ p50\ +2\ +2\.000\ \(a1\)\ +3\.000\ \(a2\)\ +2\.000\ +0\.67 ]]
+	[[ $output == *"(1 lines that are not a record skipped)"* ]]
 	run kv-bench history "$RUN/none.csv"
 	[ "$status" -eq 100 ]
 	[[ $output == *"history: $RUN/none.csv: No such file or directory"* ]]
