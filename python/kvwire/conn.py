@@ -389,7 +389,11 @@ class _Room:
                              "%s of it before beginning the id again"
                              % (self.bootstrap_room, mgr.kv_args.member,
                                 type(old).__name__))
-        mgr._live[self.bootstrap_room] = self
+
+    def _claim(self):
+        """The id is this room's on its manager (the subclass's checks all
+        passed: a room refused half-way holds nothing)."""
+        self.kv_mgr._live[self.bootstrap_room] = self
 
     def _usable(self, what):
         if self._cleared:
@@ -471,6 +475,7 @@ class KVSender(_Room):
         self.num_kv_indices = None
         self.sent = 0
         self._t0 = time.monotonic()
+        self._claim()
 
     def init(self, num_kv_indices, aux_index=None):
         """SEND_BEGIN: the room sends num_kv_indices pages and the prefill
@@ -571,6 +576,7 @@ class KVReceiver(_Room):
         self.prefill_dp_rank = prefill_dp_rank
         self._inited = False
         self._begun = False
+        self._claim()
 
     def init(self, prefill_dp_rank=0):
         """Marks the receiver ready for metadata (WaitingForInput); kvwire's

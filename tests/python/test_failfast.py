@@ -100,6 +100,12 @@ def test_a_second_live_room_of_one_id_on_one_side_is_refused(mgrs):
     first.clear()
     again = KVReceiver(dm, addr, ROOM)  # cleared: the id may begin again
     again.clear()
+    # A room refused half-way (its address too long) holds nothing, even
+    # while its traceback keeps the half-made object alive.
+    with pytest.raises(ValueError, match="bootstrap address longer") as no:
+        KVReceiver(dm, "x" * 5000, ROOM + 5)
+    KVReceiver(dm, addr, ROOM + 5).clear()
+    assert no.traceback
     # A room the engine dropped without clear() no longer holds the id.
     dropped = KVReceiver(dm, addr, ROOM + 7)
     del dropped
