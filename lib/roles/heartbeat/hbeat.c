@@ -13,7 +13,7 @@
  *
  * A ROUTER drops what it cannot route, so a PING is handed to its
  * connection only once that is up (ZMQ_ROUTER_MANDATORY says when not):
- * until then it is tried again every HB_RETRY_MS, and at its timeout it is
+ * until then it is tried again (HB_RETRY_MS), and at its timeout it is
  * a miss like a PING that got no PONG. The zmq_poll timeout is the nearer
  * of the next tick, the earliest outstanding PING's timeout and, while a
  * PING waits for its connection, the next try; the process sleeps in
@@ -38,7 +38,9 @@
 
 #define POLL_CAP_MS 1000
 #define DRAIN_MAX 1024 /* messages taken per wakeup: ticks are never starved */
-#define HB_RETRY_MS 20 /* a PING waiting for its connection is tried again */
+#define HB_RETRY_MS 20 /* a PING waiting for its connection is tried again
+			* this often, or every eighth of its timeout if
+			* longer (a dead peer's costs no more than 8 tries) */
 #define HB_FD_RESERVE 64 /* open files kept for all but peer connections */
 
 #define HB_RETIRED 4u /* earlier epochs remembered per peer */
@@ -309,7 +311,9 @@ static int ping_out(struct hbeat *h, uint32_t id)
  * something is due (0 = nothing). */
 static uint64_t check_misses(struct hbeat *h, uint64_t now)
 {
-	uint64_t next = 0, retry = now + HB_RETRY_MS * 1000000ull;
+	uint64_t step = h->timeout_ns / 8 > HB_RETRY_MS * 1000000ull
+				? h->timeout_ns / 8 : HB_RETRY_MS * 1000000ull;
+	uint64_t next = 0, retry = now + step;
 
 	for (uint32_t i = 0; i < h->cap; i++) {
 		struct hb_peer *p = &h->peers[i];
