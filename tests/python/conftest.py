@@ -1,6 +1,8 @@
-"""conftest.py - what the Python tests share: the package on sys.path, and
+"""conftest.py - what the Python tests share: the package on sys.path,
 `Group`, a kvwire group started by `kv-up --daemon` in its own run
-directory and always stopped (every socket and /dev/shm file removed)."""
+directory and always stopped (every socket and /dev/shm file removed),
+and a small group with a prefill and a decode manager on it for the tests
+that drive rooms by hand (`group`, `mgrs`)."""
 import os
 import shutil
 import subprocess
@@ -61,6 +63,35 @@ def group_factory():
     yield make
     for g in made:
         g.stop()
+
+
+# The small group's shape: 2 layers, 2 heads of 8, 4-token pages, 32
+# pages of float32, 8 aux slots, one worker.
+SHAPE = ["--layers", 2, "--heads", 2, "--head-dim", 8, "--page-tokens", 4,
+         "--pages", 32, "--dtype-bytes", 4, "--aux-slots", 8, "--workers", 1]
+
+
+def managers(g):
+    """A prefill and a decode KVManager on group g's first ranks."""
+    from kvwire import KVArgs, KVManager
+    return (KVManager(KVArgs.from_run_dir(g.dir, "prefill"), "prefill"),
+            KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode"))
+
+
+@pytest.fixture(scope="module")
+def group():
+    """The small group, one per test module."""
+    with Group(*SHAPE) as g:
+        yield g
+
+
+@pytest.fixture
+def mgrs(group):
+    """Fresh managers on the module's small group, closed after."""
+    pm, dm = managers(group)
+    yield pm, dm
+    pm.close()
+    dm.close()
 
 
 # Figures a test wants in the run's output (model topologies, stress and

@@ -12,14 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from conftest import BIN, Group
+from conftest import BIN, SHAPE
 from kvwire import (KVArgs, KVBootstrapServer, KVManager, KVPoll, KVReceiver,
                     KVSender, KVTransferError, make_layout, read_run_dir)
 from kvwire._lib import lib
-
-SHAPE = ["--layers", 2, "--heads", 2, "--head-dim", 8, "--page-tokens", 4,
-         "--pages", 32, "--dtype-bytes", 4, "--aux-slots", 8, "--workers", 1]
-
 
 def wait_for(what, cond, timeout=20.0):
     """Polls cond() (a read of the mapped room table) until true, bounded."""
@@ -45,21 +41,6 @@ def open_room(pm, dm, dst):
              lambda: s.poll() == KVPoll.WaitingForInput)
     s.init(len(dst), 0)
     return s, r
-
-
-@pytest.fixture(scope="module")
-def group():
-    with Group(*SHAPE) as g:
-        yield g
-
-
-@pytest.fixture
-def mgrs(group):
-    pm = KVManager(KVArgs.from_run_dir(group.dir, "prefill"), "prefill")
-    dm = KVManager(KVArgs.from_run_dir(group.dir, "decode"), "decode")
-    yield pm, dm
-    pm.close()
-    dm.close()
 
 
 def test_layout_is_the_members_layout(group_factory):

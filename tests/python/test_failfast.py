@@ -12,21 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from conftest import Group
-from kvwire import (KVArgs, KVBootstrapServer, KVManager, KVPoll, KVReceiver,
-                    KVSender, KVTransferError)
+from conftest import SHAPE, Group, managers
+from kvwire import (KVBootstrapServer, KVPoll, KVReceiver, KVSender,
+                    KVTransferError)
 from kvwire.conn import KVWireError
 
-SHAPE = ["--layers", 2, "--heads", 2, "--head-dim", 8, "--page-tokens", 4,
-         "--pages", 32, "--dtype-bytes", 4, "--aux-slots", 8, "--workers", 1]
-
 ROOM = 4242
-
-
-def managers(g):
-    pm = KVManager(KVArgs.from_run_dir(g.dir, "prefill"), "prefill")
-    dm = KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode")
-    return pm, dm
 
 
 def polls_until(room, want, bound=2000):
@@ -68,20 +59,6 @@ def test_a_stopped_group_fails_open_rooms_and_refuses_calls_naming_it():
         pm.close()
         dm.close()
         g.stop()
-
-
-@pytest.fixture(scope="module")
-def group():
-    with Group(*SHAPE) as g:
-        yield g
-
-
-@pytest.fixture
-def mgrs(group):
-    pm, dm = managers(group)
-    yield pm, dm
-    pm.close()
-    dm.close()
 
 
 def test_a_second_live_room_of_one_id_on_one_side_is_refused(mgrs):

@@ -396,20 +396,33 @@ static void count_liveness(struct rtab *t, uint32_t n, uint32_t out[3])
 	}
 }
 
-/* Waits until peer 1 of t is as wanted (a poll with a bound, never a
- * verdict on time). */
-static void wait_liveness(struct rtab *t, uint32_t want)
+/* Waits (a poll with a generous bound: it gives up, it never decides)
+ * until done(t, arg) holds. */
+static void wait_until(int (*done)(struct rtab *, void *),
+		       struct rtab *t, void *arg, const char *what)
 {
-	const struct timespec tick = { 0, 5000000 };
-	long end = unit_now_s() + 60;
-	struct rtab_peer_view v;
+	const struct timespec tick = { 0, 10000000 };
+	long end = unit_now_s() + 120;
 
-	while (rtab_peer_get(t, 1, &v) != 0 || v.liveness != want) {
+	while (!done(t, arg)) {
 		if (unit_now_s() > end)
-			fail_msg("peer 1 liveness %u, waited for %u", v.liveness,
-				 want);
+			fail_msg("gave up waiting for %s", what);
 		nanosleep(&tick, NULL);
 	}
+}
+
+static int peer1_alive(struct rtab *t, void *arg)
+{
+	struct rtab_peer_view v;
+
+	(void)arg;
+	return rtab_peer_get(t, 1, &v) == 0 && v.liveness == RTAB_PEER_ALIVE;
+}
+
+static int has_verdict(struct rtab *t, void *arg)
+{
+	(void)t;
+	return atomic_load(&((struct answerer *)arg)->verdict) >= 0;
 }
 
 /* Issue 34 item 3's bound, 20 times: a peer that stops answering at a
@@ -439,26 +452,19 @@ static void test_twenty_kills_at_random_phases_each_dead_within_the_bound(
 	for (int kill = 1; kill <= 20; kill++) {
 		/* The phase: anywhere in the interval after an answer. */
 		struct timespec phase = { 0, (long)(rand() % 100) * 1000000L };
-		long end = unit_now_s() + 60;
 
-		wait_liveness(t, RTAB_PEER_ALIVE);
+		wait_until(peer1_alive, t, NULL, "peer 1 ALIVE");
 		nanosleep(&phase, NULL);
 		atomic_store(&a.verdict, -1);
 		atomic_store(&a.after, 0);
 		atomic_store(&a.muted, 1);
-		while (atomic_load(&a.verdict) < 0) {
-			const struct timespec tick = { 0, 5000000 };
-
-			if (unit_now_s() > end)
-				fail_msg("kill %d: no verdict", kill);
-			nanosleep(&tick, NULL);
-		}
+		wait_until(has_verdict, t, &a, "the verdict on a stopped peer");
 		if (atomic_load(&a.verdict) != 1)
 			fail_msg("kill %d: PING %u after the peer stopped, and "
 				 "it is not DEAD", kill, r.max_failures + 1);
 		atomic_store(&a.muted, 0); /* it comes back */
 	}
-	wait_liveness(t, RTAB_PEER_ALIVE);
+	wait_until(peer1_alive, t, NULL, "peer 1 ALIVE");
 	stop_heartbeat(pid);
 	answerers_close(&a);
 	rtab_close(&t);
@@ -477,21 +483,6 @@ static int fds_for(uint32_t n)
 	}
 	return getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
 	       (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= 2 * n + 256);
-}
-
-/* Waits (a poll with a generous bound: it gives up, it never decides)
- * until done(t, arg) holds. */
-static void wait_until(int (*done)(struct rtab *, void *),
-		       struct rtab *t, void *arg, const char *what)
-{
-	const struct timespec tick = { 0, 10000000 };
-	long end = unit_now_s() + 120;
-
-	while (!done(t, arg)) {
-		if (unit_now_s() > end)
-			fail_msg("gave up waiting for %s", what);
-		nanosleep(&tick, NULL);
-	}
 }
 
 static int all_alive(struct rtab *t, void *arg)
