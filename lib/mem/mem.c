@@ -32,6 +32,11 @@ int mem_region_open(struct mem_region **out, const char *pool_path,
 	return 0;
 }
 
+static const struct mem_backend *const backends[] = {
+	&mem_host_backend,
+	&mem_cuda_backend,
+};
+
 /* The engine registers device buffers by writing a record beside the
  * pool; without one its KV lives in the pool file. */
 static const struct mem_backend *backend_now(const struct mem_region *r)
@@ -42,10 +47,11 @@ static const struct mem_backend *backend_now(const struct mem_region *r)
 
 int mem_region_stale(const struct mem_region *r)
 {
-	int s = gmap_stale(&r->m);
+	int s;
 
 	if (r->be == NULL)
 		return 1;
+	s = gmap_stale(&r->m);
 	/* host: current while there is no record; cuda: while the record
 	 * on disk is the one opened. */
 	return r->be == &mem_host_backend ? s != KVW_ENOENT : s != 0;
@@ -176,7 +182,11 @@ void mem_region_close(struct mem_region **rp)
 		return;
 	r = *rp;
 	mem_region_unmap(r);
-	mem_cuda_backend.release(r);
+	/* What a backend kept across maps (cuda: the staging stream and its
+	 * pinned view) goes with the region, whichever backend maps it now. */
+	for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+		if (backends[i]->release)
+			backends[i]->release(r);
 	free(r);
 	*rp = NULL;
 }
