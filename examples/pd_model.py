@@ -60,7 +60,16 @@ class Config:
         return ["--layers", self.layers, "--heads", self.kv_heads,
                 "--head-dim", self.head_dim, "--page-tokens",
                 self.page_tokens, "--dtype-bytes", 4, "--pages", pages,
-                "--aux-slots", 16, "--aux-bytes", 64]
+                "--aux-slots", 16, "--aux-bytes",
+                ",".join(str(n) for n in self.metadata_bytes())]
+
+    def metadata_bytes(self):
+        """The request's metadata buffers, as SGLang's decode reads them
+        with the KV (one row of each per request): output ids (magic,
+        room, first token, 0 as int32), the first token's logprob
+        (float32) and the last prompt token's hidden state (float32 x
+        hidden: what a speculative draft model starts from)."""
+        return [16, 4, 4 * self.hidden]
 
 
 class Model:
@@ -219,7 +228,40 @@ def one_process(model, prompt, new_tokens):
     return toks, np.array(logits)
 
 
-AUX_MAGIC = 0x4b565731  # "KVW1": the aux row holds magic, room, first token
+AUX_MAGIC = 0x4b565731  # "KVW1": output ids hold magic, room, first token
+
+
+def log_softmax_at(logits, tok):
+    """log p(tok) of logits, float32 (the logprob SGLang returns)."""
+    z = logits - logits.max()
+    return F32(z[tok] - np.log(np.exp(z).sum(dtype=F32)))
+
+
+def write_metadata(pool, slot, room, hidden_row, logits):
+    """The prefill's metadata row of the request in every buffer."""
+    ids, lp, hid = pool.aux_buffers
+    tok = int(np.argmax(logits))
+    ids[slot] = np.array([AUX_MAGIC, room & 0x7fffffff, tok, 0],
+                         np.int32).view(np.uint8)
+    lp[slot] = np.array([log_softmax_at(logits, tok)], F32).view(np.uint8)
+    hid[slot] = hidden_row.astype(F32).view(np.uint8)
+
+
+def read_metadata(model, pool, slot, room):
+    """(first token, first logits) from the decode's metadata row: the
+    logits are the model's head over the transferred hidden state, and the
+    token and logprob the prefill wrote must be what they give."""
+    ids, lp, hid = (b[slot] for b in pool.aux_buffers)
+    ids, lp = ids.view(np.int32), lp.view(F32)[0]
+    if ids[0] != AUX_MAGIC or ids[1] != room & 0x7fffffff:
+        raise RuntimeError("metadata row is not this room's: %s" % ids)
+    logits = model.logits(hid.view(F32)[None].copy())
+    tok = int(np.argmax(logits))
+    if ids[2] != tok or lp != log_softmax_at(logits, tok):
+        raise RuntimeError("metadata disagree: token %d logprob %r, the "
+                           "hidden state gives %d %r"
+                           % (ids[2], lp, tok, log_softmax_at(logits, tok)))
+    return tok, logits
 
 
 def wait_for(what, cond, timeout=30.0):
@@ -273,10 +315,8 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
                                    -(-hi // c.page_tokens)], np.int32)
             if hi == len(prompt):
                 logits = model.logits(x)
-                row = np.array([AUX_MAGIC, room & 0x7fffffff,
-                                int(np.argmax(logits))], np.int32)
-                for m in mgrs.values():  # every rank's aux row is the same
-                    m.pool.aux[aux_slot, :12] = row.view(np.uint8)
+                for m in mgrs.values():  # every rank's rows are the same
+                    write_metadata(m.pool, aux_slot, room, x[-1], logits)
             for snd in senders.values():
                 snd.send(chunk)
         for k, snd in senders.items():
@@ -295,9 +335,10 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
 def decode_engine(model, run_dir, tp, room, prompt_len, new_tokens,
                   decode_ready, seed=7, tamper=None):
     """The decode instance: receives the room into its own pages, reads the
-    first token from the aux slot, then decodes greedily on tp ranks.
-    tamper(pools, pages), when given, may change the received cache first.
-    Returns (tokens, logits of each generated token)."""
+    first token and its logits from the metadata row, then decodes
+    greedily on tp ranks. tamper(pools, pages, aux_slot), when given, may
+    change the received cache and metadata first. Returns (tokens, logits
+    of every token: the first from the transferred hidden state)."""
     c = model.cfg
     mgrs = [KVManager(KVArgs.from_run_dir(run_dir, "decode", r, dtype=F32),
                       "decode") for r in range(tp)]
@@ -319,17 +360,15 @@ def decode_engine(model, run_dir, tp, room, prompt_len, new_tokens,
                           in (KVPoll.Success, KVPoll.Failed))
             if st == KVPoll.Failed:
                 rv.failure_exception()
-        rows = [m.pool.aux[aux_slot, :12].view(np.int32).copy() for m in mgrs]
-        for row in rows:
-            if row[0] != AUX_MAGIC or row[1] != room & 0x7fffffff or \
-                    not np.array_equal(row, rows[0]):
-                raise RuntimeError("aux slot does not hold this room's "
-                                   "first token: %s" % rows)
-        toks = [int(rows[0][2])]
         if tamper:
-            tamper([m.pool for m in mgrs], pages)
+            tamper([m.pool for m in mgrs], pages, aux_slot)
+        firsts = [read_metadata(model, m.pool, aux_slot, room) for m in mgrs]
+        if any(t != firsts[0][0] or not np.array_equal(lg, firsts[0][1])
+               for t, lg in firsts):
+            raise RuntimeError("decode ranks received different metadata")
+        toks = [firsts[0][0]]
         caches = [PagedCache(m.pool, pages, c.page_tokens) for m in mgrs]
-        logits = []
+        logits = [firsts[0][1]]
         for i in range(new_tokens):
             p = prompt_len + i
             if p // c.page_tokens >= len(pages):
@@ -350,7 +389,8 @@ def decode_engine(model, run_dir, tp, room, prompt_len, new_tokens,
 def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
            decode_tp=1, room=0x1234567, chunk_pages=2, tamper=None):
     """Prefill and decode engines as two threads that share nothing but
-    the kvwire group. Returns (tokens, logits) like one_process."""
+    the kvwire group. Returns (tokens, logits) like one_process, both as
+    the decode side has them."""
     ready, out, errs = threading.Event(), {}, queue.Queue()
 
     def side(name, fn, *args):
@@ -372,8 +412,7 @@ def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
         t.join()
     if not errs.empty():
         raise errs.get()
-    toks, dlogits = out["d"]
-    return toks, np.concatenate([out["p"][None], dlogits])
+    return out["d"]
 
 
 def main():

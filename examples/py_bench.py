@@ -148,7 +148,7 @@ def decode(run_dir, outbox, stats, o, seed):
     canary = []       # (key, pages, aux) of released aborted rooms
     live, n, started = [], o.pages_per_room, 0
     room_bytes = sum(r.shape[1] * 4 for r in pat.rows) * n + \
-        mgr.kv_args.aux_item_len
+        sum(mgr.kv_args.aux_item_lens)
     landed = 0
 
     def flush_canaries():

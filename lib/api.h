@@ -206,8 +206,12 @@ struct kvw_member {
 /* The model shape a group was started with (kv-up's shape flags). */
 struct kvw_shape {
 	uint32_t layers, draft_layers, page_tokens, kv_heads, head_dim;
-	uint32_t dtype_bytes, pages, aux_slots, aux_bytes;
+	uint32_t dtype_bytes, pages, aux_slots;
 	uint32_t mla; /* 1: one latent KV buffer per layer */
+	/* naux metadata buffers of aux_slots rows, a row of buffer i being
+	 * aux_bytes[i] bytes (--aux-bytes A,B,...); 1 to KVW_MAX_AUX */
+	uint32_t naux;
+	uint32_t aux_bytes[KVW_MAX_AUX];
 };
 
 /* Reads DIR/endpoints (run_dir may also name the file): members in start
@@ -231,7 +235,8 @@ struct kvw_rank_layout {
 /* The KV pool layout of the rank at `rank` of `topo` (tp and pp are used)
  * for a group of `shape`: K buffers of its layers, then V (MHA; MLA: one
  * KV buffer per layer), then draft layers' (decode only, when `decode` is
- * non-zero), then the AUX buffer, back to back from offset 0 (the layout
+ * non-zero), then the AUX buffers (layer id = their index), back to back
+ * from offset 0 (the layout
  * kv-sender and kv-receiver create their pools with). Returns 0 with
  * bufs[0..out->nbufs) and *out; KVW_ENOMEM when cap is too small
  * (out->nbufs = needed); KVW_EINVAL with err (kv heads that do not split

@@ -19,8 +19,9 @@ static void shape_in(const struct kvw_shape *in, struct shape *s)
 		.page_tokens = in->page_tokens, .kv_heads = in->kv_heads,
 		.head_dim = in->head_dim, .dtype_bytes = in->dtype_bytes,
 		.pages = in->pages, .aux_slots = in->aux_slots,
-		.aux_bytes = in->aux_bytes, .mla = in->mla != 0,
+		.naux = in->naux, .mla = in->mla != 0,
 	};
+	memcpy(s->aux_bytes, in->aux_bytes, sizeof s->aux_bytes);
 }
 
 static void shape_out(const struct shape *s, struct kvw_shape *out)
@@ -30,9 +31,13 @@ static void shape_out(const struct shape *s, struct kvw_shape *out)
 		.page_tokens = s->page_tokens, .kv_heads = s->kv_heads,
 		.head_dim = s->head_dim, .dtype_bytes = s->dtype_bytes,
 		.pages = s->pages, .aux_slots = s->aux_slots,
-		.aux_bytes = s->aux_bytes, .mla = s->mla != 0,
+		.naux = s->naux, .mla = s->mla != 0,
 	};
+	memcpy(out->aux_bytes, s->aux_bytes, sizeof out->aux_bytes);
 }
+_Static_assert(sizeof(((struct kvw_shape *)0)->aux_bytes) ==
+		       sizeof(((struct shape *)0)->aux_bytes),
+	       "the public shape holds every metadata buffer");
 
 static void member_out(const struct runinfo_member *m, struct kvw_member *o)
 {

@@ -12,7 +12,9 @@
  *   - one prefill rank, one decode rank; the prefill's ack-target set holds
  *     NACK = 2 entries (one decode aborting both incarnations of the id);
  *   - NEPOCH = 2 epochs of the prefill control (it crashes at most once);
- *   - NCHUNK = 2 chunks (jobs, batches) per room;
+ *   - NCHUNK = 2 chunks (jobs, batches) per room; the last one also
+ *     carries the room's metadata rows (every AUX buffer's row, and the
+ *     state components'), written by the same job after its pages;
  *   - every channel holds at most a few messages (see the declarations).
  * With -DTCP a sink process of kv-receiver is the only writer of decode
  * memory (the tcp design); without it the worker writes decode memory
@@ -43,6 +45,7 @@ bool armed;          /* failed and armed: ABORT sent, acks counted */
 bool rel;            /* releasable: the engine may reuse the pages */
 byte dpe = 0;        /* prefill epoch the decode knows (heartbeat, frames) */
 byte landed;         /* chunks that landed in this incarnation's pages */
+bool metal;          /* its metadata rows (aux, state) landed */
 
 /* ---- prefill (kv-sender) room table and private state ----------------- */
 byte pst = CLEARED;
@@ -72,7 +75,7 @@ chan w2d = [2] of { byte, byte, bit };        /* STATUS from the worker: token, 
 chan jobq = [2] of { byte, byte, bit, byte }; /* token, incarnation, last, epoch */
 chan done = [2] of { byte, byte };            /* incarnation, epoch */
 #ifdef TCP
-chan w2s = [1] of { byte };                   /* batch: token */
+chan w2s = [1] of { byte, bit };              /* batch: token, last */
 chan s2w = [1] of { bit };                    /* batch acked */
 #endif
 
@@ -95,13 +98,19 @@ inline trans(st, to)
 	fi
 }
 
-/* Bytes of token tk land in decode memory. A batch of another
- * incarnation (tk != dinc) writing is `wrongbatch`: with the room id
- * reused, its pages may be the new incarnation's. */
-inline land(tk)
+/* Bytes of token tk land in decode memory (lst: the last chunk, with the
+ * metadata rows). A batch of another incarnation (tk != dinc) writing is
+ * `wrongbatch`: with the room id reused, its pages may be the new
+ * incarnation's. */
+inline land(tk, lst)
 {
 	if
-	:: tk == dinc && !rel && dst != CLEARED -> landed++
+	:: tk == dinc && !rel && dst != CLEARED ->
+		landed++;
+		if
+		:: lst -> metal = 1
+		:: else -> skip
+		fi
 	:: else ->
 		badwrite = 1;
 		if
@@ -155,7 +164,7 @@ end:	do
 	/* decode engine: RECV_BEGIN of the next incarnation of the id */
 	:: atomic { dinc < NINC && dst == CLEARED ->
 		dinc++; dst = BOOTSTRAPPING; dsent = 0; armed = 0; rel = 0;
-		landed = 0 }
+		landed = 0; metal = 0 }
 	/* decode engine: CLEAR once Success, or failed and releasable */
 	:: atomic { dst == SUCCESS || (dst == FAILED && rel) -> trans(dst, CLEARED) }
 	/* prefill engine: SEND_BEGIN (the slot is reused only with no job) */
@@ -213,7 +222,7 @@ inline on_status()
 			if
 			:: ok ->
 				if
-				:: landed < NCHUNK -> shortsucc = 1
+				:: landed < NCHUNK || !metal -> shortsucc = 1
 				:: else -> skip
 				fi;
 				trans(dst, SUCCESS)
@@ -332,6 +341,9 @@ proctype worker()
 {
 	byte tk, inc, ep;
 	bit last, ok;
+#ifdef MUT_META_LATE
+	bit late;
+#endif
 
 end:	do
 	:: jobq ? tk, inc, last, ep ->
@@ -349,7 +361,7 @@ end:	do
 		if
 		:: ok ->
 #ifdef TCP
-			w2s ! tk;
+			w2s ! tk, last;
 			s2w ? ok;
 			atomic {
 			if
@@ -359,7 +371,12 @@ end:	do
 #else
 			atomic {
 			if
-			:: ep == epoch -> land(tk); pend--
+#ifdef MUT_META_LATE
+			/* the metadata rows as a write after the status */
+			:: ep == epoch -> land(tk, 0); pend--
+#else
+			:: ep == epoch -> land(tk, last); pend--
+#endif
 			:: else -> skip
 			fi }
 #endif
@@ -379,6 +396,9 @@ end:	do
 			:: ok && ptok != 0 -> w2d ! ptok, ep, 1
 			:: else -> skip
 			fi;
+#ifdef MUT_META_LATE
+			late = last;
+#endif
 			done ! inc, ep
 		:: ep == epoch && !ok && LIVE(pst) && inc == pinc ->
 			/* the batch was lost: a transfer error */
@@ -390,6 +410,14 @@ end:	do
 			done ! inc, ep
 		:: else -> done ! inc, ep
 		fi }
+#ifdef MUT_META_LATE
+		atomic {
+		if
+		:: late && tk == dinc && !rel && dst != CLEARED -> metal = 1
+		:: else -> skip
+		fi;
+		late = 0 }
+#endif
 	od
 }
 
@@ -399,10 +427,11 @@ end:	do
 proctype sink()
 {
 	byte tk;
+	bit lst;
 	bool live;
 
 end:	do
-	:: w2s ? tk ->
+	:: w2s ? tk, lst ->
 		if
 		:: sinflight = tk;
 		   /* The batch incarnation rule: a batch carries its room's
@@ -414,7 +443,7 @@ end:	do
 		   live = (tk == dinc && !armed && dst != CLEARED && !rel);
 #endif
 		   if
-		   :: live -> land(tk)
+		   :: live -> land(tk, lst)
 		   :: else -> skip
 		   fi;
 		   sinflight = 0;
@@ -477,5 +506,6 @@ ltl abort_acked { [] ((armed && !rel) -> <> rel) }
 /* A batch of another incarnation of the room id is never written (the
  * sink's batch incarnation rule; tcp). */
 ltl batch_incarnation { [] !wrongbatch }
-/* Decode sees Success only for a room whose bytes all landed. */
+/* Decode sees Success only for a room whose bytes all landed: every
+ * chunk's pages and the last one's metadata rows. */
 ltl success_complete { [] !shortsucc }

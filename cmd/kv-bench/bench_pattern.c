@@ -5,7 +5,8 @@
  * words from a key mixed from (room, layer, role, page of the room, token,
  * model head) and the word's offset in the segment, so the bytes a decode rank
  * should hold are known without asking which prefill rank sent them. An AUX
- * slot is one segment keyed by the room alone.
+ * slot is one segment per metadata buffer, keyed by the room and the
+ * buffer (a row landing in another buffer is wrong bytes).
  */
 #include "bench.h"
 #include "bench_gpu.h"
@@ -146,7 +147,8 @@ static uint64_t walk(uint8_t *wbase, const uint8_t *rbase,
 
 			bad += seg(wbase ? wbase + o : NULL,
 				   rbase ? rbase + o : NULL, x->item_len,
-				   mix(rk ^ 0xA0A0A0A0ULL));
+				   mix(rk ^ 0xA0A0A0A0ULL ^
+				       (uint64_t)x->layer_id << 32));
 			continue;
 		}
 		if (!carries_pages(x))

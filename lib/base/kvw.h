@@ -156,6 +156,7 @@ struct kvw_buf {
  * counts before touching memory. */
 #define KVW_MAX_PAGES 65536u     /* page indices in one XFER_INFO / chunk */
 #define KVW_MAX_BUFFERS 1024u    /* buffers in one layout */
+#define KVW_MAX_AUX 32u          /* metadata (AUX) buffers in one layout */
 #define KVW_MAX_STR 255u         /* endpoint, name and text strings */
 #define KVW_MAX_DESC 4096u       /* opaque transport descriptor bytes */
 #define KVW_MAX_COPIES 262144u   /* planned copies in one JOB */

@@ -56,10 +56,19 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 			   s->item_len, s->pages);
 		return KVW_EINVAL;
 	}
-	if (s->aux_slots && s->aux_item_len == 0) {
-		kvw_seterr(err, errlen, "layout: aux item length must be > 0");
+	if (s->aux_slots && (s->naux > KVW_MAX_AUX ||
+			     (s->naux && s->aux_item_lens == NULL))) {
+		kvw_seterr(err, errlen, "layout: %u aux buffers (at most %u)",
+			   s->naux, KVW_MAX_AUX);
 		return KVW_EINVAL;
 	}
+	for (uint32_t i = 0; s->aux_slots && i < s->naux; i++)
+		if (s->aux_item_lens[i] == 0) {
+			kvw_seterr(err, errlen,
+				   "layout: aux buffer %u's item length must "
+				   "be > 0", i);
+			return KVW_EINVAL;
+		}
 	if ((uint64_t)s->first_layer + s->layers > LAYOUT_DRAFT_BASE ||
 	    s->draft_layers > UINT32_MAX - LAYOUT_DRAFT_BASE) {
 		kvw_seterr(err, errlen,
@@ -80,9 +89,9 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 			rc = put(out, cap, &k, &off, LAYOUT_DRAFT_BASE + i,
 				 (uint8_t)(r0 + r), s->pool, s->item_len,
 				 s->pages);
-	if (s->aux_slots && rc == 0)
-		rc = put(out, cap, &k, &off, 0, KVW_ROLE_AUX, s->pool,
-			 s->aux_item_len, s->aux_slots);
+	for (uint32_t i = 0; s->aux_slots && i < s->naux && rc == 0; i++)
+		rc = put(out, cap, &k, &off, i, KVW_ROLE_AUX, s->pool,
+			 s->aux_item_lens[i], s->aux_slots);
 	if (rc < 0) {
 		kvw_seterr(err, errlen, "layout: offsets overflow");
 		return rc;

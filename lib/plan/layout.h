@@ -23,8 +23,9 @@ struct layout_spec {
 	int mla;	       /* 1: one KV buffer per layer; 0: K and V */
 	uint32_t item_len;     /* bytes per page of every K/V/KV buffer */
 	uint32_t pages;	       /* pages of every K/V/KV buffer */
-	uint32_t aux_slots;    /* 0: no AUX buffer */
-	uint32_t aux_item_len; /* bytes per aux slot */
+	uint32_t aux_slots;    /* rows of every AUX buffer; 0: none */
+	uint32_t naux;         /* AUX buffers, ids 0..naux-1 */
+	const uint32_t *aux_item_lens; /* bytes of a row of each */
 	uint8_t pool;	       /* pool every buffer lives in */
 	uint64_t base;	       /* byte offset of the first buffer */
 };
@@ -36,7 +37,8 @@ struct layout_spec {
 uint32_t layout_item_len(const struct kvw_model *m);
 
 /* Fills out[0..*n) in this order: target K (or KV) by layer, target V by
- * layer (MHA), draft K (or KV), draft V (MHA), AUX; buffers back to back
+ * layer (MHA), draft K (or KV), draft V (MHA), AUX 0..naux-1 (layer id =
+ * its index: they pair by it, in order); buffers back to back
  * from s->base. *end gets the byte just past the last buffer (the pool size
  * it needs). Returns 0, KVW_ENOMEM when cap is too small (*n = needed), or
  * KVW_EINVAL (zero item_len or pages with layers, offsets that overflow). */

@@ -16,7 +16,8 @@ void shape_default(struct shape *s)
 	*s = (struct shape){
 		.layers = 32, .draft_layers = 0, .page_tokens = 16,
 		.kv_heads = 8, .head_dim = 128, .dtype_bytes = 2,
-		.pages = 512, .aux_slots = 256, .aux_bytes = 64, .mla = 0,
+		.pages = 512, .aux_slots = 256, .naux = 1,
+		.aux_bytes = { 64 }, .mla = 0,
 	};
 }
 
@@ -49,14 +50,48 @@ static const struct {
 	{ "dtype-bytes", offsetof(struct shape, dtype_bytes), 1, 8 },
 	{ "pages", offsetof(struct shape, pages), 1, 1u << 22 },
 	{ "aux-slots", offsetof(struct shape, aux_slots), 1, 1u << 20 },
-	{ "aux-bytes", offsetof(struct shape, aux_bytes), 1, 1u << 20 },
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
+#define AUX_MAX_BYTES (1u << 20)
 
 const char *shape_option_name(unsigned i, int *takes_value)
 {
-	*takes_value = i < NOPTS;
-	return i < NOPTS ? opts[i].name : i == NOPTS ? "mla" : NULL;
+	*takes_value = i <= NOPTS;
+	return i < NOPTS ? opts[i].name
+	       : i == NOPTS ? "aux-bytes" : i == NOPTS + 1 ? "mla" : NULL;
+}
+
+/* "--aux-bytes N[,N...]": every metadata buffer's row bytes; *s is
+ * changed only when the whole list is good. */
+static int aux_option(struct shape *s, const char *value, char *err,
+		      size_t errlen)
+{
+	uint32_t bytes[KVW_MAX_AUX] = { 0 }, n = 0;
+	char item[16];
+	const char *at = value ? value : "";
+
+	for (;;) {
+		size_t len = strcspn(at, ",");
+
+		if (n == KVW_MAX_AUX || len == 0 || len >= sizeof item)
+			goto bad;
+		memcpy(item, at, len);
+		item[len] = '\0';
+		if (parse_u32(item, 1, AUX_MAX_BYTES, &bytes[n++]))
+			goto bad;
+		if (at[len] == '\0')
+			break;
+		at += len + 1;
+	}
+	s->naux = n;
+	memcpy(s->aux_bytes, bytes, sizeof bytes);
+	return 1;
+bad:
+	return kvw_errf(err, errlen, KVW_EINVAL,
+			"--aux-bytes: want 1 to %u integers in [1, %u] "
+			"separated by commas (one per metadata buffer), got "
+			"'%s'", KVW_MAX_AUX, AUX_MAX_BYTES,
+			value ? value : "");
 }
 
 int shape_option(struct shape *s, const char *name, const char *value,
@@ -66,6 +101,8 @@ int shape_option(struct shape *s, const char *name, const char *value,
 		s->mla = 1;
 		return 1;
 	}
+	if (strcmp(name, "aux-bytes") == 0)
+		return aux_option(s, value, err, errlen);
 	for (size_t i = 0; i < NOPTS; i++) {
 		if (strcmp(name, opts[i].name) != 0)
 			continue;
@@ -81,21 +118,41 @@ int shape_option(struct shape *s, const char *name, const char *value,
 	return 0;
 }
 
+/* "--aux-bytes A,B,..." into buf[len]: its length, or -1 when it does
+ * not fit. */
+static int aux_flag(const struct shape *s, const char *sep, char *buf,
+		    size_t len)
+{
+	int n = snprintf(buf, len, "%s--aux-bytes", sep);
+
+	for (uint32_t k = 0; k < s->naux && n >= 0 && (size_t)n < len; k++) {
+		int m = snprintf(buf + n, len - (size_t)n, "%c%u",
+				 k ? ',' : ' ', s->aux_bytes[k]);
+
+		n = m < 0 ? -1 : n + m;
+	}
+	return n;
+}
+
 int shape_flags(const struct shape *s, char *buf, size_t len)
 {
 	size_t at = 0;
 	int n;
 
-	for (size_t i = 0; i <= NOPTS; i++) {
-		if (i == NOPTS)
-			n = s->mla ? snprintf(buf + at, len - at, "%s--mla",
-					      at ? " " : "")
-				   : 0;
-		else
-			n = snprintf(buf + at, len - at, "%s--%s %u",
-				     at ? " " : "", opts[i].name,
+	for (size_t i = 0; i <= NOPTS + 1; i++) {
+		const char *sep = at ? " " : "";
+
+		if (i < NOPTS)
+			n = snprintf(buf + at, len - at, "%s--%s %u", sep,
+				     opts[i].name,
 				     *(const uint32_t *)((const char *)s +
 							 opts[i].off));
+		else if (i == NOPTS)
+			n = aux_flag(s, sep, buf + at, len - at);
+		else
+			n = s->mla ? snprintf(buf + at, len - at, "%s--mla",
+					      sep)
+				   : 0;
 		if (n < 0 || (size_t)n >= len - at)
 			return KVW_ERANGE;
 		at += (size_t)n;
@@ -107,7 +164,7 @@ const char *shape_usage(void)
 {
 	return "model shape: --layers N --draft-layers N --page-tokens N "
 	       "--heads N --head-dim N --dtype-bytes N --pages N "
-	       "--aux-slots N --aux-bytes N --mla";
+	       "--aux-slots N --aux-bytes N[,N...] --mla";
 }
 
 void shape_model(const struct shape *s, const struct kvw_topo *t,
@@ -158,7 +215,8 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 	spec.item_len = layout_item_len(&m);
 	spec.pages = s->pages;
 	spec.aux_slots = s->aux_slots;
-	spec.aux_item_len = s->aux_bytes;
+	spec.naux = s->naux;
+	spec.aux_item_lens = s->aux_bytes;
 	if (spec.item_len == 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"page of %u tokens x %u heads x %u bytes "

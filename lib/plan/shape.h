@@ -20,19 +20,25 @@ struct shape {
 	uint32_t head_dim;     /* elements per head */
 	uint32_t dtype_bytes;  /* bytes per element (2 = bf16) */
 	uint32_t pages;        /* pages in each rank's pool */
-	uint32_t aux_slots;    /* per-request metadata slots */
-	uint32_t aux_bytes;    /* bytes per aux slot */
+	uint32_t aux_slots;    /* per-request metadata slots (rows) */
+	/* The metadata buffers (SGLang's aux_data_*: output ids, cached
+	 * tokens, logprobs, hidden states, ...): naux of them, each
+	 * aux_slots rows of aux_bytes[i] bytes; a room's aux slot selects
+	 * one row of every one. */
+	uint32_t naux;
+	uint32_t aux_bytes[KVW_MAX_AUX];
 	int mla;               /* 1: one latent KV buffer per layer */
 };
 
 /* The demo's realistic default: 32 layers, 16-token pages of 8 KV heads x
  * 128 dims in bf16 (32 KiB per page per buffer), 512 pages, 256 aux slots
- * of 64 bytes, no draft layers, MHA. */
+ * of one 64-byte metadata buffer, no draft layers, MHA. */
 void shape_default(struct shape *s);
 
 /* Applies one long option of the shape ("layers", "draft-layers",
  * "page-tokens", "heads", "head-dim", "dtype-bytes", "pages", "aux-slots",
- * "aux-bytes", "mla" (value ignored, may be NULL)). Returns 1 when `name`
+ * "aux-bytes" (a row's bytes of each metadata buffer: "N" or "N,N,..." up
+ * to KVW_MAX_AUX), "mla" (value ignored, may be NULL)). Returns 1 when `name`
  * is a shape option and was applied, 0 when it is not a shape option,
  * KVW_EINVAL (with err) for a bad value. */
 int shape_option(struct shape *s, const char *name, const char *value,
@@ -44,7 +50,7 @@ int shape_option(struct shape *s, const char *name, const char *value,
 const char *shape_option_name(unsigned i, int *takes_value);
 
 /* Writes *s as shape flags, every option in shape_option's order with its
- * value ("--layers 32 --draft-layers 0 ... --aux-bytes 64", then "--mla"
+ * value ("--layers 32 --draft-layers 0 ... --aux-bytes 64,8", then "--mla"
  * when set): what runinfo_shape_apply and shape_option read back to the
  * same shape. Returns the length written (NUL excluded) or KVW_ERANGE when
  * buf[len] is too small. */
@@ -65,7 +71,7 @@ void shape_layers(const struct shape *s, const struct kvw_topo *t,
 		  const struct kvw_coord *c, uint32_t *first, uint32_t *count);
 
 /* Fills out[0..*n) with the layout of rank c (its PP stage's layers, draft
- * layers when with_draft, one AUX buffer), all in pool 0, and *pool_bytes
+ * layers when with_draft, the AUX buffers), all in pool 0, and *pool_bytes
  * with the pool size it needs. Returns 0, KVW_ENOMEM (cap too small, *n =
  * needed) or KVW_EINVAL with err (also for kv heads that do not split over
  * t->tp: neither a multiple nor a divisor of it, MLA excepted). */

@@ -77,8 +77,7 @@ class KVArgs:
     head_dim: int = 0
     page_size: int = 0            # tokens per page
     pages: int = 0                # pages in the pool
-    aux_slots: int = 0
-    aux_item_len: int = 0
+    aux_slots: int = 0            # rows of every metadata buffer
     dtype: object = None          # numpy dtype of the K/V elements
     shape: Shape = None
     engine_endpoint: str = ""
@@ -130,7 +129,8 @@ class KVArgs:
                    kv_head_num=rank_kv_heads(shape, m.topo[0]),
                    total_kv_head_num=shape.kv_heads, head_dim=shape.head_dim,
                    page_size=shape.page_tokens, pages=shape.pages,
-                   aux_slots=shape.aux_slots, aux_item_len=shape.aux_bytes,
+                   aux_slots=shape.aux_slots,
+                   aux_item_lens=list(shape.aux_bytes),
                    dtype=dt, shape=shape, engine_endpoint=m.engine,
                    table_path=m.table, pool_path=m.pool,
                    bootstrap_addr=boot.listen if boot else "")

@@ -31,13 +31,23 @@ class _Member(ctypes.Structure):
 
 
 _SHAPE_FIELDS = ("layers", "draft_layers", "page_tokens", "kv_heads",
-                 "head_dim", "dtype_bytes", "pages", "aux_slots",
-                 "aux_bytes", "mla")
+                 "head_dim", "dtype_bytes", "pages", "aux_slots", "mla")
+MAX_AUX = 32  # KVW_MAX_AUX: metadata buffers in one layout
 
 
 class _Shape(ctypes.Structure):
     """struct kvw_shape."""
-    _fields_ = [(f, ctypes.c_uint32) for f in _SHAPE_FIELDS]
+    _fields_ = [(f, ctypes.c_uint32) for f in _SHAPE_FIELDS] + \
+        [("naux", ctypes.c_uint32), ("aux_bytes", ctypes.c_uint32 * MAX_AUX)]
+
+    @classmethod
+    def of(cls, shape):
+        aux = tuple(int(x) for x in shape.aux_bytes)
+        if not 1 <= len(aux) <= MAX_AUX:
+            raise ValueError("aux_bytes: 1 to %d metadata buffers, not %d"
+                             % (MAX_AUX, len(aux)))
+        return cls(*(int(getattr(shape, f)) for f in _SHAPE_FIELDS),
+                   len(aux), (ctypes.c_uint32 * MAX_AUX)(*aux))
 
 
 class _Buf(ctypes.Structure):
@@ -78,8 +88,10 @@ class Shape:
     dtype_bytes: int
     pages: int
     aux_slots: int
-    aux_bytes: int
     mla: bool
+    # A row's bytes of each metadata buffer (--aux-bytes A,B,...): a
+    # room's aux slot selects one row of every one.
+    aux_bytes: tuple = (64,)
 
 
 @dataclasses.dataclass
@@ -130,12 +142,13 @@ def read_run_dir(run_dir):
             table=m.table.decode(), pool=m.pool.decode())
     fields = {f: getattr(shape, f) for f in _SHAPE_FIELDS}
     fields["mla"] = bool(fields["mla"])
+    fields["aux_bytes"] = tuple(shape.aux_bytes[:shape.naux])
     return members, Shape(**fields)
 
 
 def _rank_layout(shape, topo, rank, decode):
     """kvw_pool_layout: (buffers, struct kvw_rank_layout)."""
-    cs = _Shape(**{f: int(getattr(shape, f)) for f in _SHAPE_FIELDS})
+    cs = _Shape.of(shape)
     t = _Quad(*(list(topo) + [1, 1, 1, 1])[:4])
     r = _Quad(*(list(rank) + [0, 0, 0, 0])[:4])
     info, err = _RankLayout(), ctypes.create_string_buffer(512)

@@ -14,8 +14,9 @@ from .layout import ROLE_AUX, ROLE_K, ROLE_KV, ROLE_V
 
 class KVPool:
     """K and V buffers per layer, each pages x page_tokens x heads x
-    head_dim of `dtype`; `aux` is aux_slots x aux_bytes of uint8; `raw`
-    the whole pool as uint8. Every view keeps the mapping: a manager closed
+    head_dim of `dtype`; `aux_buffers` the metadata buffers, each aux_slots
+    rows of its own bytes (uint8), `aux` the first of them; `raw` the
+    whole pool as uint8. Every view keeps the mapping: a manager closed
     while views are alive closes its engine when the last one goes."""
 
     def __init__(self, base, size, bufs, shape, dtype):
@@ -87,4 +88,11 @@ class KVPool:
 
     @property
     def aux(self):
+        """Metadata buffer 0 (aux_slots x its row bytes, uint8)."""
         return self.buffer(0, ROLE_AUX)
+
+    @property
+    def aux_buffers(self):
+        """Every metadata buffer in order, aux_slots x row bytes of uint8
+        each: a room's aux slot is one row of every one."""
+        return [self._view(b) for b in self.buffers if b.role == ROLE_AUX]

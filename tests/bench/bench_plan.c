@@ -62,7 +62,7 @@ int main(void)
 				   .item_len = 16 * 8 * 128 * 2,
 				   .pages = POOL_PAGES,
 				   .aux_slots = 64,
-				   .aux_item_len = 256};
+				   .naux = 1, .aux_item_lens = (const uint32_t[]){ 256 }};
 	uint64_t pool = 0;
 	uint32_t nb = 0;
 	struct plan_side side = {0};

@@ -57,10 +57,33 @@ def test_a_wrong_head_changes_the_logits(group_factory, reference):
     g = group_factory("--decode-tp", 2, "--workers", 1,
                       *model.cfg.shape_flags())
 
-    def swap_heads(pools, pages):
+    def swap_heads(pools, pages, aux_slot):
         k = pools[1].k(0)
         k[pages[0]] = k[pages[0]][:, ::-1].copy()
 
     toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, 1, 1, 2,
                                    tamper=swap_heads)
     assert float(np.abs(logits - ref_logits).max()) > 100 * TOL
+
+
+@pytest.mark.parametrize("buf,byte", [(0, 8), (1, 3), (2, 101)])
+def test_one_changed_metadata_byte_is_caught(group_factory, reference, buf,
+                                            byte):
+    """Every metadata buffer counts: one byte of the first token (output
+    ids), of its logprob or of the hidden state row changed after it
+    landed, on one decode rank, and the run does not pass as equal."""
+    model, prompt, ref_toks, ref_logits = reference
+    g = group_factory("--decode-tp", 2, "--workers", 1,
+                      *model.cfg.shape_flags())
+
+    def flip(pools, pages, aux_slot):
+        pools[1].aux_buffers[buf][aux_slot, byte] ^= 0x40
+
+    try:
+        toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, 1,
+                                       1, 2, tamper=flip)
+    except RuntimeError as e:  # the metadata disagree with each other
+        assert "metadata" in str(e)
+        return
+    assert toks != ref_toks or \
+        float(np.abs(logits - ref_logits).max()) > 100 * TOL

@@ -64,7 +64,9 @@ static void small_shape(struct shape *s)
 	s->head_dim = 6; /* 12-byte heads: not a multiple of 8 */
 	s->pages = 32;
 	s->aux_slots = 8;
-	s->aux_bytes = 20;
+	s->naux = 2; /* two metadata buffers of different rows */
+	s->aux_bytes[0] = 20;
+	s->aux_bytes[1] = 12;
 }
 
 /* Copies room pages from src to dst as kv-sender's workers would. */
@@ -113,12 +115,25 @@ static void filled_room_verifies_and_flipped_bytes_are_counted(void **state)
 	r.pool[r.bufs[7].offset + 6u * r.bufs[7].item_len - 1] ^= 0xff;
 	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 1);
 	r.pool[r.bufs[7].offset + 6u * r.bufs[7].item_len - 1] ^= 0xff;
-	/* The aux slot's tail (20 bytes: a partial word). */
-	assert_int_equal(r.bufs[r.n - 1].role, KVW_ROLE_AUX);
-	r.pool[r.bufs[r.n - 1].offset + 2u * 20 + 19] ^= 1;
-	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 1);
-	r.pool[r.bufs[r.n - 1].offset + 2u * 20 + 19] ^= 1;
+	/* The aux slot's tail in each metadata buffer (20 and 12 bytes:
+	 * partial words). */
+	for (uint32_t a = 0; a < 2; a++) {
+		const struct kvw_buf *x = &r.bufs[r.n - 2 + a];
+		uint64_t at = x->offset + 2u * x->item_len + x->item_len - 1;
+
+		assert_int_equal(x->role, KVW_ROLE_AUX);
+		assert_int_equal(x->layer_id, a);
+		r.pool[at] ^= 1;
+		assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2),
+				 1);
+		r.pool[at] ^= 1;
+	}
 	assert_int_equal(bench_verify(r.pool, &r.g, 42, pages, 3, 2), 0);
+	/* Buffer 1's row written into buffer 0's (a row in the wrong
+	 * metadata buffer): its 12 bytes are wrong there. */
+	memcpy(r.pool + r.bufs[r.n - 2].offset + 2u * 20,
+	       r.pool + r.bufs[r.n - 1].offset + 2u * 12, 12);
+	assert_true(bench_verify(r.pool, &r.g, 42, pages, 3, 2) >= 10);
 	free(r.pool);
 }
 
@@ -230,7 +245,7 @@ static void another_room_or_page_list_does_not_verify(void **state)
 	rank_make(&r, &s, 1, 1, 0, 0, 0);
 	bench_fill(r.pool, &r.g, 7, pages, 2, 0);
 	total = bench_room_bytes(&r.g, 2);
-	assert_int_equal(total, 8u * 2 * r.bufs[0].item_len + 20);
+	assert_int_equal(total, 8u * 2 * r.bufs[0].item_len + 20 + 12);
 	/* Nearly every byte differs (a random byte matches 1 in 256). */
 	assert_true(bench_verify(r.pool, &r.g, 8, pages, 2, 0) > total * 9 / 10);
 	assert_true(bench_verify(r.pool, &r.g, 7, swapped, 2, 0) >
@@ -314,7 +329,7 @@ static void replicated_heads_and_pp_stages_verify(void **state)
 	}
 	assert_int_equal(bench_verify(d.pool, &d.g, 12, dp, 2, 1), 0);
 	assert_int_equal(bench_room_bytes(&d.g, 2),
-			 4u * 2 * 2 * d.bufs[0].item_len + 20);
+			 4u * 2 * 2 * d.bufs[0].item_len + 20 + 12);
 	free(d.pool);
 }
 

@@ -54,7 +54,7 @@ static void side_make(struct side *s, uint32_t first, uint32_t layers,
 				 .item_len = item,
 				 .pages = pages,
 				 .aux_slots = aux_slots,
-				 .aux_item_len = 64};
+				 .naux = 1, .aux_item_lens = (const uint32_t[]){ 64 }};
 	char err[256] = "";
 
 	memset(s, 0, sizeof *s);
@@ -938,7 +938,7 @@ static void test_layout_make_orders_target_draft_aux_back_to_back(void **st)
 				 .item_len = 10,
 				 .pages = 4,
 				 .aux_slots = 2,
-				 .aux_item_len = 8,
+				 .naux = 1, .aux_item_lens = (const uint32_t[]){ 8 },
 				 .pool = 2,
 				 .base = 100};
 	struct kvw_buf b[8];

@@ -228,6 +228,16 @@ static void shape_flags_apply_in_both_spellings(void **state)
 	assert_int_equal(s.page_tokens, 8);
 	assert_int_equal(s.kv_heads, 2);
 	assert_int_equal(s.mla, 1);
+	assert_int_equal(runinfo_shape_apply("--aux-bytes 4,2,16", &s, err,
+					     sizeof err), 0);
+	assert_int_equal(s.naux, 3);
+	assert_int_equal(s.aux_bytes[2], 16);
+	/* A shorter list leaves nothing of the longer one behind. */
+	assert_int_equal(runinfo_shape_apply("--aux-bytes=8", &s, err,
+					     sizeof err), 0);
+	assert_int_equal(s.naux, 1);
+	assert_int_equal(s.aux_bytes[0], 8);
+	assert_int_equal(s.aux_bytes[1], 0);
 	assert_int_equal(runinfo_shape_apply(NULL, &s, err, sizeof err), 0);
 	assert_int_equal(runinfo_shape_apply("", &s, err, sizeof err), 0);
 }
@@ -249,6 +259,21 @@ static void bad_shape_flags_are_refused(void **state)
 			 KVW_EINVAL);
 	assert_non_null(strstr(err, "not an option"));
 	assert_int_equal(s.layers, 32);
+	/* Metadata buffers: an empty item, a zero, a trailing comma, a
+	 * number too large, 33 buffers; the shape keeps its one buffer. */
+	static const char *const bad_aux[] = {
+		"--aux-bytes 4,,8", "--aux-bytes 0", "--aux-bytes 4,",
+		"--aux-bytes 1048577", "--aux-bytes -4",
+		"--aux-bytes 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
+		"1,1,1,1,1,1,1,1,1",
+	};
+	for (size_t i = 0; i < sizeof bad_aux / sizeof bad_aux[0]; i++) {
+		assert_int_equal(runinfo_shape_apply(bad_aux[i], &s, err,
+						     sizeof err), KVW_EINVAL);
+		assert_non_null(strstr(err, "one per metadata buffer"));
+	}
+	assert_int_equal(s.naux, 1);
+	assert_int_equal(s.aux_bytes[0], 64);
 }
 
 int main(void)

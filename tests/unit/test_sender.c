@@ -234,7 +234,7 @@ static void test_job_pages_keeps_each_job_under_the_copy_cap(void **state)
 	struct kvw_model m = { .page_tokens = 4, .dtype = 2, .total_kv_heads = 2,
 			       .rank_kv_heads = 2, .head_bytes = 16 };
 	struct layout_spec spec = { .layers = 3, .item_len = 128, .pages = 100,
-				    .aux_slots = 2, .aux_item_len = 8 };
+				    .aux_slots = 2, .naux = 1, .aux_item_lens = (const uint32_t[]){ 8 } };
 	struct kvw_buf bufs[16];
 	uint32_t n;
 	uint64_t end;
