@@ -297,11 +297,18 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
                   for r in range(tp)] for s in range(pp)}
     try:
         decode_ready.wait(30)
-        # SGLang's order: a sender is initialised once it is WaitingForInput.
+        # SGLang's order: a sender is initialised once it is WaitingForInput,
+        # with the pages after the decode's prefix (finalize_bootstrap).
+        skip = None
         for k, snd in senders.items():
             wait_for("prefill %s WaitingForInput" % (k,),
                      lambda: snd.poll() != KVPoll.Bootstrapping)
-            snd.init(n_pages, aux_slot)
+            held = snd.pop_decode_prefix_len() // c.page_tokens
+            if skip not in (None, held):
+                raise RuntimeError("prefill ranks were told different "
+                                   "decode prefixes")
+            skip = held
+            snd.init(n_pages - skip, aux_slot)
         step = chunk_pages * c.page_tokens
         for lo in range(0, len(prompt), step):
             hi = min(lo + step, len(prompt))
@@ -311,7 +318,9 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
                 first = mgrs[(0, s)].kv_args.prefill_start_layer
                 count = mgrs[(0, s)].kv_args.prefill_end_layer - first
                 x = model.layers(x, pos, first, count, caches[s], tp)
-            chunk = np.array(pages[lo // c.page_tokens:
+            # Every token is computed (attention needs the prefix), only
+            # the pages after the decode's prefix are sent.
+            chunk = np.array(pages[max(lo // c.page_tokens, skip):
                                    -(-hi // c.page_tokens)], np.int32)
             if hi == len(prompt):
                 logits = model.logits(x)
@@ -320,9 +329,9 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
             for snd in senders.values():
                 snd.send(chunk)
         for k, snd in senders.items():
-            st = wait_for("prefill %s done" % (k,), lambda: snd.poll()
-                          in (KVPoll.Success, KVPoll.Failed))
-            if st == KVPoll.Failed:
+            wait_for("prefill %s done" % (k,), lambda: snd.poll()
+                     in (KVPoll.Success, KVPoll.Failed))
+            if snd.poll() == KVPoll.Failed:
                 snd.failure_exception()
             snd.clear()
         return logits
@@ -332,13 +341,16 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
             m.close()
 
 
-def decode_engine(model, run_dir, tp, room, prompt_len, new_tokens,
-                  decode_ready, seed=7, tamper=None):
+def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
+                  decode_ready, seed=7, tamper=None, prefix_pages=0):
     """The decode instance: receives the room into its own pages, reads the
     first token and its logits from the metadata row, then decodes
-    greedily on tp ranks. tamper(pools, pages, aux_slot), when given, may
-    change the received cache and metadata first. Returns (tokens, logits
-    of every token: the first from the transferred hidden state)."""
+    greedily on tp ranks. prefix_pages: the decode holds that many pages
+    of the prompt already (its prefix cache: computed here before the
+    request, and said to the prefill, which sends only the rest).
+    tamper(pools, pages, aux_slot), when given, may change the received
+    cache and metadata first. Returns (tokens, logits of every token: the
+    first from the transferred hidden state)."""
     c = model.cfg
     mgrs = [KVManager(KVArgs.from_run_dir(run_dir, "decode", r, dtype=F32),
                       "decode") for r in range(tp)]
@@ -346,19 +358,27 @@ def decode_engine(model, run_dir, tp, room, prompt_len, new_tokens,
     # Other indices than the prefill's: a shuffled free list.
     alloc = PageAllocator(a0.pages, np.random.default_rng(seed)
                           .permutation(a0.pages).tolist())
+    prompt_len = len(prompt)
     n_pages = -(-prompt_len // c.page_tokens)
     pages = alloc.alloc(n_pages)
     aux_slot = 9
+    held = prefix_pages * c.page_tokens
+    if held:  # an earlier request left the prompt's first pages here
+        pos = np.arange(held)
+        model.layers(model.embed[prompt[:held]], pos, 0, c.layers,
+                     [PagedCache(m.pool, pages, c.page_tokens)
+                      for m in mgrs], tp)
     recvs = [KVReceiver(m, a0.bootstrap_addr, room) for m in mgrs]
     try:
         for rv in recvs:
             rv.init(0)
-            rv.send_metadata(np.array(pages, np.int32), aux_slot)
+            rv.send_metadata(np.array(pages[prefix_pages:], np.int32),
+                             aux_slot, [], decode_prefix_len=held)
         decode_ready.set()
         for rv in recvs:
-            st = wait_for("decode room", lambda: rv.poll()
-                          in (KVPoll.Success, KVPoll.Failed))
-            if st == KVPoll.Failed:
+            wait_for("decode room", lambda: rv.poll()
+                     in (KVPoll.Success, KVPoll.Failed))
+            if rv.poll() == KVPoll.Failed:
                 rv.failure_exception()
         if tamper:
             tamper([m.pool for m in mgrs], pages, aux_slot)
@@ -387,7 +407,8 @@ def decode_engine(model, run_dir, tp, room, prompt_len, new_tokens,
 
 
 def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
-           decode_tp=1, room=0x1234567, chunk_pages=2, tamper=None):
+           decode_tp=1, room=0x1234567, chunk_pages=2, tamper=None,
+           prefix_pages=0):
     """Prefill and decode engines as two threads that share nothing but
     the kvwire group. Returns (tokens, logits) like one_process, both as
     the decode side has them."""
@@ -405,7 +426,7 @@ def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
             room, prompt, chunk_pages, ready)),
           threading.Thread(target=side, args=(
             "d", decode_engine, model, run_dir, decode_tp, room,
-            len(prompt), new_tokens, ready, 7, tamper))]
+            prompt, new_tokens, ready, 7, tamper, prefix_pages))]
     for t in th:
         t.start()
     for t in th:

@@ -294,7 +294,8 @@ int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *pages,
 
 int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 		   const char *bootstrap_ep, uint32_t prefill_dp_rank,
-		   const uint32_t *pages, uint32_t n, uint32_t aux_slot)
+		   const uint32_t *pages, uint32_t n, uint32_t aux_slot,
+		   uint32_t prefix_tokens)
 {
 	struct frame_msg m;
 	size_t len;
@@ -312,6 +313,7 @@ int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 	memcpy(m.u.recv_begin.bootstrap, bootstrap_ep, len + 1);
 	m.u.recv_begin.aux_slot = aux_slot;
 	m.u.recv_begin.prefill_dp_rank = prefill_dp_rank;
+	m.u.recv_begin.prefix_tokens = prefix_tokens;
 	m.u.recv_begin.pages = frame_u32s_of(pages, n);
 	return send_begin(e, &m);
 }
@@ -337,6 +339,11 @@ int kvw_clear(struct kvw_engine *e, uint64_t room)
 	frame_msg_init(&m, FRAME_CLEAR, 0, room, e->epoch);
 	return send_msg(e, &m);
 }
+
+/* The public struct's size is what the Python binding mirrors
+ * (python/kvwire/_lib.py RoomStatus): a field added is added there too. */
+_Static_assert(sizeof(struct kvw_room_status) == 40,
+	       "struct kvw_room_status as python/kvwire mirrors it");
 
 int kvw_poll(const struct kvw_engine *e, uint64_t room,
 	     struct kvw_room_status *st)
@@ -364,6 +371,7 @@ int kvw_poll(const struct kvw_engine *e, uint64_t room,
 		st->generation = v.ref.gen;
 		st->pages_expected = v.pages_expected;
 		st->pages_done = v.pages_done;
+		st->prefix_tokens = v.prefix_tokens;
 		st->flags = v.flags | (v.outstanding ? KVW_ROOM_F_SENDING : 0);
 		st->bytes = v.bytes;
 		return 0;

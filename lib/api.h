@@ -43,6 +43,11 @@ struct kvw_room_status {
 	uint32_t pages_expected; /* decode: pages of RECV_BEGIN */
 	uint32_t pages_done;     /* pages moved so far (where counted) */
 	uint32_t flags;          /* KVW_ROOM_F_* */
+	/* Tokens the decode holds already from its prefix cache (SGLang's
+	 * decode_prefix_len): decode, its RECV_BEGIN's; prefill, the
+	 * XFER_INFO's, once the room is WaitingForInput: the prefill engine
+	 * sends only the pages after them (SEND_BEGIN counts those). */
+	uint32_t prefix_tokens;
 	uint64_t bytes;          /* bytes moved so far (where counted) */
 };
 
@@ -126,11 +131,17 @@ KVW_API int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *
  * bootstrap_ep (at most KVW_MAX_STR bytes), dp group prefill_dp_rank, into
  * destination pages pages[0..n) (copied before
  * return; n may be 0 for a room of aux data only) and aux slot aux_slot.
+ * prefix_tokens: tokens of the request this decode holds already (its
+ * prefix cache; 0 for none), a whole number of pages: the prefill is told
+ * and sends only the pages after them, so pages[] lists the pages after
+ * the prefix (none on a full hit: the metadata still comes). A prefix
+ * that is not whole pages fails the room (bad index).
  * KVW_EINVAL when n > KVW_MAX_PAGES, pages is NULL with n > 0, or the
  * bootstrap address is NULL, empty or too long. */
 KVW_API int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 		   const char *bootstrap_ep, uint32_t prefill_dp_rank,
-		   const uint32_t *pages, uint32_t n, uint32_t aux_slot);
+		   const uint32_t *pages, uint32_t n, uint32_t aux_slot,
+		   uint32_t prefix_tokens);
 
 /* RECV_ABORT: fail the room (reason aborted) and ask every prefill target
  * to stop; the room's flags show KVW_ROOM_F_RELEASABLE once all acked. */

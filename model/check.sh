@@ -36,6 +36,7 @@ status_no_token|-DMUT_STATUS_NO_TOKEN|no_resurrect|fails
 status_no_token|-DMUT_STATUS_NO_TOKEN|success_complete|fails
 status_early|-DMUT_STATUS_EARLY|success_complete|fails
 meta_late|-DMUT_META_LATE|success_complete|fails
+hit_no_job|-DMUT_HIT_NO_JOB|success_complete|fails
 no_release_deadline|-DMUT_NO_RELEASE_DEADLINE|abort_acked|fails
 no_decode_deadline|-DMUT_NO_DECODE_DEADLINE|terminal|fails
 EOF

@@ -15,6 +15,10 @@
  *   - NCHUNK = 2 chunks (jobs, batches) per room; the last one also
  *     carries the room's metadata rows (every AUX buffer's row, and the
  *     state components'), written by the same job after its pages;
+ *   - the decode may hold a prefix of the room already (its prefix cache):
+ *     0, 1 or all NCHUNK chunks' pages, said in XFER_INFO; the prefill
+ *     engine then sends the others, and on a full hit one last chunk
+ *     without pages, for the metadata;
  *   - every channel holds at most a few messages (see the declarations).
  * With -DTCP a sink process of kv-receiver is the only writer of decode
  * memory (the tcp design); without it the worker writes decode memory
@@ -44,7 +48,8 @@ bool dsent;          /* XFER_INFO sent to the prefill */
 bool armed;          /* failed and armed: ABORT sent, acks counted */
 bool rel;            /* releasable: the engine may reuse the pages */
 byte dpe = 0;        /* prefill epoch the decode knows (heartbeat, frames) */
-byte landed;         /* chunks that landed in this incarnation's pages */
+byte landed;         /* chunks in this incarnation's pages (held or landed) */
+byte hp;             /* chunks its decode holds already (its prefix) */
 bool metal;          /* its metadata rows (aux, state) landed */
 
 /* ---- prefill (kv-sender) room table and private state ----------------- */
@@ -54,6 +59,7 @@ bool pbegun;         /* SEND_BEGIN seen for pinc */
 byte ptok;           /* token of the XFER_INFO for pinc (0: none yet) */
 byte outstanding;    /* jobs dispatched, not yet done */
 byte chunks;         /* chunks the prefill engine has handed over */
+byte php;            /* the decode prefix its XFER_INFO said (chunks) */
 byte acks[NACK];     /* ack targets: tokens owed an ABORT_ACK (0: empty) */
 byte epoch = 0;      /* the prefill control's incarnation */
 
@@ -69,13 +75,13 @@ bool resurrect;      /* a message of another incarnation changed a room */
 bool wrongbatch;     /* a batch of another incarnation was written */
 byte pend;           /* jobs of the current epoch not yet past their write */
 
-chan d2p = [4] of { mtype, byte, byte };      /* type, token, decode's idea of the epoch */
+chan d2p = [4] of { mtype, byte, byte, byte }; /* type, token, decode's idea of the epoch, prefix */
 chan p2d = [3] of { mtype, byte, byte, bit }; /* type, token, epoch, ok */
 chan w2d = [2] of { byte, byte, bit };        /* STATUS from the worker: token, epoch, ok */
-chan jobq = [2] of { byte, byte, bit, byte }; /* token, incarnation, last, epoch */
+chan jobq = [2] of { byte, byte, bit, byte, bit }; /* token, incarnation, last, epoch, has pages */
 chan done = [2] of { byte, byte };            /* incarnation, epoch */
 #ifdef TCP
-chan w2s = [1] of { byte, bit };              /* batch: token, last */
+chan w2s = [1] of { byte, bit, bit };         /* batch: token, last, has pages */
 chan s2w = [1] of { bit };                    /* batch acked */
 #endif
 
@@ -98,15 +104,15 @@ inline trans(st, to)
 	fi
 }
 
-/* Bytes of token tk land in decode memory (lst: the last chunk, with the
- * metadata rows). A batch of another incarnation (tk != dinc) writing is
- * `wrongbatch`: with the room id reused, its pages may be the new
- * incarnation's. */
-inline land(tk, lst)
+/* Bytes of token tk land in decode memory (pg: a chunk's pages; lst:
+ * the last chunk, with the metadata rows). A batch of another
+ * incarnation (tk != dinc) writing is `wrongbatch`: with the room id
+ * reused, its pages may be the new incarnation's. */
+inline land(tk, lst, pg)
 {
 	if
 	:: tk == dinc && !rel && dst != CLEARED ->
-		landed++;
+		landed = landed + pg;
 		if
 		:: lst -> metal = 1
 		:: else -> skip
@@ -127,7 +133,7 @@ inline d_fail()
 	:: LIVE(dst) ->
 		trans(dst, FAILED);
 		if
-		:: dsent -> armed = 1; d2p ! ABORT, dinc, dpe
+		:: dsent -> armed = 1; d2p ! ABORT, dinc, dpe, 0
 		:: else -> rel = 1 /* nothing was ever asked of a prefill */
 		fi
 	:: else -> skip
@@ -157,6 +163,10 @@ inline d_fail()
 #define LATE_ENOUGH (empty(d2p) && pend == 0)
 #endif
 
+/* Chunks the prefill engine sends: those after the decode's prefix, or
+ * one without pages on a full hit (the metadata must still go). */
+#define NSEND (php == NCHUNK -> 1 : NCHUNK - php)
+
 /* The engines of both sides: begin, chunk, stall, clear, begin again. */
 proctype engine()
 {
@@ -164,35 +174,52 @@ end:	do
 	/* decode engine: RECV_BEGIN of the next incarnation of the id */
 	:: atomic { dinc < NINC && dst == CLEARED ->
 		dinc++; dst = BOOTSTRAPPING; dsent = 0; armed = 0; rel = 0;
-		landed = 0; metal = 0 }
+		metal = 0;
+		if
+		:: hp = 0
+		:: hp = 1
+		:: hp = NCHUNK
+		fi;
+		landed = hp }
 	/* decode engine: CLEAR once Success, or failed and releasable */
 	:: atomic { dst == SUCCESS || (dst == FAILED && rel) -> trans(dst, CLEARED) }
 	/* prefill engine: SEND_BEGIN (the slot is reused only with no job) */
 	:: atomic { pinc < NINC && pst == CLEARED && outstanding == 0 ->
-		pinc++; pst = BOOTSTRAPPING; pbegun = 1; ptok = 0; chunks = 0 }
+		pinc++; pst = BOOTSTRAPPING; pbegun = 1; ptok = 0; chunks = 0;
+		php = 0 }
 	/* prefill engine: SEND_BEGIN for a room an XFER_INFO opened */
 	:: atomic { pinc > 0 && !pbegun && pst != CLEARED -> pbegun = 1; chunks = 0 }
 	/* kv-sender: every destination in and the engine begun */
 	:: atomic { pbegun && pst == BOOTSTRAPPING && ptok == pinc -> trans(pst, WAITING) }
 	/* prefill engine: SEND_CHUNK, acted on as the table says */
-	:: atomic { pbegun && chunks < NCHUNK ->
+	/* (it reads the decode's prefix at WaitingForInput, as SGLang's
+	 * finalize_bootstrap does: SEND_CHUNK is taken only from then on) */
+	:: atomic { pbegun && chunks < NSEND ->
 		if
 		:: ACCEPTS(R_PREFILL, M_SEND_CHUNK, pst) ->
 			trans(pst, TRANSFERRING);
 			chunks++; outstanding++; pend++;
-			jobq ! ptok, pinc, (chunks == NCHUNK), epoch;
+			jobq ! ptok, pinc, (chunks == NSEND), epoch,
+			       (php < NCHUNK);
 #ifdef MUT_STATUS_EARLY
 			/* Success when the last job is dispatched, not done */
 			if
-			:: chunks == NCHUNK && ptok != 0 ->
+			:: chunks == NSEND && ptok != 0 ->
 				trans(pst, SUCCESS); w2d ! ptok, epoch, 1
 			:: else -> skip
 			fi
 #endif
-		:: TERMINAL(pst) -> chunks = NCHUNK /* dropped */
+#ifdef MUT_HIT_NO_JOB
+		/* a full hit taken as nothing to move: Success, no job */
+		:: php == NCHUNK && ACCEPTS(R_PREFILL, M_SEND_CHUNK, pst) &&
+		   ptok != 0 ->
+			trans(pst, TRANSFERRING); trans(pst, SUCCESS);
+			chunks = NSEND; w2d ! ptok, epoch, 1
+#endif
+		:: TERMINAL(pst) -> chunks = NSEND /* dropped */
 		fi }
 	/* prefill engine stalls for good (a hung engine): deadlines must act */
-	:: atomic { pbegun && chunks < NCHUNK -> chunks = NCHUNK }
+	:: atomic { pbegun && chunks < NSEND -> chunks = NSEND }
 	/* prefill engine: CLEAR a terminal room (ack targets survive it) */
 	:: atomic { pbegun && (pst == SUCCESS || pst == FAILED) ->
 		trans(pst, CLEARED); pbegun = 0 }
@@ -242,7 +269,7 @@ proctype decode()
 
 end:	do
 	:: atomic { dst == BOOTSTRAPPING && !dsent ->
-		d2p ! XFER, dinc, dpe; dsent = 1; trans(dst, WAITING) }
+		d2p ! XFER, dinc, dpe, hp; dsent = 1; trans(dst, WAITING) }
 	/* STATUS from the worker's socket, or from a restarted control */
 	:: atomic { w2d ? tk, ep, ok -> on_status() }
 	:: atomic { p2d ? STATUS, tk, ep, ok -> on_status() }
@@ -267,11 +294,11 @@ end:	do
 /* kv-sender's control: XFER_INFO, ABORT, JOB_DONE, acks, one crash. */
 proctype prefill()
 {
-	byte tk, de, inc, ep;
+	byte tk, de, inc, ep, ph;
 	byte i;
 
 end:	do
-	:: atomic { d2p ? XFER, tk, de ->
+	:: atomic { d2p ? XFER, tk, de, ph ->
 		if
 		:: de != epoch ->
 			/* it never REGISTERed with this incarnation */
@@ -281,13 +308,13 @@ end:	do
 			:: tk == pinc + 1 && pst == CLEARED && outstanding == 0 ->
 				/* XFER_INFO before SEND_BEGIN opens the room */
 				pinc = tk; pst = BOOTSTRAPPING; pbegun = 0;
-				chunks = 0; ptok = tk
+				chunks = 0; ptok = tk; php = ph
 			:: tk == pinc && ACCEPTS(R_PREFILL, M_XFER_INFO, pst) ->
-				ptok = tk
+				ptok = tk; php = ph
 			:: else -> skip /* late, or its room is not free: ignored */
 			fi
 		fi }
-	:: atomic { d2p ? ABORT, tk, de ->
+	:: atomic { d2p ? ABORT, tk, de, ph ->
 		/* failed FIRST, then the requester joins the ack targets */
 		if
 		:: tk == pinc && tk == ptok && ACCEPTS(R_PREFILL, M_ABORT, pst) ->
@@ -327,8 +354,8 @@ end:	do
 		outstanding = 0; pend = 0; ptok = 0;
 		acks[0] = 0; acks[1] = 0; pbegun = 0;
 		do
-		:: d2p ? _, _, _
-		:: jobq ? _, _, _, _
+		:: d2p ? _, _, _, _
+		:: jobq ? _, _, _, _, _
 		:: done ? _, _
 		:: empty(d2p) && empty(jobq) && empty(done) -> break
 		od }
@@ -340,13 +367,13 @@ end:	do
 proctype worker()
 {
 	byte tk, inc, ep;
-	bit last, ok;
+	bit last, ok, pg;
 #ifdef MUT_META_LATE
 	bit late;
 #endif
 
 end:	do
-	:: jobq ? tk, inc, last, ep ->
+	:: jobq ? tk, inc, last, ep, pg ->
 		atomic {
 		if
 		:: ep == epoch && inc == pinc && ACCEPTS(R_WORKER, M_JOB, pst) ->
@@ -361,7 +388,7 @@ end:	do
 		if
 		:: ok ->
 #ifdef TCP
-			w2s ! tk, last;
+			w2s ! tk, last, pg;
 			s2w ? ok;
 			atomic {
 			if
@@ -373,9 +400,9 @@ end:	do
 			if
 #ifdef MUT_META_LATE
 			/* the metadata rows as a write after the status */
-			:: ep == epoch -> land(tk, 0); pend--
+			:: ep == epoch -> land(tk, 0, pg); pend--
 #else
-			:: ep == epoch -> land(tk, last); pend--
+			:: ep == epoch -> land(tk, last, pg); pend--
 #endif
 			:: else -> skip
 			fi }
@@ -427,11 +454,11 @@ end:	do
 proctype sink()
 {
 	byte tk;
-	bit lst;
+	bit lst, pg;
 	bool live;
 
 end:	do
-	:: w2s ? tk, lst ->
+	:: w2s ? tk, lst, pg ->
 		if
 		:: sinflight = tk;
 		   /* The batch incarnation rule: a batch carries its room's
@@ -443,7 +470,7 @@ end:	do
 		   live = (tk == dinc && !armed && dst != CLEARED && !rel);
 #endif
 		   if
-		   :: live -> land(tk, lst)
+		   :: live -> land(tk, lst, pg)
 		   :: else -> skip
 		   fi;
 		   sinflight = 0;
@@ -507,5 +534,6 @@ ltl abort_acked { [] ((armed && !rel) -> <> rel) }
  * sink's batch incarnation rule; tcp). */
 ltl batch_incarnation { [] !wrongbatch }
 /* Decode sees Success only for a room whose bytes all landed: every
- * chunk's pages and the last one's metadata rows. */
+ * chunk's pages (those of its prefix it held already) and the last
+ * one's metadata rows. */
 ltl success_complete { [] !shortsucc }

@@ -263,7 +263,7 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 			continue;
 		rc = bench_sent(r, d, kvw_recv_begin(d->e, x->id, x->pi->boot, 0, x->dst,
 					       r->c->pages_per_room,
-					       x->dst_aux));
+					       x->dst_aux, 0));
 		if (rc < 0)
 			return rc;
 		x->df[k] |= rc ? F_SENT : 0;

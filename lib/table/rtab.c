@@ -71,6 +71,7 @@ static int take_slot(struct rtab *t, uint32_t s, uint64_t room, uint32_t peer,
 	FLD_STORE(&e->flags, 0);
 	FLD_STORE(&e->pages_expected, 0);
 	FLD_STORE(&e->pages_done, 0);
+	FLD_STORE(&e->prefix_tokens, 0);
 	FLD_STORE(&e->bytes, 0);
 	FLD_STORE(&e->t_created_ns, now);
 	FLD_STORE(&e->deadline_ns, deadline_ns);
@@ -179,6 +180,7 @@ int rtab_snap(const struct rtab *t, uint32_t s, uint32_t want_gen,
 	v->flags = FLD_LOAD(&e->flags);
 	v->pages_expected = FLD_LOAD(&e->pages_expected);
 	v->pages_done = FLD_LOAD(&e->pages_done);
+	v->prefix_tokens = FLD_LOAD(&e->prefix_tokens);
 	v->bytes = FLD_LOAD(&e->bytes);
 	v->t_created_ns = FLD_LOAD(&e->t_created_ns);
 	v->deadline_ns = FLD_LOAD(&e->deadline_ns);
@@ -349,6 +351,18 @@ int rtab_set_expected(struct rtab *t, struct rtab_ref ref, uint32_t pages)
 	if ((e = ref_entry(t, ref)) == NULL)
 		return KVW_ESTALE;
 	FLD_STORE(&e->pages_expected, pages);
+	return 0;
+}
+
+int rtab_set_prefix(struct rtab *t, struct rtab_ref ref, uint32_t tokens)
+{
+	struct rtab_entry *e;
+
+	if (!t->writable)
+		return KVW_EINVAL;
+	if ((e = ref_entry(t, ref)) == NULL)
+		return KVW_ESTALE;
+	FLD_STORE(&e->prefix_tokens, tokens);
 	return 0;
 }
 

@@ -40,9 +40,9 @@
 #include "rtab_metrics.h"
 
 #define RTAB_MAGIC 0x3142415457564b00ULL /* "\0KVWTAB1" little-endian */
-#define RTAB_VERSION 2u
+#define RTAB_VERSION 3u
 #define RTAB_HDR_SIZE 1024u  /* 128 bytes of header, then the metrics */
-#define RTAB_ENTRY_SIZE 128u
+#define RTAB_ENTRY_SIZE 192u
 #define RTAB_PEER_SIZE 128u
 #define RTAB_ENDPOINT_MAX 96u         /* bytes incl. the NUL */
 #define RTAB_MAX_CAPACITY (1u << 22)  /* room slots */
@@ -121,6 +121,12 @@ struct rtab_entry {
 	_Atomic uint64_t t_enter_ns[KVW_NSTATES];
 	_Atomic uint64_t t_armed_ns;
 	_Atomic uint64_t t_releasable_ns;
+	/* What the room's two sides tell each other beyond pages (third
+	 * cache line): the tokens the decode holds already from its prefix
+	 * cache (decode: from its RECV_BEGIN; prefill: from the XFER_INFO,
+	 * for the engine to skip them), and room to grow. */
+	_Atomic uint32_t prefix_tokens;
+	uint32_t reserved[15];
 };
 
 /* Peer slot; id = index + 1, 0 while unused. A slot the owner retired
@@ -172,6 +178,7 @@ struct rtab_view {
 	uint32_t flags;
 	uint32_t pages_expected;
 	uint32_t pages_done;
+	uint32_t prefix_tokens;
 	uint64_t bytes;
 	uint64_t t_created_ns;
 	uint64_t deadline_ns;
@@ -366,6 +373,7 @@ int rtab_pages_done_add(struct rtab *t, struct rtab_ref ref, uint32_t n);
 				/* new value, or KVW_ERANGE past INT32_MAX */
 int rtab_bytes_add(struct rtab *t, struct rtab_ref ref, uint64_t n);
 int rtab_set_expected(struct rtab *t, struct rtab_ref ref, uint32_t pages);
+int rtab_set_prefix(struct rtab *t, struct rtab_ref ref, uint32_t tokens);
 int rtab_set_deadline(struct rtab *t, struct rtab_ref ref,
 		      uint64_t deadline_ns);
 int rtab_set_peer(struct rtab *t, struct rtab_ref ref, uint32_t peer);

@@ -243,6 +243,10 @@ struct frame_xfer_info {
 	uint32_t required_dst_info_num; /* >= 1 */
 	uint8_t dummy;                  /* 0 or 1 */
 	uint64_t token;                 /* != 0: the decode room incarnation */
+	/* Tokens the decode holds already (its prefix cache): the prefill
+	 * engine sends only the pages after them (SGLang's
+	 * decode_prefix_len; a whole number of pages, 0 = none). */
+	uint32_t prefix_tokens;
 	struct frame_u32s pages;        /* part 2: destination pages */
 };
 
@@ -283,6 +287,7 @@ struct frame_recv_begin {
 	char bootstrap[FRAME_STR_SIZE]; /* bootstrap address */
 	uint32_t aux_slot;
 	uint32_t prefill_dp_rank;
+	uint32_t prefix_tokens;  /* the decode's prefix (frame_xfer_info) */
 	struct frame_u32s pages; /* part 2: destination pages */
 };
 

@@ -39,6 +39,7 @@ ROOM_F_SENDING = 0x40000000
 # enum kvw_reason
 R_ABORTED = 1
 R_TIMEOUT = 2
+R_BAD_INDEX = 6
 R_OWNER_RESTART = 9
 
 MAX_PAGES = 65536  # KVW_MAX_PAGES: page indices in one chunk
@@ -54,11 +55,12 @@ class RoomStatus(ctypes.Structure):
         ("pages_expected", ctypes.c_uint32),
         ("pages_done", ctypes.c_uint32),
         ("flags", ctypes.c_uint32),
+        ("prefix_tokens", ctypes.c_uint32),
         ("bytes", ctypes.c_uint64),
     ]
 
 
-assert ctypes.sizeof(RoomStatus) == 32
+assert ctypes.sizeof(RoomStatus) == 40  # pinned in lib/api.c too
 
 
 def _path():
@@ -103,7 +105,7 @@ def _load():
         "kvw_send_begin": (I, [P, U64, U32, U32]),
         "kvw_send_chunk": (I, [P, U64, U32P, U32, I]),
         "kvw_recv_begin": (I, [P, U64, ctypes.c_char_p, U32, U32P, U32,
-                               U32]),
+                               U32, U32]),
         "kvw_abort": (I, [P, U64]),
         "kvw_clear": (I, [P, U64]),
         "kvw_poll": (I, [P, U64, ctypes.POINTER(RoomStatus)]),

@@ -477,9 +477,19 @@ class KVSender(_Room):
         self._t0 = time.monotonic()
         self._claim()
 
+    def pop_decode_prefix_len(self):
+        """The tokens the decode holds already from its prefix cache
+        (its send_metadata's decode_prefix_len, 0 for none), known once
+        the room is WaitingForInput: the engine sends only the pages after
+        them, and init() counts those (SGLang's finalize_bootstrap)."""
+        self._usable("pop_decode_prefix_len")
+        st = self._read()
+        return int(st.prefix_tokens) if st is not None else 0
+
     def init(self, num_kv_indices, aux_index=None):
-        """SEND_BEGIN: the room sends num_kv_indices pages and the prefill
-        aux slot aux_index (kvwire always moves one with the last chunk)."""
+        """SEND_BEGIN: the room sends num_kv_indices pages (after the
+        decode's prefix, if any) and the prefill aux slot aux_index, one
+        row of every metadata buffer, with the last chunk."""
         self._usable("init")
         a = self.kv_mgr.kv_args
         if self.num_kv_indices is not None:
@@ -588,7 +598,11 @@ class KVReceiver(_Room):
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None,
                       decode_prefix_len=None):
         """RECV_BEGIN: receive the room into pages kv_indices and aux slot
-        aux_index."""
+        aux_index (one row of every metadata buffer). decode_prefix_len:
+        tokens of the request this decode holds already (its prefix
+        cache), a whole number of pages; kv_indices then lists only the
+        pages after them (none on a full hit: the metadata still comes),
+        and the prefill is told to skip them (pop_decode_prefix_len)."""
         self._usable("send_metadata")
         if not self._inited:
             raise RuntimeError("send_metadata: room %d before init()"
@@ -596,10 +610,15 @@ class KVReceiver(_Room):
         if self._begun:
             raise RuntimeError("send_metadata: room %d sent twice"
                                % self.bootstrap_room)
-        if state_indices or decode_prefix_len:
+        if state_indices:
             raise NotImplementedError("send_metadata: kvwire moves no state "
-                                      "buffers and no prefix offsets")
+                                      "buffers")
         a = self.kv_mgr.kv_args
+        prefix = int(decode_prefix_len or 0)
+        if prefix < 0 or prefix % a.page_size:
+            raise ValueError("send_metadata: decode_prefix_len %d is not a "
+                             "whole number of %d-token pages"
+                             % (prefix, a.page_size))
         if aux_index is None or not 0 <= int(aux_index) < a.aux_slots:
             raise ValueError("send_metadata: aux_index %r outside 0..%d"
                              % (aux_index, a.aux_slots - 1))
@@ -610,7 +629,7 @@ class KVReceiver(_Room):
         self.kv_mgr.call("kvw_recv_begin", lib.kvw_recv_begin,
                          self.bootstrap_room, self._endpoint.encode(),
                          self.prefill_dp_rank, _ptr(pages), pages.size,
-                         int(aux_index))
+                         int(aux_index), prefix)
         self._epoch = self.kv_mgr.epoch()
         self._begun = True
 

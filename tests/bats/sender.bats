@@ -198,7 +198,7 @@ nworkers_is() {
 	start_sender --workers 1
 	# XFER_INFO (type 7) for room 5 from a decode that never sent REGISTER.
 	hdr=4b56573101070000000000000000000005000000000000000100000000000000
-	timeout 10 "$KVW_BIN/kv-ctl" raw "$PEER" "$hdr" 0000000001000000000100000000000000 00000000
+	timeout 10 "$KVW_BIN/kv-ctl" raw "$PEER" "$hdr" 000000000100000000010000000000000000000000 00000000
 	wait_for 10 sh -c "'$KVW_BIN/kv-stat' --table '$TABLE' | grep -q 'malformed=1'"
 	grep -q "XFER_INFO from a decode that did not REGISTER" "$RUN/sender.log"
 	run "$KVW_BIN/kv-stat" --table "$TABLE" --room 5

@@ -100,9 +100,10 @@ def register_msg(shape, endpoint, desc, src_rank, epoch, coord=(0, 0, 0, 0),
     return [hdr(T['REGISTER'], src_rank, 0, epoch), body]
 
 
-def xfer_info_msg(room, aux, required, dummy, pages, src_rank, epoch, token=1):
+def xfer_info_msg(room, aux, required, dummy, pages, src_rank, epoch, token=1,
+                  prefix_tokens=0):
     # token: the decode room's incarnation token; every STATUS echoes it
-    body = struct.pack('<IIBQ', aux, required, dummy, token)
+    body = struct.pack('<IIBQI', aux, required, dummy, token, prefix_tokens)
     return [hdr(T['XFER_INFO'], src_rank, room, epoch), body, u32s(pages)]
 
 

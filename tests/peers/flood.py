@@ -113,7 +113,7 @@ def bad_payload(rnd):
     if k == 0:   # STATUS with a state that is neither Success nor Failed
         return [hdr(T['STATUS'], 0, room), struct.pack('<BIQ', 2, 0, 1) + fd.pstr('')]
     if k == 1:   # XFER_INFO with required_dst_info_num 0
-        return [hdr(T['XFER_INFO'], 0, room), struct.pack('<IIBQ', 0, 0, 0, 1), fd.u32s([1])]
+        return [hdr(T['XFER_INFO'], 0, room), struct.pack('<IIBQI', 0, 0, 0, 1, 0), fd.u32s([1])]
     if k == 2:   # SEND_CHUNK with is_last 2
         return [hdr(T['SEND_CHUNK'], 0, room), struct.pack('<B', 2), fd.u32s([1])]
     if k == 3:   # a body-less type with a body
@@ -123,7 +123,7 @@ def bad_payload(rnd):
     if k == 5:   # trailing bytes after a valid SEND_BEGIN body
         return [hdr(T['SEND_BEGIN'], 0, room), struct.pack('<III', 1, 0, 7)]
     # a page array that is not a whole number of u32
-    return [hdr(T['XFER_INFO'], 0, room), struct.pack('<IIBQ', 0, 1, 0, 1), b'\x01\x02\x03']
+    return [hdr(T['XFER_INFO'], 0, room), struct.pack('<IIBQI', 0, 1, 0, 1, 0), b'\x01\x02\x03']
 
 
 def huge_count(rnd, big):
@@ -143,7 +143,7 @@ def huge_count(rnd, big):
     # one page over KVW_MAX_PAGES (rare: 256 KiB each)
     if rnd.randrange(50) == 0:
         return [hdr(T['SEND_CHUNK'], 0, room), struct.pack('<B', 0), big]
-    return [hdr(T['XFER_INFO'], 0, room), struct.pack('<IIBQ', 0, 0xFFFFFFFF, 9, 1), b'']
+    return [hdr(T['XFER_INFO'], 0, room), struct.pack('<IIBQI', 0, 0xFFFFFFFF, 9, 1, 0), b'']
 
 
 def message(target, rnd, big):

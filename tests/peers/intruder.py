@@ -94,7 +94,7 @@ def peer(ep, keys):
             fd.pstr('tcp://192.0.2.1:1') + fd.pstr('tcp'))
     send(s, [fd.hdr(T['REGISTER'], 0, 0, 0x5eed), body + b'\0' * 40])
     send(s, [fd.hdr(T['XFER_INFO'], 0, 7, 0x5eed),
-                      struct.pack('<IIBQ', 0, 1, 0, 1), fd.u32s([1])])
+                      struct.pack('<IIBQI', 0, 1, 0, 1, 0), fd.u32s([1])])
     send(s, [fd.hdr(T['ABORT'], 0, 7, 0x5eed), struct.pack('<IQ', 1, 1)])
     send(s, [fd.hdr(T['PING'], 0, 7, 0x5eed)])
     return answered(s)

@@ -263,7 +263,7 @@ class Fake:
             self.event("REGISTER rank=%d ep=%s transport=%s pool=%s bufs=%d"
                        % (u, ep, transport, pool, len(bufs)))
         elif typ == T["XFER_INFO"]:
-            aux, req, dummy, xtok = struct.unpack("<IIBQ", parts[2])
+            aux, req, dummy, xtok, _prefix = struct.unpack("<IIBQI", parts[2])
             pages = list(struct.unpack("<%dI" % (len(parts[3]) // 4), parts[3]))
             if not r["decode"]:
                 self.event("XFER_INFO-UNREGISTERED rank=%d room=%d" % (u, room))
@@ -374,7 +374,7 @@ def engine(argv):
     if what == "begin":
         boot, aux, dp, pages = argv[3], int(argv[4]), int(argv[5]), argv[6]
         pl = [] if pages == "-" else [int(x) for x in pages.split(",")]
-        body = s16(boot) + struct.pack("<II", aux, dp)
+        body = s16(boot) + struct.pack("<III", aux, dp, 0)  # no prefix
         send_one(ep, [hdr(T["RECV_BEGIN"], 0, room), body,
                       struct.pack("<%dI" % len(pl), *pl)])
     elif what == "abort":

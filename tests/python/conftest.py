@@ -79,9 +79,10 @@ def managers(g):
 
 
 @pytest.fixture(scope="module")
-def group():
-    """The small group, one per test module."""
-    with Group(*SHAPE) as g:
+def group(request):
+    """The small group, one per test module (a module's GROUP_ARGS, when
+    it has them, instead of SHAPE)."""
+    with Group(*getattr(request.module, "GROUP_ARGS", SHAPE)) as g:
         yield g
 
 

@@ -50,6 +50,28 @@ def test_decode_from_transferred_kv_equals_one_process(group_factory,
     assert diff <= TOL
 
 
+@pytest.mark.parametrize("ptp,dtp,transport,prefix_pages", [
+    (1, 1, "shm", 2), (2, 1, "tcp", 5), (1, 2, "shm", 5)])
+def test_decode_prefix_is_not_sent_and_the_output_is_the_same(
+        group_factory, reference, ptp, dtp, transport, prefix_pages):
+    """The decode holds the prompt's first pages already (it computed
+    them for an earlier request) and says so (decode_prefix_len): the
+    prefill is told, computes every token but sends only the pages after
+    them, and the decode's output is the one-process output."""
+    model, prompt, ref_toks, ref_logits = reference
+    g = group_factory("--prefill-tp", ptp, "--decode-tp", dtp, "--workers",
+                      1, "--transport", transport, *model.cfg.shape_flags())
+    toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, ptp, 1,
+                                   dtp, prefix_pages=prefix_pages)
+    diff = float(np.abs(logits - ref_logits).max())
+    REPORT.append("model: prefill tp %d -> decode tp %d (%s), decode prefix "
+                  "of %d pages: %d tokens equal: %s, max |logit diff| %.3g"
+                  % (ptp, dtp, transport, prefix_pages, len(toks),
+                     toks == ref_toks, diff))
+    assert toks == ref_toks
+    assert diff <= TOL
+
+
 def test_a_wrong_head_changes_the_logits(group_factory, reference):
     """The comparison can fail: the same run with two KV heads of one
     received page swapped on a decode rank does not match."""

@@ -1,6 +1,9 @@
 /* frame_golden.h - rows of test_frame_golden.c's golden[] (type, message,
  * part lengths, part hashes, neighbours' return codes), printed by its
- * KVW_GOLDEN_PRINT=1 mode on the hand-written codec at d8be77e. Do not reprint. */
+ * KVW_GOLDEN_PRINT=1 mode on the hand-written codec at d8be77e. Do not reprint
+ * to make a failure go away. Reprinted once on purpose since: the XFER_INFO
+ * (7) and RECV_BEGIN (13) rows, when both bodies gained the decode prefix
+ * (u32 prefix_tokens, issue 32 item 4); every other row is d8be77e's. */
 { 1, 0, { 32, 85, 0 }, { 0x76eac70be30614bdull, 0xe3a430525dd2a0b3ull, 0xcbf29ce484222325ull }, 0xfd93b0de341e3891ull }, /* BOOT_REGISTER: 589 probes, texts 0xc7d49545ef5d08d3 */
 { 1, 1, { 32, 321, 0 }, { 0xa0a91fee0c878c92ull, 0x0384d0f0c60ddac6ull, 0xcbf29ce484222325ull }, 0x015f51846c727fe5ull }, /* BOOT_REGISTER: 1769 probes, texts 0x46f2a0c1ddb8973b */
 { 1, 2, { 32, 85, 0 }, { 0x1450b790c9b5d6c2ull, 0x99cb71cbd478e3b2ull, 0xcbf29ce484222325ull }, 0x5390b49d9bac8659ull }, /* BOOT_REGISTER: 589 probes, texts 0x41c9e57ce711f903 */
@@ -19,9 +22,9 @@
 { 6, 0, { 32, 169, 0 }, { 0xd9372f363abaa2fcull, 0x85404e7116b2b792ull, 0xcbf29ce484222325ull }, 0x5e2666cbe98d8681ull }, /* REGISTER: 1009 probes, texts 0x6ed5b9c39af1d1a7 */
 { 6, 1, { 32, 578, 0 }, { 0xf0c20ba52d63baf3ull, 0xf0f25c9b930c7644ull, 0xcbf29ce484222325ull }, 0xd47d4b10b2aa3d5dull }, /* REGISTER: 3054 probes, texts 0x606f83e43f1fed46 */
 { 6, 2, { 32, 169, 0 }, { 0x1c6b257397aae99full, 0x4c4b82439454db4bull, 0xcbf29ce484222325ull }, 0x716804042caebbd9ull }, /* REGISTER: 1009 probes, texts 0x7f4e617eac1c380f */
-{ 7, 0, { 32, 17, 16 }, { 0xa9c6d4bde90064b7ull, 0x3fe5744c5b72d901ull, 0xe113cfe3f0db5147ull }, 0x0a1b7b14041f894dull }, /* XFER_INFO: 267 probes, texts 0x18d5613c79886bf4 */
-{ 7, 1, { 32, 17, 0 }, { 0x30bd9abfbe338428ull, 0x653dc593f2659e7bull, 0xcbf29ce484222325ull }, 0x5d9c65330782c07dull }, /* XFER_INFO: 251 probes, texts 0x2a6415994e0a2bbe */
-{ 7, 2, { 32, 17, 16 }, { 0xe779eecd7751ab30ull, 0x040edfe77d6bc2e7ull, 0xe113cfe3f0db5147ull }, 0x5fa7cb36afad0815ull }, /* XFER_INFO: 267 probes, texts 0x720a26e6f615ed70 */
+{ 7, 0, { 32, 21, 16 }, { 0xa9c6d4bde90064b7ull, 0xfc43ea1d669ea591ull, 0xe113cfe3f0db5147ull }, 0x30a1538c97a8097dull }, /* XFER_INFO: 287 probes, texts 0xe17a3cd6be76549c */
+{ 7, 1, { 32, 21, 0 }, { 0x30bd9abfbe338428ull, 0x52ea78ee0d6817abull, 0xcbf29ce484222325ull }, 0x1044bfed2032b4adull }, /* XFER_INFO: 271 probes, texts 0xe4c446b4d6ebe8e8 */
+{ 7, 2, { 32, 21, 16 }, { 0xe779eecd7751ab30ull, 0xd10808e157e9cebfull, 0xe113cfe3f0db5147ull }, 0xbac1f33290e8aa45ull }, /* XFER_INFO: 287 probes, texts 0x6a7827825cc223f8 */
 { 8, 0, { 32, 12, 0 }, { 0x9357fff497212bb2ull, 0x6dcb64d37c261815ull, 0xcbf29ce484222325ull }, 0x7e8061c937a78285ull }, /* ABORT: 224 probes, texts 0x27a21902d71641fc */
 { 8, 1, { 32, 12, 0 }, { 0xde9e3b0c5815d505ull, 0x5472800f0f3e0920ull, 0xcbf29ce484222325ull }, 0x20eee40ccb1456e9ull }, /* ABORT: 224 probes, texts 0x3531992c03e339ff */
 { 8, 2, { 32, 12, 0 }, { 0xd620260e64749759ull, 0x30c63726ac12fbd9ull, 0xcbf29ce484222325ull }, 0x20eee40ccb1456e9ull }, /* ABORT: 224 probes, texts 0x99216a82df1bbc0d */
@@ -37,9 +40,9 @@
 { 12, 0, { 32, 1, 16 }, { 0x260ff059d0f3785eull, 0xaf63bd4c8601b7dfull, 0xe113cfe3f0db5147ull }, 0xfbf1187877743555ull }, /* SEND_CHUNK: 187 probes, texts 0x035bee228dce10d8 */
 { 12, 1, { 32, 1, 0 }, { 0x913fe69830b63031ull, 0xaf63bc4c8601b62cull, 0xcbf29ce484222325ull }, 0x8ece17cd007d4705ull }, /* SEND_CHUNK: 171 probes, texts 0xa5b78cabdf6a5ae2 */
 { 12, 2, { 32, 1, 16 }, { 0x05555e6f6c8da275ull, 0xaf63bc4c8601b62cull, 0xe113cfe3f0db5147ull }, 0xfbf1187877743555ull }, /* SEND_CHUNK: 187 probes, texts 0x035bee228dce10d8 */
-{ 13, 0, { 32, 23, 12 }, { 0x21d0d7dad5e632b1ull, 0xabf999bb6010922eull, 0x7e3dacad03adfb14ull }, 0x16c30ee5be52b3c1ull }, /* RECV_BEGIN: 293 probes, texts 0xa8e8ad0906991f8a */
-{ 13, 1, { 32, 265, 0 }, { 0x57e845ec47d42b66ull, 0x106a3e5f52896a19ull, 0xcbf29ce484222325ull }, 0x6e26d774bedee979ull }, /* RECV_BEGIN: 1491 probes, texts 0x6dc24e3572fb8215 */
-{ 13, 2, { 32, 23, 16 }, { 0xd850afb583a417a6ull, 0x9d986a2c0996492cull, 0xe113cfe3f0db5147ull }, 0x6812cf13ad943ed5ull }, /* RECV_BEGIN: 297 probes, texts 0xe873e8ef9921e863 */
+{ 13, 0, { 32, 27, 12 }, { 0x21d0d7dad5e632b1ull, 0xf0fd9ba74c42940eull, 0x7e3dacad03adfb14ull }, 0x5a581b1ed549bbf1ull }, /* RECV_BEGIN: 313 probes, texts 0x7a20af072823e15e */
+{ 13, 1, { 32, 269, 0 }, { 0x57e845ec47d42b66ull, 0x4c6fb17a06ec7429ull, 0xcbf29ce484222325ull }, 0x6258abfcc73d6da9ull }, /* RECV_BEGIN: 1511 probes, texts 0xf2582ff2838c2d59 */
+{ 13, 2, { 32, 27, 16 }, { 0xd850afb583a417a6ull, 0xd18dc8b410555738ull, 0xe113cfe3f0db5147ull }, 0x03b27e3d193b7105ull }, /* RECV_BEGIN: 317 probes, texts 0xbd2fbce598c15e67 */
 { 14, 0, { 32, 0, 0 }, { 0x0bce953e3c3d9dc4ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull }, 0x825f7a36184b6e8dull }, /* RECV_ABORT: 162 probes, texts 0x5fa4c56545cb10d6 */
 { 14, 1, { 32, 0, 0 }, { 0x507de34152defa9bull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull }, 0x825f7a36184b6e8dull }, /* RECV_ABORT: 162 probes, texts 0x5fa4c56545cb10d6 */
 { 14, 2, { 32, 0, 0 }, { 0xcbeb5c684a150047ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull }, 0x825f7a36184b6e8dull }, /* RECV_ABORT: 162 probes, texts 0x5fa4c56545cb10d6 */

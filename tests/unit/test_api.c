@@ -212,9 +212,11 @@ static void poll_after_clear_and_reuse_sees_the_new_generation(void **state)
 	struct rtab_ref r1, r2;
 
 	assert_int_equal(rtab_insert(f->t, 7, 0, 0, &r1), 0);
+	assert_int_equal(rtab_set_prefix(f->t, r1, 32), 0);
 	assert_int_equal(rtab_transition(f->t, r1, KVW_SUCCESS, 0), 0);
 	assert_int_equal(kvw_poll(f->e, 7, &st), 0);
 	assert_int_equal(st.state, KVW_SUCCESS);
+	assert_int_equal(st.prefix_tokens, 32); /* the decode prefix */
 	assert_int_equal(rtab_clear(f->t, r1, KVW_R_CLEARED), 0);
 	assert_int_equal(kvw_poll(f->e, 7, &st), 0);
 	assert_int_equal(st.state, KVW_CLEARED);
@@ -253,17 +255,19 @@ static void poll_after_clear_and_rebegin_never_shows_the_old(void **state)
 	uint32_t pages[1] = { 3 };
 
 	assert_int_equal(kvw_recv_begin(f->e, 7, "ipc:///x/boot", 0, pages,
-					1, 0), 0);
+					1, 0, 0), 0);
 	take(f, FRAME_RECV_BEGIN, 7);
 	assert_int_equal(rtab_insert(f->t, 7, 0, 0, &r1), 0);
+	assert_int_equal(rtab_set_prefix(f->t, r1, 32), 0);
 	assert_int_equal(rtab_transition(f->t, r1, KVW_SUCCESS, 0), 0);
 	assert_int_equal(kvw_poll(f->e, 7, &st), 0);
 	assert_int_equal(st.state, KVW_SUCCESS);
+	assert_int_equal(st.prefix_tokens, 32); /* the decode prefix */
 	assert_int_equal(st.generation, r1.gen);
 
 	assert_int_equal(kvw_clear(f->e, 7), 0);
 	assert_int_equal(kvw_recv_begin(f->e, 7, "ipc:///x/boot", 0, pages,
-					1, 0), 0);
+					1, 0, 0), 0);
 	assert_int_equal(kvw_poll(f->e, 7, &st), KVW_ENOENT);
 	take(f, FRAME_CLEAR, 7);
 	assert_int_equal(rtab_clear(f->t, r1, KVW_R_CLEARED), 0);
@@ -377,12 +381,13 @@ static void commands_arrive_as_their_frames(void **state)
 	wire_in_release(&in);
 
 	assert_int_equal(kvw_recv_begin(f->e, UINT64_MAX, "ipc:///x/boot", 2,
-					pages, 2, 5), 0);
+					pages, 2, 5, 64), 0);
 	recv_one(f, &in, &m);
 	assert_int_equal(m.hdr.type, FRAME_RECV_BEGIN);
 	assert_true(m.hdr.room == UINT64_MAX);
 	assert_string_equal(m.u.recv_begin.bootstrap, "ipc:///x/boot");
 	assert_int_equal(m.u.recv_begin.prefill_dp_rank, 2);
+	assert_int_equal(m.u.recv_begin.prefix_tokens, 64);
 	assert_int_equal(m.u.recv_begin.aux_slot, 5);
 	assert_int_equal(m.u.recv_begin.pages.n, 2);
 	assert_int_equal(frame_u32s_get(m.u.recv_begin.pages, 1), 4);
@@ -414,14 +419,14 @@ static void bad_arguments_are_einval_and_send_nothing(void **state)
 	assert_non_null(strstr(kvw_engine_error(f->e), "not the last"));
 	assert_int_equal(kvw_send_chunk(f->e, 1, &pg, KVW_MAX_PAGES + 1, 1),
 			 KVW_EINVAL);
-	assert_int_equal(kvw_recv_begin(f->e, 1, "", 0, &pg, 1, 0), KVW_EINVAL);
-	assert_int_equal(kvw_recv_begin(f->e, 1, NULL, 0, &pg, 1, 0),
+	assert_int_equal(kvw_recv_begin(f->e, 1, "", 0, &pg, 1, 0, 0), KVW_EINVAL);
+	assert_int_equal(kvw_recv_begin(f->e, 1, NULL, 0, &pg, 1, 0, 0),
 			 KVW_EINVAL);
 	memset(longep, 'a', sizeof longep - 1);
 	longep[sizeof longep - 1] = '\0';
-	assert_int_equal(kvw_recv_begin(f->e, 1, longep, 0, &pg, 1, 0),
+	assert_int_equal(kvw_recv_begin(f->e, 1, longep, 0, &pg, 1, 0, 0),
 			 KVW_EINVAL);
-	assert_int_equal(kvw_recv_begin(f->e, 1, "ipc://b", 0, NULL, 1, 0),
+	assert_int_equal(kvw_recv_begin(f->e, 1, "ipc://b", 0, NULL, 1, 0, 0),
 			 KVW_EINVAL);
 	nothing_waiting(f);
 }

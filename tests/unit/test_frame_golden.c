@@ -76,6 +76,7 @@ static void full(unsigned type, struct frame_msg *m)
 		m->u.xfer_info.required_dst_info_num = 0x0506u;
 		m->u.xfer_info.dummy = 1;
 		m->u.xfer_info.token = 0x1112131415161718ull;
+		m->u.xfer_info.prefix_tokens = 0x191a1b1cu;
 		break;
 	case FRAME_ABORT:
 		m->u.abort.reason = KVW_R_PAGES; /* 12: pinned, as when golden */
@@ -99,6 +100,7 @@ static void full(unsigned type, struct frame_msg *m)
 	case FRAME_RECV_BEGIN:
 		m->u.recv_begin.aux_slot = 0x61626364u;
 		m->u.recv_begin.prefill_dp_rank = 0x65666768u;
+		m->u.recv_begin.prefix_tokens = 0x696a6b6cu;
 		m->u.recv_begin.pages = frame_u32s_of(pages4, 4);
 		break;
 	case FRAME_JOB:

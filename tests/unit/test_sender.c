@@ -23,6 +23,13 @@ static struct frame_u32s view(const uint32_t *a, uint32_t n)
 	return frame_u32s_of(a, n);
 }
 
+/* An XFER_INFO's destination: pages a[0..n), aux slot, dummy, token, and
+ * the destinations it says the room needs. */
+#define XF(a, n, aux, dum, tok, req)                                    \
+	(&(struct sender_xfer){ .pages = frame_u32s_of((a), (n)),       \
+				.aux_slot = (aux), .dummy = (dum),      \
+				.token = (tok), .required = (req) })
+
 static void test_room_map_add_get_delete_and_grow(void **state)
 {
 	struct sender_rooms m;
@@ -88,20 +95,20 @@ static void test_destinations_keyed_by_peer_and_ready_at_required(void **state)
 	(void)state;
 	memset(&r, 0, sizeof r);
 	r.required = 2;
-	assert_int_equal(sender_room_set_dst(&r, &p1, view(a, 3), 1, 0, 7), 0);
+	assert_int_equal(sender_room_set_dst(&r, &p1, XF(a, 3, 1, 0, 7, 0)), 0);
 	assert_false(sender_room_ready(&r));
 	/* The same peer again overwrites, it does not count twice. */
-	assert_int_equal(sender_room_set_dst(&r, &p1, view(b, 2), 2, 0, 8), 0);
+	assert_int_equal(sender_room_set_dst(&r, &p1, XF(b, 2, 2, 0, 8, 0)), 0);
 	assert_int_equal(r.ndst, 1);
 	assert_int_equal(r.dst[0].npages, 2);
 	assert_int_equal(r.dst[0].pages[1], 10);
 	assert_int_equal(r.dst[0].aux_slot, 2);
 	assert_true(r.dst[0].token == 8); /* the later XFER_INFO's incarnation */
 	assert_false(sender_room_ready(&r));
-	assert_int_equal(sender_room_set_dst(&r, &p2, view(NULL, 0), 0, 1, 9), 1);
+	assert_int_equal(sender_room_set_dst(&r, &p2, XF(NULL, 0, 0, 1, 9, 0)), 1);
 	assert_true(sender_room_ready(&r));
 	assert_int_equal(sender_room_nreal(&r), 1);
-	assert_int_equal(sender_room_set_dst(&r, &p3, view(c, 4), 0, 0, 10), 2);
+	assert_int_equal(sender_room_set_dst(&r, &p3, XF(c, 4, 0, 0, 10, 0)), 2);
 	assert_int_equal(sender_room_nreal(&r), 2);
 	/* Done only when every real destination is done; dummies never are. */
 	assert_false(sender_room_all_done(&r));
@@ -123,7 +130,7 @@ static void test_all_dummy_room_is_never_all_done(void **state)
 	memset(&r, 0, sizeof r);
 	assert_false(sender_room_ready(&r)); /* no XFER_INFO: required 0 */
 	r.required = 1;
-	assert_int_equal(sender_room_set_dst(&r, &p, view(NULL, 0), 0, 1, 11), 0);
+	assert_int_equal(sender_room_set_dst(&r, &p, XF(NULL, 0, 0, 1, 11, 0)), 0);
 	assert_true(sender_room_ready(&r));
 	assert_false(sender_room_all_done(&r));
 	assert_int_equal(sender_room_nreal(&r), 0);
@@ -142,12 +149,12 @@ static void test_later_incarnation_xfer_info_is_held_per_peer(void **state)
 
 	(void)state;
 	memset(&r, 0, sizeof r);
-	assert_int_equal(sender_room_set_dst(&r, &peers[0], view(a, 2), 1, 0, 7), 0);
+	assert_int_equal(sender_room_set_dst(&r, &peers[0], XF(a, 2, 1, 0, 7, 0)), 0);
 	assert_false(sender_room_is_later(&r, &peers[0], 7)); /* a resend */
 	assert_true(sender_room_is_later(&r, &peers[0], 8));
 	assert_false(sender_room_is_later(&r, &peers[1], 8)); /* not a dst yet */
-	assert_int_equal(sender_room_hold(&r, &peers[0], view(b, 2), 3, 0, 8, 1), 0);
-	assert_int_equal(sender_room_hold(&r, &peers[0], view(c, 1), 2, 0, 9, 1), 0);
+	assert_int_equal(sender_room_hold(&r, &peers[0], XF(b, 2, 3, 0, 8, 1)), 0);
+	assert_int_equal(sender_room_hold(&r, &peers[0], XF(c, 1, 2, 0, 9, 1)), 0);
 	assert_int_equal(r.nheld, 1);
 	assert_true(r.held[0].token == 9);
 	assert_int_equal(r.held[0].npages, 1);
@@ -156,10 +163,9 @@ static void test_later_incarnation_xfer_info_is_held_per_peer(void **state)
 	assert_int_equal(r.ndst, 1); /* the room's own destination unchanged */
 	assert_int_equal(r.dst[0].pages[0], 5);
 	for (uint32_t i = 1; i < SENDER_MAX_DST; i++)
-		assert_int_equal(sender_room_hold(&r, &peers[i], view(NULL, 0),
-						  0, 1, 1, 2), 0);
+		assert_int_equal(sender_room_hold(&r, &peers[i], XF(NULL, 0, 0, 1, 1, 2)), 0);
 	assert_int_equal(sender_room_hold(&r, &peers[SENDER_MAX_DST],
-					  view(NULL, 0), 0, 1, 1, 2), KVW_ERANGE);
+					  XF(NULL, 0, 0, 1, 1, 2)), KVW_ERANGE);
 	assert_int_equal(r.held_required, 2);
 	for (uint32_t i = 0; i < r.nheld; i++)
 		free(r.held[i].pages);
@@ -176,10 +182,9 @@ static void test_too_many_destinations_is_erange(void **state)
 	(void)state;
 	memset(&r, 0, sizeof r);
 	for (uint32_t i = 0; i < SENDER_MAX_DST; i++)
-		assert_int_equal(sender_room_set_dst(&r, &peers[i], view(NULL, 0),
-						     0, 1, 1), (int)i);
+		assert_int_equal(sender_room_set_dst(&r, &peers[i], XF(NULL, 0, 0, 1, 1, 0)), (int)i);
 	assert_int_equal(sender_room_set_dst(&r, &peers[SENDER_MAX_DST],
-					     view(NULL, 0), 0, 1, 1), KVW_ERANGE);
+					     XF(NULL, 0, 0, 1, 1, 0)), KVW_ERANGE);
 	for (uint32_t i = 0; i < r.ndst; i++)
 		free(r.dst[i].pages);
 	free(r.dst);

@@ -318,10 +318,11 @@ static uint32_t repeated_page(struct receiver *r, const struct rx_room *room)
 }
 
 /* The engine's page indices and aux slot must lie inside this rank's pool,
- * and no destination page may be named twice (two source pages would land
- * on one): a room breaking either fails at once (bad index; page lists
- * differ) and nothing of it reaches a prefill rank. Returns 1 when the
- * room was failed. */
+ * no destination page may be named twice (two source pages would land
+ * on one), and a decode prefix must end on a page boundary (the prefill
+ * skips whole pages; a page half held and half sent has no owner): a room
+ * breaking one fails at once (bad index; page lists differ) and nothing
+ * of it reaches a prefill rank. Returns 1 when the room was failed. */
 static int pages_bad(struct receiver *r, struct rx_room *room)
 {
 	unsigned reason = KVW_R_BAD_INDEX;
@@ -337,6 +338,10 @@ static int pages_bad(struct receiver *r, struct rx_room *room)
 	} else if (r->shape.aux_slots && room->aux_slot >= r->shape.aux_slots) {
 		snprintf(why, sizeof why, "aux slot %u outside the %u slots",
 			 room->aux_slot, r->shape.aux_slots);
+	} else if (room->prefix_tokens % r->shape.page_tokens) {
+		snprintf(why, sizeof why, "decode prefix of %u tokens is not a "
+			 "whole number of %u-token pages", room->prefix_tokens,
+			 r->shape.page_tokens);
 	} else if ((i = repeated_page(r, room)) < room->npages) {
 		snprintf(why, sizeof why, "destination page %u given twice "
 			 "(again at position %u)", room->pages[i], i);
@@ -395,6 +400,8 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 	room->token = receiver_token(r);
 	room->aux_slot = b->aux_slot;
 	room->prefill_dp = b->prefill_dp_rank;
+	room->prefix_tokens = b->prefix_tokens;
+	(void)rtab_set_prefix(r->tab, ref, b->prefix_tokens);
 	snprintf(room->boot_ep, sizeof room->boot_ep, "%s", b->bootstrap);
 	/* The id is free (any old room was dropped above): only a map that
 	 * was never initialised could refuse. */
@@ -406,8 +413,9 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 	}
 	if (r->next_deadline == 0 || deadline < r->next_deadline)
 		r->next_deadline = deadline;
-	LOG_ROOM(LOG_DEBUG, id, "RECV_BEGIN: %u pages via %s", room->npages,
-		 room->boot_ep);
+	LOG_ROOM(LOG_DEBUG, id, "RECV_BEGIN: %u pages via %s (prefix of %u "
+		 "tokens held)", room->npages, room->boot_ep,
+		 room->prefix_tokens);
 	if (!b->bootstrap[0]) {
 		receiver_room_fail(r, room, KVW_R_BOOTSTRAP, "no bootstrap address");
 		return;

@@ -82,6 +82,7 @@ struct rx_room {
 	uint32_t *pages;
 	uint32_t npages;
 	uint32_t aux_slot, prefill_dp;
+	uint32_t prefix_tokens; /* held already: the prefill skips them */
 	char boot_ep[FRAME_STR_SIZE];
 	struct rx_target *targets; /* NULL until the topology is known */
 	uint32_t ntargets;

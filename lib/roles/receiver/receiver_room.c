@@ -541,6 +541,7 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 		frame_msg_init(&m, FRAME_XFER_INFO, r->my_rank, room->id,
 			       r->epoch);
 		x->aux_slot = room->aux_slot;
+		x->prefix_tokens = room->prefix_tokens;
 		x->required_dst_info_num = room->required_dst_info_num;
 		x->dummy = t->dummy;
 		x->token = t->token;

@@ -67,12 +67,24 @@ struct sender_peer {
  * is this old may be reclaimed when the table is full (sender_reclaim.c). */
 #define SENDER_REGISTER_GRACE_NS 30000000000ull
 
+/* What one XFER_INFO says of its destination (taken now, or held for the
+ * id's next incarnation); pages point into the frame or a held copy. */
+struct sender_xfer {
+	struct frame_u32s pages;
+	uint32_t aux_slot;
+	uint32_t required;      /* required_dst_info_num */
+	uint32_t prefix_tokens; /* the decode holds these already */
+	uint64_t token;
+	int dummy;
+};
+
 /* One destination of a room: the pages one decode rank gave in XFER_INFO. */
 struct sender_dst {
 	struct sender_peer *peer;
 	uint32_t *pages; /* owned */
 	uint32_t npages;
 	uint32_t aux_slot;
+	uint32_t prefix_tokens;
 	uint64_t token; /* its XFER_INFO's incarnation token (STATUS echoes it) */
 	uint8_t dummy;
 	uint8_t done; /* its last job finished */
@@ -272,18 +284,16 @@ int sender_room_has_dst(const struct sender_room *r,
 			const struct sender_peer *p);
 
 /* Adds or overwrites (same peer) the destination of peer p with a copy of
- * pages. Returns its index (>= 0), KVW_ENOMEM, or KVW_ERANGE when the room
- * already has SENDER_MAX_DST destinations. */
+ * x's pages. Returns its index (>= 0), KVW_ENOMEM, or KVW_ERANGE when the
+ * room already has SENDER_MAX_DST destinations. */
 int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
-			struct frame_u32s pages, uint32_t aux_slot,
-			int dummy, uint64_t token);
+			const struct sender_xfer *x);
 /* Holds a copy of an XFER_INFO (peer p's destination and the number of
  * destinations it said the room needs) for the id's next incarnation; a
  * later one from the same peer replaces it. 0, KVW_ERANGE (already
  * SENDER_MAX_DST held) or KVW_ENOMEM. */
 int sender_room_hold(struct sender_room *r, struct sender_peer *p,
-		     struct frame_u32s pages, uint32_t aux_slot, int dummy,
-		     uint64_t token, uint32_t required);
+		     const struct sender_xfer *x);
 /* Whether an XFER_INFO of peer p carrying `token` is for a later
  * incarnation than r: p is a destination of r under another token. */
 int sender_room_is_later(const struct sender_room *r,

@@ -339,15 +339,6 @@ static void tell_failed(struct sender *s, struct sender_peer *p,
 	sender_peer_send(s, p, &st);
 }
 
-/* One destination, from an XFER_INFO of peer p (now, or held by an
- * earlier incarnation of the id: sender_peer_take_held). */
-struct xfer_dst {
-	struct frame_u32s pages;
-	uint32_t aux_slot, required;
-	uint64_t token;
-	int dummy;
-};
-
 /* A room id still held by an ended incarnation that is not this
  * XFER_INFO's: the decode cleared and began the id again before this
  * prefill's engine cleared it, or before the cleared one's jobs were
@@ -360,7 +351,7 @@ struct xfer_dst {
  * until its deadline. An incarnation still running keeps the rule that
  * its destinations are fixed once its transfer started. */
 static int hold_for_later(struct sender *s, struct sender_peer *p,
-			  uint64_t id, const struct xfer_dst *x)
+			  uint64_t id, const struct sender_xfer *x)
 {
 	struct sender_room *r = sender_rooms_get(&s->rooms, id);
 	int st, rc;
@@ -376,8 +367,7 @@ static int hold_for_later(struct sender *s, struct sender_peer *p,
 		    !sender_room_is_later(r, p, x->token))
 			return 0;
 	}
-	rc = sender_room_hold(r, p, x->pages, x->aux_slot, x->dummy,
-			      x->token, x->required);
+	rc = sender_room_hold(r, p, x);
 	if (rc < 0)
 		LOG_RL(LOG_WARN, "room %llu: XFER_INFO for its next "
 		       "incarnation dropped: %s", (unsigned long long)id,
@@ -389,8 +379,34 @@ static int hold_for_later(struct sender *s, struct sender_peer *p,
 	return 1;
 }
 
+/* The decode's prefix (tokens it holds already) goes to the table for
+ * the engine, which sends only the pages after it. Every real destination
+ * of a room is one decode request and says the same; one that says
+ * otherwise fails the room (the engine could honour only one), and is
+ * told so like the destinations before it. 1 when the room goes on. */
+static int prefix_agrees(struct sender *s, struct sender_peer *p,
+			 struct sender_room *r, const struct sender_xfer *x)
+{
+	for (uint32_t i = 0; i < r->ndst; i++) {
+		const struct sender_dst *d = &r->dst[i];
+
+		if (d->dummy || d->prefix_tokens == x->prefix_tokens)
+			continue;
+		sender_room_fail(s, r, KVW_R_BAD_INDEX,
+				 "its destinations hold different decode "
+				 "prefixes");
+		LOG_ROOM(LOG_WARN, r->id, "XFER_INFO says a decode prefix of "
+			 "%u tokens, another destination %u: failed",
+			 x->prefix_tokens, d->prefix_tokens);
+		tell_failed(s, p, r, x->token);
+		return 0;
+	}
+	(void)rtab_set_prefix(s->t, r->ref, x->prefix_tokens);
+	return 1;
+}
+
 static void take_xfer_info(struct sender *s, struct sender_peer *p,
-			   uint64_t id, const struct xfer_dst *x)
+			   uint64_t id, const struct sender_xfer *x)
 {
 	struct sender_room *r;
 	struct rtab_view v;
@@ -424,8 +440,9 @@ static void take_xfer_info(struct sender *s, struct sender_peer *p,
 		       "started; ignored", (unsigned long long)r->id);
 		return;
 	}
-	rc = sender_room_set_dst(r, p, x->pages, x->aux_slot, x->dummy,
-				 x->token);
+	if (!x->dummy && !prefix_agrees(s, p, r, x))
+		return;
+	rc = sender_room_set_dst(r, p, x);
 	if (rc < 0) {
 		sender_room_fail(s, r, KVW_R_BAD_INDEX,
 				 rc == KVW_ERANGE ? "too many destinations"
@@ -445,8 +462,10 @@ static void take_xfer_info(struct sender *s, struct sender_peer *p,
 void sender_peer_take_held(struct sender *s, uint64_t id,
 			   const struct sender_dst *d, uint32_t required)
 {
-	struct xfer_dst x = { frame_u32s_of(d->pages, d->npages), d->aux_slot,
-			      required, d->token, d->dummy };
+	struct sender_xfer x = { .pages = frame_u32s_of(d->pages, d->npages),
+				 .aux_slot = d->aux_slot, .required = required,
+				 .prefix_tokens = d->prefix_tokens,
+				 .token = d->token, .dummy = d->dummy };
 
 	take_xfer_info(s, d->peer, id, &x);
 }
@@ -456,8 +475,10 @@ static void on_xfer_info(struct sender *s, const struct wire_in *in,
 {
 	const struct frame_xfer_info *f = &m->u.xfer_info;
 	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
-	struct xfer_dst x = { f->pages, f->aux_slot, f->required_dst_info_num,
-			      f->token, f->dummy };
+	struct sender_xfer x = { .pages = f->pages, .aux_slot = f->aux_slot,
+				 .required = f->required_dst_info_num,
+				 .prefix_tokens = f->prefix_tokens,
+				 .token = f->token, .dummy = f->dummy };
 
 	if (!p) {
 		reject_unregistered(s, in, m);

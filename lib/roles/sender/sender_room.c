@@ -133,8 +133,7 @@ int sender_room_has_dst(const struct sender_room *r,
  * its index, or KVW_ERANGE (SENDER_MAX_DST entries already) or
  * KVW_ENOMEM, with the list unchanged. */
 static int dst_put(struct sender_dst **arr, uint32_t *n, uint32_t *cap,
-		   struct sender_peer *p, struct frame_u32s pages,
-		   uint32_t aux_slot, int dummy, uint64_t token)
+		   struct sender_peer *p, const struct sender_xfer *x)
 {
 	uint32_t i;
 	uint32_t *copy;
@@ -148,7 +147,7 @@ static int dst_put(struct sender_dst **arr, uint32_t *n, uint32_t *cap,
 		if (grow((void **)arr, cap, *n + 1, sizeof **arr))
 			return KVW_ENOMEM;
 	}
-	copy = pages_copy(pages);
+	copy = pages_copy(x->pages);
 	if (!copy)
 		return KVW_ENOMEM;
 	if (i == *n)
@@ -156,18 +155,18 @@ static int dst_put(struct sender_dst **arr, uint32_t *n, uint32_t *cap,
 	else
 		free((*arr)[i].pages);
 	(*arr)[i] = (struct sender_dst){ .peer = p, .pages = copy,
-					 .npages = pages.n,
-					 .aux_slot = aux_slot, .token = token,
-					 .dummy = dummy ? 1 : 0 };
+					 .npages = x->pages.n,
+					 .aux_slot = x->aux_slot,
+					 .prefix_tokens = x->prefix_tokens,
+					 .token = x->token,
+					 .dummy = x->dummy ? 1 : 0 };
 	return (int)i;
 }
 
 int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
-			struct frame_u32s pages, uint32_t aux_slot, int dummy,
-			uint64_t token)
+			const struct sender_xfer *x)
 {
-	return dst_put(&r->dst, &r->ndst, &r->capdst, p, pages, aux_slot,
-		       dummy, token);
+	return dst_put(&r->dst, &r->ndst, &r->capdst, p, x);
 }
 
 int sender_room_is_later(const struct sender_room *r,
@@ -180,15 +179,13 @@ int sender_room_is_later(const struct sender_room *r,
 }
 
 int sender_room_hold(struct sender_room *r, struct sender_peer *p,
-		     struct frame_u32s pages, uint32_t aux_slot, int dummy,
-		     uint64_t token, uint32_t required)
+		     const struct sender_xfer *x)
 {
-	int i = dst_put(&r->held, &r->nheld, &r->capheld, p, pages, aux_slot,
-			dummy, token);
+	int i = dst_put(&r->held, &r->nheld, &r->capheld, p, x);
 
 	if (i < 0)
 		return i;
-	r->held_required = required;
+	r->held_required = x->required;
 	return 0;
 }
 
