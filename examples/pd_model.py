@@ -38,7 +38,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "python"))
-from kvwire import KVArgs, KVManager, KVPoll, KVReceiver, KVSender  # noqa: E402
+from kvwire import (KVArgs, KVManager, KVPoll, KVReceiver,  # noqa: E402
+                    KVSender, read_run_dir)
 
 F32 = np.float32
 
@@ -342,14 +343,16 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
 
 
 def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
-                  decode_ready, seed=7, tamper=None, prefix_pages=0):
+                  decode_ready, seed=7, tamper=None, prefix_pages=0,
+                  bootstrap=None):
     """The decode instance: receives the room into its own pages, reads the
     first token and its logits from the metadata row, then decodes
     greedily on tp ranks. prefix_pages: the decode holds that many pages
     of the prompt already (its prefix cache: computed here before the
     request, and said to the prefill, which sends only the rest).
     tamper(pools, pages, aux_slot), when given, may change the received
-    cache and metadata first. Returns (tokens, logits of every token: the
+    cache and metadata first. bootstrap: the prefill instance's (default:
+    the decode group's own). Returns (tokens, logits of every token: the
     first from the transferred hidden state)."""
     c = model.cfg
     mgrs = [KVManager(KVArgs.from_run_dir(run_dir, "decode", r, dtype=F32),
@@ -368,7 +371,8 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
         model.layers(model.embed[prompt[:held]], pos, 0, c.layers,
                      [PagedCache(m.pool, pages, c.page_tokens)
                       for m in mgrs], tp)
-    recvs = [KVReceiver(m, a0.bootstrap_addr, room) for m in mgrs]
+    recvs = [KVReceiver(m, bootstrap or a0.bootstrap_addr, room)
+             for m in mgrs]
     try:
         for rv in recvs:
             rv.init(0)
@@ -408,10 +412,12 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
 
 def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
            decode_tp=1, room=0x1234567, chunk_pages=2, tamper=None,
-           prefix_pages=0):
+           prefix_pages=0, decode_run_dir=None):
     """Prefill and decode engines as two threads that share nothing but
-    the kvwire group. Returns (tokens, logits) like one_process, both as
-    the decode side has them."""
+    the kvwire group (decode_run_dir: the decode side's own group, of the
+    same --cluster, reaching run_dir's prefill by its bootstrap). Returns
+    (tokens, logits) like one_process, both as the decode side has
+    them."""
     ready, out, errs = threading.Event(), {}, queue.Queue()
 
     def side(name, fn, *args):
@@ -425,8 +431,9 @@ def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
             "p", prefill_engine, model, run_dir, prefill_tp, prefill_pp,
             room, prompt, chunk_pages, ready)),
           threading.Thread(target=side, args=(
-            "d", decode_engine, model, run_dir, decode_tp, room,
-            prompt, new_tokens, ready, 7, tamper, prefix_pages))]
+            "d", decode_engine, model, decode_run_dir or run_dir, decode_tp,
+            room, prompt, new_tokens, ready, 7, tamper, prefix_pages,
+            read_run_dir(run_dir)[0]["bootstrap"].listen))]
     for t in th:
         t.start()
     for t in th:

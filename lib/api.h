@@ -223,6 +223,10 @@ struct kvw_shape {
 	 * aux_bytes[i] bytes (--aux-bytes A,B,...); 1 to KVW_MAX_AUX */
 	uint32_t naux;
 	uint32_t aux_bytes[KVW_MAX_AUX];
+	/* Where K and V lie (--kv-layout): 0 "sglang", every layer's K then
+	 * every V; 1 "vllm", per layer its K then its V (vLLM's per-layer
+	 * [2, blocks, block_size, heads, head_dim] tensor). */
+	uint32_t kv_layout;
 };
 
 /* Reads DIR/endpoints (run_dir may also name the file): members in start
@@ -244,8 +248,9 @@ struct kvw_rank_layout {
 };
 
 /* The KV pool layout of the rank at `rank` of `topo` (tp and pp are used)
- * for a group of `shape`: K buffers of its layers, then V (MHA; MLA: one
- * KV buffer per layer), then draft layers' (decode only, when `decode` is
+ * for a group of `shape`: K buffers of its layers, then V (MHA; with
+ * kv_layout 1, K and V layer by layer; MLA: one KV buffer per layer), then
+ * draft layers' (decode only, when `decode` is
  * non-zero), then the AUX buffers (layer id = their index), back to back
  * from offset 0 (the layout
  * kv-sender and kv-receiver create their pools with). Returns 0 with

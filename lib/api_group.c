@@ -20,6 +20,7 @@ static void shape_in(const struct kvw_shape *in, struct shape *s)
 		.head_dim = in->head_dim, .dtype_bytes = in->dtype_bytes,
 		.pages = in->pages, .aux_slots = in->aux_slots,
 		.naux = in->naux, .mla = in->mla != 0,
+		.kv_layout = in->kv_layout,
 	};
 	memcpy(s->aux_bytes, in->aux_bytes, sizeof s->aux_bytes);
 }
@@ -32,6 +33,7 @@ static void shape_out(const struct shape *s, struct kvw_shape *out)
 		.head_dim = s->head_dim, .dtype_bytes = s->dtype_bytes,
 		.pages = s->pages, .aux_slots = s->aux_slots,
 		.naux = s->naux, .mla = s->mla != 0,
+		.kv_layout = s->kv_layout,
 	};
 	memcpy(out->aux_bytes, s->aux_bytes, sizeof out->aux_bytes);
 }

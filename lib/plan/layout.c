@@ -36,6 +36,27 @@ static int put(struct kvw_buf *out, uint32_t cap, uint32_t *k, uint64_t *off,
 	return 0;
 }
 
+/* The K/V buffers of layers first..first+count-1: role by role (every K,
+ * then every V), or layer by layer with s->per_layer. */
+static int put_layers(const struct layout_spec *s, struct kvw_buf *out,
+		      uint32_t cap, uint32_t *k, uint64_t *off, uint32_t first,
+		      uint32_t count, uint8_t r0, uint32_t nroles)
+{
+	int rc = 0;
+
+	for (uint32_t a = 0; a < (s->per_layer ? count : nroles); a++)
+		for (uint32_t b = 0; b < (s->per_layer ? nroles : count) &&
+				     rc == 0; b++) {
+			uint32_t layer = s->per_layer ? a : b;
+			uint32_t r = s->per_layer ? b : a;
+
+			rc = put(out, cap, k, off, first + layer,
+				 (uint8_t)(r0 + r), s->pool, s->item_len,
+				 s->pages);
+		}
+	return rc;
+}
+
 int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 		uint32_t *n, uint64_t *end, char *err, size_t errlen)
 {
@@ -79,16 +100,11 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 		r0 = KVW_ROLE_KV;
 	nroles = s->mla ? 1 : 2;
 	off = s->base;
-	for (uint32_t r = 0; r < nroles; r++)
-		for (uint32_t i = 0; i < s->layers && rc == 0; i++)
-			rc = put(out, cap, &k, &off, s->first_layer + i,
-				 (uint8_t)(r0 + r), s->pool, s->item_len,
-				 s->pages);
-	for (uint32_t r = 0; r < nroles; r++)
-		for (uint32_t i = 0; i < s->draft_layers && rc == 0; i++)
-			rc = put(out, cap, &k, &off, LAYOUT_DRAFT_BASE + i,
-				 (uint8_t)(r0 + r), s->pool, s->item_len,
-				 s->pages);
+	rc = put_layers(s, out, cap, &k, &off, s->first_layer, s->layers,
+			r0, nroles);
+	if (rc == 0)
+		rc = put_layers(s, out, cap, &k, &off, LAYOUT_DRAFT_BASE,
+				s->draft_layers, r0, nroles);
 	for (uint32_t i = 0; s->aux_slots && i < s->naux && rc == 0; i++)
 		rc = put(out, cap, &k, &off, i, KVW_ROLE_AUX, s->pool,
 			 s->aux_item_lens[i], s->aux_slots);

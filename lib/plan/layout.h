@@ -21,6 +21,8 @@ struct layout_spec {
 	uint32_t layers;       /* target layers: ids first_layer .. +layers-1 */
 	uint32_t draft_layers; /* draft layers: ids LAYOUT_DRAFT_BASE + i */
 	int mla;	       /* 1: one KV buffer per layer; 0: K and V */
+	int per_layer;         /* 1: a layer's K then its V (vLLM's per-layer
+				* tensor); 0: every K, then every V */
 	uint32_t item_len;     /* bytes per page of every K/V/KV buffer */
 	uint32_t pages;	       /* pages of every K/V/KV buffer */
 	uint32_t aux_slots;    /* rows of every AUX buffer; 0: none */
@@ -37,7 +39,8 @@ struct layout_spec {
 uint32_t layout_item_len(const struct kvw_model *m);
 
 /* Fills out[0..*n) in this order: target K (or KV) by layer, target V by
- * layer (MHA), draft K (or KV), draft V (MHA), AUX 0..naux-1 (layer id =
+ * layer (MHA; with per_layer, K0 V0 K1 V1 ...), draft K (or KV), draft V
+ * (MHA; likewise), AUX 0..naux-1 (layer id =
  * its index: they pair by it, in order); buffers back to back
  * from s->base. *end gets the byte just past the last buffer (the pool size
  * it needs). Returns 0, KVW_ENOMEM when cap is too small (*n = needed), or

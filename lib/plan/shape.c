@@ -54,11 +54,33 @@ static const struct {
 #define NOPTS (sizeof opts / sizeof opts[0])
 #define AUX_MAX_BYTES (1u << 20)
 
+/* The options past the numeric ones, in shape_flags' order. */
+static const char *const more[] = { "aux-bytes", "kv-layout", "mla" };
+#define NMORE (sizeof more / sizeof more[0])
+
+static const char *const kv_layouts[SHAPE_NKV_LAYOUTS] = {
+	[SHAPE_KV_SGLANG] = "sglang", [SHAPE_KV_VLLM] = "vllm",
+};
+
 const char *shape_option_name(unsigned i, int *takes_value)
 {
-	*takes_value = i <= NOPTS;
-	return i < NOPTS ? opts[i].name
-	       : i == NOPTS ? "aux-bytes" : i == NOPTS + 1 ? "mla" : NULL;
+	*takes_value = i < NOPTS + NMORE - 1;
+	return i < NOPTS ? opts[i].name : i < NOPTS + NMORE ? more[i - NOPTS]
+							    : NULL;
+}
+
+static int kv_layout_option(struct shape *s, const char *value, char *err,
+			    size_t errlen)
+{
+	for (uint32_t i = 0; i < SHAPE_NKV_LAYOUTS; i++)
+		if (value && strcmp(value, kv_layouts[i]) == 0) {
+			s->kv_layout = i;
+			return 1;
+		}
+	return kvw_errf(err, errlen, KVW_EINVAL,
+			"--kv-layout: want sglang (every K, then every V) or "
+			"vllm (per layer K then V), got '%s'",
+			value ? value : "");
 }
 
 /* "--aux-bytes N[,N...]": every metadata buffer's row bytes; *s is
@@ -103,6 +125,8 @@ int shape_option(struct shape *s, const char *name, const char *value,
 	}
 	if (strcmp(name, "aux-bytes") == 0)
 		return aux_option(s, value, err, errlen);
+	if (strcmp(name, "kv-layout") == 0)
+		return kv_layout_option(s, value, err, errlen);
 	for (size_t i = 0; i < NOPTS; i++) {
 		if (strcmp(name, opts[i].name) != 0)
 			continue;
@@ -139,7 +163,7 @@ int shape_flags(const struct shape *s, char *buf, size_t len)
 	size_t at = 0;
 	int n;
 
-	for (size_t i = 0; i <= NOPTS + 1; i++) {
+	for (size_t i = 0; i < NOPTS + NMORE; i++) {
 		const char *sep = at ? " " : "";
 
 		if (i < NOPTS)
@@ -149,6 +173,11 @@ int shape_flags(const struct shape *s, char *buf, size_t len)
 							 opts[i].off));
 		else if (i == NOPTS)
 			n = aux_flag(s, sep, buf + at, len - at);
+		else if (i == NOPTS + 1)
+			n = snprintf(buf + at, len - at, "%s--kv-layout %s",
+				     sep, s->kv_layout < SHAPE_NKV_LAYOUTS
+						  ? kv_layouts[s->kv_layout]
+						  : "?");
 		else
 			n = s->mla ? snprintf(buf + at, len - at, "%s--mla",
 					      sep)
@@ -164,7 +193,8 @@ const char *shape_usage(void)
 {
 	return "model shape: --layers N --draft-layers N --page-tokens N "
 	       "--heads N --head-dim N --dtype-bytes N --pages N "
-	       "--aux-slots N --aux-bytes N[,N...] --mla";
+	       "--aux-slots N --aux-bytes N[,N...] --kv-layout sglang|vllm "
+	       "--mla";
 }
 
 void shape_model(const struct shape *s, const struct kvw_topo *t,
@@ -212,6 +242,7 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 	shape_layers(s, t, c, &spec.first_layer, &spec.layers);
 	spec.draft_layers = with_draft ? s->draft_layers : 0;
 	spec.mla = s->mla;
+	spec.per_layer = s->kv_layout == SHAPE_KV_VLLM;
 	spec.item_len = layout_item_len(&m);
 	spec.pages = s->pages;
 	spec.aux_slots = s->aux_slots;

@@ -28,6 +28,19 @@ struct shape {
 	uint32_t naux;
 	uint32_t aux_bytes[KVW_MAX_AUX];
 	int mla;               /* 1: one latent KV buffer per layer */
+	uint32_t kv_layout;    /* enum shape_kv_layout: where K and V lie */
+};
+
+/* How a rank's K and V buffers lie in its pool (--kv-layout). Buffers pair
+ * by (layer, role), never by place, so two sides of different layouts
+ * exchange KV as two of one. */
+enum shape_kv_layout {
+	SHAPE_KV_SGLANG = 0, /* "sglang": every layer's K, then every V
+			      * (SGLang's kv_data_ptrs order) */
+	SHAPE_KV_VLLM = 1,   /* "vllm": per layer its K then its V, back to
+			      * back: vLLM's per-layer tensor
+			      * [2, num_blocks, block_size, heads, head_dim] */
+	SHAPE_NKV_LAYOUTS
 };
 
 /* The demo's realistic default: 32 layers, 16-token pages of 8 KV heads x
@@ -38,15 +51,16 @@ void shape_default(struct shape *s);
 /* Applies one long option of the shape ("layers", "draft-layers",
  * "page-tokens", "heads", "head-dim", "dtype-bytes", "pages", "aux-slots",
  * "aux-bytes" (a row's bytes of each metadata buffer: "N" or "N,N,..." up
- * to KVW_MAX_AUX), "mla" (value ignored, may be NULL)). Returns 1 when `name`
+ * to KVW_MAX_AUX), "kv-layout" ("sglang" or "vllm"), "mla" (value
+ * ignored, may be NULL)). Returns 1 when `name`
  * is a shape option and was applied, 0 when it is not a shape option,
  * KVW_EINVAL (with err) for a bad value. */
 int shape_option(struct shape *s, const char *name, const char *value,
 		 char *err, size_t errlen);
 
 /* The name of shape option i as shape_option takes it ("layers", ...,
- * "mla"), NULL past the last; *takes_value is 0 only for "mla". For option
- * tables that must not repeat the list. */
+ * "kv-layout", "mla"), NULL past the last; *takes_value is 0 only for
+ * "mla". For option tables that must not repeat the list. */
 const char *shape_option_name(unsigned i, int *takes_value);
 
 /* Writes *s as shape flags, every option in shape_option's order with its

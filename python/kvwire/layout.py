@@ -33,12 +33,16 @@ class _Member(ctypes.Structure):
 _SHAPE_FIELDS = ("layers", "draft_layers", "page_tokens", "kv_heads",
                  "head_dim", "dtype_bytes", "pages", "aux_slots", "mla")
 MAX_AUX = 32  # KVW_MAX_AUX: metadata buffers in one layout
+# --kv-layout, by enum shape_kv_layout's value: every K then every V, or
+# per layer K then V (vLLM's per-layer tensor).
+KV_LAYOUTS = ("sglang", "vllm")
 
 
 class _Shape(ctypes.Structure):
     """struct kvw_shape."""
     _fields_ = [(f, ctypes.c_uint32) for f in _SHAPE_FIELDS] + \
-        [("naux", ctypes.c_uint32), ("aux_bytes", ctypes.c_uint32 * MAX_AUX)]
+        [("naux", ctypes.c_uint32), ("aux_bytes", ctypes.c_uint32 * MAX_AUX),
+         ("kv_layout", ctypes.c_uint32)]
 
     @classmethod
     def of(cls, shape):
@@ -46,8 +50,12 @@ class _Shape(ctypes.Structure):
         if not 1 <= len(aux) <= MAX_AUX:
             raise ValueError("aux_bytes: 1 to %d metadata buffers, not %d"
                              % (MAX_AUX, len(aux)))
+        if shape.kv_layout not in KV_LAYOUTS:
+            raise ValueError("kv_layout: %s, not %r"
+                             % (" or ".join(KV_LAYOUTS), shape.kv_layout))
         return cls(*(int(getattr(shape, f)) for f in _SHAPE_FIELDS),
-                   len(aux), (ctypes.c_uint32 * MAX_AUX)(*aux))
+                   len(aux), (ctypes.c_uint32 * MAX_AUX)(*aux),
+                   KV_LAYOUTS.index(shape.kv_layout))
 
 
 class _Buf(ctypes.Structure):
@@ -92,6 +100,7 @@ class Shape:
     # A row's bytes of each metadata buffer (--aux-bytes A,B,...): a
     # room's aux slot selects one row of every one.
     aux_bytes: tuple = (64,)
+    kv_layout: str = "sglang"     # --kv-layout: "sglang" or "vllm"
 
 
 @dataclasses.dataclass
@@ -143,6 +152,8 @@ def read_run_dir(run_dir):
     fields = {f: getattr(shape, f) for f in _SHAPE_FIELDS}
     fields["mla"] = bool(fields["mla"])
     fields["aux_bytes"] = tuple(shape.aux_bytes[:shape.naux])
+    fields["kv_layout"] = KV_LAYOUTS[shape.kv_layout] \
+        if shape.kv_layout < len(KV_LAYOUTS) else "?"
     return members, Shape(**fields)
 
 

@@ -10,11 +10,14 @@ float32 values (0 difference here); a TP split only reorders float32 sums
 shares are summed), so the logits move by a few float32 ulps through 4
 layers (about 2e-6 observed): 1e-4 leaves room for other BLAS builds while
 a wrong head or page, which moves logits by O(1), cannot pass."""
+import random
+
 import numpy as np
 import pytest
 
 import pd_model
 from conftest import REPORT
+from kvwire import make_layout, read_run_dir
 
 TOL = 1e-4
 NEW_TOKENS = 16
@@ -29,23 +32,29 @@ def reference():
     return model, prompt, toks, logits
 
 
-@pytest.mark.parametrize("ptp,ppp,dtp,transport", [
-    (1, 1, 1, "shm"), (2, 1, 1, "shm"), (1, 1, 2, "shm"), (1, 2, 1, "shm"),
-    (2, 1, 1, "tcp")])
+@pytest.mark.parametrize("ptp,ppp,dtp,transport,layout", [
+    (1, 1, 1, "shm", "sglang"), (2, 1, 1, "shm", "sglang"),
+    (1, 1, 2, "shm", "sglang"), (1, 2, 1, "shm", "sglang"),
+    (2, 1, 1, "tcp", "sglang"), (2, 1, 1, "tcp", "vllm"),
+    (1, 2, 2, "shm", "vllm")])
 def test_decode_from_transferred_kv_equals_one_process(group_factory,
                                                        reference, ptp, ppp,
-                                                       dtp, transport):
+                                                       dtp, transport,
+                                                       layout):
+    """layout: the pools' --kv-layout (vllm: each layer's K then its V,
+    as vLLM's per-layer tensor; the engines read K and V by layer)."""
     model, prompt, ref_toks, ref_logits = reference
     g = group_factory("--prefill-tp", ptp, "--prefill-pp", ppp,
                       "--decode-tp", dtp, "--workers", 1, "--transport",
-                      transport, *model.cfg.shape_flags())
+                      transport, "--kv-layout", layout,
+                      *model.cfg.shape_flags())
     toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, ptp,
                                    ppp, dtp)
     diff = float(np.abs(logits - ref_logits).max())
-    REPORT.append("model: prefill tp %d pp %d -> decode tp %d (%s): %d "
-                  "tokens equal: %s, max |logit diff| %.3g"
-                  % (ptp, ppp, dtp, transport, len(toks), toks == ref_toks,
-                     diff))
+    REPORT.append("model: prefill tp %d pp %d -> decode tp %d (%s, %s "
+                  "layout): %d tokens equal: %s, max |logit diff| %.3g"
+                  % (ptp, ppp, dtp, transport, layout, len(toks),
+                     toks == ref_toks, diff))
     assert toks == ref_toks
     assert diff <= TOL
 
@@ -68,6 +77,34 @@ def test_decode_prefix_is_not_sent_and_the_output_is_the_same(
                   "of %d pages: %d tokens equal: %s, max |logit diff| %.3g"
                   % (ptp, dtp, transport, prefix_pages, len(toks),
                      toks == ref_toks, diff))
+    assert toks == ref_toks
+    assert diff <= TOL
+
+
+@pytest.mark.parametrize("players,dlayers,ptp,dtp", [
+    ("sglang", "vllm", 2, 1), ("vllm", "sglang", 1, 2)])
+def test_engines_of_two_kv_layouts_exchange_kv(group_factory, reference,
+                                               players, dlayers, ptp, dtp):
+    """An SGLang-laid-out prefill (every K, then every V) and a vLLM-laid-out
+    decode (each layer's K then its V), and the reverse, under a TP
+    mismatch: two groups of one cluster, the decode's reaching the
+    prefill's bootstrap; the output is the one-process output."""
+    model, prompt, ref_toks, ref_logits = reference
+    cluster = "L%d" % random.randrange(10 ** 6)
+    common = ["--workers", 1, "--cluster", cluster, *model.cfg.shape_flags()]
+    gp = group_factory("--prefill-tp", ptp, "--kv-layout", players, *common)
+    gd = group_factory("--decode-tp", dtp, "--kv-layout", dlayers, *common)
+    for g, layout in ((gp, players), (gd, dlayers)):  # as the group says
+        bufs, _ = make_layout(read_run_dir(g.dir)[1], (1, 1), (0, 0), False)
+        assert [b.layer_id for b in bufs[:3]] == \
+            ([0, 0, 1] if layout == "vllm" else [0, 1, 2])
+    toks, logits = pd_model.run_pd(model, gp.dir, prompt, NEW_TOKENS, ptp, 1,
+                                   dtp, decode_run_dir=gd.dir)
+    diff = float(np.abs(logits - ref_logits).max())
+    REPORT.append("model: prefill tp %d (%s layout) -> decode tp %d (%s "
+                  "layout): %d tokens equal: %s, max |logit diff| %.3g"
+                  % (ptp, players, dtp, dlayers, len(toks), toks == ref_toks,
+                     diff))
     assert toks == ref_toks
     assert diff <= TOL
 

@@ -289,6 +289,42 @@ static void pattern_survives_tp_slicing_both_ways(void **state)
 	free(p[0].pool);
 }
 
+/* vLLM's per-layer layout (K then V of each layer) against SGLang's (every
+ * K, then every V), both ways and under a TP mismatch: buffers pair by
+ * (layer, role), so every byte lands where the other side put its twin. */
+static void kv_layouts_exchange_across_tp(void **state)
+{
+	uint32_t sp[3] = { 3, 4, 9 }, dp[3] = { 30, 0, 7 };
+	struct shape ps, ds;
+	struct rank p[2], d;
+
+	(void)state;
+	for (int way = 0; way < 2; way++) {
+		small_shape(&ps);
+		ds = ps;
+		(way ? &ps : &ds)->kv_layout = SHAPE_KV_VLLM;
+		rank_make(&d, &ds, 1, 1, 0, 0, 1);
+		if (ds.kv_layout == SHAPE_KV_VLLM) { /* K0 V0 K1 V1 ... */
+			assert_int_equal(d.bufs[1].role, KVW_ROLE_V);
+			assert_int_equal(d.bufs[1].layer_id, 0);
+			assert_int_equal(d.bufs[2].layer_id, 1);
+		}
+		for (int k = 0; k < 2; k++) {
+			rank_make(&p[k], &ps, 2, 1, (uint32_t)k, 0, 0);
+			if (ps.kv_layout == SHAPE_KV_VLLM)
+				assert_int_equal(p[k].bufs[1].offset,
+						 p[k].bufs[0].offset +
+						 (uint64_t)p[k].bufs[0].pages *
+						 p[k].bufs[0].item_len);
+			bench_fill(p[k].pool, &p[k].g, 41, sp, 3, 1);
+			transfer(&p[k], &d, sp, dp, 3, 1, 2);
+			free(p[k].pool);
+		}
+		assert_int_equal(bench_verify(d.pool, &d.g, 41, dp, 3, 2), 0);
+		free(d.pool);
+	}
+}
+
 static void replicated_heads_and_pp_stages_verify(void **state)
 {
 	uint32_t sp[2] = { 0, 1 }, dp[2] = { 2, 3 };
@@ -370,6 +406,7 @@ int main(void)
 		cmocka_unit_test(another_room_or_page_list_does_not_verify),
 		cmocka_unit_test(pattern_survives_tp_slicing_both_ways),
 		cmocka_unit_test(replicated_heads_and_pp_stages_verify),
+		cmocka_unit_test(kv_layouts_exchange_across_tp),
 		cmocka_unit_test(
 			allocator_takes_low_first_refuses_overdraw_and_takes_back),
 	};

@@ -327,9 +327,11 @@ static void shape_flags_read_back_to_the_same_shape(void **state)
 	s.aux_bytes[0] = 64;
 	s.aux_bytes[1] = 4;
 	s.aux_bytes[2] = 8192;
+	s.kv_layout = SHAPE_KV_VLLM;
 	assert_true(shape_flags(&s, flags, sizeof flags) > 0);
 	assert_non_null(strstr(flags, "--layers 61 --draft-layers 3"));
-	assert_non_null(strstr(flags, "--aux-bytes 64,4,8192 --mla"));
+	assert_non_null(strstr(flags,
+			       "--aux-bytes 64,4,8192 --kv-layout vllm --mla"));
 	shape_default(&back);
 	assert_int_equal(runinfo_shape_apply(flags, &back, err, sizeof err), 0);
 	assert_memory_equal(&s, &back, sizeof s);

@@ -274,6 +274,12 @@ static void bad_shape_flags_are_refused(void **state)
 	}
 	assert_int_equal(s.naux, 1);
 	assert_int_equal(s.aux_bytes[0], 64);
+	assert_int_equal(runinfo_shape_apply("--kv-layout flash", &s, err,
+					     sizeof err), KVW_EINVAL);
+	assert_non_null(strstr(err, "want sglang"));
+	assert_int_equal(runinfo_shape_apply("--kv-layout=vllm", &s, err,
+					     sizeof err), 0);
+	assert_int_equal(s.kv_layout, SHAPE_KV_VLLM);
 }
 
 int main(void)
