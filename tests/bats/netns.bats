@@ -242,7 +242,12 @@ decode_has() {
 }
 
 @test "two hosts, kill -9 of a sink and of a prefill worker mid-run: every room terminal and intact, later rooms succeed" {
-	split --workers 2 $SHAPE --waiting-timeout 60 --bootstrap-timeout 60
+	# The waiting deadline (30 s) ends, well inside kv-bench's 60 s
+	# stuck check, a room whose STATUS died in the killed worker's
+	# socket queue after its JOB_DONE went out (the one loss kv-sender
+	# cannot see; a worker that dies before its JOB_DONE has its rooms'
+	# STATUS(Success) sent again by the control).
+	split --workers 2 $SHAPE --waiting-timeout 30 --bootstrap-timeout 30
 	wait_for 20 grep -q "sink\[0\] info: serving" "$RUN/d/logs/d0.log"
 	sink=$(pgrep -f -- "--sink-id 0 .*$(awk '/^member=d0/ { for (i = 1; i <= NF; i++) if ($i ~ /^table=/) print substr($i, 7) }' "$RUN/endpoints")")
 	worker=$(pgrep -P "$(cat "$RUN/p/pids/p0.pid")" | head -n 1)

@@ -90,15 +90,19 @@ static void send_status(struct sender *s, struct sender_room *r,
  * told that job's destination): STATUS(Success) to the other real
  * destinations, once. Every job of a room runs on one worker in order, so
  * that final job's success means every destination's bytes are in.
- * Returns 1 when the room is so finished, else 0. */
-static int tell_rest(struct sender *s, struct sender_room *r)
+ * told_too: that worker died, maybe between its Success and its STATUS,
+ * so its destination hears it from here as well (a second Success from
+ * one rank is counted once; without it, that decode would wait for its
+ * deadline). Returns 1 when the room is so finished, else 0. */
+static int tell_rest(struct sender *s, struct sender_room *r, int told_too)
 {
 	if (r->final_sent || !r->told || rtab_state(s->t, r->ref) != KVW_SUCCESS)
 		return 0;
 	r->final_sent = 1;
-	LOG_ROOM(LOG_DEBUG, r->id, "success (%u pages, %u destinations)",
-		 r->cursor, sender_room_nreal(r));
-	send_status(s, r, KVW_SUCCESS, KVW_R_NONE, "", r->told);
+	LOG_ROOM(LOG_DEBUG, r->id, "success (%u pages, %u destinations)%s",
+		 r->cursor, sender_room_nreal(r),
+		 told_too ? ": its worker died, every destination told" : "");
+	send_status(s, r, KVW_SUCCESS, KVW_R_NONE, "", told_too ? 0 : r->told);
 	return 1;
 }
 
@@ -120,9 +124,10 @@ void sender_room_fail(struct sender *s, struct sender_room *r,
 	} else if (rc != 0) {
 		/* Not ours to report (stale), or Success: a worker finished
 		 * the room's final job (every job of the room was done in
-		 * order before it), so the other destinations hear Success. */
+		 * order before it), so the other destinations hear Success,
+		 * and that job's own if the worker died since. */
 		if (got && v.state == KVW_SUCCESS)
-			tell_rest(s, r);
+			tell_rest(s, r, reason == KVW_R_WORKER_DIED);
 		return;
 	}
 	r->final_sent = 1;
@@ -137,7 +142,7 @@ static void room_finish(struct sender *s, struct sender_room *r)
 		return;
 	if (sender_room_nreal(r) && !sender_room_all_done(r))
 		return;
-	if (tell_rest(s, r))
+	if (tell_rest(s, r, 0))
 		return; /* the final job's worker ended the room */
 	if (rtab_state(s->t, r->ref) == KVW_WAITING)
 		rtab_transition_if(s->t, r->ref, RTAB_M(KVW_WAITING),
@@ -504,7 +509,7 @@ static void on_clear(struct sender *s, const struct frame_msg *m)
 	 * another process failed (a worker, kv-heartbeat) and nobody reported
 	 * yet is reported now, with the table's reason: CLEAR is the last
 	 * chance this control has to tell its decodes. */
-	tell_rest(s, r);
+	tell_rest(s, r, 0);
 	if (!r->final_sent)
 		sender_room_fail(s, r, KVW_R_CLEARED, "engine cleared the room");
 	rtab_clear(s->t, r->ref, KVW_R_CLEARED);
@@ -639,7 +644,7 @@ static void notice_one(void *arg, struct sender_room *r)
 			 "process: its decodes are told");
 		sender_room_fail(s, r, KVW_R_TRANSFER, NULL);
 	} else if (st == KVW_SUCCESS) {
-		tell_rest(s, r);
+		tell_rest(s, r, 0);
 	}
 }
 
