@@ -145,6 +145,31 @@ live_rooms() {
 	[ "$(count d0 ab 1,2,3,4)" -eq 0 ]
 }
 
+@test "a worker killed between its room's Success and its STATUS: the decode hears Success from kv-sender, not at its deadline" {
+	# The worker stops itself after it moved the room to Success and
+	# before it tells the decode; the test kills it there.
+	export KVW_TEST_STATUS_DELAY_US=stop KVW_WORKER_STALL=600
+	up --waiting-timeout 600
+	unset KVW_TEST_STATUS_DELAY_US KVW_WORKER_STALL
+	W=$(worker_of p0)
+	STOPPED=$W
+	fill p0 cd
+	ctl recv-begin "$(ep d0 engine)" 31 "$(ep bootstrap listen)" 0 5,6
+	wait_for 10 is d0 31 state WaitingForInput
+	ctl send-begin "$(ep p0 engine)" 31 2 0
+	ctl send-chunk "$(ep p0 engine)" 31 --last 7,8
+	wait_for 30 stopped "$W"
+	is p0 31 state Success
+	is d0 31 state WaitingForInput # nobody told it yet
+	kill -9 "$W"
+	STOPPED=
+	# Long before the decode's 600 s deadline: kv-sender saw its worker
+	# die with the room's job unanswered and told every destination.
+	wait_for 60 is d0 31 state Success
+	logged p0 "its worker died, every destination told"
+	[ "$(count d0 cd 5,6)" -eq $((2 * 4 * ITEM)) ]
+}
+
 @test "ABORT while a job copies: its batch in flight lands before the room is releasable, the rest is dropped, nothing lands after" {
 	# The worker stops itself between each batch's re-check and its
 	# write, for as long as the test needs; no stall verdict meanwhile.

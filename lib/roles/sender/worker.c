@@ -100,6 +100,7 @@ struct worker {
 	uint32_t pipe_head, pipe_n, pipe_depth;
 	uint64_t pipe_batches, pipe_bytes;
 	uint64_t delay_us; /* TEST ONLY: KVW_TEST_COPY_DELAY_US */
+	uint64_t status_delay_us; /* TEST ONLY: KVW_TEST_STATUS_DELAY_US */
 	uint64_t counts_seen[3]; /* redials, resent, integrity counted */
 };
 
@@ -259,6 +260,11 @@ static int finish_room(struct worker *w, const struct frame_msg *m,
 	if (rtab_transition_if(w->t, ref, RTAB_M(KVW_TRANSFERRING), KVW_SUCCESS,
 			       0, NULL) != 0)
 		return KVW_ESTALE;
+	if (w->status_delay_us) { /* TEST ONLY: a death lands here */
+		LOG_ROOM(LOG_DEBUG, m->hdr.room, "test delay between its "
+			 "Success and its STATUS");
+		proc_test_sleep_us(w->status_delay_us);
+	}
 	snprintf(why, sizeof why, "no reply endpoint");
 	sock = m->u.job.reply[0] ? dealers_get(w->replies, m->u.job.reply, why,
 						sizeof why)
@@ -582,6 +588,7 @@ int worker_run(const struct worker_cfg *cfg, char *err, size_t errlen)
 	w->id = cfg->id;
 	w->epoch = proc_epoch();
 	w->delay_us = proc_test_delay_us("KVW_TEST_COPY_DELAY_US");
+	w->status_delay_us = proc_test_delay_us("KVW_TEST_STATUS_DELAY_US");
 	rc = worker_open(w, cfg, err, errlen);
 	if (rc < 0)
 		goto out;

@@ -29,7 +29,10 @@ struct worker_cfg {
 
 /* TEST ONLY: the environment variable KVW_TEST_COPY_DELAY_US=N (read by
  * each worker at start) makes every batch wait N microseconds between its
- * room re-check and its write, so tests can abort copies in flight. */
+ * room re-check and its write, so tests can abort copies in flight;
+ * KVW_TEST_STATUS_DELAY_US=N, a room's final job between its Success in
+ * the table and its STATUS to the decode, so tests can kill it there
+ * (either may be "stop": lib/base/proc.h). */
 
 /* Runs the worker until SIGTERM (proc_stopping) or the channel ends.
  * Returns 0 on a clean stop; KVW_ENOENT / KVW_EVERSION / KVW_ESYS /
