@@ -372,6 +372,12 @@ void bench_finish(struct run *r, struct room *x, struct bench_result *res)
 		res->success++;
 		r->pairs_ok[(x->pi - r->in) * r->ninst + (x->di - r->in)]++;
 		res->bytes += x->di->room_bytes;
+		if (res->nlat < r->c->lat_cap && r->c->hop_ns &&
+		    bench_hops_take(x->di->d[0].tab, x->pi->p[0].tab, x->id,
+				    x->t_begin, x->t_done,
+				    &r->c->hop_ns[(size_t)res->nhops *
+						  BENCH_NHOPS]) == 0)
+			res->nhops++;
 		if (res->nlat < r->c->lat_cap)
 			r->c->lat_ns[res->nlat++] = x->t_done - x->t_begin;
 		break;

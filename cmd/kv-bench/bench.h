@@ -126,6 +126,9 @@ struct bench_config {
 				   * bench seeing every decode rank Success, per
 				   * successful room, in finishing order */
 	uint32_t lat_cap;
+	uint64_t *hop_ns;         /* optional (caller's, lat_cap rows of
+				   * BENCH_NHOPS): where each of those rooms'
+				   * time went (bench_hops.h); needs lat_ns */
 	int role;                 /* 0, BENCH_ROLE_PREFILL or _DECODE */
 	const char *peer;         /* --role: tcp://HOST:PORT the prefill side
 				   * binds and the decode side dials */
@@ -153,6 +156,7 @@ struct bench_result {
 	uint64_t bytes;    /* payload bytes landed in decode pools */
 	double seconds;
 	uint32_t nlat;     /* entries written to cfg->lat_ns */
+	uint32_t nhops;    /* rows written to cfg->hop_ns */
 };
 
 /* Called about every 100 ms with the counts so far; a non-zero return

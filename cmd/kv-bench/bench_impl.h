@@ -11,8 +11,10 @@
 #include <stdint.h>
 
 #include "bench.h"
+#include "bench_hops.h"
 #include "api.h"
 #include "plan/runinfo.h"
+#include "table/rtab.h"
 
 #define MAX_RANKS 64u
 #define MAX_BUFS 4096u
@@ -21,6 +23,7 @@
 struct eng {
 	const struct runinfo_member *m;
 	struct kvw_engine *e;
+	struct rtab *tab;  /* its control's table, read-only (--hops) */
 	struct kvw_buf *bufs;
 	struct bench_geom g;
 	uint64_t down_since; /* its control process was last seen missing

@@ -30,6 +30,8 @@ static int open_side(struct run *r, struct eng *x, const struct shape *s,
 	bench_geom_init(&x->g, s, &m->topo, &m->rank, x->bufs, n);
 	rc = kvw_engine_open(m->engine, m->table, m->pool, &x->e, r->err,
 			     r->errlen);
+	if (rc == 0 && r->c->hop_ns)
+		rc = rtab_open(m->table, 0, &x->tab, r->err, r->errlen);
 	if (rc < 0)
 		return rc;
 	if (kvw_pool_size(x->e) < need) {
@@ -200,6 +202,7 @@ void bench_teardown(struct run *r)
 						   : &in->d[k - in->np];
 
 			kvw_engine_close(&x->e); /* withdraws the GPU pool */
+			rtab_close(&x->tab);
 			bgpu_close(&x->g.gpu);
 			free(x->bufs);
 		}

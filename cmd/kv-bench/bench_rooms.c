@@ -45,6 +45,7 @@ int bench_rooms_run(const struct runinfo *ri, const struct bench_rooms_cfg *c,
 	lat.lat_cap = c->lat_rooms;
 	lat.lat_ns = c->lat_ns_out ? c->lat_ns_out
 				   : calloc(c->lat_rooms, sizeof *lat.lat_ns);
+	lat.hop_ns = c->hop_ns_out;
 	us = calloc(c->lat_rooms, sizeof *us);
 	if (!lat.lat_ns || !us) {
 		kvw_seterr(err, errlen, "out of memory");

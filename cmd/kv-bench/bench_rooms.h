@@ -30,6 +30,9 @@ struct bench_rooms_cfg {
 	uint64_t *lat_ns_out;      /* optional (caller's, lat_rooms entries):
 				    * the latency run's samples are left here
 				    * (res->lat.nlat of them) */
+	uint64_t *hop_ns_out;      /* optional (caller's, lat_rooms rows of
+				    * BENCH_NHOPS): the latency run's rooms'
+				    * hops (res->lat.nhops rows) */
 };
 
 struct bench_rooms_result {

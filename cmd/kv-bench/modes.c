@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bench_cost.h"
+#include "bench_hops.h"
 #include "bench_limit.h"
 #include "bench_rooms.h"
 #include "bench_stream.h"
@@ -75,6 +76,11 @@ static int opts_into(int n, char **argv, char **out, int *argc,
 		}
 		if (strcmp(a, "--record") == 0) {
 			o->record = 1;
+			continue;
+		}
+		if (strcmp(a, "--hops") == 0 && o->mode != KVB_COPY &&
+		    o->mode != KVB_TCP) {
+			o->hops = 1;
 			continue;
 		}
 		if (strcmp(a, "--no-reference") == 0) {
@@ -144,6 +150,9 @@ static int opts_into(int n, char **argv, char **out, int *argc,
 	if (o->cost && o->json)
 		return cli_fatal(PROG, KVW_EXIT_USAGE,
 				 "--metrics-cost prints a line: not with --json");
+	if (o->hops && o->json)
+		return cli_fatal(PROG, KVW_EXIT_USAGE,
+				 "--hops prints lines: not with --json");
 	if (o->mode == KVB_ROOMS && spawn) {
 		/* The tiny shape goes first so the caller's flags win. */
 		memmove(out + 1 + NTINY, out + 1, (size_t)(*argc - 1) * sizeof *out);
@@ -224,6 +233,12 @@ void kvb_usage(FILE *f)
 		"  --plot FILE.png  (demo, rooms) draw the room latency "
 		"histogram and\n"
 		"         rooms/s and GiB/s over time with gnuplot\n"
+		"  --hops  (demo, rooms) where the rooms' time went, hop by "
+		"hop (RECV_BEGIN,\n"
+		"         kv-receiver, XFER_INFO, dispatch, worker, STATUS, "
+		"seen): p50/p99 us\n"
+		"         from the tables' moments (rooms: of the latency "
+		"run); not with --json\n"
 		"  --json  one JSON document instead of the table (any mode)\n"
 		"  --record  (any mode) append each figure's ratio, with the "
 		"commit, to\n"
@@ -361,12 +376,15 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	if (!o->no_reference)
 		demo_limits_take(&l, 0, o->stream_limit);
 
-	if (o->plot) {
+	if (o->plot || o->hops) {
 		c.lat_cap = cfg->rooms;
 		c.lat_ns = calloc(cfg->rooms, sizeof *c.lat_ns);
-		p->record = c.lat_ns != NULL;
+		p->record = o->plot && c.lat_ns != NULL;
 		p->record_total = cfg->rooms;
 	}
+	if (o->hops && c.lat_ns)
+		c.hop_ns = calloc((size_t)cfg->rooms * BENCH_NHOPS,
+				  sizeof *c.hop_ns);
 	rc = bench_run(ri, &c, progress, arg, &res, err, sizeof err);
 	if (!o->no_reference)
 		demo_limits_take(&l, 1, o->stream_limit);
@@ -377,8 +395,8 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	gibs = (double)res.bytes / GIB / secs;
 	if (p->tty)
 		fputc('\n', stderr);
-	drc = rc < 0 ? KVW_EXIT_OK
-		     : draw(o, p, &res, c.lat_ns, res.nlat, "kv-bench demo");
+	drc = rc < 0 || !o->plot ? KVW_EXIT_OK
+		 : draw(o, p, &res, c.lat_ns, res.nlat, "kv-bench demo");
 	free(c.lat_ns);
 	if (drc != KVW_EXIT_OK)
 		return drc;
@@ -447,7 +465,11 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 				       l.stream[0], l.stream[1]);
 		}
 		printf("%-34s %12.1f\n", "demo rooms/s", res.rooms / secs);
+		if (c.hop_ns)
+			bench_hops_print(stdout, c.hop_ns, res.nhops,
+					 res.nlat, 0);
 	}
+	free(c.hop_ns);
 	fflush(stdout);
 	if (rc < 0) {
 		return cli_fatal(PROG, cli_exit_code(rc), "%s", err);
@@ -550,6 +572,9 @@ static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
 		p->record = rc_cfg.lat_ns_out != NULL;
 		p->record_total = cfg->rooms;
 	}
+	if (o->hops)
+		rc_cfg.hop_ns_out = calloc((size_t)o->lat_rooms * BENCH_NHOPS,
+					   sizeof (uint64_t));
 	rc = bench_rooms_run(ri, &rc_cfg, progress, arg, &res, err,
 			     sizeof err);
 	if (p->tty)
@@ -574,7 +599,11 @@ static int run_rooms(const struct kvb_opts *o, const struct runinfo *ri,
 		       (unsigned long long)(res.rate.success
 			       ? res.rate.bytes / res.rate.success : 0));
 		rooms_human(&res, cfg->concurrency);
+		if (rc_cfg.hop_ns_out)
+			bench_hops_print(stdout, rc_cfg.hop_ns_out,
+					 res.lat.nhops, res.lat.nlat, 0);
 	}
+	free(rc_cfg.hop_ns_out);
 	if (o->rooms_per_s)
 		*o->rooms_per_s = res.rooms_per_s;
 	fflush(stdout);

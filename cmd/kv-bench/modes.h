@@ -40,6 +40,8 @@ struct kvb_opts {
 	double *rooms_per_s; /* rooms: where the rate run's rooms/s goes */
 	int record;         /* --record: each figure's ratio appended to the
 			     * history file (history.h) */
+	int hops;           /* demo, rooms: --hops, where the rooms' time
+			     * went, hop by hop (bench_hops.h) */
 	int stream_limit;   /* demo: the group moves its bytes over tcp
 			     * (--transport tcp): a raw loopback stream of
 			     * the same bytes is its limit too */

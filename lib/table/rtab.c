@@ -197,6 +197,25 @@ int rtab_snap(const struct rtab *t, uint32_t s, uint32_t want_gen,
 	return 0;
 }
 
+int rtab_times(const struct rtab *t, struct rtab_ref ref,
+	       uint64_t enter_ns[KVW_NSTATES])
+{
+	const struct rtab_entry *e;
+	uint64_t w1, w2;
+
+	if (ref.slot >= t->cap)
+		return KVW_ESTALE;
+	e = &t->ent[ref.slot];
+	w1 = sw_load(e);
+	if (sw_kind(w1) != RTAB_K_LIVE || sw_gen(w1) != ref.gen)
+		return KVW_ESTALE;
+	for (unsigned s = 0; s < KVW_NSTATES; s++)
+		enter_ns[s] = FLD_LOAD(&e->t_enter_ns[s]);
+	atomic_thread_fence(memory_order_acquire);
+	w2 = sw_load_relaxed(e);
+	return sw_ident(w1) == sw_ident(w2) ? 0 : KVW_ESTALE;
+}
+
 int rtab_get(const struct rtab *t, struct rtab_ref ref, struct rtab_view *v)
 {
 	if (ref.gen == 0)

@@ -331,6 +331,13 @@ int rtab_lookup(const struct rtab *t, uint64_t room, struct rtab_ref *out);
 /* Anyone: a snapshot of the incarnation: 0, or KVW_ESTALE. */
 int rtab_get(const struct rtab *t, struct rtab_ref ref, struct rtab_view *v);
 
+/* Anyone: when the incarnation entered each state (CLOCK_MONOTONIC ns, 0
+ * where it did not or the table does not measure: rtab_metrics.h), into
+ * enter_ns[0..KVW_NSTATES): 0, or KVW_ESTALE. Where a room's time went
+ * (kv-bench --hops): one host's processes share the clock. */
+int rtab_times(const struct rtab *t, struct rtab_ref ref,
+	       uint64_t enter_ns[KVW_NSTATES]);
+
 /* Anyone: the state (enum kvw_state, >= 0) of the incarnation, or
  * KVW_ESTALE. One atomic load: what an engine polls. */
 int rtab_state(const struct rtab *t, struct rtab_ref ref);

@@ -48,13 +48,22 @@ for k in ("xport_gib_per_s", "memcpy_before", "memcpy_after", "ratio"):
 @test "kv-bench rooms: rate and latency beside the ping-pong" {
 	kv_up --workers 2 "${TINY[@]}"
 	run timeout 120 kv-bench rooms --run-dir "$RUN" --rooms 60 \
-		--concurrency 8 --latency-rooms 10 --rtt 50 --warmup 20
+		--concurrency 8 --latency-rooms 10 --rtt 50 --warmup 20 --hops
 	[ "$status" -eq 0 ]
 	[[ $output == *"machine: cores="* ]]
 	[[ $output == *"rooms/s (concurrency 8)"* ]]
 	[[ $output == *"room latency p50 us"*"room latency p99 us"*"room latency max us"* ]]
 	[[ $output == *"ping-pong: before "*"after "* ]]
 	[[ $output == *"rate run: rooms=60 success=60 "*"latency run: rooms=10 success=10 "*"warm-up: rooms=20 success=20"* ]]
+	# --hops: the latency run's rooms split into the critical path's
+	# hops, in order, and their total.
+	[[ $output == *"hops (p50 / p99 us over "*" of 10 rooms"* ]]
+	for h in recv-begin receiver xfer-info dispatch worker status seen total; do
+		grep -Eq "^  $h +[0-9.]+ +[0-9.]+$" <<<"$output"
+	done
+	run kv-bench rooms --run-dir "$RUN" --hops --json
+	[ "$status" -eq 100 ]
+	[[ $output == *"--hops prints lines: not with --json"* ]]
 }
 
 @test "kv-bench rooms --json and demo over the same group; demo --no-reference leaves the limit out" {

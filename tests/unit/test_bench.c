@@ -21,8 +21,11 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kv-bench/bench.h"
+#include "kv-bench/bench_hops.h"
+#include "base/proc.h"
 #include "plan/layout.h"
 #include "plan/plan.h"
 #include "plan/shape.h"
@@ -325,6 +328,53 @@ static void kv_layouts_exchange_across_tp(void **state)
 	}
 }
 
+/* --hops from two real tables: a room's moments on each side, kv-bench's
+ * own around them; the hops add up to its latency, and a moment not
+ * written (a room that never went Transferring) is no sample. */
+static void hops_split_a_room_from_both_tables(void **state)
+{
+	struct rtab *t[2] = { NULL, NULL };
+	struct rtab_ref ref[2];
+	uint64_t hops[BENCH_NHOPS], sum = 0, t0, t1;
+	char path[2][64];
+	int existed;
+
+	(void)state;
+	for (int k = 0; k < 2; k++) {
+		snprintf(path[k], sizeof path[k], "/dev/shm/kvwire.thops%d-%d.rooms",
+			 k, (int)getpid());
+		unlink(path[k]);
+		assert_int_equal(rtab_create(path[k], 16, 2, 1 + k, &t[k],
+					     &existed, err, sizeof err), 0);
+	}
+	t0 = proc_now_ns();
+	/* decode: RECV_BEGIN taken, XFER_INFO out; prefill: Waiting,
+	 * Transferring, Success; decode: Success; the bench sees it. */
+	assert_int_equal(rtab_insert(t[0], 9, 0, 0, &ref[0]), 0);
+	assert_int_equal(rtab_transition(t[0], ref[0], KVW_WAITING, 0), 0);
+	assert_int_equal(rtab_insert(t[1], 9, 0, 0, &ref[1]), 0);
+	assert_int_equal(rtab_transition(t[1], ref[1], KVW_WAITING, 0), 0);
+	assert_int_equal(bench_hops_take(t[0], t[1], 9, t0, proc_now_ns(),
+					 hops), -1); /* not Transferring yet */
+	assert_int_equal(rtab_transition(t[1], ref[1], KVW_TRANSFERRING, 0),
+			 0);
+	assert_int_equal(rtab_transition(t[1], ref[1], KVW_SUCCESS, 0), 0);
+	assert_int_equal(rtab_transition(t[0], ref[0], KVW_TRANSFERRING, 0),
+			 0);
+	assert_int_equal(rtab_transition(t[0], ref[0], KVW_SUCCESS, 0), 0);
+	t1 = proc_now_ns();
+	assert_int_equal(bench_hops_take(t[0], t[1], 9, t0, t1, hops), 0);
+	for (unsigned h = 0; h < BENCH_NHOPS; h++)
+		sum += hops[h];
+	assert_true(sum == t1 - t0);
+	assert_int_equal(bench_hops_take(t[0], t[1], 10, t0, t1, hops), -1);
+	assert_string_equal(bench_hop_name(HOP_STATUS), "status");
+	for (int k = 0; k < 2; k++) {
+		rtab_close(&t[k]);
+		unlink(path[k]);
+	}
+}
+
 static void replicated_heads_and_pp_stages_verify(void **state)
 {
 	uint32_t sp[2] = { 0, 1 }, dp[2] = { 2, 3 };
@@ -407,6 +457,7 @@ int main(void)
 		cmocka_unit_test(pattern_survives_tp_slicing_both_ways),
 		cmocka_unit_test(replicated_heads_and_pp_stages_verify),
 		cmocka_unit_test(kv_layouts_exchange_across_tp),
+		cmocka_unit_test(hops_split_a_room_from_both_tables),
 		cmocka_unit_test(
 			allocator_takes_low_first_refuses_overdraw_and_takes_back),
 	};
