@@ -359,6 +359,13 @@ struct sender_room *sender_room_open(struct sender *s, uint64_t id);
 void sender_dispatch(struct sender *s, struct sender_room *r);
 /* Fails the room (if not terminal yet) and sends STATUS(Failed) with the
  * table's reason to every real destination, once. Drops queued chunks. */
+/* The worker of r's final job died before its JOB_DONE came, so maybe
+ * before its STATUS(Success) left it (a killed process loses what its
+ * sockets still held): if r is Success, that job's destination hears it
+ * again from the control. A second Success from one rank is counted once
+ * (its token names the incarnation); without it that decode would wait
+ * for its deadline. The other destinations are told as always. */
+void sender_room_retell(struct sender *s, struct sender_room *r);
 void sender_room_fail(struct sender *s, struct sender_room *r,
 		      unsigned reason, const char *why);
 /* Sends pending ABORT acks (one ABORT_ACK carrying its token per target)

@@ -246,6 +246,8 @@ static void worker_died(struct sender *s, uint32_t k, int status)
 			r = NULL;
 		if (r) {
 			r->inflight = 0;
+			if (rec.last && rec.dst + 1 == r->told) /* its final */
+				sender_room_retell(s, r);
 			sender_room_fail(s, r, KVW_R_WORKER_DIED, "worker died");
 		}
 		/* Every job of a room goes to one worker: whatever is still

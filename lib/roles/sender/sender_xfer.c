@@ -90,20 +90,34 @@ static void send_status(struct sender *s, struct sender_room *r,
  * told that job's destination): STATUS(Success) to the other real
  * destinations, once. Every job of a room runs on one worker in order, so
  * that final job's success means every destination's bytes are in.
- * told_too: that worker died, maybe between its Success and its STATUS,
- * so its destination hears it from here as well (a second Success from
- * one rank is counted once; without it, that decode would wait for its
- * deadline). Returns 1 when the room is so finished, else 0. */
-static int tell_rest(struct sender *s, struct sender_room *r, int told_too)
+ * Returns 1 when the room is so finished, else 0. */
+static int tell_rest(struct sender *s, struct sender_room *r)
 {
 	if (r->final_sent || !r->told || rtab_state(s->t, r->ref) != KVW_SUCCESS)
 		return 0;
 	r->final_sent = 1;
-	LOG_ROOM(LOG_DEBUG, r->id, "success (%u pages, %u destinations)%s",
-		 r->cursor, sender_room_nreal(r),
-		 told_too ? ": its worker died, every destination told" : "");
-	send_status(s, r, KVW_SUCCESS, KVW_R_NONE, "", told_too ? 0 : r->told);
+	LOG_ROOM(LOG_DEBUG, r->id, "success (%u pages, %u destinations)",
+		 r->cursor, sender_room_nreal(r));
+	send_status(s, r, KVW_SUCCESS, KVW_R_NONE, "", r->told);
 	return 1;
+}
+
+void sender_room_retell(struct sender *s, struct sender_room *r)
+{
+	struct frame_msg m;
+	const struct sender_dst *d;
+
+	if (!r->told || r->told > r->ndst ||
+	    rtab_state(s->t, r->ref) != KVW_SUCCESS)
+		return;
+	d = &r->dst[r->told - 1];
+	frame_msg_init(&m, FRAME_STATUS, s->rank, r->id, s->epoch);
+	m.u.status.state = KVW_SUCCESS;
+	m.u.status.reason = KVW_R_NONE;
+	m.u.status.token = d->token;
+	sender_peer_send(s, d->peer, &m);
+	LOG_ROOM(LOG_DEBUG, r->id, "its worker died before its JOB_DONE: "
+		 "the final job's destination told again");
 }
 
 void sender_room_fail(struct sender *s, struct sender_room *r,
@@ -127,7 +141,7 @@ void sender_room_fail(struct sender *s, struct sender_room *r,
 		 * order before it), so the other destinations hear Success,
 		 * and that job's own if the worker died since. */
 		if (got && v.state == KVW_SUCCESS)
-			tell_rest(s, r, reason == KVW_R_WORKER_DIED);
+			tell_rest(s, r);
 		return;
 	}
 	r->final_sent = 1;
@@ -142,7 +156,7 @@ static void room_finish(struct sender *s, struct sender_room *r)
 		return;
 	if (sender_room_nreal(r) && !sender_room_all_done(r))
 		return;
-	if (tell_rest(s, r, 0))
+	if (tell_rest(s, r))
 		return; /* the final job's worker ended the room */
 	if (rtab_state(s->t, r->ref) == KVW_WAITING)
 		rtab_transition_if(s->t, r->ref, RTAB_M(KVW_WAITING),
@@ -509,7 +523,7 @@ static void on_clear(struct sender *s, const struct frame_msg *m)
 	 * another process failed (a worker, kv-heartbeat) and nobody reported
 	 * yet is reported now, with the table's reason: CLEAR is the last
 	 * chance this control has to tell its decodes. */
-	tell_rest(s, r, 0);
+	tell_rest(s, r);
 	if (!r->final_sent)
 		sender_room_fail(s, r, KVW_R_CLEARED, "engine cleared the room");
 	rtab_clear(s->t, r->ref, KVW_R_CLEARED);
@@ -644,7 +658,7 @@ static void notice_one(void *arg, struct sender_room *r)
 			 "process: its decodes are told");
 		sender_room_fail(s, r, KVW_R_TRANSFER, NULL);
 	} else if (st == KVW_SUCCESS) {
-		tell_rest(s, r, 0);
+		tell_rest(s, r);
 	}
 }
 
