@@ -138,8 +138,9 @@ void sender_room_fail(struct sender *s, struct sender_room *r,
 	} else if (rc != 0) {
 		/* Not ours to report (stale), or Success: a worker finished
 		 * the room's final job (every job of the room was done in
-		 * order before it), so the other destinations hear Success,
-		 * and that job's own if the worker died since. */
+		 * order before it), so the other destinations hear Success
+		 * (that job's own, if its worker died, heard it again from
+		 * sender_room_retell). */
 		if (got && v.state == KVW_SUCCESS)
 			tell_rest(s, r);
 		return;
