@@ -42,7 +42,7 @@
 #define RTAB_MAGIC 0x3142415457564b00ULL /* "\0KVWTAB1" little-endian */
 #define RTAB_VERSION 3u
 #define RTAB_HDR_SIZE 1024u  /* 128 bytes of header, then the metrics */
-#define RTAB_ENTRY_SIZE 192u
+#define RTAB_ENTRY_SIZE 128u
 #define RTAB_PEER_SIZE 128u
 #define RTAB_ENDPOINT_MAX 96u         /* bytes incl. the NUL */
 #define RTAB_MAX_CAPACITY (1u << 22)  /* room slots */
@@ -116,17 +116,17 @@ struct rtab_entry {
 	_Atomic uint64_t t_created_ns; /* CLOCK_MONOTONIC */
 	_Atomic uint64_t deadline_ns;  /* CLOCK_MONOTONIC; 0 = none */
 	/* Metrics (second cache line): CLOCK_MONOTONIC when the incarnation
-	 * entered each state (0 = not yet), when it was armed for abort and
-	 * when it became releasable. Written by rtab_metric_*. */
+	 * entered each state (0 = not yet) and when it was armed for abort.
+	 * Written by rtab_metric_*. */
 	_Atomic uint64_t t_enter_ns[KVW_NSTATES];
 	_Atomic uint64_t t_armed_ns;
-	_Atomic uint64_t t_releasable_ns;
-	/* What the room's two sides tell each other beyond pages (third
-	 * cache line): the tokens the decode holds already from its prefix
-	 * cache (decode: from its RECV_BEGIN; prefill: from the XFER_INFO,
-	 * for the engine to skip them), and room to grow. */
+	/* The tokens the decode holds already from its prefix cache
+	 * (decode: from its RECV_BEGIN; prefill: from the XFER_INFO, for the
+	 * engine to skip them). In the slot's last 8 bytes, where a
+	 * write-only releasable time was: a third cache line per slot cost
+	 * tiny rooms a fifth of their rate (bench/README.md). */
 	_Atomic uint32_t prefix_tokens;
-	uint32_t reserved[15];
+	uint32_t reserved;
 };
 
 /* Peer slot; id = index + 1, 0 while unused. A slot the owner retired

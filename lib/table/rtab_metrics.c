@@ -63,7 +63,6 @@ void rtab_metric_insert(struct rtab *t, struct rtab_entry *e, uint64_t now_ns)
 	for (unsigned s = 0; s < KVW_NSTATES; s++)
 		FLD_STORE(&e->t_enter_ns[s], 0);
 	FLD_STORE(&e->t_armed_ns, 0);
-	FLD_STORE(&e->t_releasable_ns, 0);
 	if (!measuring(t))
 		return;
 	FLD_STORE(&e->t_enter_ns[KVW_BOOTSTRAPPING], now_ns);
@@ -102,11 +101,9 @@ void rtab_metric_flags(struct rtab *t, struct rtab_entry *e, uint32_t old,
 	now = rtab_now_ns();
 	if (bits & ~old & RTAB_F_ARMED)
 		FLD_STORE(&e->t_armed_ns, now);
-	if (bits & ~old & RTAB_F_RELEASABLE) {
-		FLD_STORE(&e->t_releasable_ns, now);
+	if (bits & ~old & RTAB_F_RELEASABLE)
 		observe_since(t, RTAB_H_ABORT_DRAIN, FLD_LOAD(&e->t_armed_ns),
 			      now);
-	}
 }
 
 void rtab_metric_bytes(struct rtab *t, uint64_t n)
