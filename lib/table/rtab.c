@@ -361,53 +361,56 @@ int rtab_bytes_add(struct rtab *t, struct rtab_ref ref, uint64_t n)
 	return 0;
 }
 
+/* The live entry of ref for an owner's field update: 0 with *e, or
+ * KVW_EINVAL (a read-only mapping) or KVW_ESTALE. */
+static int entry_to_write(struct rtab *t, struct rtab_ref ref,
+			  struct rtab_entry **e)
+{
+	if (!t->writable)
+		return KVW_EINVAL;
+	*e = ref_entry(t, ref);
+	return *e ? 0 : KVW_ESTALE;
+}
+
 int rtab_set_expected(struct rtab *t, struct rtab_ref ref, uint32_t pages)
 {
 	struct rtab_entry *e;
+	int rc = entry_to_write(t, ref, &e);
 
-	if (!t->writable)
-		return KVW_EINVAL;
-	if ((e = ref_entry(t, ref)) == NULL)
-		return KVW_ESTALE;
-	FLD_STORE(&e->pages_expected, pages);
-	return 0;
+	if (rc == 0)
+		FLD_STORE(&e->pages_expected, pages);
+	return rc;
 }
 
 int rtab_set_prefix(struct rtab *t, struct rtab_ref ref, uint32_t tokens)
 {
 	struct rtab_entry *e;
+	int rc = entry_to_write(t, ref, &e);
 
-	if (!t->writable)
-		return KVW_EINVAL;
-	if ((e = ref_entry(t, ref)) == NULL)
-		return KVW_ESTALE;
-	FLD_STORE(&e->prefix_tokens, tokens);
-	return 0;
+	if (rc == 0)
+		FLD_STORE(&e->prefix_tokens, tokens);
+	return rc;
 }
 
 int rtab_set_deadline(struct rtab *t, struct rtab_ref ref,
 		      uint64_t deadline_ns)
 {
 	struct rtab_entry *e;
+	int rc = entry_to_write(t, ref, &e);
 
-	if (!t->writable)
-		return KVW_EINVAL;
-	if ((e = ref_entry(t, ref)) == NULL)
-		return KVW_ESTALE;
-	FLD_STORE(&e->deadline_ns, deadline_ns);
-	return 0;
+	if (rc == 0)
+		FLD_STORE(&e->deadline_ns, deadline_ns);
+	return rc;
 }
 
 int rtab_set_peer(struct rtab *t, struct rtab_ref ref, uint32_t peer)
 {
 	struct rtab_entry *e;
+	int rc = entry_to_write(t, ref, &e);
 
-	if (!t->writable)
-		return KVW_EINVAL;
-	if ((e = ref_entry(t, ref)) == NULL)
-		return KVW_ESTALE;
-	FLD_STORE(&e->peer, peer);
-	return 0;
+	if (rc == 0)
+		FLD_STORE(&e->peer, peer);
+	return rc;
 }
 
 int rtab_flags_or(struct rtab *t, struct rtab_ref ref, uint32_t bits)

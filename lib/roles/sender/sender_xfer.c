@@ -66,24 +66,30 @@ struct sender_room *sender_room_open(struct sender *s, uint64_t id)
 	return r;
 }
 
+/* STATUS(state, reason, text) to destination i of r. */
+static void status_to(struct sender *s, const struct sender_room *r,
+		      uint32_t i, unsigned state, unsigned reason,
+		      const char *text)
+{
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_STATUS, s->rank, r->id, s->epoch);
+	m.u.status.state = (uint8_t)state;
+	m.u.status.reason = reason;
+	m.u.status.token = r->dst[i].token;
+	snprintf(m.u.status.text, FRAME_STR_SIZE, "%s", text ? text : "");
+	sender_peer_send(s, r->dst[i].peer, &m);
+}
+
 /* STATUS(state, reason, text) to every real destination but the one
  * whose index is skip - 1 (skip 0: none skipped). */
 static void send_status(struct sender *s, struct sender_room *r,
 			unsigned state, unsigned reason, const char *text,
 			uint32_t skip)
 {
-	struct frame_msg m;
-
-	for (uint32_t i = 0; i < r->ndst; i++) {
-		if (r->dst[i].dummy || i + 1 == skip)
-			continue;
-		frame_msg_init(&m, FRAME_STATUS, s->rank, r->id, s->epoch);
-		m.u.status.state = (uint8_t)state;
-		m.u.status.reason = reason;
-		m.u.status.token = r->dst[i].token;
-		snprintf(m.u.status.text, FRAME_STR_SIZE, "%s", text ? text : "");
-		sender_peer_send(s, r->dst[i].peer, &m);
-	}
+	for (uint32_t i = 0; i < r->ndst; i++)
+		if (!r->dst[i].dummy && i + 1 != skip)
+			status_to(s, r, i, state, reason, text);
 }
 
 /* When the worker of the room's final job has moved it to Success (and
@@ -104,18 +110,10 @@ static int tell_rest(struct sender *s, struct sender_room *r)
 
 void sender_room_retell(struct sender *s, struct sender_room *r)
 {
-	struct frame_msg m;
-	const struct sender_dst *d;
-
 	if (!r->told || r->told > r->ndst ||
 	    rtab_state(s->t, r->ref) != KVW_SUCCESS)
 		return;
-	d = &r->dst[r->told - 1];
-	frame_msg_init(&m, FRAME_STATUS, s->rank, r->id, s->epoch);
-	m.u.status.state = KVW_SUCCESS;
-	m.u.status.reason = KVW_R_NONE;
-	m.u.status.token = d->token;
-	sender_peer_send(s, d->peer, &m);
+	status_to(s, r, r->told - 1, KVW_SUCCESS, KVW_R_NONE, "");
 	LOG_ROOM(LOG_DEBUG, r->id, "its worker died before its JOB_DONE: "
 		 "the final job's destination told again");
 }
