@@ -379,6 +379,30 @@ int kvw_poll(const struct kvw_engine *e, uint64_t room,
 	return KVW_EAGAIN;
 }
 
+/* How often poll_many reads a slot that stays mid-rewrite before it
+ * reports KVW_EAGAIN for that room: a rewrite is a few stores, so a
+ * slot still busy after this many reads belongs to a stopped owner. */
+#define POLL_MANY_TRIES 64
+
+int kvw_poll_many(const struct kvw_engine *e, const uint64_t *rooms,
+		  uint32_t n, struct kvw_room_status *st, int32_t *rcs)
+{
+	int got = 0;
+
+	if (e == NULL || (n > 0 && (rooms == NULL || st == NULL ||
+				    rcs == NULL)))
+		return KVW_EINVAL;
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = KVW_EAGAIN;
+
+		for (int t = 0; t < POLL_MANY_TRIES && rc == KVW_EAGAIN; t++)
+			rc = kvw_poll(e, rooms[i], &st[i]);
+		rcs[i] = rc;
+		got += rc == 0;
+	}
+	return got;
+}
+
 uint64_t kvw_control_epoch(const struct kvw_engine *e)
 {
 	return rtab_owner_epoch(e->tab);

@@ -175,6 +175,17 @@ KVW_API int kvw_clear(struct kvw_engine *e, uint64_t room);
 KVW_API int kvw_poll(const struct kvw_engine *e, uint64_t room,
 	     struct kvw_room_status *st);
 
+/* kvw_poll of rooms[0..n) in one call (an engine polls every live room
+ * each step; one call instead of n is what a binding's per-call cost
+ * saves): rcs[i] gets what kvw_poll returns for rooms[i] and st[i] its
+ * status where rcs[i] is 0 (untouched otherwise). A slot mid-rewrite is
+ * read again a bounded number of times before KVW_EAGAIN is reported for
+ * that room alone. Returns how many rooms were read (rcs[i] == 0), or
+ * KVW_EINVAL (e NULL, or an array NULL with n > 0; nothing written). */
+KVW_API int kvw_poll_many(const struct kvw_engine *e, const uint64_t *rooms,
+			  uint32_t n, struct kvw_room_status *st,
+			  int32_t *rcs);
+
 /* The epoch of the control process that owns the table now; it changes
  * when that process restarts (the restarted one fails every room that was
  * still active). A command accepted under one epoch whose room is still

@@ -103,12 +103,18 @@ def _load():
         "kvw_pool_size": (U64, [P]),
         "kvw_engine_error": (ctypes.c_char_p, [P]),
         "kvw_send_begin": (I, [P, U64, U32, U32]),
-        "kvw_send_chunk": (I, [P, U64, U32P, U32, I]),
-        "kvw_recv_begin": (I, [P, U64, ctypes.c_char_p, U32, U32P, U32,
+        # Page lists go as addresses (c_void_p): a numpy array's
+        # .ctypes.data costs a fifth of .ctypes.data_as(POINTER) (issue 33
+        # item 6: a Python room's calls).
+        "kvw_send_chunk": (I, [P, U64, P, U32, I]),
+        "kvw_recv_begin": (I, [P, U64, ctypes.c_char_p, U32, P, U32,
                                U32, U32]),
         "kvw_abort": (I, [P, U64]),
         "kvw_clear": (I, [P, U64]),
         "kvw_poll": (I, [P, U64, ctypes.POINTER(RoomStatus)]),
+        "kvw_poll_many": (I, [P, ctypes.POINTER(U64), U32,
+                              ctypes.POINTER(RoomStatus),
+                              ctypes.POINTER(ctypes.c_int32)]),
         "kvw_register_gpu_pool": (I, [P, I, ctypes.POINTER(U64),
                                       ctypes.POINTER(U64), U32P, U32,
                                       ctypes.c_char_p, ctypes.c_size_t]),

@@ -230,15 +230,18 @@ class KVManager:
         if gone:
             raise KVWireError("%s on %s" % (what, self.kv_args.member),
                               _lib.ENOENT, gone)
-        deadline = time.monotonic() + self.kv_args.send_timeout
-        nap = 50e-6
+        deadline, nap = None, 50e-6
         while True:
             with self.lock:
                 e = self._handle()
                 rc = fn(e, *args)
                 detail = "" if rc >= 0 else \
                     (lib.kvw_engine_error(e) or b"").decode(errors="replace")
-            if rc != _lib.EAGAIN or time.monotonic() >= deadline:
+            if rc != _lib.EAGAIN:
+                break
+            if deadline is None:  # read the clock only when it matters
+                deadline = time.monotonic() + self.kv_args.send_timeout
+            elif time.monotonic() >= deadline:
                 break
             time.sleep(nap)  # the control drains its queue: poll again
             nap = min(nap * 2, 1e-3)
@@ -294,8 +297,10 @@ class KVManager:
         an incarnation of the id this manager cleared, or one that was over
         when it began the room again, is never returned (kvw_poll)."""
         st = _lib.RoomStatus()
+        ref = _lib.ctypes.byref(st)
+        e = self._handle()
         for _ in range(1000):
-            rc = lib.kvw_poll(self._handle(), room, _lib.ctypes.byref(st))
+            rc = lib.kvw_poll(e, room, ref)
             if rc != _lib.EAGAIN:
                 break
         if rc == _lib.ENOENT:
@@ -303,6 +308,30 @@ class KVManager:
         if rc < 0:
             raise KVWireError("kvw_poll on %s" % self.kv_args.member, rc)
         return st
+
+    def statuses(self, rooms):
+        """status() of every room id in rooms, in one call of the library
+        (kvw_poll_many): a list of RoomStatus or None."""
+        n = len(rooms)
+        c = _lib.ctypes
+        ids = (c.c_uint64 * n)(*rooms)
+        sts = (_lib.RoomStatus * n)()
+        rcs = (c.c_int32 * n)()
+        e = self._handle()
+        for _ in range(16):  # kvw_poll_many reads a busy slot 64 times
+            lib.kvw_poll_many(e, ids, n, sts, rcs)
+            if _lib.EAGAIN not in rcs:
+                break
+        out = []
+        for i, rc in enumerate(rcs):
+            if rc == 0:
+                out.append(sts[i])
+            elif rc == _lib.ENOENT:
+                out.append(None)
+            else:
+                raise KVWireError("kvw_poll on %s" % self.kv_args.member,
+                                  rc)
+        return out
 
     def epoch(self):
         return lib.kvw_control_epoch(self._handle())
@@ -340,28 +369,61 @@ class KVManager:
             self.close()
 
 
+_I32 = np.dtype(np.int32)
+# Up to this many indices, the bound is checked over a list: a numpy
+# reduction costs a microsecond or more of fixed overhead (issue 33 item 6).
+_SMALL = 256
+
+
 def _pages_arg(kv_indices, pages, what):
     """kv_indices as a contiguous uint32 array after the checks SGLang's
     callers rely on: an int32 numpy array, 1-D, every index in the pool."""
     if not isinstance(kv_indices, np.ndarray):
         raise TypeError("%s: kv_indices must be a numpy int32 array, not %s"
                         % (what, type(kv_indices).__name__))
-    if kv_indices.dtype != np.int32:
+    if kv_indices.dtype != _I32:
         raise TypeError("%s: kv_indices must be int32, not %s"
                         % (what, kv_indices.dtype))
     if kv_indices.ndim != 1:
         raise ValueError("%s: kv_indices must be 1-D" % what)
-    if kv_indices.size and (kv_indices.min() < 0 or
-                            kv_indices.max() >= pages):
-        bad = kv_indices[(kv_indices < 0) | (kv_indices >= pages)][0]
-        raise IndexError("%s: page index %d outside the pool's %d pages"
-                         % (what, bad, pages))
-    # Checked non-negative: the same bits are the uint32 the API takes.
-    return np.ascontiguousarray(kv_indices).view(np.uint32)
+    # The uint32 the API takes: a non-negative index keeps its value and a
+    # negative one reads as 2**31 or more, past any pool, so one upper
+    # bound checks both ends.
+    u = np.ascontiguousarray(kv_indices).view(np.uint32)
+    if u.size:
+        top = max(u.tolist()) if u.size <= _SMALL else int(u.max())
+        if top >= pages:
+            bad = kv_indices[(kv_indices < 0) | (kv_indices >= pages)][0]
+            raise IndexError("%s: page index %d outside the pool's %d "
+                             "pages" % (what, bad, pages))
+    return u
 
 
 def _ptr(a):
-    return a.ctypes.data_as(_lib.ctypes.POINTER(_lib.ctypes.c_uint32))
+    """The address of a contiguous array's data, for a c_void_p argument."""
+    return a.ctypes.data
+
+
+_UNREAD = object()  # poll(): the room's row is not read yet
+
+
+def poll_many(rooms):
+    """[r.poll() for r in rooms], with one read of each manager's table for
+    all of its rooms that need one (kvw_poll_many) instead of one call per
+    room: for an engine that polls every live room each step (SGLang's
+    poll_and_all_reduce). rooms: KVSender and KVReceiver objects, of any
+    managers, in any mix."""
+    rooms = list(rooms)
+    ask = {}  # manager -> indices into rooms of those that read the table
+    for i, r in enumerate(rooms):
+        if r._needs_row():
+            ask.setdefault(r.kv_mgr, []).append(i)
+    rows = [_UNREAD] * len(rooms)
+    for mgr, idx in ask.items():
+        for i, st in zip(idx, mgr.statuses([rooms[i].bootstrap_room
+                                            for i in idx])):
+            rows[i] = st
+    return [r.poll(st) for r, st in zip(rooms, rows)]
 
 
 class _Room:
@@ -406,10 +468,12 @@ class _Room:
         self.conclude_state = KVPoll.Failed
         return KVPoll.Failed
 
-    def _read(self):
-        """The room's table row; None when it is not there. A command that
-        a control process took before it restarted died with it: Failed."""
-        st = self.kv_mgr.status(self.bootstrap_room)
+    def _read(self, st=_UNREAD):
+        """The room's table row (st, when the caller read it already);
+        None when it is not there. A command that a control process took
+        before it restarted died with it: Failed."""
+        if st is _UNREAD:
+            st = self.kv_mgr.status(self.bootstrap_room)
         if st is not None and st.state == _lib.CLEARED:
             st = None  # an earlier incarnation of the id: ours is not in yet
         if st is None or st.state not in (_lib.FAILED, _lib.SUCCESS):
@@ -536,18 +600,24 @@ class KVSender(_Room):
                              int(last))
         self.sent = end
 
-    def poll(self):
+    def _needs_row(self):
+        return self.conclude_state is None and not self._cleared
+
+    def poll(self, st=_UNREAD):
+        """SGLang's poll(); st: the room's row when the caller read it
+        already (poll_many)."""
         if self.conclude_state is not None:
             return self.conclude_state
         self._usable("poll")
-        st = self.kv_mgr.status(self.bootstrap_room)
+        if st is _UNREAD:
+            st = self.kv_mgr.status(self.bootstrap_room)
         if st is not None and st.state in (_lib.FAILED, _lib.SUCCESS) and \
                 st.flags & _lib.ROOM_F_SENDING:
             # Ended, but a worker still reads the source pages (an
             # aborted room's job draining): the engine frees them on
             # Success or Failed, so not yet (issue 29).
             return KVPoll.Transferring
-        st = self._read()
+        st = self._read(st)
         if self.conclude_state is not None:
             return self.conclude_state
         if st is None:
@@ -633,14 +703,20 @@ class KVReceiver(_Room):
         self._epoch = self.kv_mgr.epoch()
         self._begun = True
 
-    def poll(self):
+    def _needs_row(self):
+        return self.conclude_state is None and not self._cleared and \
+            self._begun
+
+    def poll(self, st=_UNREAD):
+        """SGLang's poll(); st: the room's row when the caller read it
+        already (poll_many)."""
         if self.conclude_state is not None:
             return self.conclude_state
         self._usable("poll")
         if not self._begun:
             return KVPoll.WaitingForInput if self._inited else \
                 KVPoll.Bootstrapping
-        st = self._read()
+        st = self._read(st)
         if self.conclude_state is not None:
             return self.conclude_state
         if st is None or st.state in (_lib.BOOTSTRAPPING, _lib.WAITING):

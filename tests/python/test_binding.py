@@ -14,7 +14,8 @@ import pytest
 
 from conftest import BIN, SHAPE
 from kvwire import (KVArgs, KVBootstrapServer, KVManager, KVPoll, KVReceiver,
-                    KVSender, KVTransferError, make_layout, read_run_dir)
+                    KVSender, KVTransferError, make_layout, poll_many,
+                    read_run_dir)
 from kvwire._lib import lib
 
 def wait_for(what, cond, timeout=20.0):
@@ -140,6 +141,50 @@ def test_prefill_abort_fails_the_decode(mgrs):
         r.failure_exception()
     with pytest.raises(KVTransferError, match="aborted by the prefill"):
         s.failure_exception()
+
+
+def test_poll_many_is_each_rooms_poll(mgrs):
+    """Issue 33 item 6: poll_many (one table read per manager) answers for
+    every room what its own poll() answers, in every state, over rooms of
+    both managers mixed, and raises as poll() does for a cleared room."""
+    pm, dm = mgrs
+    fresh = KVReceiver(dm, dm.kv_args.bootstrap_addr, room_id())
+    inited = KVReceiver(dm, dm.kv_args.bootstrap_addr, room_id())
+    inited.init(0)
+    s1, r1 = open_room(pm, dm, [1, 2])   # WaitingForInput / Transferring
+    s2, r2 = open_room(pm, dm, [3])
+    s2.send(np.array([4], np.int32))     # the last chunk: to Success
+    s3, r3 = open_room(pm, dm, [5])
+    r3.abort()                           # Failed (aborted)
+    lone = KVSender(pm, pm.kv_args.bootstrap_addr, room_id(), [0], 0)
+    rooms = [fresh, inited, s1, r1, s2, r2, s3, r3, lone, r2]
+    wait_for("room 2 done both sides",
+             lambda: poll_many([s2, r2]) == [KVPoll.Success] * 2)
+    wait_for("room 3 failed both sides",
+             lambda: poll_many([s3, r3]) == [KVPoll.Failed] * 2)
+    many = poll_many(rooms)
+    assert many == [x.poll() for x in rooms]
+    assert many[:2] == [KVPoll.Bootstrapping, KVPoll.WaitingForInput]
+    assert many[4:8] == [KVPoll.Success, KVPoll.Success, KVPoll.Failed,
+                         KVPoll.Failed]
+    assert many[8] == KVPoll.Bootstrapping
+    assert poll_many([]) == []
+    s1.send(np.array([6, 7], np.int32))
+    wait_for("room 1 done", lambda: poll_many([s1, r1]) ==
+             [KVPoll.Success] * 2)
+    for x in (s1, r1, s2, r2, lone, fresh, inited):
+        x.clear()
+    # A room that ended keeps its state after clear(); one cleared before
+    # it ended is spent: poll() raises, and so does poll_many.
+    assert poll_many([s1, r1]) == [s1.poll(), r1.poll()] == \
+        [KVPoll.Success] * 2
+    with pytest.raises(RuntimeError, match="used after clear"):
+        fresh.poll()
+    with pytest.raises(RuntimeError, match="used after clear"):
+        poll_many([s3, fresh])
+    for x in (s3, r3):
+        with pytest.raises(KVTransferError):
+            x.failure_exception()
 
 
 def test_timeout_is_the_failure_text(group_factory):

@@ -174,6 +174,55 @@ static void poll_reads_what_the_owner_wrote(void **state)
 	assert_int_equal(kvw_poll(f->e, 43, &st), KVW_ENOENT);
 }
 
+/* Issue 33: kvw_poll_many answers for each room exactly what kvw_poll
+ * does (a room in the table, an unknown one, one hidden after the
+ * engine's CLEAR and new BEGIN), counts the rooms it read, and refuses
+ * NULL arrays without writing anything. */
+static void poll_many_answers_as_poll_does(void **state)
+{
+	struct fx *f = *state;
+	uint64_t rooms[4] = { 42, 43, 7, 42 };
+	struct kvw_room_status st[4], one;
+	int32_t rcs[4] = { 99, 99, 99, 99 };
+	struct rtab_ref r42, r7;
+	uint32_t pages[1] = { 3 };
+
+	/* Padding included, so the structs compare as bytes. */
+	memset(st, 0, sizeof st);
+	memset(&one, 0, sizeof one);
+	assert_int_equal(rtab_insert(f->t, 42, 0, 0, &r42), 0);
+	assert_int_equal(rtab_set_expected(f->t, r42, 16), 0);
+	assert_int_equal(rtab_transition(f->t, r42, KVW_WAITING, 0), 0);
+	assert_int_equal(rtab_insert(f->t, 7, 0, 0, &r7), 0);
+	assert_int_equal(rtab_transition(f->t, r7, KVW_SUCCESS, 0), 0);
+	/* Room 7 cleared and begun again by this engine: its Success is
+	 * the old incarnation's, hidden. */
+	assert_int_equal(kvw_clear(f->e, 7), 0);
+	assert_int_equal(kvw_recv_begin(f->e, 7, "ipc:///x/boot", 0, pages,
+					1, 0, 0), 0);
+
+	assert_int_equal(kvw_poll_many(f->e, rooms, 4, st, rcs), 2);
+	assert_int_equal(rcs[0], 0);
+	assert_int_equal(st[0].state, KVW_WAITING);
+	assert_int_equal(st[0].pages_expected, 16);
+	assert_int_equal(st[0].generation, r42.gen);
+	assert_int_equal(rcs[1], KVW_ENOENT);
+	assert_int_equal(rcs[2], KVW_ENOENT);
+	assert_int_equal(kvw_poll(f->e, 7, &one), KVW_ENOENT);
+	assert_int_equal(rcs[3], 0);
+	assert_memory_equal(&st[3], &st[0], sizeof st[0]);
+	assert_int_equal(kvw_poll(f->e, 42, &one), 0);
+	assert_memory_equal(&one, &st[0], sizeof one);
+
+	assert_int_equal(kvw_poll_many(f->e, rooms, 0, NULL, NULL), 0);
+	rcs[0] = 99;
+	assert_int_equal(kvw_poll_many(f->e, rooms, 1, st, NULL), KVW_EINVAL);
+	assert_int_equal(kvw_poll_many(f->e, NULL, 1, st, rcs), KVW_EINVAL);
+	assert_int_equal(kvw_poll_many(f->e, rooms, 1, NULL, rcs), KVW_EINVAL);
+	assert_int_equal(kvw_poll_many(NULL, rooms, 1, st, rcs), KVW_EINVAL);
+	assert_int_equal(rcs[0], 99);
+}
+
 /* Issue 29: a prefill engine learns from kvw_poll when no worker reads a
  * room's source pages any more: KVW_ROOM_F_SENDING while the table counts
  * jobs outstanding, failed or not, cleared or not. */
@@ -452,6 +501,8 @@ int main(void)
 			open_refuses_missing_files_and_bad_endpoint, setup,
 			teardown),
 		cmocka_unit_test_setup_teardown(poll_unknown_room_is_enoent,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(poll_many_answers_as_poll_does,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(poll_reads_what_the_owner_wrote,
 						setup, teardown),
