@@ -345,38 +345,72 @@ int kvw_clear(struct kvw_engine *e, uint64_t room)
 _Static_assert(sizeof(struct kvw_room_status) == 40,
 	       "struct kvw_room_status as python/kvwire mirrors it");
 
-int kvw_poll(const struct kvw_engine *e, uint64_t room,
-	     struct kvw_room_status *st)
+/* Reads the room's incarnation that kvw_poll reports into *v and, when
+ * times is not NULL, its state entry times: 0, KVW_ENOENT (not in the
+ * table, or an older incarnation this engine's BEGIN hides), KVW_EAGAIN
+ * (the slot kept changing) or another rtab error. The slot can be reused
+ * between lookup and get (CLEAR + a new incarnation), or between get and
+ * the times: the read that notices (ESTALE) starts over. */
+static int incarnation(const struct kvw_engine *e, uint64_t room,
+		       struct rtab_view *v, uint64_t times[KVW_NSTATES])
 {
 	struct rtab_ref ref;
-	struct rtab_view v;
 	int rc;
 
-	/* The slot can be reused between lookup and get (CLEAR + a new
-	 * incarnation): get then reports ESTALE and the lookup is redone. */
 	for (int tries = 0; tries < 4; tries++) {
 		rc = rtab_lookup(e->tab, room, &ref);
 		if (rc < 0)
 			return rc;
-		rc = rtab_get(e->tab, ref, &v);
+		rc = rtab_get(e->tab, ref, v);
 		if (rc == KVW_ESTALE)
 			continue;
 		if (rc < 0)
 			return rc;
-		if (api_inc_hidden(e->inc, &v))
+		if (api_inc_hidden(e->inc, v))
 			return KVW_ENOENT; /* an older incarnation: ours is
 					    * not in the table yet */
-		st->state = v.state;
-		st->reason = v.reason;
-		st->generation = v.ref.gen;
-		st->pages_expected = v.pages_expected;
-		st->pages_done = v.pages_done;
-		st->prefix_tokens = v.prefix_tokens;
-		st->flags = v.flags | (v.outstanding ? KVW_ROOM_F_SENDING : 0);
-		st->bytes = v.bytes;
-		return 0;
+		if (times == NULL)
+			return 0;
+		rc = rtab_times(e->tab, ref, times);
+		if (rc != KVW_ESTALE)
+			return rc;
 	}
 	return KVW_EAGAIN;
+}
+
+int kvw_poll(const struct kvw_engine *e, uint64_t room,
+	     struct kvw_room_status *st)
+{
+	struct rtab_view v;
+	int rc = incarnation(e, room, &v, NULL);
+
+	if (rc < 0)
+		return rc;
+	st->state = v.state;
+	st->reason = v.reason;
+	st->generation = v.ref.gen;
+	st->pages_expected = v.pages_expected;
+	st->pages_done = v.pages_done;
+	st->prefix_tokens = v.prefix_tokens;
+	st->flags = v.flags | (v.outstanding ? KVW_ROOM_F_SENDING : 0);
+	st->bytes = v.bytes;
+	return 0;
+}
+
+int kvw_room_times(const struct kvw_engine *e, uint64_t room,
+		   uint64_t enter_ns[KVW_NSTATES])
+{
+	struct rtab_view v;
+	uint64_t t[KVW_NSTATES];
+	int rc;
+
+	if (e == NULL || enter_ns == NULL)
+		return KVW_EINVAL;
+	rc = incarnation(e, room, &v, t);
+	if (rc < 0)
+		return rc;
+	memcpy(enter_ns, t, sizeof t); /* *enter_ns unchanged on error */
+	return 0;
 }
 
 /* How often poll_many reads a slot that stays mid-rewrite before it

@@ -186,6 +186,16 @@ KVW_API int kvw_poll_many(const struct kvw_engine *e, const uint64_t *rooms,
 			  uint32_t n, struct kvw_room_status *st,
 			  int32_t *rcs);
 
+/* When the room's incarnation (the one kvw_poll reports) entered each
+ * state, in CLOCK_MONOTONIC ns: enter_ns[s] for s in 0..KVW_NSTATES, 0
+ * for a state it has not entered, and 0 throughout where the table does
+ * not measure (kv-bench switching the measures off). A transfer's latency
+ * on this side is enter_ns[KVW_SUCCESS] - enter_ns[KVW_WAITING] (the
+ * table's own histogram measures the same). Returns 0, KVW_ENOENT or
+ * KVW_EAGAIN as kvw_poll; KVW_EINVAL for NULL. */
+KVW_API int kvw_room_times(const struct kvw_engine *e, uint64_t room,
+			   uint64_t enter_ns[KVW_NSTATES]);
+
 /* The epoch of the control process that owns the table now; it changes
  * when that process restarts (the restarted one fails every room that was
  * still active). A command accepted under one epoch whose room is still

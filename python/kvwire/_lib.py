@@ -42,6 +42,7 @@ R_TIMEOUT = 2
 R_BAD_INDEX = 6
 R_OWNER_RESTART = 9
 
+NSTATES = 6        # KVW_NSTATES: kvw_room_times's entries
 MAX_PAGES = 65536  # KVW_MAX_PAGES: page indices in one chunk
 MAX_STR = 255      # KVW_MAX_STR
 
@@ -118,6 +119,7 @@ def _load():
         "kvw_register_gpu_pool": (I, [P, I, ctypes.POINTER(U64),
                                       ctypes.POINTER(U64), U32P, U32,
                                       ctypes.c_char_p, ctypes.c_size_t]),
+        "kvw_room_times": (I, [P, U64, ctypes.POINTER(U64)]),
         "kvw_control_epoch": (U64, [P]),
         "kvw_control_check": (I, [P]),
         "kvw_strerror": (ctypes.c_char_p, [I]),

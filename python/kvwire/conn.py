@@ -59,6 +59,20 @@ class KVTransferError(Exception):
 
 
 @dataclasses.dataclass
+class KVTransferMetric:
+    """SGLang's KVTransferMetric (base/conn.py), field for field: what
+    get_transfer_metric() reports of a room that succeeded."""
+    # Entering WaitingForInput (the prefill has the decode's pages; the
+    # decode has told it) to entering Success, on this side's table.
+    transfer_latency_s: Optional[float] = None
+    alloc_latency_s: Optional[float] = None  # kvwire does not allocate
+    # Prefill: the bytes its workers moved for the room (every decode
+    # rank); decode: its destination pages' bytes of every KV buffer and
+    # its aux row of every metadata buffer.
+    transfer_total_bytes: Optional[int] = None
+
+
+@dataclasses.dataclass
 class KVArgs:
     """A rank's configuration, SGLang's KVArgs in kvwire terms. Fill it with
     KVArgs.from_run_dir; the pointer lists are set by the manager once the
@@ -297,17 +311,23 @@ class KVManager:
         an incarnation of the id this manager cleared, or one that was over
         when it began the room again, is never returned (kvw_poll)."""
         st = _lib.RoomStatus()
-        ref = _lib.ctypes.byref(st)
+        return st if self._read_row("kvw_poll", lib.kvw_poll, room,
+                                    _lib.ctypes.byref(st)) else None
+
+    def _read_row(self, what, fn, room, out):
+        """fn(engine, room, out) until it is not EAGAIN (a slot mid-rewrite,
+        at most 1000 reads): True when read, False for ENOENT; raises on
+        any other error."""
         e = self._handle()
         for _ in range(1000):
-            rc = lib.kvw_poll(e, room, ref)
+            rc = fn(e, room, out)
             if rc != _lib.EAGAIN:
                 break
         if rc == _lib.ENOENT:
-            return None
+            return False
         if rc < 0:
-            raise KVWireError("kvw_poll on %s" % self.kv_args.member, rc)
-        return st
+            raise KVWireError("%s on %s" % (what, self.kv_args.member), rc)
+        return True
 
     def statuses(self, rooms):
         """status() of every room id in rooms, in one call of the library
@@ -332,6 +352,16 @@ class KVManager:
                 raise KVWireError("kvw_poll on %s" % self.kv_args.member,
                                   rc)
         return out
+
+    def room_times(self, room):
+        """When the room's incarnation (status()'s) entered each state:
+        CLOCK_MONOTONIC seconds by KVPoll value, None for a state it has
+        not entered (or a table that does not measure); None when the
+        room is not there (kvw_room_times)."""
+        t = (_lib.ctypes.c_uint64 * _lib.NSTATES)()
+        if not self._read_row("kvw_room_times", lib.kvw_room_times, room, t):
+            return None
+        return [x / 1e9 if x else None for x in t]
 
     def epoch(self):
         return lib.kvw_control_epoch(self._handle())
@@ -442,6 +472,7 @@ class _Room:
         self.conclude_state = None
         self.failure_reason = None
         self._cleared = False
+        self._metric = None  # KVTransferMetric, once Success is seen
         self._epoch = None  # the control's epoch when it took our command
         old = mgr._live.get(self.bootstrap_room)
         if old is not None and not old._cleared:
@@ -490,7 +521,27 @@ class _Room:
             self._fail(_lib.reason_str(st.reason) if st.reason else None)
         elif st.state == _lib.SUCCESS:
             self.conclude_state = KVPoll.Success
+            self._metric = self._measure(st)
         return st
+
+    def _measure(self, st):
+        """The room's KVTransferMetric, read once as it succeeds (its row
+        is gone after clear())."""
+        t = self.kv_mgr.room_times(self.bootstrap_room)
+        lat = None
+        if t and t[_lib.SUCCESS] and t[_lib.WAITING]:
+            lat = max(0.0, t[_lib.SUCCESS] - t[_lib.WAITING])
+        return KVTransferMetric(transfer_latency_s=lat,
+                                transfer_total_bytes=self._bytes(st))
+
+    def get_transfer_metric(self):
+        """SGLang's: the KVTransferMetric of a room that succeeded (latency
+        and bytes; speed is their quotient), None before Success or for a
+        room that failed."""
+        if self.conclude_state is None and not self._cleared:
+            self.poll()
+        return self._metric if self.conclude_state == KVPoll.Success \
+            else None
 
     def failure_exception(self):
         """SGLang's: latches Failed, clears the room, raises
@@ -540,6 +591,10 @@ class KVSender(_Room):
         self.sent = 0
         self._t0 = time.monotonic()
         self._claim()
+
+    @staticmethod
+    def _bytes(st):
+        return int(st.bytes)  # counted by kv-sender's workers
 
     def pop_decode_prefix_len(self):
         """The tokens the decode holds already from its prefix cache
@@ -656,7 +711,12 @@ class KVReceiver(_Room):
         self.prefill_dp_rank = prefill_dp_rank
         self._inited = False
         self._begun = False
+        self._npages = 0
         self._claim()
+
+    def _bytes(self, st):
+        a = self.kv_mgr.kv_args
+        return self._npages * sum(a.kv_item_lens) + sum(a.aux_item_lens)
 
     def init(self, prefill_dp_rank=0):
         """Marks the receiver ready for metadata (WaitingForInput); kvwire's
@@ -701,6 +761,7 @@ class KVReceiver(_Room):
                          self.prefill_dp_rank, _ptr(pages), pages.size,
                          int(aux_index), prefix)
         self._epoch = self.kv_mgr.epoch()
+        self._npages = int(pages.size)
         self._begun = True
 
     def _needs_row(self):

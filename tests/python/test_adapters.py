@@ -30,9 +30,16 @@ def test_sglang_classes_move_a_room(monkeypatch):
             time.sleep(0.001)
         s.init(1, 2)
         s.send(np.array([3], np.int32))
-        while r.poll() != KVPoll.Success:
+        while r.poll() != KVPoll.Success or s.poll() != KVPoll.Success:
             assert time.monotonic() < deadline
             time.sleep(0.001)
+        # SGLang logs each room's transfer metric: real figures here.
+        for x in (s, r):
+            m = x.get_transfer_metric()
+            assert m.transfer_latency_s > 0
+            assert m.transfer_total_bytes == \
+                sum(dm.kw.kv_args.kv_item_lens) + \
+                sum(dm.kw.kv_args.aux_item_lens)
         s.clear()
         r.clear()
         pm.kw.close()

@@ -187,6 +187,39 @@ def test_poll_many_is_each_rooms_poll(mgrs):
             x.failure_exception()
 
 
+def test_transfer_metric_is_the_rooms(mgrs):
+    """Issue 33 item 2: get_transfer_metric() of a room that succeeded has
+    its latency (WaitingForInput to Success on each side's table, within
+    the wall time the test saw) and its bytes (the decode's pages of every
+    KV buffer and its aux rows; the prefill's, counted by its workers, the
+    same here), kept after clear(); None before Success and for a room
+    that failed."""
+    pm, dm = mgrs
+    t0 = time.monotonic()
+    s, r = open_room(pm, dm, [9, 10, 11])
+    assert s.get_transfer_metric() is None and r.get_transfer_metric() is None
+    s.send(np.array([1, 2, 3], np.int32))
+    wait_for("both Success", lambda: poll_many([s, r]) ==
+             [KVPoll.Success] * 2)
+    wall = time.monotonic() - t0
+    a = dm.kv_args
+    want = 3 * sum(a.kv_item_lens) + sum(a.aux_item_lens)
+    for x in (s, r):
+        m = x.get_transfer_metric()
+        assert 0 < m.transfer_latency_s <= wall, (m, wall)
+        assert m.transfer_total_bytes == want
+        assert m.alloc_latency_s is None
+        x.clear()
+        assert x.get_transfer_metric() == m
+    s3, r3 = open_room(pm, dm, [5])
+    r3.abort()
+    wait_for("failed", lambda: poll_many([s3, r3]) == [KVPoll.Failed] * 2)
+    assert s3.get_transfer_metric() is None and r3.get_transfer_metric() is None
+    for x in (s3, r3):
+        with pytest.raises(KVTransferError):
+            x.failure_exception()
+
+
 def test_timeout_is_the_failure_text(group_factory):
     g = group_factory("--waiting-timeout", 1, *SHAPE)
     with KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode") as dm:

@@ -223,6 +223,41 @@ static void poll_many_answers_as_poll_does(void **state)
 	assert_int_equal(rcs[0], 99);
 }
 
+/* Issue 33 item 2: kvw_room_times gives the table's entry times of the
+ * incarnation kvw_poll reports (the transfer's latency for
+ * get_transfer_metric), in order, 0 for states not entered; unknown and
+ * hidden rooms are ENOENT as in kvw_poll. */
+static void room_times_are_the_incarnations(void **state)
+{
+	struct fx *f = *state;
+	uint64_t t[KVW_NSTATES];
+	struct rtab_ref r;
+	uint32_t pages[1] = { 3 };
+
+	memset(t, 0xff, sizeof t);
+	assert_int_equal(kvw_room_times(f->e, 5, t), KVW_ENOENT);
+	assert_int_equal(t[0], UINT64_MAX); /* unchanged on error */
+	assert_int_equal(rtab_insert(f->t, 5, 0, 0, &r), 0);
+	assert_int_equal(rtab_transition(f->t, r, KVW_WAITING, 0), 0);
+	assert_int_equal(kvw_room_times(f->e, 5, t), 0);
+	assert_true(t[KVW_BOOTSTRAPPING] > 0);
+	assert_true(t[KVW_WAITING] >= t[KVW_BOOTSTRAPPING]);
+	assert_int_equal(t[KVW_SUCCESS], 0);
+	assert_int_equal(rtab_transition(f->t, r, KVW_TRANSFERRING, 0), 0);
+	assert_int_equal(rtab_transition(f->t, r, KVW_SUCCESS, 0), 0);
+	assert_int_equal(kvw_room_times(f->e, 5, t), 0);
+	assert_true(t[KVW_TRANSFERRING] >= t[KVW_WAITING]);
+	assert_true(t[KVW_SUCCESS] >= t[KVW_TRANSFERRING]);
+	assert_int_equal(t[KVW_FAILED], 0);
+	/* Cleared and begun again by this engine: hidden, as in kvw_poll. */
+	assert_int_equal(kvw_clear(f->e, 5), 0);
+	assert_int_equal(kvw_recv_begin(f->e, 5, "ipc:///x/boot", 0, pages, 1,
+					0, 0), 0);
+	assert_int_equal(kvw_room_times(f->e, 5, t), KVW_ENOENT);
+	assert_int_equal(kvw_room_times(f->e, 5, NULL), KVW_EINVAL);
+	assert_int_equal(kvw_room_times(NULL, 5, t), KVW_EINVAL);
+}
+
 /* Issue 29: a prefill engine learns from kvw_poll when no worker reads a
  * room's source pages any more: KVW_ROOM_F_SENDING while the table counts
  * jobs outstanding, failed or not, cleared or not. */
@@ -503,6 +538,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(poll_unknown_room_is_enoent,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(poll_many_answers_as_poll_does,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(room_times_are_the_incarnations,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(poll_reads_what_the_owner_wrote,
 						setup, teardown),

@@ -29,6 +29,10 @@ try:  # SGLang's bases when SGLang is installed; plain classes otherwise.
 except ImportError:
     BaseKVManager = BaseKVSender = BaseKVReceiver = \
         BaseKVBootstrapServer = object
+try:
+    from sglang.srt.disaggregation.base.conn import KVTransferMetric
+except ImportError:
+    KVTransferMetric = None
 
 KVPoll = conn.KVPoll
 
@@ -70,13 +74,27 @@ class KvwireKVSender(conn.KVSender, BaseKVSender):
         conn.KVSender.send(self, kv_indices, state_indices)
 
     def get_transfer_metric(self):
-        return None
+        return _sglang_metric(conn.KVSender.get_transfer_metric(self))
 
 
 class KvwireKVReceiver(conn.KVReceiver, BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None, *args,
                  **kwargs):
         conn.KVReceiver.__init__(self, mgr.kw, bootstrap_addr, bootstrap_room)
+
+    def get_transfer_metric(self):
+        return _sglang_metric(conn.KVReceiver.get_transfer_metric(self))
+
+
+def _sglang_metric(m):
+    """kvwire's KVTransferMetric as SGLang's own dataclass where SGLang is
+    importable (the same fields; an older SGLang without
+    alloc_latency_s gets the others)."""
+    if m is None or KVTransferMetric is None:
+        return m
+    fields = getattr(KVTransferMetric, "__dataclass_fields__", {})
+    return KVTransferMetric(**{k: v for k, v in vars(m).items()
+                               if k in fields})
 
 
 class KvwireKVBootstrapServer(KVBootstrapServer, BaseKVBootstrapServer):
