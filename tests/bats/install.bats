@@ -79,7 +79,7 @@ print(l._path(), l.state_str(4))"
 	[ -z "$output" ]
 }
 
-@test "pip install ./python into a fresh venv, offline: kvwire imports from the venv, finds an installed library through the loader, and the adapter tests pass from outside the tree" {
+@test "pip install ./python into a fresh venv, offline: kvwire imports from the venv, finds an installed library through the loader, the adapter tests pass from outside the tree, and SGLang loads its plugin entry point" {
 	$PY -c 'import venv, setuptools' 2>/dev/null || skip "python3-venv or python3-setuptools not installed"
 	# pip builds in the source folder: a copy keeps the checkout clean.
 	cp -r "$KVW_ROOT/python" "$RUN/src"
@@ -116,9 +116,15 @@ print(l._path(), l.state_str(4))"
 	[[ $output == "$RUN/venv/lib/python3"*"/site-packages/kvwire/__init__.py" ]]
 	run env -u KVW_LIB -u PYTHONPATH KVW_PY_INSTALLED=1 PYTHONDONTWRITEBYTECODE=1 \
 		LD_LIBRARY_PATH="$live/lib" "$RUN/venv/bin/python" -m pytest -q \
-		-p no:cacheprovider "$KVW_ROOT/tests/python/test_adapters.py"
+		-p no:cacheprovider "$KVW_ROOT/tests/python/test_adapters.py" \
+		"$KVW_ROOT/tests/python/test_sglang_plugin.py"
 	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	[[ $output == *" passed"* ]]
+	[[ $output == *"2 passed"* ]]
+	# The SGLang plugin is the installed package's entry point.
+	run env -u KVW_LIB -u PYTHONPATH LD_LIBRARY_PATH="$live/lib" \
+		"$RUN/venv/bin/python" -c 'from importlib.metadata import entry_points as e; print([x.value for x in e(group="sglang.srt.plugins")])'
+	[ "$status" -eq 0 ]
+	[ "$output" = "['kvwire.adapters.sglang_plugin:register']" ]
 	run make -s -C "$KVW_ROOT" uninstall PREFIX="$live"
 	[ "$status" -eq 0 ]
 }
