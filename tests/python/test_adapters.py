@@ -1,10 +1,12 @@
 """test_adapters.py - the SGLang adapter's classes drive one room the way
 SGLang's scheduler would (without SGLang: its base classes are absent
-here); the vLLM adapter imports. Neither is tested against the engine."""
+here), with SGLang's metadata buffers where SGLang allocates them; the
+vLLM adapter imports. Neither is tested against the engine."""
 import time
 import types
 
 import numpy as np
+import pytest
 
 from conftest import Group
 from kvwire import KVPoll
@@ -45,3 +47,67 @@ def test_sglang_classes_move_a_room(monkeypatch):
         pm.kw.close()
         dm.kw.close()
     assert vllm.KvwireConnector.get_finished
+
+
+def sglang_metadata(rows, item_lens):
+    """Metadata buffers as SGLang's MetadataBuffers allocates them: its own
+    memory (numpy here, torch CPU tensors there), outside kvwire's pool."""
+    bufs = [np.zeros((rows, n), np.uint8) for n in item_lens]
+    return bufs, dict(aux_data_ptrs=[b.ctypes.data for b in bufs],
+                      aux_data_lens=[b.nbytes for b in bufs],
+                      aux_item_lens=list(item_lens))
+
+
+def test_sglang_metadata_buffers_stay_sglangs(monkeypatch):
+    """Issue 33 item 2: the request's row of each of SGLang's own metadata
+    buffers reaches the decode's row of its own buffers before poll() says
+    Success, and no other row changes; a group whose --aux-bytes or
+    --aux-slots do not fit SGLang's buffers is refused naming the flags."""
+    items = [64, 24, 40]
+    with Group("--layers", 1, "--heads", 1, "--head-dim", 4, "--page-tokens",
+               2, "--pages", 8, "--aux-slots", 4, "--aux-bytes",
+               ",".join(map(str, items)), "--workers", 1) as g:
+        monkeypatch.setenv("KVW_RUN_DIR", g.dir)
+        pbufs, pmeta = sglang_metadata(4, items)
+        dbufs, dmeta = sglang_metadata(4, items)
+        cls = sglang.get_kv_class("manager")
+        pm = cls(types.SimpleNamespace(engine_rank=0, pp_rank=0, **pmeta),
+                 "prefill")
+        dm = cls(types.SimpleNamespace(engine_rank=0, pp_rank=0, **dmeta),
+                 "decode")
+        for i, b in enumerate(pbufs):
+            b[:] = np.arange(b.size, dtype=np.uint32).reshape(b.shape) * \
+                (i + 3) % 251
+        addr = pm.kw.kv_args.bootstrap_addr
+        s = sglang.get_kv_class("sender")(pm, addr, 98, [0], 0)
+        r = sglang.get_kv_class("receiver")(dm, addr, 98)
+        r.init(0)
+        r.send_metadata(np.array([2, 3], np.int32), 1)  # decode row 1
+        deadline = time.monotonic() + 20
+        while s.poll() != KVPoll.WaitingForInput:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        s.init(2, 3)  # prefill row 3
+        s.send(np.array([4], np.int32))
+        assert not any(b.any() for b in dbufs)
+        s.send(np.array([5], np.int32))  # the last chunk
+        while r.poll() != KVPoll.Success:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        for p, d in zip(pbufs, dbufs):
+            assert (d[1] == p[3]).all() and d[1].any()
+            assert not d[[0, 2, 3]].any()
+        s.clear()
+        r.clear()
+        pm.kw.close()
+        dm.kw.close()
+        for bad in ([64, 24], [64, 24, 41]):
+            _, meta = sglang_metadata(4, bad)
+            with pytest.raises(RuntimeError, match="--aux-bytes " +
+                               ",".join(map(str, bad))):
+                cls(types.SimpleNamespace(engine_rank=0, pp_rank=0, **meta),
+                    "decode")
+        _, meta = sglang_metadata(5, items)
+        with pytest.raises(RuntimeError, match="--aux-slots 5"):
+            cls(types.SimpleNamespace(engine_rank=0, pp_rank=0, **meta),
+                "decode")

@@ -4,18 +4,24 @@ SGLANG: it follows the interface of SGLang's disaggregation base module
 exercised here only through the kvwire package it wraps.
 
 Where kvwire differs from SGLang's own backends: kvwire moves KV between
-its pools, so the engine's KV cache and metadata buffers must be allocated
-*in* the rank's kvwire pool (KVManager.pool views). The manager checks that
-the pointers SGLang registers in kv_args are the pool's and refuses
-otherwise. The run directory of the rank's kvwire group comes from
-$KVW_RUN_DIR (kv-up --run-dir).
+its pools, so the engine's KV cache must be allocated *in* the rank's
+kvwire pool (KVManager.pool views); the manager checks that the pointers
+SGLang registers in kv_args are the pool's and refuses otherwise. SGLang's
+metadata buffers (aux_data_ptrs: output ids, logprobs, hidden states...)
+stay where SGLang allocated them: the prefill copies the request's row of
+each into the pool before its last chunk, and the decode copies the row
+back before poll() first says Success (SGLang's metadata gate reads them
+then); the group's --aux-bytes must be SGLang's row lengths. The run
+directory of the rank's kvwire group comes from $KVW_RUN_DIR (kv-up
+--run-dir).
 
-Loading: a fork adds `KVWIRE = "kvwire"` to TransferBackend and, in
-get_kv_class, returns `kvwire.adapters.sglang.get_kv_class(class_type)`;
-out of tree, `install()` wraps get_kv_class the same way for a backend
-whose value is "kvwire" (the CLI choice must be added alongside, as
-out-of-tree backend plugins do).
+Loading: the plugin entry point (sglang_plugin.py) where SGLang has its
+plugin framework; else a fork adds `KVWIRE = "kvwire"` to TransferBackend
+and, in get_kv_class, returns
+`kvwire.adapters.sglang.get_kv_class(class_type)`, or `install()` wraps
+get_kv_class the same way for a backend whose value is "kvwire".
 """
+import ctypes
 import os
 
 from .. import conn
@@ -56,12 +62,57 @@ class KvwireKVManager(BaseKVManager):
         want = self.kw.kv_args.kv_data_ptrs
         have = list(getattr(args, "kv_data_ptrs", None) or [])
         if have and have != want[:len(have)]:
+            self.kw.close()
             raise RuntimeError("kvwire: the KV cache must live in kvwire's "
                                "pool (KVManager.pool views); kv_data_ptrs "
                                "point elsewhere")
+        try:
+            self.meta = _metadata_rows(args, self.kw.kv_args)
+        except RuntimeError:
+            self.kw.close()
+            raise
 
     def register_to_bootstrap(self):
         """kv-sender registers itself at its kv-bootstrap: nothing to do."""
+
+
+def _metadata_rows(args, kw):
+    """SGLang's metadata buffers (kv_args.aux_data_ptrs / lens /
+    item_lens: output ids, logprobs, top-k, hidden states, ...), which
+    SGLang allocates itself: [(sglang_ptr, kvwire_ptr, item_len)] per
+    buffer, for copying one row between them (_copy_rows); [] when SGLang
+    passed none or kvwire's own (allocated in the pool). The group's
+    metadata buffers must have SGLang's row lengths (kv-up --aux-bytes) and
+    at least its rows (--aux-slots): refused with the flags to use
+    otherwise."""
+    ptrs = list(getattr(args, "aux_data_ptrs", None) or [])
+    lens = list(getattr(args, "aux_data_lens", None) or [])
+    items = list(getattr(args, "aux_item_lens", None) or [])
+    if not ptrs or ptrs == list(kw.aux_data_ptrs[:len(ptrs)]):
+        return []
+    if not len(ptrs) == len(lens) == len(items) or 0 in items:
+        raise RuntimeError("kvwire: aux_data_ptrs, aux_data_lens and "
+                           "aux_item_lens disagree (%d, %d, %d entries)"
+                           % (len(ptrs), len(lens), len(items)))
+    rows = min(ln // it for ln, it in zip(lens, items))
+    if items != list(kw.aux_item_lens) or rows > kw.aux_slots:
+        raise RuntimeError(
+            "kvwire: SGLang's %d metadata buffers (rows of %s bytes, %d "
+            "rows) need a group started with --aux-bytes %s --aux-slots %d "
+            "or more; this group has --aux-bytes %s --aux-slots %d"
+            % (len(items), ",".join(map(str, items)), rows,
+               ",".join(map(str, items)), rows,
+               ",".join(map(str, kw.aux_item_lens)), kw.aux_slots))
+    return list(zip(ptrs, kw.aux_data_ptrs, items))
+
+
+def _copy_rows(meta, slot, to_kvwire):
+    """One row (aux index slot) of every metadata buffer, from SGLang's
+    buffers into kvwire's pool (prefill, before the last chunk) or back
+    (decode, once the room succeeded)."""
+    for sg, kw, n in meta:
+        a, b = sg + slot * n, kw + slot * n
+        ctypes.memmove(b, a, n) if to_kvwire else ctypes.memmove(a, b, n)
 
 
 class KvwireKVSender(conn.KVSender, BaseKVSender):
@@ -69,8 +120,19 @@ class KvwireKVSender(conn.KVSender, BaseKVSender):
                  pp_rank, req_has_disagg_prefill_dp_rank=False):
         conn.KVSender.__init__(self, mgr.kw, bootstrap_addr, bootstrap_room,
                                dest_tp_ranks, pp_rank)
+        self._meta = mgr.meta
+        self._aux = None
+
+    def init(self, num_kv_indices, aux_index=None):
+        conn.KVSender.init(self, num_kv_indices, aux_index)
+        self._aux = int(aux_index)
 
     def send(self, kv_indices, state_indices=None, token_position_offset=0):
+        # SGLang has written the request's metadata row before its last
+        # chunk: it goes into kvwire's pool now, and moves with that chunk.
+        if self._meta and self.num_kv_indices is not None and \
+                self.sent + len(kv_indices) == self.num_kv_indices:
+            _copy_rows(self._meta, self._aux, True)
         conn.KVSender.send(self, kv_indices, state_indices)
 
     def get_transfer_metric(self):
@@ -81,6 +143,24 @@ class KvwireKVReceiver(conn.KVReceiver, BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None, *args,
                  **kwargs):
         conn.KVReceiver.__init__(self, mgr.kw, bootstrap_addr, bootstrap_room)
+        self._meta = mgr.meta
+        self._aux = None
+        self._landed = False
+
+    def send_metadata(self, kv_indices, aux_index=None, state_indices=None,
+                      decode_prefix_len=None):
+        conn.KVReceiver.send_metadata(self, kv_indices, aux_index,
+                                      state_indices, decode_prefix_len)
+        self._aux = int(aux_index)
+
+    def poll(self, st=conn._UNREAD):
+        """SGLang reads its metadata buffers once poll() says Success: the
+        room's row is copied into them before the first Success is said."""
+        state = conn.KVReceiver.poll(self, st)
+        if state == KVPoll.Success and self._meta and not self._landed:
+            _copy_rows(self._meta, self._aux, False)
+            self._landed = True
+        return state
 
     def get_transfer_metric(self):
         return _sglang_metric(conn.KVReceiver.get_transfer_metric(self))
