@@ -22,6 +22,15 @@ def test_sglang_classes_move_a_room(monkeypatch):
         pm = sglang.get_kv_class("manager")(args, "prefill")
         dm = sglang.get_kv_class("manager")(args, "decode")
         addr = pm.kw.kv_args.bootstrap_addr
+        # SGLang's decode prealloc queue: the prefill instance's layout by
+        # its bootstrap address before it picks the prefill DP rank.
+        assert dm.try_ensure_parallel_info(addr)
+        info = dm.prefill_info_table[addr]
+        assert (info.dp_size, info.attn_tp_size, info.pp_size,
+                info.page_size, info.follow_bootstrap_room) == \
+            (1, 1, 1, 2, True)
+        assert not dm.try_ensure_parallel_info("ipc://" + g.dir + "/none")
+        assert "ipc://" + g.dir + "/none" not in dm.prefill_info_table
         s = sglang.get_kv_class("sender")(pm, addr, 99, [0], 0)
         r = sglang.get_kv_class("receiver")(dm, addr, 99)
         r.init(0)
@@ -111,3 +120,18 @@ def test_sglang_metadata_buffers_stay_sglangs(monkeypatch):
         with pytest.raises(RuntimeError, match="--aux-slots 5"):
             cls(types.SimpleNamespace(engine_rank=0, pp_rank=0, **meta),
                 "decode")
+
+
+def test_prefill_info_is_the_bootstraps_answer(monkeypatch):
+    """The prefill instance's layout comes from its kv-bootstrap: a TP 2
+    prefill says attn_tp_size 2."""
+    with Group("--prefill-tp", 2, "--layers", 1, "--heads", 2, "--head-dim",
+               4, "--page-tokens", 4, "--pages", 8, "--workers", 1) as g:
+        monkeypatch.setenv("KVW_RUN_DIR", g.dir)
+        dm = sglang.get_kv_class("manager")(
+            types.SimpleNamespace(engine_rank=0, pp_rank=0), "decode")
+        addr = dm.kw.kv_args.bootstrap_addr
+        assert dm.try_ensure_parallel_info(addr)
+        info = dm.prefill_info_table[addr]
+        assert (info.attn_tp_size, info.dp_size, info.page_size) == (2, 1, 4)
+        dm.kw.close()

@@ -22,10 +22,16 @@ and, in get_kv_class, returns
 get_kv_class the same way for a backend whose value is "kvwire".
 """
 import ctypes
+import logging
 import os
+import shutil
+import subprocess
+import types
 
 from .. import conn
-from ..bootstrap import KVBootstrapServer
+from ..bootstrap import KVBootstrapServer, _bin_dir
+
+log = logging.getLogger(__name__)
 
 try:  # SGLang's bases when SGLang is installed; plain classes otherwise.
     from sglang.srt.disaggregation.base.conn import (BaseKVBootstrapServer,
@@ -59,6 +65,7 @@ class KvwireKVManager(BaseKVManager):
         self.kw = conn.KVManager(conn.KVArgs.from_run_dir(
             run_dir, mode, tp, getattr(args, "pp_rank", 0) or 0), mode)
         self.kv_args = args
+        self.prefill_info_table = {}  # SGLang's decode reads it by address
         want = self.kw.kv_args.kv_data_ptrs
         have = list(getattr(args, "kv_data_ptrs", None) or [])
         if have and have != want[:len(have)]:
@@ -74,6 +81,57 @@ class KvwireKVManager(BaseKVManager):
 
     def register_to_bootstrap(self):
         """kv-sender registers itself at its kv-bootstrap: nothing to do."""
+
+    def try_ensure_parallel_info(self, bootstrap_addr, **kwargs):
+        """SGLang's decode asks this before it picks a prefill DP rank for
+        a request (its prealloc queue then reads
+        prefill_info_table[addr].dp_size and .follow_bootstrap_room, and
+        retries a False a few times before it aborts the requests naming
+        the address). The prefill instance's kv-bootstrap answers with its
+        topology (kv-ctl lookup: a BOOT_LOOKUP, with $KVW_KEYS for tcp);
+        the answer is kept. A page size other than this group's raises, as
+        SGLang's own backends do."""
+        if bootstrap_addr in self.prefill_info_table:
+            return True
+        info = _lookup_prefill(bootstrap_addr)
+        if info is None:
+            return False
+        if info.page_size != self.kw.kv_args.page_size:
+            raise RuntimeError("kvwire: the prefill instance at %s has %d-token"
+                               " pages, this decode %d" % (
+                                   bootstrap_addr, info.page_size,
+                                   self.kw.kv_args.page_size))
+        self.prefill_info_table[bootstrap_addr] = info
+        return True
+
+
+def _lookup_prefill(bootstrap_addr):
+    """The topology of the prefill instance whose kv-bootstrap is at
+    bootstrap_addr (host:port or an endpoint), as SGLang's prefill info:
+    None (and a warning saying why) when it does not answer in time."""
+    ep = bootstrap_addr if "://" in bootstrap_addr else \
+        "tcp://" + bootstrap_addr
+    exe = os.path.join(_bin_dir(), "kv-ctl")
+    if not os.path.exists(exe):
+        exe = shutil.which("kv-ctl") or exe
+    try:
+        r = subprocess.run([exe, "--timeout", "2", "lookup", ep],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.warning("kvwire: no prefill info from %s: %s", ep, e)
+        return None
+    out = dict(line.split("=", 1) for line in
+               r.stdout.decode(errors="replace").splitlines() if "=" in line)
+    if r.returncode != 0 or out.get("status") != "OK":
+        log.warning("kvwire: no prefill info from %s (kv-ctl lookup exit "
+                    "%d): %s", ep, r.returncode,
+                    r.stdout.decode(errors="replace").strip()[-200:])
+        return None
+    tp, pp, cp, dp = (int(x) for x in out["topo"].split(","))
+    return types.SimpleNamespace(
+        dp_size=dp, attn_tp_size=tp, attn_cp_size=cp, pp_size=pp,
+        page_size=int(out["page_tokens"]), follow_bootstrap_room=True)
 
 
 def _metadata_rows(args, kw):
