@@ -11,6 +11,7 @@ queue one command each, poll() reads shared memory.
 """
 import dataclasses
 import os
+import sys
 import threading
 import time
 import weakref
@@ -395,7 +396,11 @@ class KVManager:
         self.close()
 
     def __del__(self):
-        if getattr(self, "_e", None) is not None:
+        # At interpreter exit (sys.meta_path is gone) the process is ending:
+        # the OS takes back the mapping and the socket, and a close deferred
+        # to the last pool view (weakref.finalize) can no longer be set up.
+        if getattr(self, "_e", None) is not None and \
+                sys.meta_path is not None:
             self.close()
 
 

@@ -50,6 +50,26 @@ class Group:
         self.stop()
 
 
+def run_probe(script, stand_in, run_dir, last_line, extra_path=()):
+    """Runs tests/python/SCRIPT in a fresh interpreter whose path holds
+    tests/python/STAND_IN (an engine's surface, written for these tests),
+    kvwire (the tree's, unless KVW_PY_INSTALLED) and EXTRA_PATH, with
+    KVW_RUN_DIR=run_dir; fails the test unless it exits 0 with LAST_LINE
+    last (its whole output in the failure)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [os.path.join(here, stand_in)]
+    if not os.environ.get("KVW_PY_INSTALLED"):
+        path += [os.path.join(ROOT, "python")] + list(extra_path)
+    r = subprocess.run([sys.executable, os.path.join(here, script)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=120,
+                       env=dict(os.environ, KVW_RUN_DIR=run_dir,
+                                PYTHONDONTWRITEBYTECODE="1",
+                                PYTHONPATH=os.pathsep.join(path)))
+    out = r.stdout.decode(errors="replace")
+    assert r.returncode == 0 and out.rstrip().endswith(last_line), out
+
+
 @pytest.fixture
 def group_factory():
     """Starts groups on demand; every one is stopped after the test."""

@@ -11,13 +11,9 @@ TransferBackend("kvwire") exists, get_kv_class answers kvwire's classes
 answer for its other backends, one room moves through those classes, and
 poll_and_all_reduce answers through poll_many, the MIN over ranks kept."""
 import os
-import subprocess
-import sys
 import tomllib
 
-from conftest import Group, ROOT
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from conftest import Group, ROOT, run_probe
 
 
 def entry_point_dist(tmp_path):
@@ -36,16 +32,7 @@ def entry_point_dist(tmp_path):
 
 
 def test_sglang_loads_kvwire_as_a_plugin(tmp_path):
-    path = [os.path.join(HERE, "sglang_pinned")]
-    if not os.environ.get("KVW_PY_INSTALLED"):
-        path += [os.path.join(ROOT, "python"), entry_point_dist(tmp_path)]
     with Group("--layers", 1, "--heads", 1, "--head-dim", 4, "--page-tokens",
                2, "--pages", 8, "--aux-slots", 4, "--workers", 1) as g:
-        r = subprocess.run(
-            [sys.executable, os.path.join(HERE, "sglang_plugin_probe.py")],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120,
-            env=dict(os.environ, KVW_RUN_DIR=g.dir,
-                     PYTHONDONTWRITEBYTECODE="1",
-                     PYTHONPATH=os.pathsep.join(path)))
-    out = r.stdout.decode(errors="replace")
-    assert r.returncode == 0 and out.rstrip().endswith("plugin: ok"), out
+        run_probe("sglang_plugin_probe.py", "sglang_pinned", g.dir,
+                  "plugin: ok", [entry_point_dist(tmp_path)])

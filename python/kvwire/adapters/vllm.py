@@ -1,37 +1,55 @@
-"""vllm.py - kvwire as a vLLM v1 KV connector. NOT TESTED AGAINST VLLM: it
-follows the KVConnectorBase_V1 interface (scheduler side and worker side)
-and is exercised here only through the kvwire package it wraps.
+"""vllm.py - kvwire as a vLLM v1 KV connector (KVConnectorBase_V1,
+vllm/distributed/kv_transfer/kv_connector/v1/base.py). Tested against a
+stand-in of that base module (tests/python/vllm_pinned), not against
+vLLM itself.
 
 Load it with
   --kv-transfer-config '{"kv_connector": "KvwireConnector",
     "kv_connector_module_path": "kvwire.adapters.vllm",
     "kv_role": "kv_producer" | "kv_consumer",
     "kv_connector_extra_config": {"run_dir": DIR}}'
-A vLLM block is a kvwire page: the KV cache tensors vLLM registers must be
-the rank's kvwire pool (register_kv_caches checks their addresses). The
-prefill (producer) returns kv_transfer_params {room, bootstrap_addr} from
+A vLLM block is a kvwire page. The group runs --kv-layout vllm (per layer
+one [2, blocks, block_size, heads, head_dim] tensor, K then V), and the
+per-layer tensors vLLM registers must be the rank's kvwire pool: the
+connector's pool_tensors() are those views, and register_kv_caches checks
+every tensor's address and size against them. The prefill (producer)
+returns kv_transfer_params {kvwire_room, bootstrap_addr} from
 request_finished; the router hands them to the decode (consumer), whose
-blocks are filled by kvwire before the request is scheduled.
+blocks kvwire fills before get_finished reports the request loaded; a
+room that failed reports its blocks through get_block_ids_with_load_errors
+(vLLM recomputes them) rather than as loaded.
 """
 import random
 
 import numpy as np
 
 from .. import conn
+from ..layout import ROLE_K
 
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
         KVConnectorBase_V1, KVConnectorMetadata)
-except ImportError:  # without vLLM: plain bases, for import and docs
-    KVConnectorBase_V1 = object
-
+except ImportError:  # without vLLM: what the base class gives a connector
     class KVConnectorMetadata:
         pass
+
+    class KVConnectorBase_V1:
+        def __init__(self, vllm_config, role, kv_cache_config=None):
+            self._connector_metadata = None
+
+        def bind_connector_metadata(self, connector_metadata):
+            self._connector_metadata = connector_metadata
+
+        def clear_connector_metadata(self):
+            self._connector_metadata = None
+
+        def _get_connector_metadata(self):
+            return self._connector_metadata
 
 
 class KvwireMetadata(KVConnectorMetadata):
     """Scheduler -> worker: rooms to send (producer) or receive (consumer)
-    this step, as (room, bootstrap_addr, block ids)."""
+    this step, as (req id, room, bootstrap_addr, block ids)."""
 
     def __init__(self):
         self.sends = []
@@ -40,8 +58,7 @@ class KvwireMetadata(KVConnectorMetadata):
 
 class KvwireConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config, role, *args, **kwargs):
-        if KVConnectorBase_V1 is not object:
-            super().__init__(vllm_config, role, *args, **kwargs)
+        super().__init__(vllm_config, role, *args, **kwargs)
         tc = vllm_config.kv_transfer_config
         self.producer = tc.kv_role == "kv_producer"
         self.run_dir = (tc.kv_connector_extra_config or {})["run_dir"]
@@ -50,10 +67,13 @@ class KvwireConnector(KVConnectorBase_V1):
         self.args = conn.KVArgs.from_run_dir(
             self.run_dir, self.mode, getattr(pc, "rank", 0) %
             max(1, pc.tensor_parallel_size))
-        self.mgr = None           # worker side, at register_kv_caches
+        self.mgr = None           # worker side: the rank's kvwire engine
         self.pending = KvwireMetadata()
-        self.rooms = {}           # req id -> KVSender / KVReceiver
-        self.params = {}          # consumer: req id -> kv_transfer_params
+        self.rooms = {}           # req id -> (KVSender/KVReceiver, ids, aux)
+        self.free_aux = list(range(self.args.aux_slots))
+        self.finished = set()     # producer: ids vLLM said finished
+        self.sent_done = set()    # producer: sends over, not reported yet
+        self.load_errors = set()  # consumer: blocks of failed rooms
 
     # ---- scheduler side ------------------------------------------------
 
@@ -86,25 +106,74 @@ class KvwireConnector(KVConnectorBase_V1):
 
     # ---- worker side ---------------------------------------------------
 
+    def _manager(self):
+        if self.mgr is None:
+            self.mgr = conn.KVManager(self.args, self.mode)
+        return self.mgr
+
+    def pool_tensors(self):
+        """The rank's per-layer KV cache as vLLM lays it out, one
+        [2, blocks, block_size, kv_heads, head_dim] view of the pool per
+        layer (K then V), by layer name: the memory to give vLLM's layers
+        (kvwire moves the pool's pages). Refused unless the group runs
+        --kv-layout vllm."""
+        m = self._manager()
+        if m.kv_args.shape.kv_layout != "vllm":
+            raise RuntimeError("kvwire: vLLM's per-layer KV tensors need a "
+                               "group started with --kv-layout vllm; this "
+                               "one's is %s" % m.kv_args.shape.kv_layout)
+        a, raw = m.kv_args, m.pool.raw
+        out = {}
+        for b in m.pool.buffers:
+            if b.role != ROLE_K or b.layer_id >= a.num_layers:
+                continue
+            n = 2 * b.pages * b.item_len
+            out["model.layers.%d.self_attn.attn" % b.layer_id] = \
+                raw[b.offset:b.offset + n].view(a.dtype).reshape(
+                    2, b.pages, a.page_size, a.kv_head_num, a.head_dim)
+        return out
+
     def register_kv_caches(self, kv_caches):
-        self.mgr = conn.KVManager(self.args, self.mode)
-        base, size = self.mgr.pool.base, self.mgr.pool.size
-        for name, t in kv_caches.items():
-            if not base <= t.data_ptr() < base + size:
-                raise RuntimeError("kvwire: KV cache %s is not in kvwire's "
-                                   "pool" % name)
+        """vLLM's per-layer tensors, in layer order: each must be the pool's
+        view of its layer (pool_tensors()), address and size."""
+        want = list(self.pool_tensors().items())
+        got = list(kv_caches.items())
+        if len(got) != len(want):
+            raise RuntimeError("kvwire: %d KV cache tensors, this rank's "
+                               "pool holds %d layers" % (len(got), len(want)))
+        for (name, t), (_, w) in zip(got, want):
+            if _addr(t) != w.ctypes.data or _nbytes(t) != w.nbytes:
+                raise RuntimeError(
+                    "kvwire: KV cache %s is not its layer's view of kvwire's "
+                    "pool (address 0x%x, %d bytes; the pool's is 0x%x, %d "
+                    "bytes): use the connector's pool_tensors()"
+                    % (name, _addr(t), _nbytes(t), w.ctypes.data, w.nbytes))
 
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
+        if meta is None:
+            return
+        m = self._manager()
         for req, room, addr, ids in meta.recvs:
-            r = conn.KVReceiver(self.mgr, addr, room)
+            aux = self._aux()
+            r = conn.KVReceiver(m, addr, room)
             r.init(0)
-            r.send_metadata(np.array(ids, np.int32), 0)
-            self.rooms[req] = r
+            r.send_metadata(np.array(ids, np.int32), aux)
+            self.rooms[req] = (r, ids, aux)
         for req, room, addr, ids in meta.sends:
-            s = conn.KVSender(self.mgr, addr, room)
-            s.init(len(ids), 0)
-            self.rooms[req] = (s, np.array(ids, np.int32))
+            aux = self._aux()
+            s = conn.KVSender(m, addr, room)
+            s.init(len(ids), aux)
+            self.rooms[req] = (s, ids, aux)
+
+    def _aux(self):
+        """A metadata row of its own for each live room (vLLM moves no
+        metadata, but two live rooms never share a row)."""
+        if not self.free_aux:
+            raise RuntimeError("kvwire: more live rooms than the group's "
+                               "%d aux slots (kv-up --aux-slots)"
+                               % self.args.aux_slots)
+        return self.free_aux.pop()
 
     def wait_for_layer_load(self, layer_name):
         """kvwire delivers whole rooms: get_finished reports them."""
@@ -113,26 +182,60 @@ class KvwireConnector(KVConnectorBase_V1):
         """The KV is written in place (the cache is kvwire's pool)."""
 
     def wait_for_save(self):
-        for x in self.rooms.values():
-            if isinstance(x, tuple) and x[0].sent == 0 and \
-                    x[0].poll() != conn.KVPoll.Bootstrapping:
-                x[0].send(x[1])
+        """A producer's room goes once its decode asked for it."""
+        for x, ids, _ in self.rooms.values():
+            if isinstance(x, conn.KVSender) and x.sent == 0 and \
+                    x.conclude_state is None and \
+                    x.poll() == conn.KVPoll.WaitingForInput:
+                x.send(np.array(ids, np.int32))
 
     def get_finished(self, finished_req_ids):
+        """(sends over, loads over): a send is reported once vLLM has named
+        its request finished (here or before), as the base class asks; a
+        load that failed is reported too, its blocks named by
+        get_block_ids_with_load_errors."""
         self.wait_for_save()
-        sent, recvd = set(), set()
-        for req, x in list(self.rooms.items()):
-            obj = x[0] if isinstance(x, tuple) else x
-            st = obj.poll()
+        self.finished |= set(finished_req_ids or ())
+        recvd = set()
+        live = list(self.rooms.items())
+        for (req, (x, ids, aux)), st in zip(
+                live, conn.poll_many([v[0] for _, v in live])):
             if st not in (conn.KVPoll.Success, conn.KVPoll.Failed):
                 continue
             if st == conn.KVPoll.Failed:
+                if isinstance(x, conn.KVReceiver):
+                    self.load_errors.update(ids)
                 try:
-                    obj.failure_exception()
+                    x.failure_exception()  # clears the room
                 except conn.KVTransferError:
-                    pass  # vLLM learns of it as a finished transfer
+                    pass
             else:
-                obj.clear()
-            (sent if isinstance(x, tuple) else recvd).add(req)
+                x.clear()
+            self.free_aux.append(aux)
             del self.rooms[req]
+            (recvd if isinstance(x, conn.KVReceiver) else
+             self.sent_done).add(req)
+        sent = self.sent_done & self.finished
+        self.sent_done -= sent
+        self.finished -= sent
         return sent or None, recvd or None
+
+    def get_block_ids_with_load_errors(self):
+        out, self.load_errors = self.load_errors, set()
+        return out
+
+    def shutdown(self):
+        """vLLM's worker is stopping: the rank's engine closes (at once,
+        or once the last pool view vLLM holds is gone)."""
+        if self.mgr is not None:
+            self.mgr.close()
+
+
+def _addr(t):
+    """A tensor's data address: torch's data_ptr(), or a numpy array's."""
+    return t.data_ptr() if hasattr(t, "data_ptr") else t.ctypes.data
+
+
+def _nbytes(t):
+    return t.nbytes if hasattr(t, "nbytes") else \
+        t.numel() * t.element_size()
