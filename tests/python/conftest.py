@@ -68,6 +68,10 @@ def run_probe(script, stand_in, run_dir, last_line, extra_path=()):
                                 PYTHONPATH=os.pathsep.join(path)))
     out = r.stdout.decode(errors="replace")
     assert r.returncode == 0 and out.rstrip().endswith(last_line), out
+    steps = [x[5:-4] for x in out.splitlines()
+             if x.startswith("step ") and x.endswith(": ok")]
+    if steps:
+        REPORT.append("%s: %s" % (script, ", ".join(steps)))
 
 
 @pytest.fixture

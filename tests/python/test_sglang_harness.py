@@ -1,0 +1,29 @@
+"""test_sglang_harness.py - issue 33 item 1 (SGLang): SGLang's schedulers'
+calls into a transfer backend, replayed step by step on kvwire through
+the plugin route (sglang_harness_probe.py, against
+tests/python/sglang_pinned): the managers built as SGLang's prefill and
+decode modules build them, with SGLang's eight metadata buffers in SGLang's
+own memory; the decode's prefill info and DP rank; the bootstrap and
+prealloc queues; chunks with state_indices=[]; poll_and_all_reduce;
+the metadata gate; get_transfer_metric; an aborted request's
+failure_exception() then clear(). Each step is named in the output."""
+import os
+import sys
+
+from conftest import Group, run_probe
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_sglang_plugin import entry_point_dist  # noqa: E402
+
+# SGLang's MetadataBuffers rows (utils.py): output ids, token logprob
+# value and index, top-128 logprob values and indices, top-k p and index,
+# a hidden-state row (32 float32 here).
+AUX_BYTES = "64,64,64,512,512,64,128,128"
+
+
+def test_sglang_scheduler_calls_replayed(tmp_path):
+    with Group("--layers", 2, "--heads", 2, "--head-dim", 4,
+               "--page-tokens", 2, "--pages", 8, "--aux-slots", 8,
+               "--aux-bytes", AUX_BYTES, "--workers", 1) as g:
+        run_probe("sglang_harness_probe.py", "sglang_pinned", g.dir,
+                  "harness: ok", [entry_point_dist(tmp_path)])
