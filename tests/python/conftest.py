@@ -50,12 +50,13 @@ class Group:
         self.stop()
 
 
-def run_probe(script, stand_in, run_dir, last_line, extra_path=()):
+def run_probe(script, stand_in, run_dir, last_line, extra_path=(),
+              env=None):
     """Runs tests/python/SCRIPT in a fresh interpreter whose path holds
     tests/python/STAND_IN (an engine's surface, written for these tests),
     kvwire (the tree's, unless KVW_PY_INSTALLED) and EXTRA_PATH, with
-    KVW_RUN_DIR=run_dir; fails the test unless it exits 0 with LAST_LINE
-    last (its whole output in the failure)."""
+    KVW_RUN_DIR=run_dir and ENV; fails the test unless it exits 0 with
+    LAST_LINE last (its whole output in the failure)."""
     here = os.path.dirname(os.path.abspath(__file__))
     path = [os.path.join(here, stand_in)]
     if not os.environ.get("KVW_PY_INSTALLED"):
@@ -65,13 +66,15 @@ def run_probe(script, stand_in, run_dir, last_line, extra_path=()):
                        timeout=120,
                        env=dict(os.environ, KVW_RUN_DIR=run_dir,
                                 PYTHONDONTWRITEBYTECODE="1",
-                                PYTHONPATH=os.pathsep.join(path)))
+                                PYTHONPATH=os.pathsep.join(path),
+                                **(env or {})))
     out = r.stdout.decode(errors="replace")
     assert r.returncode == 0 and out.rstrip().endswith(last_line), out
     steps = [x[5:-4] for x in out.splitlines()
              if x.startswith("step ") and x.endswith(": ok")]
     if steps:
-        REPORT.append("%s: %s" % (script, ", ".join(steps)))
+        REPORT.append("%s%s: %s" % (script, "".join(
+            " %s=%s" % kv for kv in (env or {}).items()), ", ".join(steps)))
 
 
 @pytest.fixture

@@ -6,9 +6,13 @@ decode modules build them, with SGLang's eight metadata buffers in SGLang's
 own memory; the decode's prefill info and DP rank; the bootstrap and
 prealloc queues; chunks with state_indices=[]; poll_and_all_reduce;
 the metadata gate; get_transfer_metric; an aborted request's
-failure_exception() then clear(). Each step is named in the output."""
+failure_exception() then clear(); over TP 1 -> 1, 2 -> 1 and 1 -> 2, a
+scheduler per rank, the poll consensus (MIN over ranks) one answer on
+every rank. Each step is named in the output."""
 import os
 import sys
+
+import pytest
 
 from conftest import Group, run_probe
 
@@ -21,9 +25,14 @@ from test_sglang_plugin import entry_point_dist  # noqa: E402
 AUX_BYTES = "64,64,64,512,512,64,128,128"
 
 
-def test_sglang_scheduler_calls_replayed(tmp_path):
-    with Group("--layers", 2, "--heads", 2, "--head-dim", 4,
-               "--page-tokens", 2, "--pages", 8, "--aux-slots", 8,
-               "--aux-bytes", AUX_BYTES, "--workers", 1) as g:
+@pytest.mark.parametrize("ptp,dtp", [(1, 1), (2, 1), (1, 2)])
+def test_sglang_scheduler_calls_replayed(tmp_path, ptp, dtp):
+    """Prefill TP ptp, decode TP dtp: a scheduler per rank, each rank's
+    heads byte-exact, the poll consensus one answer on every rank."""
+    with Group("--prefill-tp", ptp, "--decode-tp", dtp, "--layers", 2,
+               "--heads", 2, "--head-dim", 4, "--page-tokens", 2,
+               "--pages", 8, "--aux-slots", 8, "--aux-bytes", AUX_BYTES,
+               "--workers", 1) as g:
         run_probe("sglang_harness_probe.py", "sglang_pinned", g.dir,
-                  "harness: ok", [entry_point_dist(tmp_path)])
+                  "harness: ok", [entry_point_dist(tmp_path)],
+                  env={"KVW_HARNESS_TP": "%d,%d" % (ptp, dtp)})

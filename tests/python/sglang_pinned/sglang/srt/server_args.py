@@ -7,6 +7,7 @@ from sglang.srt.arg_groups.choices import (  # noqa: F401 (re-exported)
 
 def parser():
     p = argparse.ArgumentParser(prog="sglang")
+    p.add_argument("--tp-size", type=int, default=1)
     p.add_argument("--disaggregation-mode", default="null",
                    choices=["null", "prefill", "decode"])
     p.add_argument("--disaggregation-transfer-backend", default="mooncake",
