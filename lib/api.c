@@ -423,9 +423,9 @@ int kvw_poll_many(const struct kvw_engine *e, const uint64_t *rooms,
 {
 	int got = 0;
 
-	if (e == NULL || (n > 0 && (rooms == NULL || st == NULL ||
-				    rcs == NULL)))
-		return KVW_EINVAL;
+	if (e == NULL || n > INT32_MAX ||
+	    (n > 0 && (rooms == NULL || st == NULL || rcs == NULL)))
+		return KVW_EINVAL; /* the count must fit the int it returns */
 	for (uint32_t i = 0; i < n; i++) {
 		int rc = KVW_EAGAIN;
 

@@ -181,13 +181,14 @@ KVW_API int kvw_poll(const struct kvw_engine *e, uint64_t room,
  * status where rcs[i] is 0 (untouched otherwise). A slot mid-rewrite is
  * read again a bounded number of times before KVW_EAGAIN is reported for
  * that room alone. Returns how many rooms were read (rcs[i] == 0), or
- * KVW_EINVAL (e NULL, or an array NULL with n > 0; nothing written). */
+ * KVW_EINVAL (e NULL, n over INT32_MAX, or an array NULL with n > 0;
+ * nothing written). */
 KVW_API int kvw_poll_many(const struct kvw_engine *e, const uint64_t *rooms,
 			  uint32_t n, struct kvw_room_status *st,
 			  int32_t *rcs);
 
 /* When the room's incarnation (the one kvw_poll reports) entered each
- * state, in CLOCK_MONOTONIC ns: enter_ns[s] for s in 0..KVW_NSTATES, 0
+ * state, in CLOCK_MONOTONIC ns: enter_ns[s] for s in [0, KVW_NSTATES), 0
  * for a state it has not entered, and 0 throughout where the table does
  * not measure (kv-bench switching the measures off). A transfer's latency
  * on this side is enter_ns[KVW_SUCCESS] - enter_ns[KVW_WAITING] (the

@@ -220,6 +220,8 @@ static void poll_many_answers_as_poll_does(void **state)
 	assert_int_equal(kvw_poll_many(f->e, NULL, 1, st, rcs), KVW_EINVAL);
 	assert_int_equal(kvw_poll_many(f->e, rooms, 1, NULL, rcs), KVW_EINVAL);
 	assert_int_equal(kvw_poll_many(NULL, rooms, 1, st, rcs), KVW_EINVAL);
+	assert_int_equal(kvw_poll_many(f->e, rooms, (uint32_t)INT32_MAX + 1,
+				       st, rcs), KVW_EINVAL);
 	assert_int_equal(rcs[0], 99);
 }
 
