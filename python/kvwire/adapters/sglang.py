@@ -128,10 +128,16 @@ def _lookup_prefill(bootstrap_addr):
                     "%d): %s", ep, r.returncode,
                     r.stdout.decode(errors="replace").strip()[-200:])
         return None
-    tp, pp, cp, dp = (int(x) for x in out["topo"].split(","))
+    try:
+        tp, pp, cp, dp = (int(x) for x in out["topo"].split(","))
+        page = int(out["page_tokens"])
+    except (KeyError, ValueError):
+        log.warning("kvwire: an answer from %s without a topology: %r",
+                    ep, out)
+        return None
     return types.SimpleNamespace(
         dp_size=dp, attn_tp_size=tp, attn_cp_size=cp, pp_size=pp,
-        page_size=int(out["page_tokens"]), follow_bootstrap_room=True)
+        page_size=page, follow_bootstrap_room=True)
 
 
 def _metadata_rows(args, kw):
