@@ -114,11 +114,19 @@ idle_window() {
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"success=50 "* ]]
 	[[ "$output" == *"corrupt=0 "* ]]
-	# kv-bootstrap has no table: its count is in its stop line.
+	# kv-bootstrap has no table: its counts are in its stop line. Each
+	# message is counted once: malformed, or, where it was a well-formed
+	# BOOT_REGISTER or BOOT_LOOKUP from a source over the rate limit, rate
+	# limited. How many of those go over the limit depends on how fast
+	# the flood ran (issue 30: an idle run counted 99,555 malformed and
+	# the rest rate limited), so the verdict is on the sum.
 	timeout 30 "$KVW_ROOT/bin/kv-up" --stop "$RUN" >/dev/null 2>&1
-	n=$(sed -n 's/.* \([0-9]*\) malformed$/\1/p' "$RUN/logs/bootstrap.log" | tail -1)
-	echo "bootstrap malformed=$n"
-	[ "$n" -eq 100000 ]
+	line=$(grep ' malformed$' "$RUN/logs/bootstrap.log" | tail -1)
+	n=$(sed -n 's/.* \([0-9]*\) malformed$/\1/p' <<<"$line")
+	rl=$(sed -n 's/.* \([0-9]*\) rate limited, [0-9]* malformed$/\1/p' <<<"$line")
+	echo "bootstrap malformed=$n rate_limited=$rl"
+	[ -n "$n" ] && [ -n "$rl" ]
+	[ $((n + rl)) -eq 100000 ]
 }
 
 @test "kv-heartbeat's dealer survives a peer that answers every PING with garbage: counted, bounded, peer alive" {
