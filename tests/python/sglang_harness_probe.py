@@ -199,7 +199,9 @@ for r in range(PTP):
         p_meta[r].set_buf(paux[room], token=room % 97, seed=room)
         ids = np.array(src[room], np.int32)
         send[r][room].send(ids[:1], [])  # a chunk
-        send[r][room].send(ids[1:], [])  # the last one
+        # the last one, as newer SGLang calls it (its tokens: a partial
+        # last page)
+        send[r][room].send(ids[1:], [], num_kv_tokens=2 * len(ids) - 1)
 step("prefill_send_kv_chunks")
 
 # Inflight queue and decode transfer queue: poll_and_all_reduce.

@@ -191,7 +191,12 @@ class KvwireKVSender(conn.KVSender, BaseKVSender):
         conn.KVSender.init(self, num_kv_indices, aux_index)
         self._aux = int(aux_index)
 
-    def send(self, kv_indices, state_indices=None, token_position_offset=0):
+    def send(self, kv_indices, state_indices=None, num_kv_tokens=None,
+             token_position_offset=None):
+        """SGLang's send. num_kv_tokens (newer SGLang's third argument: the
+        chunk's tokens, its last page maybe partial) and
+        token_position_offset (an older name) are accepted: kvwire moves
+        whole pages, a partial last page included."""
         # SGLang has written the request's metadata row before its last
         # chunk: it goes into kvwire's pool now, and moves with that chunk.
         if self._meta and self.num_kv_indices is not None and \
