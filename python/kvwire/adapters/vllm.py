@@ -183,10 +183,13 @@ class KvwireConnector(KVConnectorBase_V1):
 
     def wait_for_save(self):
         """A producer's room goes once its decode asked for it."""
-        for x, ids, _ in self.rooms.values():
-            if isinstance(x, conn.KVSender) and x.sent == 0 and \
-                    x.conclude_state is None and \
-                    x.poll() == conn.KVPoll.WaitingForInput:
+        unsent = [(x, ids) for x, ids, _ in self.rooms.values()
+                  if isinstance(x, conn.KVSender) and x.sent == 0 and
+                  x.conclude_state is None]
+        # One table read for all of them, as get_finished's.
+        for (x, ids), st in zip(unsent,
+                                conn.poll_many([x for x, _ in unsent])):
+            if st == conn.KVPoll.WaitingForInput:
                 x.send(np.array(ids, np.int32))
 
     def get_finished(self, finished_req_ids):
