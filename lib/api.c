@@ -14,7 +14,6 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "api_inc.h"
 #include "base/proc.h"
 #include "mem/gpool.h"
 #include "mem/pool.h"
@@ -22,17 +21,7 @@
 #include "wire/frame.h"
 #include "wire/wire.h"
 
-struct kvw_engine {
-	void *sock;
-	struct rtab *tab;
-	struct pool *pool;
-	uint64_t epoch;
-	char *table_path; /* for kvw_control_check */
-	int gpu_registered; /* this engine wrote the pool's GPU record */
-	struct api_inc *inc; /* what each BEGIN replaced (kvw_poll hides it;
-			     * behind a pointer: poll takes its lock) */
-	char err[256]; /* last send error */
-};
+#include "api_engine.h"
 
 /* Every engine handle of a process shares one ZMQ context, so one I/O
  * thread carries all their commands: a process driving both a prefill and
@@ -120,6 +109,8 @@ int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 	rc = pool_open(pool_path, 1, &e->pool, err, errlen);
 	if (rc < 0)
 		goto fail;
+	/* What a dead engine of this pool registered is no one's now. */
+	api_mem_sweep(e);
 	ctx = ctx_get();
 	if (ctx == NULL) {
 		kvw_seterr(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
@@ -156,6 +147,8 @@ void kvw_engine_close(struct kvw_engine **ep)
 		ctx_put(); /* this handle held the context with its socket */
 	}
 	rtab_close(&e->tab);
+	/* The engine's host allocations and its record go with it. */
+	api_mem_close(e);
 	/* The engine's device memory goes with it: copiers see the record
 	 * gone and close their handles. */
 	if (e->gpu_registered) {

@@ -108,6 +108,57 @@ KVW_API int kvw_register_gpu_pool(struct kvw_engine *e, int device,
 				  const uint32_t *item_lens, uint32_t n,
 				  char *err, size_t errlen);
 
+/* Host memory the group's processes can map (docs/ARCHITECTURE.md,
+ * "Engine memory"): size bytes (rounded up to whole pages), zeroed, kept
+ * until kvw_free or kvw_engine_close. An engine that keeps its KV cache in
+ * host memory allocates it here and then registers it in place with
+ * kvw_register_host. 0 and *ptr; KVW_EINVAL (size 0 or past the address
+ * space), KVW_ENOMEM (no room in /dev/shm), KVW_ESYS. err may be NULL. */
+KVW_API int kvw_alloc(struct kvw_engine *e, uint64_t size, void **ptr,
+		      char *err, size_t errlen);
+
+/* Gives back an allocation of kvw_alloc (ptr as it returned it). 0;
+ * KVW_ENOENT (not one of e's); KVW_ESTATE (a registered buffer lies in
+ * it: kvw_unregister_host first). */
+KVW_API int kvw_free(struct kvw_engine *e, void *ptr);
+
+/* One buffer of the engine's KV memory as an engine describes it
+ * (SGLang's kv_data_ptrs[i], kv_data_lens[i], kv_item_lens[i]): page p
+ * of it is at ptr + p * item_len. layer_id and role name the buffer of
+ * the group's layout it holds (kvw_pool_layout: the planner pairs buffers
+ * by them). */
+struct kvw_host_buf {
+	uint64_t ptr;
+	uint64_t len;
+	uint32_t item_len;
+	uint32_t layer_id;
+	uint32_t role; /* enum kvw_role */
+};
+
+/* Registers the engine's own host memory in place: each of bufs[0..n)
+ * holds the buffer of `layout` (this rank's, from kvw_pool_layout) with
+ * its layer id and role, so kvwire's copies read (prefill) and write
+ * (decode) the engine's bytes where they are; layout buffers not named
+ * stay in the pool file. Every buffer must come from kvw_alloc. Replaces
+ * the previous registration (GPU or host) as a new engine epoch; the
+ * group's processes lay the memory over their mappings of the pool before
+ * their next batch, and kvw_pool_base() shows it too. Refused with
+ * KVW_EINVAL and the reason in err: n of 0 or over the layout's count, a
+ * NULL array, a zero length or item length, a length that is not a
+ * multiple of its item length, a (layer, role) the layout lacks or named
+ * twice, an item length other than the layout's, fewer pages than the
+ * layout's, memory that kvw_alloc did not give (err says how to allocate
+ * instead), or buffers whose pool bytes are not whole pages of memory
+ * (4096 bytes here; err names them). KVW_ESYS: the record. */
+KVW_API int kvw_register_host(struct kvw_engine *e,
+			      const struct kvw_buf *layout, uint32_t nlayout,
+			      const struct kvw_host_buf *bufs, uint32_t n,
+			      char *err, size_t errlen);
+
+/* Takes back what kvw_register_host registered: the pool file's own bytes
+ * serve again (as zeros). 0, or KVW_ENOENT when nothing is registered. */
+KVW_API int kvw_unregister_host(struct kvw_engine *e);
+
 /* The last send error's text ("" after a success); owned by e. */
 KVW_API const char *kvw_engine_error(const struct kvw_engine *e);
 

@@ -6,6 +6,7 @@
  * failure unwinds completely (no half-made file).
  */
 #include "pool.h"
+#include "hostmem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,9 +19,17 @@
 
 struct pool {
 	int fd;
+	int writable;
 	void *base;
 	uint64_t size;
 	char path[POOL_PATH_MAX + 1];
+	/* Engine host memory laid over the pool (hostmem.h): the record's
+	 * path ("" when the pool's path has none), the record laid and the
+	 * identity of its file when it was read. */
+	char rec_path[POOL_PATH_MAX + 8];
+	struct hostmem_rec *laid;
+	uint64_t rec_ino;
+	int64_t rec_ctime_s, rec_ctime_ns;
 };
 
 int pool_path_for(const char *name, char *buf, size_t len)
@@ -82,6 +91,8 @@ static int pool_new(const char *name, struct pool **out, char *err,
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"pool: bad name or path too long");
 	}
+	if (hostmem_rec_path(p->path, p->rec_path, sizeof p->rec_path) != 0)
+		p->rec_path[0] = '\0';
 	*out = p;
 	return 0;
 }
@@ -101,6 +112,7 @@ int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
 	if (rc != 0)
 		return rc;
 	p->size = size;
+	p->writable = 1;
 
 	p->fd = open(p->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (p->fd < 0) {
@@ -156,6 +168,7 @@ int pool_open(const char *path, int writable, struct pool **out, char *err,
 	rc = pool_new(path, &p, err, errlen);
 	if (rc != 0)
 		return rc;
+	p->writable = writable;
 	p->fd = open(p->path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC |
 			     O_NOFOLLOW);
 	if (p->fd < 0) {
@@ -223,11 +236,68 @@ void pool_close(struct pool **pp)
 		return;
 	p = *pp;
 	if (p->base != MAP_FAILED)
-		munmap(p->base, (size_t)p->size);
+		munmap(p->base, (size_t)p->size); /* overlays with it */
 	if (p->fd >= 0)
 		close(p->fd);
+	free(p->laid);
 	free(p);
 	*pp = NULL;
+}
+
+/* Drops what is laid over p: the pool's own pages back. */
+static int unlay(struct pool *p, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	if (p->laid)
+		rc = hostmem_restore(p->base, p->writable, p->fd, p->laid, err,
+				     errlen);
+	free(p->laid);
+	p->laid = NULL;
+	return rc;
+}
+
+int pool_refresh(struct pool *p, char *err, size_t errlen)
+{
+	struct hostmem_rec *rec;
+	struct stat st;
+	int rc;
+
+	if (p->rec_path[0] == '\0')
+		return 0;
+	if (stat(p->rec_path, &st) != 0) {
+		if (errno != ENOENT)
+			return kvw_errf(err, errlen, KVW_ESYS,
+					"pool: stat %s: %s", p->rec_path,
+					strerror(errno));
+		return unlay(p, err, errlen); /* the engine took it back */
+	}
+	if (p->laid && (uint64_t)st.st_ino == p->rec_ino &&
+	    st.st_ctim.tv_sec == p->rec_ctime_s &&
+	    st.st_ctim.tv_nsec == p->rec_ctime_ns)
+		return 0;
+	rc = hostmem_rec_read(p->rec_path, p->size, &rec, err, errlen);
+	if (rc == KVW_ENOENT) /* removed since the stat */
+		return unlay(p, err, errlen);
+	if (rc == 0)
+		rc = unlay(p, err, errlen);
+	if (rc == 0)
+		rc = hostmem_overlay(p->base, p->writable, p->fd, p->path, rec,
+				     err, errlen);
+	if (rc) {
+		free(rec);
+		return rc;
+	}
+	p->laid = rec;
+	p->rec_ino = (uint64_t)st.st_ino;
+	p->rec_ctime_s = st.st_ctim.tv_sec;
+	p->rec_ctime_ns = st.st_ctim.tv_nsec;
+	return 0;
+}
+
+int pool_overlaid(const struct pool *p)
+{
+	return p->laid != NULL;
 }
 
 int pool_unlink(const char *path)
@@ -236,6 +306,8 @@ int pool_unlink(const char *path)
 
 	if (pool_path_for(path, buf, sizeof buf) != 0)
 		return KVW_EINVAL;
+	/* An engine's host memory goes with its pool (hostmem.h). */
+	hostmem_remove_all(buf);
 	if (unlink(buf) != 0)
 		return errno == ENOENT ? KVW_ENOENT : KVW_ESYS;
 	return 0;

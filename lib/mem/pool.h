@@ -70,11 +70,26 @@ const char *pool_path(const struct pool *p);
 /* The open fd (for fstat / identity checks); never close it yourself. */
 int pool_fd(const struct pool *p);
 
+/* Engine host memory (hostmem.h): when the engine registered its own
+ * allocations for some of this pool's bytes (a record beside the pool),
+ * lays them over this mapping at the same addresses, so pool_base() +
+ * offset reaches the engine's bytes; when it took them back, the pool's own
+ * pages return. One stat when nothing changed. A process that moves bytes
+ * through the mapping calls it before each batch. 0, or the error (a
+ * malformed record, an allocation gone or replaced): then nothing is laid
+ * over the pool, and the caller must not count bytes it moves as the
+ * engine's. */
+int pool_refresh(struct pool *p, char *err, size_t errlen);
+
+/* 1 while engine host memory is laid over the mapping. */
+int pool_overlaid(const struct pool *p);
+
 /* Unmaps and closes *p, sets *p to NULL. Accepts NULL and *p == NULL. The
  * file itself stays (see pool_unlink). */
 void pool_close(struct pool **p);
 
-/* Removes the pool file (a name or a path). Mappings that are still open stay
+/* Removes the pool file (a name or a path), with the host memory an engine
+ * registered for it (hostmem.h). Mappings that are still open stay
  * valid until closed. Returns 0, KVW_ENOENT, KVW_EINVAL or KVW_ESYS. */
 int pool_unlink(const char *path);
 

@@ -67,6 +67,11 @@ struct xport_desc_file {
  * KVW_ENODEV. */
 struct xport_ops {
 	const char *name; /* "shm", "tcp", "rdma", "cuda" */
+	/* 1: a registration holds the pool's own physical pages (rdma's
+	 * memory region), so engine host memory laid over the pool later
+	 * (pool.h's pool_refresh) is not what the transport reaches: a
+	 * member refuses rooms while the engine has registered some. */
+	int pins_pages;
 
 	/* Says whether this transport can be used on this machine: 0, or
 	 * KVW_ENODEV with "<name>: not available: <why>" in err. Cheap, no

@@ -47,6 +47,13 @@ MAX_PAGES = 65536  # KVW_MAX_PAGES: page indices in one chunk
 MAX_STR = 255      # KVW_MAX_STR
 
 
+class HostBuf(ctypes.Structure):
+    """struct kvw_host_buf of lib/api.h."""
+    _fields_ = [("ptr", ctypes.c_uint64), ("len", ctypes.c_uint64),
+                ("item_len", ctypes.c_uint32), ("layer_id", ctypes.c_uint32),
+                ("role", ctypes.c_uint32)]
+
+
 class RoomStatus(ctypes.Structure):
     """struct kvw_room_status of lib/api.h, field for field."""
     _fields_ = [
@@ -119,6 +126,13 @@ def _load():
         "kvw_register_gpu_pool": (I, [P, I, ctypes.POINTER(U64),
                                       ctypes.POINTER(U64), U32P, U32,
                                       ctypes.c_char_p, ctypes.c_size_t]),
+        "kvw_alloc": (I, [P, U64, ctypes.POINTER(P), ctypes.c_char_p,
+                          ctypes.c_size_t]),
+        "kvw_free": (I, [P, P]),
+        # The layout goes as the address of kvwire.layout's _Buf array.
+        "kvw_register_host": (I, [P, P, U32, ctypes.POINTER(HostBuf), U32,
+                                  ctypes.c_char_p, ctypes.c_size_t]),
+        "kvw_unregister_host": (I, [P]),
         "kvw_room_times": (I, [P, U64, ctypes.POINTER(U64)]),
         "kvw_control_epoch": (U64, [P]),
         "kvw_control_check": (I, [P]),

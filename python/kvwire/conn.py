@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import lib
-from .layout import (ROLE_AUX, Shape, layer_range, make_layout,
+from .layout import (ROLE_AUX, Shape, c_layout, layer_range, make_layout,
                      rank_kv_heads, read_run_dir)
 from .pool import KVPool
 
@@ -151,6 +151,23 @@ class KVArgs:
                    bootstrap_addr=boot.listen if boot else "")
 
 
+def _kv_lists(what, ptrs, lens, item_lens):
+    """SGLang's kv_data_ptrs / lens / item_lens checked: their common
+    length, or ValueError for lists of different lengths or values that
+    are not unsigned integers of their width."""
+    n = len(ptrs)
+    if len(lens) != n or len(item_lens) != n:
+        raise ValueError("%s: %d pointers, %d lengths, %d item lengths"
+                         % (what, n, len(lens), len(item_lens)))
+    for name, vals, bits in (("pointer", ptrs, 64), ("length", lens, 64),
+                             ("item length", item_lens, 32)):
+        for v in vals:
+            if not isinstance(v, int) or not 0 <= v < 2 ** bits:
+                raise ValueError("%s: %s %r is not an unsigned %d-bit "
+                                 "integer" % (what, name, v, bits))
+    return n
+
+
 class KVManager:
     """One rank's connection to its kvwire control process (SGLang's
     KVManager). disaggregation_mode: "prefill" or "decode"."""
@@ -169,6 +186,7 @@ class KVManager:
         self._away_since = None  # when the control was first seen away
         self._gone_at = 0.0      # when control_gone last looked
         self._gone = None        # what it found
+        self._allocs = {}        # kvw_alloc's memory objects, by address
         err = _lib.ctypes.create_string_buffer(256)
         e = _lib.ctypes.c_void_p()
         rc = lib.kvw_engine_open(args.engine_endpoint.encode(),
@@ -279,19 +297,8 @@ class KVManager:
         overflowing lengths, overlap, more than the pool holds; ENODEV:
         no usable GPU, with the reason). On success kv_args' kv_data_*
         lists name the GPU buffers."""
-        n = len(kv_data_ptrs)
-        if len(kv_data_lens) != n or len(kv_item_lens) != n:
-            raise ValueError("register_gpu_pool: %d pointers, %d lengths, "
-                             "%d item lengths" % (n, len(kv_data_lens),
-                                                  len(kv_item_lens)))
-        for name, vals, bits in (("pointer", kv_data_ptrs, 64),
-                                 ("length", kv_data_lens, 64),
-                                 ("item length", kv_item_lens, 32)):
-            for v in vals:
-                if not isinstance(v, int) or not 0 <= v < 2 ** bits:
-                    raise ValueError("register_gpu_pool: %s %r is not an "
-                                     "unsigned %d-bit integer"
-                                     % (name, v, bits))
+        n = _kv_lists("register_gpu_pool", kv_data_ptrs, kv_data_lens,
+                      kv_item_lens)
         c = _lib.ctypes
         ptrs = (c.c_uint64 * max(n, 1))(*kv_data_ptrs)
         lens = (c.c_uint64 * max(n, 1))(*kv_data_lens)
@@ -306,6 +313,84 @@ class KVManager:
         self.kv_args.kv_data_ptrs = list(kv_data_ptrs)
         self.kv_args.kv_data_lens = list(kv_data_lens)
         self.kv_args.kv_item_lens = list(kv_item_lens)
+
+    def alloc(self, nbytes):
+        """Host memory the group's processes can map (kvw_alloc): a zeroed
+        uint8 numpy array of nbytes. An engine that keeps its KV cache in
+        host memory allocates it here (one array per buffer, or one for
+        many: reshape or view it as it likes) and registers it in place
+        with register_host_pool; memory from anywhere else is refused
+        there, since no other process can reach it. The memory lives until
+        close() and, after it, while a view of it is alive."""
+        nbytes = int(nbytes)
+        if nbytes <= 0:
+            raise ValueError("alloc: %d bytes" % nbytes)
+        c = _lib.ctypes
+        ptr, err = c.c_void_p(), c.create_string_buffer(256)
+        with self.lock:
+            rc = lib.kvw_alloc(self._handle(), nbytes, c.byref(ptr), err,
+                               len(err))
+        if rc < 0:
+            raise KVWireError("alloc(%d) on %s" % (nbytes,
+                                                   self.kv_args.member),
+                              rc, err.value.decode(errors="replace"))
+        # A subclass so the memory object takes weak references (close
+        # waits for the last view, as the pool's do).
+        mem_type = type("HostMemory", (c.c_char * nbytes,), {})
+        self._allocs[ptr.value] = mem_type.from_address(ptr.value)
+        self._allocs_quiet = sys.getrefcount(self._allocs[ptr.value])
+        return np.frombuffer(self._allocs[ptr.value], dtype=np.uint8)
+
+    def register_host_pool(self, kv_data_ptrs, kv_data_lens, kv_item_lens):
+        """Registers this engine's KV cache in its own host memory, in
+        place: SGLang's kv_data_ptrs / kv_data_lens / kv_item_lens (one
+        buffer per layer and K/V, in this rank's layout order, as kv_args
+        lists them; page p of buffer i at ptr + p * item_len), every one
+        inside memory from alloc(). kvwire's workers then read (prefill)
+        or write (decode) those bytes where they are; the metadata buffers
+        stay in the pool. Raises ValueError for lists of different lengths,
+        a count other than the layout's or values that are not unsigned
+        integers of their width; KVWireError (EINVAL) for what the C call
+        refuses: a length that is not a multiple of its item length, an
+        item length or page count other than the layout's, memory that
+        alloc() did not give, buffers that are not whole pages of memory.
+        On success kv_args' kv_data_* lists name the engine's buffers."""
+        kv = [b for b in self.pool.buffers if b.role != ROLE_AUX]
+        n = _kv_lists("register_host_pool", kv_data_ptrs, kv_data_lens,
+                      kv_item_lens)
+        if n != len(kv):
+            raise ValueError("register_host_pool: %d buffers, this rank's "
+                             "layout has %d KV buffers" % (n, len(kv)))
+        c = _lib.ctypes
+        hb = (_lib.HostBuf * n)(*[
+            _lib.HostBuf(p, ln, it, b.layer_id, b.role)
+            for p, ln, it, b in zip(kv_data_ptrs, kv_data_lens,
+                                    kv_item_lens, kv)])
+        layout = c_layout(self.pool.buffers)
+        err = c.create_string_buffer(512)
+        with self.lock:
+            rc = lib.kvw_register_host(self._handle(), c.addressof(layout),
+                                       len(self.pool.buffers), hb, n, err,
+                                       len(err))
+        if rc < 0:
+            raise KVWireError("register_host_pool(%s)" % self.kv_args.member,
+                              rc, err.value.decode(errors="replace"))
+        self.kv_args.kv_data_ptrs = list(kv_data_ptrs)
+        self.kv_args.kv_data_lens = list(kv_data_lens)
+        self.kv_args.kv_item_lens = list(kv_item_lens)
+
+    def unregister_host_pool(self):
+        """Takes back register_host_pool: the pool's own pages serve again
+        (zeroed), and kv_args' kv_data_* lists name them."""
+        with self.lock:
+            rc = lib.kvw_unregister_host(self._handle())
+        if rc < 0:
+            raise KVWireError("unregister_host_pool(%s)"
+                              % self.kv_args.member, rc, _lib.strerror(rc))
+        kv = [b for b in self.pool.buffers if b.role != ROLE_AUX]
+        self.kv_args.kv_data_ptrs = [self.pool.base + b.offset for b in kv]
+        self.kv_args.kv_data_lens = [b.item_len * b.pages for b in kv]
+        self.kv_args.kv_item_lens = [b.item_len for b in kv]
 
     def status(self, room) -> Optional[_lib.RoomStatus]:
         """The room's row in the table, or None when it is not there yet:
@@ -383,11 +468,29 @@ class KVManager:
         def close_engine():
             lib.kvw_engine_close(_lib.ctypes.byref(e))
 
+        # The engine (and with it the pool's mapping and every alloc())
+        # closes once the last view of any of them is gone.
+        allocs, self._allocs = list(self._allocs.values()), {}
+        # A view holds a reference past the dict's (now the list's) one
+        # that alloc() measured; m holds one more.
+        alive = [m for m in allocs
+                 if sys.getrefcount(m) > self._allocs_quiet + 1]
+        del allocs
+        pending = [len(alive) + 1]
+
+        def one_gone():
+            pending[0] -= 1
+            if pending[0] == 0:
+                close_engine()
+
+        for m in alive:
+            weakref.finalize(m, one_gone)
+        del alive
         pool = getattr(self, "pool", None)
         if pool is None:
-            close_engine()
+            one_gone()
         else:
-            pool.release(close_engine)
+            pool.release(one_gone)
 
     def __enter__(self):
         return self

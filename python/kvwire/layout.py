@@ -179,6 +179,14 @@ def _rank_layout(shape, topo, rank, decode):
                 for b in bufs[:info.nbufs]], info
 
 
+def c_layout(bufs):
+    """Buffers as a struct kvw_buf array (kvw_register_host's layout)."""
+    arr = (_Buf * max(len(bufs), 1))()
+    for i, b in enumerate(bufs):
+        arr[i] = _Buf(b.layer_id, b.role, 0, b.offset, b.item_len, b.pages)
+    return arr
+
+
 def make_layout(shape, topo, rank, decode):
     """(buffers, pool bytes) of the member with topology `topo` and
     coordinates `rank` (decode: with draft layers)."""

@@ -16,6 +16,7 @@
 
 #include "base/log.h"
 #include "base/proc.h"
+#include "mem/pool.h"
 #include "table/rtab_fence.h"
 #include "table/rtab_grant.h"
 #include "wire/dealers.h"
@@ -475,6 +476,17 @@ int receiver_pool_fresh(struct receiver *r)
 	char err[400];
 	int changed = 0;
 
+	/* A transport that registered the pool's own pages (rdma's memory
+	 * region) does not reach engine host memory laid over the pool
+	 * (kvw_register_host): such a room must not begin. */
+	if (ops && ops->pins_pages &&
+	    (pool_refresh(r->pool, err, sizeof err) != 0 ||
+	     pool_overlaid(r->pool))) {
+		LOG_RL(LOG_ERROR, "%s: the engine's host memory "
+		       "(kvw_register_host) is not registered with the "
+		       "transport; use the pool or GPU memory", ops->name);
+		return -1;
+	}
 	/* Only a transport whose registration follows the engine's memory
 	 * (ops->refresh) is asked; r->xp is of this very transport. */
 	if (!ops || !ops->refresh)
@@ -501,10 +513,11 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 	if (rtab_state(r->tab, room->ref) != KVW_BOOTSTRAPPING)
 		return; /* aborted, expired or failed meanwhile */
 	if (receiver_pool_fresh(r) != 0) {
-		char why[40 + FRAME_STR_SIZE];
+		char why[48 + FRAME_STR_SIZE];
 
 		snprintf(why, sizeof why,
-			 "the GPU pool is not registered for %s", r->transport);
+			 "the engine's memory is not registered for %s",
+			 r->transport);
 		receiver_room_fail(r, room, KVW_R_TRANSFER, why);
 		return;
 	}

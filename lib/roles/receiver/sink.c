@@ -219,6 +219,7 @@ int sink_run(const struct sink_cfg *cfg, char *err, size_t errlen)
 				     MEM_STAGE, err, errlen);
 	if (rc == 0) {
 		sc.base = pool_base(p);
+		sc.pool = p;
 		sc.size = pool_size(p);
 		LOG(LOG_INFO, "serving the data port for pool %s", cfg->pool);
 		rc = tcp_sink_run(&sc, &st, err, errlen);

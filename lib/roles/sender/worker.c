@@ -215,7 +215,17 @@ static void job_write(struct worker *w, const struct frame_msg *m,
 	xport_set_room(w->x, m->hdr.room);
 	xport_set_incarnation(w->x, j->token);
 	e->lo = xport_mark(w->x, e->dst);
-	for (uint32_t i = 0; i < j->copies.n; i += WORKER_BATCH) {
+	/* The engine's own host memory, when it registered some, is what
+	 * the job reads (one stat when nothing changed). */
+	e->rc = pool_refresh(w->pool, e->why, sizeof e->why);
+	if (e->rc == 0 && pool_overlaid(w->pool) &&
+	    xport_ops_of(w->x)->pins_pages)
+		e->rc = kvw_errf(e->why, sizeof e->why, KVW_EINVAL,
+				 "%s: the engine's host memory "
+				 "(kvw_register_host) is not registered with "
+				 "the transport; use the pool or GPU memory",
+				 xport_ops_of(w->x)->name);
+	for (uint32_t i = 0; e->rc == 0 && i < j->copies.n; i += WORKER_BATCH) {
 		uint32_t k = j->copies.n - i < WORKER_BATCH ? j->copies.n - i
 							     : WORKER_BATCH;
 		uint64_t b = 0;

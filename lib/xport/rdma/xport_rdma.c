@@ -535,6 +535,7 @@ static int xrdma_wait(struct xport *xp, int timeout_ms, char *err,
 
 const struct xport_ops xport_rdma_ops = {
 	.name = "rdma",
+	.pins_pages = 1,
 	.probe = xrdma_probe,
 	.open = xrdma_open,
 	.reg = xrdma_reg,

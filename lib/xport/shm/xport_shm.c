@@ -20,6 +20,11 @@
  * copies on a connected remote's mapping then ends that batch with
  * KVW_ERANGE, and any other SIGBUS still kills the process as before. The
  * library never installs the handler by itself.
+ *
+ * A decode engine that keeps its KV in its own host memory (api.h's
+ * kvw_register_host) has it laid over the pool mapping at the same
+ * addresses (pool_refresh, one stat a remote a batch): the copies below
+ * do not change.
  */
 #include "xport/xport_impl.h"
 #include "xport_shm.h"
@@ -391,6 +396,11 @@ static int xshm_write_batch(struct xport *x, const struct xport_copy *c,
 		/* One fstat per remote run of the batch (usually one). */
 		if (c[i].dst != checked) {
 			rc = xshm_remote_intact(&s->rmt[c[i].dst], err, errlen);
+			/* The decode engine's own host memory, when it
+			 * registered some, is where the pages go. */
+			if (rc == 0)
+				rc = pool_refresh(s->rmt[c[i].dst].owned, err,
+						  errlen);
 			if (rc < 0)
 				return rc;
 			checked = c[i].dst;

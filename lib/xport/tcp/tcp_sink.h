@@ -44,6 +44,7 @@ enum tcp_room {
 };
 
 struct mem_region; /* mem/mem.h */
+struct pool;       /* mem/pool.h */
 
 struct tcp_sink_cfg {
 	int listen_fd;             /* borrowed; made non-blocking here */
@@ -54,6 +55,10 @@ struct tcp_sink_cfg {
 	 * batch's device pages land in the pool and are copied on to the
 	 * GPU before the ACK. */
 	struct mem_region *mem;
+	/* The pool base maps, or NULL: a decode engine that registered its
+	 * own host memory (api.h's kvw_register_host) has it laid over the
+	 * mapping before each batch (pool.h's pool_refresh). */
+	struct pool *pool;
 	const uint8_t *secret;     /* 16 bytes */
 	const uint8_t *group_key;  /* the group's data key (32 bytes), or
 				    * NULL without group keys (tcp_auth.h) */

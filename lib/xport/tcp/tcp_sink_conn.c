@@ -16,6 +16,7 @@
 #include "tcp_auth.h"
 #include "base/kvw.h"
 #include "mem/mem.h"
+#include "mem/pool.h"
 
 /* The connection's write is over: its room is no longer held. */
 void tcp_sink_release(struct sink *s, struct conn *c)
@@ -238,6 +239,20 @@ static int refuse(struct sink *s, struct conn *c, const char *what)
 	return ack(c, TCP_BAD) < 0 ? -1 : closing(s, c);
 }
 
+/* The decode engine's own host memory laid over the pool, when it
+ * registered some (one stat when nothing changed): 1, or 0 with the reason
+ * told to the log. */
+static int engine_memory(struct sink *s)
+{
+	char why[256];
+
+	if (s->cfg->pool == NULL ||
+	    pool_refresh(s->cfg->pool, why, sizeof why) == 0)
+		return 1;
+	tcp_sink_event(s, why);
+	return 0;
+}
+
 /* The header alone: what can be checked before its tag is, refused as
  * tampering (a peer with the keys never sends it), so nothing unchecked
  * sizes an allocation or a read. */
@@ -312,6 +327,8 @@ static int copy_list(struct sink *s, struct conn *c)
 	c->held = s->cfg->room_begin && rc == TCP_ROOM_OK;
 	c->discard = rc == TCP_ROOM_OK ? 0
 		     : rc == TCP_ROOM_DEST ? TCP_DEST : TCP_NOT_LIVE;
+	if (rc == TCP_ROOM_OK && !engine_memory(s))
+		c->discard = TCP_DEVICE; /* nothing lands; the room fails */
 	c->left = c->total;
 	/* The body tag covers the head tag, so a body cannot be spliced
 	 * under another head. */
@@ -465,6 +482,9 @@ static int trailer(struct sink *s, struct conn *c)
 		tcp_sink_cevent(s, c, "batch with a copy outside the pages granted to "
 			     "its room refused (nothing written)");
 		status = TCP_DEST;
+	} else if (c->discard == TCP_DEVICE) {
+		s->st->device++;
+		status = TCP_DEVICE;
 	} else if (c->discard) {
 		s->st->not_live++;
 		if (s->cfg->stale)

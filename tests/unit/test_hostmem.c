@@ -1,0 +1,309 @@
+/*
+ * test_hostmem.c - engine host memory laid over a pool (mem/hostmem.h,
+ * pool_refresh): a record of mappings is checked field by field when it is
+ * read (it is a file another process wrote); a good one lays the engine's
+ * allocation over a second mapping of the pool at the same addresses, so
+ * bytes written through the pool reach the allocation and the pool file's
+ * own bytes stay as they were; a record that changes is followed, one that
+ * goes away gives the pool's own pages back; an allocation replaced under
+ * its name, or gone, is refused with nothing laid; hostmem_remove_all
+ * leaves none of the files.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/le.h"
+#include "mem/hostmem.h"
+#include "mem/pool.h"
+
+static char err[512];
+static char path[256], rec[300];
+static struct pool *mine; /* the pool as its maker maps it */
+static uint64_t pg;
+
+#define PAGES 8u
+
+static int setup(void **state)
+{
+	(void)state;
+	pg = hostmem_page();
+	snprintf(path, sizeof path, "/dev/shm/kvwire.thm%d.pool",
+		 (int)getpid());
+	(void)pool_unlink(path);
+	assert_int_equal(pool_create(path, PAGES * pg, &mine, err, sizeof err),
+			 0);
+	assert_int_equal(hostmem_rec_path(path, rec, sizeof rec), 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	pool_close(&mine);
+	(void)pool_unlink(path);
+	return 0;
+}
+
+/* An allocation of n pages filled with byte v; *m describes pool pages
+ * [at, at + n) as its bytes from page `from`. */
+static uint8_t *alloc_pages(uint64_t key, uint32_t n, uint8_t v,
+			    uint64_t at, uint64_t from, struct hostmem_map *m)
+{
+	void *base;
+	uint64_t dev, ino;
+
+	assert_int_equal(hostmem_alloc(path, key, (n + from) * pg, &base, &dev,
+				       &ino, err, sizeof err), 0);
+	memset(base, v, (n + from) * pg);
+	*m = (struct hostmem_map){ at * pg, n * pg, from * pg, key, dev, ino };
+	return base;
+}
+
+static void records_are_checked_field_by_field(void **state)
+{
+	struct hostmem_map m[2] = {
+		{ 0, pg, 0, 1, 2, 3 }, { 2 * pg, pg, pg, 1, 2, 3 },
+	};
+	struct hostmem_rec *r = NULL;
+	uint8_t b[64 + 2 * 48];
+	int fd;
+
+	(void)state;
+	assert_int_equal(hostmem_rec_check(m, 2, PAGES * pg, err, sizeof err),
+			 0);
+	/* Every rule: count, whole pages, inside the pool, in order. */
+	assert_int_equal(hostmem_rec_check(m, 0, PAGES * pg, err, sizeof err),
+			 KVW_EINVAL);
+	m[1].start = 2 * pg + 1;
+	assert_int_equal(hostmem_rec_check(m, 2, PAGES * pg, err, sizeof err),
+			 KVW_EINVAL);
+	assert_non_null(strstr(err, "not whole"));
+	m[1].start = 2 * pg;
+	m[1].file_off = 3;
+	assert_int_equal(hostmem_rec_check(m, 2, PAGES * pg, err, sizeof err),
+			 KVW_EINVAL);
+	m[1].file_off = pg;
+	m[1].len = PAGES * pg;
+	assert_int_equal(hostmem_rec_check(m, 2, PAGES * pg, err, sizeof err),
+			 KVW_EINVAL);
+	assert_non_null(strstr(err, "past"));
+	m[1].len = pg;
+	m[1].start = 0;
+	assert_int_equal(hostmem_rec_check(m, 2, PAGES * pg, err, sizeof err),
+			 KVW_EINVAL);
+	assert_non_null(strstr(err, "overlaps"));
+	m[1].start = 2 * pg;
+
+	/* Read back: good, then each header field broken on disk. */
+	assert_int_equal(hostmem_rec_write(rec, m, 2, PAGES * pg, 9, err,
+					   sizeof err), 0);
+	assert_int_equal(hostmem_rec_read(rec, PAGES * pg, &r, err,
+					  sizeof err), 0);
+	assert_int_equal(r->n, 2);
+	assert_int_equal(r->epoch, 9);
+	assert_int_equal(r->pid, (uint32_t)getpid());
+	assert_memory_equal(r->map, m, sizeof m);
+	free(r);
+	assert_int_equal(hostmem_rec_read(rec, PAGES * pg + pg, &r, err,
+					  sizeof err), KVW_EINVAL);
+	fd = open(rec, O_RDONLY);
+	assert_int_equal(read(fd, b, sizeof b), (ssize_t)sizeof b);
+	close(fd);
+	struct {
+		size_t at, width;
+		uint64_t v;
+		int rc;
+	} bad[] = {
+		{ 0, 4, 0x58585858, KVW_EINVAL },   /* magic */
+		{ 4, 2, 2, KVW_EVERSION },          /* version */
+		{ 8, 4, 3, KVW_EINVAL },            /* count vs size */
+		{ 12, 4, 512, KVW_EINVAL },         /* page size */
+		{ 64 + 48 + 8, 8, 7, KVW_EINVAL },  /* a length not whole pages */
+		{ 64 + 48, 8, 0, KVW_EINVAL },      /* overlapping the first */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		uint8_t c[sizeof b];
+
+		memcpy(c, b, sizeof b);
+		le_put(c + bad[i].at, bad[i].v, bad[i].width);
+		fd = open(rec, O_WRONLY | O_TRUNC);
+		assert_int_equal(write(fd, c, sizeof c), (ssize_t)sizeof c);
+		close(fd);
+		assert_int_equal(hostmem_rec_read(rec, PAGES * pg, &r, err,
+						  sizeof err), bad[i].rc);
+		assert_null(r);
+	}
+	/* A symlink is not a record. */
+	unlink(rec);
+	assert_int_equal(symlink("/etc/passwd", rec), 0);
+	assert_int_equal(hostmem_rec_read(rec, PAGES * pg, &r, err,
+					  sizeof err), KVW_ESYS);
+	unlink(rec);
+	assert_int_equal(hostmem_rec_read(rec, PAGES * pg, &r, err,
+					  sizeof err), KVW_ENOENT);
+}
+
+static void a_record_lays_the_allocation_over_the_pool(void **state)
+{
+	struct hostmem_map m[2];
+	struct pool *peer = NULL;
+	uint8_t *a, *b, *pb, *own;
+
+	(void)state;
+	a = alloc_pages(0xa1, 2, 0xAA, 1, 0, &m[0]);
+	b = alloc_pages(0xb2, 1, 0xBB, 5, 1, &m[1]);
+	memset(pool_base(mine), 0x11, PAGES * pg);
+	assert_int_equal(pool_open(path, 1, &peer, err, sizeof err), 0);
+	pb = pool_base(peer);
+	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
+	assert_int_equal(pool_overlaid(peer), 0); /* no record yet */
+
+	assert_int_equal(hostmem_rec_write(rec, m, 2, PAGES * pg, 1, err,
+					   sizeof err), 0);
+	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
+	assert_int_equal(pool_overlaid(peer), 1);
+	assert_ptr_equal(pool_base(peer), pb); /* same addresses */
+	assert_int_equal(pb[0], 0x11);
+	assert_int_equal(pb[pg], 0xAA);
+	assert_int_equal(pb[3 * pg - 1], 0xAA);
+	assert_int_equal(pb[3 * pg], 0x11);
+	assert_int_equal(pb[5 * pg], 0xBB);
+	/* Writes through the pool land in the allocations (b from its
+	 * second page on), and the pool file's own bytes stay. */
+	memset(pb + pg, 0x5A, 2 * pg);
+	memset(pb + 5 * pg, 0x6B, pg);
+	assert_int_equal(a[0], 0x5A);
+	assert_int_equal(a[2 * pg - 1], 0x5A);
+	assert_int_equal(b[0], 0xBB);
+	assert_int_equal(b[pg], 0x6B);
+	own = pool_base(mine);
+	assert_int_equal(own[pg], 0x11);
+	assert_int_equal(own[5 * pg], 0x11);
+
+	/* A new record is followed; the old ranges get the pool's pages. */
+	m[0].start = 6 * pg;
+	m[0].len = pg;
+	{
+		struct hostmem_map one = m[0];
+
+		assert_int_equal(hostmem_rec_write(rec, &one, 1, PAGES * pg, 2,
+						   err, sizeof err), 0);
+	}
+	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
+	assert_int_equal(pb[pg], 0x11);
+	assert_int_equal(pb[5 * pg], 0x11);
+	assert_int_equal(pb[6 * pg], 0x5A);
+
+	/* The record gone: every page is the pool's again. */
+	unlink(rec);
+	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
+	assert_int_equal(pool_overlaid(peer), 0);
+	assert_int_equal(pb[6 * pg], 0x11);
+
+	munmap(a, 2 * pg);
+	munmap(b, 2 * pg);
+	pool_close(&peer);
+	hostmem_remove_all(path);
+}
+
+static void a_replaced_or_missing_allocation_lays_nothing(void **state)
+{
+	struct hostmem_map m[2];
+	struct pool *peer = NULL;
+	char apath[300];
+	uint8_t *a, *b, *pb;
+	int fd;
+
+	(void)state;
+	a = alloc_pages(0xc3, 1, 0xCC, 0, 0, &m[0]);
+	b = alloc_pages(0xd4, 1, 0xDD, 2, 0, &m[1]);
+	memset(pool_base(mine), 0x22, PAGES * pg);
+	assert_int_equal(pool_open(path, 1, &peer, err, sizeof err), 0);
+	pb = pool_base(peer);
+	assert_int_equal(hostmem_rec_write(rec, m, 2, PAGES * pg, 1, err,
+					   sizeof err), 0);
+	/* The second allocation replaced by another file of its name. */
+	assert_int_equal(hostmem_alloc_path(path, 0xd4, apath, sizeof apath),
+			 0);
+	unlink(apath);
+	fd = open(apath, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)pg), 0);
+	close(fd);
+	assert_int_equal(pool_refresh(peer, err, sizeof err), KVW_ESTALE);
+	assert_non_null(strstr(err, "not the engine allocation"));
+	/* Nothing laid, the first range included: a copy must not reach
+	 * half of an engine's memory. */
+	assert_int_equal(pool_overlaid(peer), 0);
+	assert_int_equal(pb[0], 0x22);
+	/* Still refused at the next batch; gone is refused too. */
+	assert_int_equal(pool_refresh(peer, err, sizeof err), KVW_ESTALE);
+	unlink(apath);
+	assert_int_equal(pool_refresh(peer, err, sizeof err), KVW_ESTALE);
+	assert_non_null(strstr(err, "engine allocation"));
+	assert_int_equal(pool_overlaid(peer), 0);
+
+	/* Removed with the pool: the record and every allocation file. */
+	hostmem_remove_all(path);
+	assert_int_equal(access(rec, F_OK), -1);
+	assert_int_equal(hostmem_alloc_path(path, 0xc3, apath, sizeof apath),
+			 0);
+	assert_int_equal(access(apath, F_OK), -1);
+	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
+	munmap(a, pg);
+	munmap(b, pg);
+	pool_close(&peer);
+}
+
+static void allocations_are_whole_pages_beside_the_pool(void **state)
+{
+	char p[300];
+	void *base;
+	uint64_t dev, ino;
+
+	(void)state;
+	assert_int_equal(hostmem_alloc(path, 1, pg + 1, &base, &dev, &ino, err,
+				       sizeof err), KVW_EINVAL);
+	assert_int_equal(hostmem_alloc("/dev/shm/not-a-pool", 1, pg, &base,
+				       &dev, &ino, err, sizeof err),
+			 KVW_EINVAL);
+	assert_int_equal(hostmem_alloc_path(path, 0x1f, p, sizeof p), 0);
+	assert_non_null(strstr(p, ".pool.m000000000000001f"));
+	assert_int_equal(pool_name_ok(p), 0); /* never taken for a pool */
+	assert_int_equal(hostmem_alloc(path, 0x1f, pg, &base, &dev, &ino, err,
+				       sizeof err), 0);
+	assert_int_equal(hostmem_alloc(path, 0x1f, pg, &base, &dev, &ino, err,
+				       sizeof err), KVW_EEXIST);
+	munmap(base, pg);
+	hostmem_remove_all(path);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+		    records_are_checked_field_by_field, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    a_record_lays_the_allocation_over_the_pool, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    a_replaced_or_missing_allocation_lays_nothing, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    allocations_are_whole_pages_beside_the_pool, setup,
+		    teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
