@@ -210,8 +210,12 @@ int kvw_register_gpu_pool(struct kvw_engine *e, int device,
 				pool_path(e->pool));
 	rc = gpool_export(rec, device, ptrs, lens, item_lens, n,
 			  pool_size(e->pool), e->epoch, err, errlen);
-	if (rc == 0)
+	if (rc == 0) {
 		e->gpu_registered = 1;
+		/* Device memory replaces host memory: one registration. */
+		if (e->host_registered)
+			(void)kvw_unregister_host(e);
+	}
 	return rc;
 }
 

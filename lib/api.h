@@ -140,9 +140,10 @@ struct kvw_host_buf {
  * its layer id and role, so kvwire's copies read (prefill) and write
  * (decode) the engine's bytes where they are; layout buffers not named
  * stay in the pool file. Every buffer must come from kvw_alloc. Replaces
- * the previous registration (GPU or host) as a new engine epoch; the
- * group's processes lay the memory over their mappings of the pool before
- * their next batch, and kvw_pool_base() shows it too. Refused with
+ * the previous registration (GPU or host; kvw_register_gpu_pool replaces
+ * this one in turn); the group's processes lay the memory over their
+ * mappings of the pool before their next batch, and kvw_pool_base() shows
+ * it too. kvw_engine_close takes it back. Refused with
  * KVW_EINVAL and the reason in err: n of 0 or over the layout's count, a
  * NULL array, a zero length or item length, a length that is not a
  * multiple of its item length, a (layer, role) the layout lacks or named

@@ -102,17 +102,23 @@ static void drop_alloc(const char *pool, struct api_alloc *a)
 		unlink(path);
 }
 
-/* The engine's current record, or NULL. */
-static struct hostmem_rec *own_record(const struct kvw_engine *e)
+/* The pool's current record (NULL: none, or unreadable). */
+static struct hostmem_rec *own_record_any(const struct kvw_engine *e)
 {
-	char path[4096];
+	struct hostmem_view *v = pool_host_record(e->pool);
 	struct hostmem_rec *r = NULL;
+	uint64_t gen;
 
-	if (!e->host_registered ||
-	    hostmem_rec_path(pool_path(e->pool), path, sizeof path) != 0 ||
-	    hostmem_rec_read(path, pool_size(e->pool), &r, NULL, 0) != 0)
+	if (v == NULL || hostmem_view_read(v, pool_size(e->pool), &r, &gen,
+					   NULL, 0) != 0)
 		return NULL;
 	return r;
+}
+
+/* This engine's registration, or NULL. */
+static struct hostmem_rec *own_record(const struct kvw_engine *e)
+{
+	return e->host_registered ? own_record_any(e) : NULL;
 }
 
 int kvw_free(struct kvw_engine *e, void *ptr)
@@ -279,7 +285,7 @@ int kvw_register_host(struct kvw_engine *e, const struct kvw_buf *layout,
 		      uint32_t nlayout, const struct kvw_host_buf *bufs,
 		      uint32_t n, char *err, size_t errlen)
 {
-	char path[4096], dummy[8];
+	char dummy[8];
 	struct hostmem_map *m;
 	struct hostmem_rec *old;
 	uint8_t *named;
@@ -298,9 +304,10 @@ int kvw_register_host(struct kvw_engine *e, const struct kvw_buf *layout,
 				"%u buffers for a layout of %u (1..%u)", n,
 				nlayout, nlayout < KVW_MAX_BUFFERS
 						 ? nlayout : KVW_MAX_BUFFERS);
-	if (hostmem_rec_path(pool_path(e->pool), path, sizeof path) != 0)
+	if (pool_host_record(e->pool) == NULL)
 		return kvw_errf(err, errlen, KVW_EINVAL,
-				"pool %s has no host memory record path",
+				"pool %s has no host memory record: it was "
+				"not made by a kvwire control process",
 				pool_path(e->pool));
 	m = calloc(n, sizeof *m);
 	named = calloc(nlayout, 1);
@@ -316,8 +323,9 @@ int kvw_register_host(struct kvw_engine *e, const struct kvw_buf *layout,
 		rc = join_runs(m, &n, err, errlen);
 	old = rc == 0 ? own_record(e) : NULL;
 	if (rc == 0)
-		rc = hostmem_rec_write(path, m, n, pool_size(e->pool),
-				       e->epoch, err, errlen);
+		rc = hostmem_view_write(pool_host_record(e->pool), m, n,
+					pool_size(e->pool), e->epoch, err,
+					errlen);
 	if (rc == 0) {
 		char rec[POOL_PATH_MAX + 1];
 
@@ -341,16 +349,15 @@ int kvw_register_host(struct kvw_engine *e, const struct kvw_buf *layout,
 
 int kvw_unregister_host(struct kvw_engine *e)
 {
-	char path[4096];
 	struct hostmem_rec *r;
 
 	if (e == NULL)
 		return KVW_EINVAL;
-	r = own_record(e);
+	r = e->host_registered ? own_record(e) : NULL;
 	if (r == NULL)
 		return KVW_ENOENT;
-	if (hostmem_rec_path(pool_path(e->pool), path, sizeof path) == 0)
-		unlink(path);
+	(void)hostmem_view_write(pool_host_record(e->pool), NULL, 0,
+				 pool_size(e->pool), e->epoch, NULL, 0);
 	e->host_registered = 0;
 	pool_pages(e, r->map, r->n, 0);
 	free(r);
@@ -359,37 +366,31 @@ int kvw_unregister_host(struct kvw_engine *e)
 
 void api_mem_sweep(struct kvw_engine *e)
 {
-	char path[4096];
-	struct hostmem_rec *r = NULL;
+	struct hostmem_rec *r = own_record_any(e);
 	pid_t pid;
 
-	if (hostmem_rec_path(pool_path(e->pool), path, sizeof path) != 0 ||
-	    hostmem_rec_read(path, pool_size(e->pool), &r, NULL, 0) != 0)
+	if (r == NULL)
 		return;
 	pid = (pid_t)r->pid;
-	free(r);
 	/* EPERM: another user's process has the pid, so it runs. */
-	if (pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH))
+	if (pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH)) {
+		free(r);
 		return;
-	hostmem_remove_all(pool_path(e->pool));
+	}
+	(void)hostmem_view_write(pool_host_record(e->pool), NULL, 0,
+				 pool_size(e->pool), e->epoch, NULL, 0);
+	pool_pages(e, r->map, r->n, 0);
+	free(r);
+	hostmem_remove_allocs(pool_path(e->pool));
 	(void)pool_refresh(e->pool, NULL, 0);
 }
 
 void api_mem_close(struct kvw_engine *e)
 {
-	char path[4096];
-
 	if (e->pool == NULL)
 		return; /* an open that failed: nothing was allocated */
-	if (e->host_registered &&
-	    hostmem_rec_path(pool_path(e->pool), path, sizeof path) == 0) {
-		struct hostmem_rec *r = own_record(e);
-
-		unlink(path);
-		if (r)
-			pool_pages(e, r->map, r->n, 0);
-		free(r);
-	}
+	if (e->host_registered)
+		(void)kvw_unregister_host(e);
 	for (uint32_t i = 0; i < e->nallocs; i++)
 		drop_alloc(pool_path(e->pool), &e->allocs[i]);
 	free(e->allocs);

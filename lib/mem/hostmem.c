@@ -4,9 +4,9 @@
  * allocations over a pool mapping.
  */
 #include "hostmem.h"
-#include "recfile.h"
 
 #include <dirent.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@
 #include "base/le.h"
 
 #define HM_MAGIC "KVHM"
-#define HM_VERSION 1u
+#define HM_VERSION 2u
 #define HM_HDR 64u
 #define HM_ENT 48u
 
@@ -168,31 +168,107 @@ int hostmem_rec_check(const struct hostmem_map *maps, uint32_t n,
 	return 0;
 }
 
-int hostmem_rec_write(const char *path, const struct hostmem_map *maps,
-		      uint32_t n, uint64_t pool_size, uint64_t epoch,
-		      char *err, size_t errlen)
-{
-	char tmp[4096];
-	uint8_t *rec;
-	size_t len;
-	int fd, rc;
+#define HM_SIZE (HM_HDR + HOSTMEM_MAX * HM_ENT)
+#define HM_GEN 8 /* the generation's offset: 8-byte aligned */
 
-	rc = hostmem_rec_check(maps, n, pool_size, err, errlen);
+struct hostmem_view {
+	uint8_t *b; /* HM_SIZE bytes */
+};
+
+static _Atomic uint64_t *gen_word(const struct hostmem_view *v)
+{
+	return (_Atomic uint64_t *)(void *)(v->b + HM_GEN);
+}
+
+int hostmem_view_create(const char *path, uint64_t pool_size, char *err,
+			size_t errlen)
+{
+	uint8_t hdr[HM_HDR] = { 0 };
+	int fd, rc = 0;
+
+	memcpy(hdr, HM_MAGIC, 4);
+	le_put(hdr + 4, HM_VERSION, 2);
+	le_put(hdr + 20, hostmem_page(), 4);
+	le_put(hdr + 32, pool_size, 8);
+	(void)unlink(path);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+		  0600);
+	if (fd < 0 || fchmod(fd, 0600) != 0 ||
+	    posix_fallocate(fd, 0, HM_SIZE) != 0 ||
+	    pwrite(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+		rc = kvw_errf(err, errlen, KVW_ESYS,
+			      "host memory: making %s: %s", path,
+			      strerror(errno));
+	if (fd >= 0)
+		close(fd);
 	if (rc)
+		unlink(path);
+	return rc;
+}
+
+int hostmem_view_open(const char *path, int writable,
+		      struct hostmem_view **out, char *err, size_t errlen)
+{
+	struct hostmem_view *v;
+	struct stat st;
+	void *m;
+	int fd;
+
+	*out = NULL;
+	fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC |
+				O_NOFOLLOW);
+	if (fd < 0)
+		return kvw_errf(err, errlen,
+				errno == ENOENT ? KVW_ENOENT : KVW_ESYS,
+				"host memory: %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size != HM_SIZE) {
+		close(fd);
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"host memory: %s is not a record file", path);
+	}
+	m = mmap(NULL, HM_SIZE, PROT_READ | (writable ? PROT_WRITE : 0),
+		 MAP_SHARED, fd, 0);
+	close(fd);
+	v = m == MAP_FAILED ? NULL : malloc(sizeof *v);
+	if (v == NULL) {
+		if (m != MAP_FAILED)
+			munmap(m, HM_SIZE);
+		return kvw_errf(err, errlen, KVW_ESYS,
+				"host memory: mapping %s failed", path);
+	}
+	v->b = m;
+	*out = v;
+	return 0;
+}
+
+uint64_t hostmem_view_gen(const struct hostmem_view *v)
+{
+	return atomic_load_explicit(gen_word(v), memory_order_acquire);
+}
+
+int hostmem_view_write(struct hostmem_view *v, const struct hostmem_map *maps,
+		       uint32_t n, uint64_t pool_size, uint64_t epoch,
+		       char *err, size_t errlen)
+{
+	uint64_t g;
+	int rc;
+
+	if (n > 0 && (rc = hostmem_rec_check(maps, n, pool_size, err, errlen)))
 		return rc;
-	len = HM_HDR + (size_t)n * HM_ENT;
-	rec = calloc(1, len);
-	if (rec == NULL)
-		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
-	memcpy(rec, HM_MAGIC, 4);
-	le_put(rec + 4, HM_VERSION, 2);
-	le_put(rec + 8, n, 4);
-	le_put(rec + 12, hostmem_page(), 4);
-	le_put(rec + 16, epoch, 8);
-	le_put(rec + 24, pool_size, 8);
-	le_put(rec + 32, (uint64_t)getpid(), 4);
+	/* Odd while writing: a reader that sees it, or sees it change,
+	 * reads again later. */
+	g = atomic_load_explicit(gen_word(v), memory_order_relaxed);
+	g += g & 1 ? 2 : 1;
+	atomic_store_explicit(gen_word(v), g, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	le_put(v->b + 16, n, 4);
+	le_put(v->b + 20, hostmem_page(), 4);
+	le_put(v->b + 24, epoch, 8);
+	le_put(v->b + 32, pool_size, 8);
+	le_put(v->b + 40, (uint64_t)getpid(), 4);
 	for (uint32_t i = 0; i < n; i++) {
-		uint8_t *p = rec + HM_HDR + (size_t)i * HM_ENT;
+		uint8_t *p = v->b + HM_HDR + (size_t)i * HM_ENT;
 
 		le_put(p, maps[i].start, 8);
 		le_put(p + 8, maps[i].len, 8);
@@ -201,72 +277,53 @@ int hostmem_rec_write(const char *path, const struct hostmem_map *maps,
 		le_put(p + 32, maps[i].dev, 8);
 		le_put(p + 40, maps[i].ino, 8);
 	}
-	rc = snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-	if (rc < 0 || (size_t)rc >= sizeof tmp) {
-		free(rec);
-		return kvw_errf(err, errlen, KVW_EINVAL,
-				"host memory: record path too long");
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-		  0600);
-	rc = 0;
-	if (fd < 0 || fchmod(fd, 0600) != 0 ||
-	    write(fd, rec, len) != (ssize_t)len || fsync(fd) != 0)
-		rc = kvw_errf(err, errlen, KVW_ESYS,
-			      "host memory: writing %s: %s", tmp,
-			      strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	if (rc == 0 && rename(tmp, path) != 0)
-		rc = kvw_errf(err, errlen, KVW_ESYS,
-			      "host memory: rename to %s: %s", path,
-			      strerror(errno));
-	if (rc)
-		unlink(tmp);
-	free(rec);
-	return rc;
+	atomic_store_explicit(gen_word(v), g + 1, memory_order_release);
+	return 0;
 }
 
-static int parse(const uint8_t *b, size_t len, uint64_t pool_size,
+/* Checks a copy of the record's bytes. */
+static int parse(const uint8_t *b, uint64_t pool_size,
 		 struct hostmem_rec **out, char *err, size_t errlen)
 {
 	struct hostmem_rec *r;
 	uint32_t n;
 	int rc;
 
-	if (len < HM_HDR || memcmp(b, HM_MAGIC, 4) != 0)
+	if (memcmp(b, HM_MAGIC, 4) != 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
-				"host memory: not a record (%zu bytes)", len);
+				"host memory: not a record");
 	if (le_get(b + 4, 2) != HM_VERSION)
 		return kvw_errf(err, errlen, KVW_EVERSION,
 				"host memory: record version %llu, expected "
 				"%u",
 				(unsigned long long)le_get(b + 4, 2),
 				HM_VERSION);
-	n = (uint32_t)le_get(b + 8, 4);
-	if (n == 0 || n > HOSTMEM_MAX || len != HM_HDR + (size_t)n * HM_ENT)
+	n = (uint32_t)le_get(b + 16, 4);
+	if (n == 0)
+		return 0; /* nothing registered */
+	if (n > HOSTMEM_MAX)
 		return kvw_errf(err, errlen, KVW_EINVAL,
-				"host memory: record of %zu bytes for %u "
-				"mappings",
-				len, n);
-	if (le_get(b + 12, 4) != hostmem_page())
+				"host memory: record of %u mappings (at most "
+				"%u)",
+				n, HOSTMEM_MAX);
+	if (le_get(b + 20, 4) != hostmem_page())
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"host memory: record made with %llu-byte "
 				"pages, this process has %llu",
-				(unsigned long long)le_get(b + 12, 4),
+				(unsigned long long)le_get(b + 20, 4),
 				(unsigned long long)hostmem_page());
-	if (le_get(b + 24, 8) != pool_size)
+	if (le_get(b + 32, 8) != pool_size)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"host memory: record for a pool of %llu "
 				"bytes, this one has %llu",
-				(unsigned long long)le_get(b + 24, 8),
+				(unsigned long long)le_get(b + 32, 8),
 				(unsigned long long)pool_size);
 	r = calloc(1, sizeof *r + (size_t)n * sizeof r->map[0]);
 	if (r == NULL)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	r->n = n;
-	r->epoch = le_get(b + 16, 8);
-	r->pid = (uint32_t)le_get(b + 32, 4);
+	r->epoch = le_get(b + 24, 8);
+	r->pid = (uint32_t)le_get(b + 40, 4);
 	r->pool_size = pool_size;
 	for (uint32_t i = 0; i < n; i++) {
 		const uint8_t *p = b + HM_HDR + (size_t)i * HM_ENT;
@@ -286,22 +343,51 @@ static int parse(const uint8_t *b, size_t len, uint64_t pool_size,
 	return 0;
 }
 
-int hostmem_rec_read(const char *path, uint64_t pool_size,
-		     struct hostmem_rec **out, char *err, size_t errlen)
+int hostmem_view_read(const struct hostmem_view *v, uint64_t pool_size,
+		      struct hostmem_rec **out, uint64_t *gen, char *err,
+		      size_t errlen)
 {
-	uint8_t *b;
+	uint8_t *copy;
+	uint64_t g1, g2;
 	size_t len;
-	struct stat st;
 	int rc;
 
 	*out = NULL;
-	rc = recfile_read(path, HM_HDR + HOSTMEM_MAX * HM_ENT, "host memory",
-			  &b, &len, &st, err, errlen);
-	if (rc)
+	copy = malloc(HM_SIZE);
+	if (copy == NULL)
+		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+	for (int tries = 0; tries < 64; tries++) {
+		g1 = hostmem_view_gen(v);
+		if (g1 & 1)
+			continue;
+		len = HM_HDR + (size_t)HM_ENT *
+				       (le_get(v->b + 16, 4) < HOSTMEM_MAX
+						? le_get(v->b + 16, 4)
+						: HOSTMEM_MAX);
+		memcpy(copy, v->b, len);
+		atomic_thread_fence(memory_order_acquire);
+		g2 = atomic_load_explicit(gen_word(v), memory_order_relaxed);
+		if (g1 != g2)
+			continue;
+		/* The count copied, not the one read before: they agree
+		 * unless the engine wrote meanwhile, which g2 rules out. */
+		rc = parse(copy, pool_size, out, err, errlen);
+		free(copy);
+		*gen = g1;
 		return rc;
-	rc = parse(b, len, pool_size, out, err, errlen);
-	free(b);
-	return rc;
+	}
+	free(copy);
+	return kvw_errf(err, errlen, KVW_EAGAIN,
+			"host memory: the engine is rewriting its record");
+}
+
+void hostmem_view_close(struct hostmem_view **v)
+{
+	if (v == NULL || *v == NULL)
+		return;
+	munmap((*v)->b, HM_SIZE);
+	free(*v);
+	*v = NULL;
 }
 
 /* Opens allocation m->key for m and checks it is the file the record
@@ -403,7 +489,7 @@ int hostmem_overlay(void *base, int writable, int pool_fd,
 	return rc;
 }
 
-void hostmem_remove_all(const char *pool_path)
+void hostmem_remove_allocs(const char *pool_path)
 {
 	const char *slash = strrchr(pool_path, '/');
 	char dir[4096], path[4096];
@@ -416,8 +502,6 @@ void hostmem_remove_all(const char *pool_path)
 	snprintf(dir, sizeof dir, "%.*s", (int)(slash - pool_path) + 1,
 		 pool_path);
 	blen = strlen(slash + 1);
-	if (hostmem_rec_path(pool_path, path, sizeof path) == 0)
-		unlink(path);
 	dp = opendir(dir);
 	if (dp == NULL)
 		return;
@@ -429,4 +513,13 @@ void hostmem_remove_all(const char *pool_path)
 			    (int)sizeof path)
 			unlink(path);
 	closedir(dp);
+}
+
+void hostmem_remove_all(const char *pool_path)
+{
+	char path[4096];
+
+	if (hostmem_rec_path(pool_path, path, sizeof path) == 0)
+		unlink(path);
+	hostmem_remove_allocs(pool_path);
 }

@@ -9,19 +9,25 @@
  * name that only the pool's path and a key make; no descriptor has to be
  * passed and no record can name any other file.
  *
- * The record, <pool path without .pool>.host (mode 0600, written whole
- * and renamed into place), lists *mappings*: pool bytes [start, start +
- * len) are the allocation key's bytes [file_off, file_off + len). Every
- * number is a multiple of the page size, so a process that maps the pool
- * lays each allocation range over the pool's own pages at the same
- * address (MAP_FIXED, pool.h's pool_refresh): the pool's base and offsets,
- * the planner's copies and every transport stay as they are, and the
- * bytes they move are the engine's.
+ * The record, <pool path without .pool>.host, is a shared-memory file of
+ * fixed size that the control process makes with the pool (pool_create)
+ * and every process maps once with it (pool_open): the engine writes it
+ * under a sequence lock, and a process that moves bytes reads one word a
+ * batch (the generation) and, only when it changed, a copy of the rest. It
+ * lists *mappings*: pool bytes [start, start + len) are the allocation
+ * key's bytes [file_off, file_off + len). Every number is a multiple of
+ * the page size, so a process that maps the pool lays each allocation
+ * range over the pool's own pages at the same address (MAP_FIXED, pool.h's
+ * pool_refresh): the pool's base and offsets, the planner's copies and
+ * every transport stay as they are, and the bytes they move are the
+ * engine's.
  *
- * Record: a 64-byte header (magic "KVHM", version, count, page size,
- * epoch, pool size, the writer's pid), then per mapping 48 bytes (start,
- * len, file_off, key, and the allocation file's st_dev and st_ino, so a
- * file replaced under the name is refused), all little-endian.
+ * Record: a 64-byte header (magic "KVHM", version, the generation: even
+ * when stable, odd while the engine writes; count (0: nothing registered),
+ * page size, epoch, pool size, the writer's pid), then per mapping 48
+ * bytes (start, len, file_off, key, and the allocation file's st_dev and
+ * st_ino, so a file replaced under the name is refused), little-endian.
+ * What is read is checked as untrusted bytes (another process wrote it).
  */
 #ifndef KVW_HOSTMEM_H
 #define KVW_HOSTMEM_H
@@ -68,13 +74,6 @@ int hostmem_alloc(const char *pool_path, uint64_t key, uint64_t size,
 		  void **base, uint64_t *dev, uint64_t *ino, char *err,
 		  size_t errlen);
 
-/* Checks and writes a record (atomically: a temporary file renamed over
- * path). 0, KVW_EINVAL (the mappings break a rule of hostmem_rec_check),
- * KVW_ESYS. */
-int hostmem_rec_write(const char *path, const struct hostmem_map *maps,
-		      uint32_t n, uint64_t pool_size, uint64_t epoch,
-		      char *err, size_t errlen);
-
 /* The rules a record's mappings keep, for a pool of pool_size bytes: n in
  * 1..HOSTMEM_MAX, every number a multiple of the page size, len > 0,
  * inside the pool without overflow, sorted by start and not overlapping.
@@ -82,12 +81,42 @@ int hostmem_rec_write(const char *path, const struct hostmem_map *maps,
 int hostmem_rec_check(const struct hostmem_map *maps, uint32_t n,
 		      uint64_t pool_size, char *err, size_t errlen);
 
-/* Reads and fully checks a record (untrusted bytes; a symlink is
- * refused); *out is the caller's (free()). KVW_ENOENT (no record),
- * KVW_EVERSION, KVW_EINVAL (malformed, or for a pool of another size),
- * KVW_ENOMEM, KVW_ESYS. */
-int hostmem_rec_read(const char *path, uint64_t pool_size,
-		     struct hostmem_rec **out, char *err, size_t errlen);
+struct hostmem_view; /* a record file, mapped */
+
+/* Makes the record file at path for a pool of pool_size bytes, with
+ * nothing registered (replacing what was there). 0, or KVW_ESYS. */
+int hostmem_view_create(const char *path, uint64_t pool_size, char *err,
+			size_t errlen);
+
+/* Maps the record file at path (writable: for the engine). 0 and *out;
+ * KVW_ENOENT (no record file: a pool that was not made by a control
+ * process), KVW_EINVAL (not a record file), KVW_ESYS. */
+int hostmem_view_open(const char *path, int writable,
+		      struct hostmem_view **out, char *err, size_t errlen);
+
+/* The generation: a new value whenever the engine changed the record
+ * (one load, no system call). */
+uint64_t hostmem_view_gen(const struct hostmem_view *v);
+
+/* A checked copy of the record, consistent with *gen (the generation it
+ * was read at): 0 with *out (NULL when nothing is registered; else the
+ * caller's, free()); KVW_EAGAIN (the engine is writing it: try at the next
+ * batch), KVW_EVERSION, KVW_EINVAL (malformed, or for a pool of another
+ * size), KVW_ENOMEM. */
+int hostmem_view_read(const struct hostmem_view *v, uint64_t pool_size,
+		      struct hostmem_rec **out, uint64_t *gen, char *err,
+		      size_t errlen);
+
+/* Writes maps[0..n) (n = 0: nothing registered) as the engine `epoch` of
+ * this process, under the sequence lock. 0, or KVW_EINVAL (the mappings
+ * break a rule of hostmem_rec_check; nothing changes). One writer at a
+ * time: the pool's engine. */
+int hostmem_view_write(struct hostmem_view *v, const struct hostmem_map *maps,
+		       uint32_t n, uint64_t pool_size, uint64_t epoch,
+		       char *err, size_t errlen);
+
+/* Unmaps; *v = NULL. Accepts NULL and *v == NULL. */
+void hostmem_view_close(struct hostmem_view **v);
 
 /* Lays rec's mappings over the pool mapping at base (MAP_FIXED, populated,
  * read-write when writable): each allocation file is opened by its path
@@ -104,9 +133,11 @@ int hostmem_overlay(void *base, int writable, int pool_fd,
 int hostmem_restore(void *base, int writable, int pool_fd,
 		    const struct hostmem_rec *rec, char *err, size_t errlen);
 
-/* Removes the record and every allocation file of the pool at pool_path
- * (what an engine left behind; processes that map them keep the memory
- * until they unmap it). */
+/* Removes the record file and every allocation file of the pool at
+ * pool_path (processes that map them keep the memory until they unmap
+ * it). hostmem_remove_allocs: the allocation files only (what a dead
+ * engine left). */
 void hostmem_remove_all(const char *pool_path);
+void hostmem_remove_allocs(const char *pool_path);
 
 #endif

@@ -23,13 +23,12 @@ struct pool {
 	void *base;
 	uint64_t size;
 	char path[POOL_PATH_MAX + 1];
-	/* Engine host memory laid over the pool (hostmem.h): the record's
-	 * path ("" when the pool's path has none), the record laid and the
-	 * identity of its file when it was read. */
-	char rec_path[POOL_PATH_MAX + 8];
+	/* Engine host memory laid over the pool (hostmem.h): the record
+	 * (NULL: the pool has none), what is laid and the record's
+	 * generation it was read at. */
+	struct hostmem_view *rec;
 	struct hostmem_rec *laid;
-	uint64_t rec_ino;
-	int64_t rec_ctime_s, rec_ctime_ns;
+	uint64_t laid_gen;
 };
 
 int pool_path_for(const char *name, char *buf, size_t len)
@@ -91,10 +90,36 @@ static int pool_new(const char *name, struct pool **out, char *err,
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"pool: bad name or path too long");
 	}
-	if (hostmem_rec_path(p->path, p->rec_path, sizeof p->rec_path) != 0)
-		p->rec_path[0] = '\0';
 	*out = p;
 	return 0;
+}
+
+/* Makes and maps the pool's host memory record (fresh: nothing
+ * registered). */
+static int record_make(struct pool *p, char *err, size_t errlen)
+{
+	char rec[POOL_PATH_MAX + 8];
+	int rc;
+
+	if (hostmem_rec_path(p->path, rec, sizeof rec) != 0)
+		return 0; /* a pool path kvwire made no record for */
+	rc = hostmem_view_create(rec, p->size, err, errlen);
+	if (rc == 0)
+		rc = hostmem_view_open(rec, 1, &p->rec, err, errlen);
+	return rc;
+}
+
+/* Maps the pool's record where it has one (a pool a control process
+ * made); none is not an error (host memory can then not be laid). */
+static int record_open(struct pool *p, char *err, size_t errlen)
+{
+	char rec[POOL_PATH_MAX + 8];
+	int rc;
+
+	if (hostmem_rec_path(p->path, rec, sizeof rec) != 0)
+		return 0;
+	rc = hostmem_view_open(rec, p->writable, &p->rec, err, errlen);
+	return rc == KVW_ENOENT ? 0 : rc;
 }
 
 int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
@@ -146,10 +171,18 @@ int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
 			      strerror(e));
 		goto fail_unlink;
 	}
+	/* The record of the engine's host memory is made with the pool, so
+	 * every process that maps the pool maps it too (hostmem.h). */
+	rc = record_make(p, err, errlen);
+	if (rc) {
+		e = errno;
+		goto fail_unlink;
+	}
 	*out = p;
 	return 0;
 
 fail_unlink:
+	hostmem_remove_all(p->path);
 	unlink(p->path);
 fail_free:
 	pool_close(&p);
@@ -200,6 +233,9 @@ int pool_open(const char *path, int writable, struct pool **out, char *err,
 			      strerror(e));
 		goto fail;
 	}
+	rc = record_open(p, err, errlen);
+	if (rc)
+		goto fail;
 	*out = p;
 	return 0;
 
@@ -240,6 +276,7 @@ void pool_close(struct pool **pp)
 	if (p->fd >= 0)
 		close(p->fd);
 	free(p->laid);
+	hostmem_view_close(&p->rec);
 	free(p);
 	*pp = NULL;
 }
@@ -260,39 +297,31 @@ static int unlay(struct pool *p, char *err, size_t errlen)
 int pool_refresh(struct pool *p, char *err, size_t errlen)
 {
 	struct hostmem_rec *rec;
-	struct stat st;
+	uint64_t gen;
 	int rc;
 
-	if (p->rec_path[0] == '\0')
+	/* The steady state: one load, no system call. */
+	if (p->rec == NULL || hostmem_view_gen(p->rec) == p->laid_gen)
 		return 0;
-	if (stat(p->rec_path, &st) != 0) {
-		if (errno != ENOENT)
-			return kvw_errf(err, errlen, KVW_ESYS,
-					"pool: stat %s: %s", p->rec_path,
-					strerror(errno));
-		return unlay(p, err, errlen); /* the engine took it back */
-	}
-	if (p->laid && (uint64_t)st.st_ino == p->rec_ino &&
-	    st.st_ctim.tv_sec == p->rec_ctime_s &&
-	    st.st_ctim.tv_nsec == p->rec_ctime_ns)
-		return 0;
-	rc = hostmem_rec_read(p->rec_path, p->size, &rec, err, errlen);
-	if (rc == KVW_ENOENT) /* removed since the stat */
-		return unlay(p, err, errlen);
+	rc = hostmem_view_read(p->rec, p->size, &rec, &gen, err, errlen);
 	if (rc == 0)
 		rc = unlay(p, err, errlen);
-	if (rc == 0)
+	if (rc == 0 && rec)
 		rc = hostmem_overlay(p->base, p->writable, p->fd, p->path, rec,
 				     err, errlen);
 	if (rc) {
+		/* Nothing laid, and the next batch tries again. */
 		free(rec);
 		return rc;
 	}
 	p->laid = rec;
-	p->rec_ino = (uint64_t)st.st_ino;
-	p->rec_ctime_s = st.st_ctim.tv_sec;
-	p->rec_ctime_ns = st.st_ctim.tv_nsec;
+	p->laid_gen = gen;
 	return 0;
+}
+
+struct hostmem_view *pool_host_record(struct pool *p)
+{
+	return p->rec;
 }
 
 int pool_overlaid(const struct pool *p)
@@ -323,7 +352,8 @@ int pool_adopt(const char *path, uint64_t size, struct pool **out,
 	*reused = 0;
 	if (pool_open(path, 1, out, NULL, 0) == 0) {
 		if (pool_size(*out) == size && fstat(pool_fd(*out), &st) == 0 &&
-		    st.st_uid == geteuid() && (st.st_mode & 0077) == 0) {
+		    st.st_uid == geteuid() && (st.st_mode & 0077) == 0 &&
+		    ((*out)->rec || record_make(*out, NULL, 0) == 0)) {
 			*reused = 1;
 			return 0;
 		}

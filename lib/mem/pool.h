@@ -16,6 +16,7 @@
 #include "base/kvw.h"
 
 struct pool; /* opaque: one open, mapped pool file */
+struct hostmem_view; /* hostmem.h */
 
 /* Longest path a pool may have (bytes, without the NUL). */
 #define POOL_PATH_MAX 1023u
@@ -71,15 +72,19 @@ const char *pool_path(const struct pool *p);
 int pool_fd(const struct pool *p);
 
 /* Engine host memory (hostmem.h): when the engine registered its own
- * allocations for some of this pool's bytes (a record beside the pool),
- * lays them over this mapping at the same addresses, so pool_base() +
- * offset reaches the engine's bytes; when it took them back, the pool's own
- * pages return. One stat when nothing changed. A process that moves bytes
- * through the mapping calls it before each batch. 0, or the error (a
- * malformed record, an allocation gone or replaced): then nothing is laid
- * over the pool, and the caller must not count bytes it moves as the
- * engine's. */
+ * allocations for some of this pool's bytes (its record, made and mapped
+ * with the pool), lays them over this mapping at the same addresses, so
+ * pool_base() + offset reaches the engine's bytes; when it took them back,
+ * the pool's own pages return. One load when nothing changed. A process
+ * that moves bytes through the mapping calls it before each batch. 0, or
+ * the error (a malformed record, an allocation gone or replaced, the
+ * engine mid-write): then nothing is laid over the pool, and the caller
+ * must not count bytes it moves as the engine's. */
 int pool_refresh(struct pool *p, char *err, size_t errlen);
+
+/* The pool's host memory record, or NULL (a pool made without one: not
+ * by pool_create). The engine writes it (kvw_register_host). */
+struct hostmem_view *pool_host_record(struct pool *p);
 
 /* 1 while engine host memory is laid over the mapping. */
 int pool_overlaid(const struct pool *p);

@@ -1,13 +1,14 @@
 /*
  * test_hostmem.c - engine host memory laid over a pool (mem/hostmem.h,
- * pool_refresh): a record of mappings is checked field by field when it is
- * read (it is a file another process wrote); a good one lays the engine's
- * allocation over a second mapping of the pool at the same addresses, so
- * bytes written through the pool reach the allocation and the pool file's
- * own bytes stay as they were; a record that changes is followed, one that
- * goes away gives the pool's own pages back; an allocation replaced under
- * its name, or gone, is refused with nothing laid; hostmem_remove_all
- * leaves none of the files.
+ * pool_refresh): the record made with the pool is checked field by field
+ * when it is read (another process wrote it), and a read during a write
+ * is told to come back; a good one lays the engine's allocation over a
+ * second mapping of the pool at the same addresses, so bytes written
+ * through the pool reach the allocation and the pool file's own bytes stay
+ * as they were; a record that changes is followed, one emptied gives the
+ * pool's own pages back; an allocation replaced under its name, or gone,
+ * is refused with nothing laid; hostmem_remove_all leaves none of the
+ * files.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +77,8 @@ static void records_are_checked_field_by_field(void **state)
 		{ 0, pg, 0, 1, 2, 3 }, { 2 * pg, pg, pg, 1, 2, 3 },
 	};
 	struct hostmem_rec *r = NULL;
+	struct hostmem_view *v;
+	uint64_t g0, gen;
 	uint8_t b[64 + 2 * 48];
 	int fd;
 
@@ -105,53 +108,80 @@ static void records_are_checked_field_by_field(void **state)
 	assert_non_null(strstr(err, "overlaps"));
 	m[1].start = 2 * pg;
 
-	/* Read back: good, then each header field broken on disk. */
-	assert_int_equal(hostmem_rec_write(rec, m, 2, PAGES * pg, 9, err,
+	/* Read back: good, then each field broken in the shared file. */
+	v = pool_host_record(mine);
+	assert_non_null(v);
+	g0 = hostmem_view_gen(v);
+	assert_int_equal(hostmem_view_read(v, PAGES * pg, &r, &gen, err,
 					   sizeof err), 0);
-	assert_int_equal(hostmem_rec_read(rec, PAGES * pg, &r, err,
-					  sizeof err), 0);
+	assert_null(r); /* nothing registered yet */
+	assert_int_equal(hostmem_view_write(v, m, 2, PAGES * pg, 9, err,
+					    sizeof err), 0);
+	assert_true(hostmem_view_gen(v) != g0);
+	assert_int_equal(hostmem_view_read(v, PAGES * pg, &r, &gen, err,
+					   sizeof err), 0);
+	assert_int_equal(gen, hostmem_view_gen(v));
 	assert_int_equal(r->n, 2);
 	assert_int_equal(r->epoch, 9);
 	assert_int_equal(r->pid, (uint32_t)getpid());
 	assert_memory_equal(r->map, m, sizeof m);
 	free(r);
-	assert_int_equal(hostmem_rec_read(rec, PAGES * pg + pg, &r, err,
-					  sizeof err), KVW_EINVAL);
-	fd = open(rec, O_RDONLY);
-	assert_int_equal(read(fd, b, sizeof b), (ssize_t)sizeof b);
-	close(fd);
+	assert_int_equal(hostmem_view_read(v, PAGES * pg + pg, &r, &gen, err,
+					   sizeof err), KVW_EINVAL);
+	/* A bad write changes nothing. */
+	m[1].start = 1;
+	assert_int_equal(hostmem_view_write(v, m, 2, PAGES * pg, 10, err,
+					    sizeof err), KVW_EINVAL);
+	m[1].start = 2 * pg;
+	fd = open(rec, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, b, sizeof b, 0), (ssize_t)sizeof b);
 	struct {
 		size_t at, width;
 		uint64_t v;
 		int rc;
 	} bad[] = {
 		{ 0, 4, 0x58585858, KVW_EINVAL },   /* magic */
-		{ 4, 2, 2, KVW_EVERSION },          /* version */
-		{ 8, 4, 3, KVW_EINVAL },            /* count vs size */
-		{ 12, 4, 512, KVW_EINVAL },         /* page size */
+		{ 4, 2, 9, KVW_EVERSION },          /* version */
+		{ 16, 4, HOSTMEM_MAX + 1, KVW_EINVAL }, /* count */
+		{ 20, 4, 512, KVW_EINVAL },         /* page size */
 		{ 64 + 48 + 8, 8, 7, KVW_EINVAL },  /* a length not whole pages */
 		{ 64 + 48, 8, 0, KVW_EINVAL },      /* overlapping the first */
+		{ 8, 8, 1, KVW_EAGAIN },            /* mid-write (odd) */
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		uint8_t c[sizeof b];
 
 		memcpy(c, b, sizeof b);
 		le_put(c + bad[i].at, bad[i].v, bad[i].width);
-		fd = open(rec, O_WRONLY | O_TRUNC);
-		assert_int_equal(write(fd, c, sizeof c), (ssize_t)sizeof c);
-		close(fd);
-		assert_int_equal(hostmem_rec_read(rec, PAGES * pg, &r, err,
-						  sizeof err), bad[i].rc);
+		assert_int_equal(pwrite(fd, c, sizeof c, 0), (ssize_t)sizeof c);
+		assert_int_equal(hostmem_view_read(v, PAGES * pg, &r, &gen,
+						   err, sizeof err),
+				 bad[i].rc);
 		assert_null(r);
 	}
-	/* A symlink is not a record. */
-	unlink(rec);
-	assert_int_equal(symlink("/etc/passwd", rec), 0);
-	assert_int_equal(hostmem_rec_read(rec, PAGES * pg, &r, err,
-					  sizeof err), KVW_ESYS);
-	unlink(rec);
-	assert_int_equal(hostmem_rec_read(rec, PAGES * pg, &r, err,
-					  sizeof err), KVW_ENOENT);
+	assert_int_equal(pwrite(fd, b, sizeof b, 0), (ssize_t)sizeof b);
+	close(fd);
+	/* Not a record file: a symlink, another size; none at all. */
+	{
+		struct hostmem_view *w = NULL;
+		char other[320];
+
+		snprintf(other, sizeof other, "%s.x", rec);
+		assert_int_equal(symlink(rec, other), 0);
+		assert_int_equal(hostmem_view_open(other, 0, &w, err,
+						   sizeof err), KVW_ESYS);
+		unlink(other);
+		fd = open(other, O_RDWR | O_CREAT | O_EXCL, 0600);
+		assert_int_equal(write(fd, "x", 1), 1);
+		close(fd);
+		assert_int_equal(hostmem_view_open(other, 0, &w, err,
+						   sizeof err), KVW_EINVAL);
+		unlink(other);
+		assert_int_equal(hostmem_view_open(other, 0, &w, err,
+						   sizeof err), KVW_ENOENT);
+		assert_null(w);
+	}
 }
 
 static void a_record_lays_the_allocation_over_the_pool(void **state)
@@ -169,8 +199,8 @@ static void a_record_lays_the_allocation_over_the_pool(void **state)
 	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
 	assert_int_equal(pool_overlaid(peer), 0); /* no record yet */
 
-	assert_int_equal(hostmem_rec_write(rec, m, 2, PAGES * pg, 1, err,
-					   sizeof err), 0);
+	assert_int_equal(hostmem_view_write(pool_host_record(mine), m, 2,
+					    PAGES * pg, 1, err, sizeof err), 0);
 	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
 	assert_int_equal(pool_overlaid(peer), 1);
 	assert_ptr_equal(pool_base(peer), pb); /* same addresses */
@@ -197,16 +227,18 @@ static void a_record_lays_the_allocation_over_the_pool(void **state)
 	{
 		struct hostmem_map one = m[0];
 
-		assert_int_equal(hostmem_rec_write(rec, &one, 1, PAGES * pg, 2,
-						   err, sizeof err), 0);
+		assert_int_equal(hostmem_view_write(pool_host_record(mine),
+						    &one, 1, PAGES * pg, 2,
+						    err, sizeof err), 0);
 	}
 	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
 	assert_int_equal(pb[pg], 0x11);
 	assert_int_equal(pb[5 * pg], 0x11);
 	assert_int_equal(pb[6 * pg], 0x5A);
 
-	/* The record gone: every page is the pool's again. */
-	unlink(rec);
+	/* Nothing registered: every page is the pool's again. */
+	assert_int_equal(hostmem_view_write(pool_host_record(mine), NULL, 0,
+					    PAGES * pg, 3, err, sizeof err), 0);
 	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
 	assert_int_equal(pool_overlaid(peer), 0);
 	assert_int_equal(pb[6 * pg], 0x11);
@@ -231,8 +263,8 @@ static void a_replaced_or_missing_allocation_lays_nothing(void **state)
 	memset(pool_base(mine), 0x22, PAGES * pg);
 	assert_int_equal(pool_open(path, 1, &peer, err, sizeof err), 0);
 	pb = pool_base(peer);
-	assert_int_equal(hostmem_rec_write(rec, m, 2, PAGES * pg, 1, err,
-					   sizeof err), 0);
+	assert_int_equal(hostmem_view_write(pool_host_record(mine), m, 2,
+					    PAGES * pg, 1, err, sizeof err), 0);
 	/* The second allocation replaced by another file of its name. */
 	assert_int_equal(hostmem_alloc_path(path, 0xd4, apath, sizeof apath),
 			 0);
@@ -255,12 +287,12 @@ static void a_replaced_or_missing_allocation_lays_nothing(void **state)
 	assert_int_equal(pool_overlaid(peer), 0);
 
 	/* Removed with the pool: the record and every allocation file. */
+	assert_int_equal(access(rec, F_OK), 0);
 	hostmem_remove_all(path);
 	assert_int_equal(access(rec, F_OK), -1);
 	assert_int_equal(hostmem_alloc_path(path, 0xc3, apath, sizeof apath),
 			 0);
 	assert_int_equal(access(apath, F_OK), -1);
-	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
 	munmap(a, pg);
 	munmap(b, pg);
 	pool_close(&peer);
