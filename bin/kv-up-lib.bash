@@ -202,6 +202,17 @@ remove_owned() {
 		dir) dirs+=("${e#* }") ;;
 		esac
 	done
+	# A pool's engine allocations (<pool>.m<16 hex digits>, lib/mem/
+	# hostmem.h) go with it: an engine that died left them.
+	local f g
+	for f in "${files[@]}"; do
+		case $f in
+		/dev/shm/kvwire.*.pool)
+			for g in "$f".m[0-9a-f]*; do
+				[ -e "$g" ] && files+=("$g")
+			done ;;
+		esac
+	done
 	[ ${#files[@]} -eq 0 ] || rm -f -- "${files[@]}"
 	[ ${#dirs[@]} -eq 0 ] || rmdir -- "${dirs[@]}" 2>/dev/null
 	owned=()

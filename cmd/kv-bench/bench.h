@@ -111,6 +111,8 @@ struct bench_config {
 				   * sender queues them until the room's
 				   * destinations are known (rooms mode) */
 	int cuda;                 /* engines keep KV on GPUs (bench_gpu.h) */
+	int engine_memory;        /* engines keep KV in their own host memory
+				   * (kvw_alloc, kvw_register_host) */
 	int decode_gpu;           /* cuda: the decode engines' device */
 	int seeded;               /* room ids from seed (else random) */
 	uint64_t seed;

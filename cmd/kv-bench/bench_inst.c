@@ -12,6 +12,36 @@
 
 #include "bench_gpu.h"
 
+/* --engine-memory: the engine's KV in host memory of its own, one
+ * allocation per buffer as SGLang's per-layer tensors are, registered in
+ * place; the pattern is then written and checked through kvw_pool_base,
+ * which shows that memory, so every byte checked went through it. */
+static int own_memory(struct run *r, struct eng *x, uint32_t n)
+{
+	struct kvw_host_buf *hb = calloc(n ? n : 1, sizeof *hb);
+	uint32_t k = 0;
+	int rc = 0;
+
+	if (hb == NULL)
+		return KVW_ENOMEM;
+	for (uint32_t i = 0; rc == 0 && i < n; i++) {
+		uint64_t len = (uint64_t)x->bufs[i].pages * x->bufs[i].item_len;
+		void *p;
+
+		if (x->bufs[i].role == KVW_ROLE_AUX)
+			continue; /* metadata rows stay in the pool */
+		rc = kvw_alloc(x->e, len, &p, r->err, r->errlen);
+		hb[k++] = (struct kvw_host_buf){ (uint64_t)(uintptr_t)p, len,
+			x->bufs[i].item_len, x->bufs[i].layer_id,
+			x->bufs[i].role };
+	}
+	if (rc == 0)
+		rc = kvw_register_host(x->e, x->bufs, n, hb, k, r->err,
+				       r->errlen);
+	free(hb);
+	return rc;
+}
+
 static int open_side(struct run *r, struct eng *x, const struct shape *s,
 		     int decode)
 {
@@ -42,6 +72,8 @@ static int open_side(struct run *r, struct eng *x, const struct shape *s,
 			 (unsigned long long)need);
 		return KVW_EINVAL;
 	}
+	if (r->c->engine_memory)
+		return own_memory(r, x, n);
 	return !r->c->cuda ? 0 : bgpu_attach(&x->g.gpu, x->e, x->bufs, n,
 		decode ? r->c->decode_gpu : 0, r->err, r->errlen);
 }

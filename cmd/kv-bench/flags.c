@@ -74,6 +74,10 @@ void kvb_flags_usage(FILE *f)
 		"without CUDA: 77\n"
 		"  --decode-gpu N       GPU pools: the decode engines' device "
 		"(default 0)\n"
+		"  --engine-memory      the engines keep KV in host memory of "
+		"their own, one\n"
+		"                       allocation per buffer (kvw_alloc), "
+		"registered in place\n"
 		"  --role prefill|decode  drive only this host's side of a "
 		"group split across\n"
 		"                       two hosts (kv-up --role); the other "
@@ -118,7 +122,7 @@ void kvb_flags_usage(FILE *f)
 
 enum { O_RUN = 256, O_SPAWN, O_KVUP, O_UPARG, O_ROOMS, O_PPR, O_CHUNK,
        O_ZERO, O_CONC, O_VERIFY, O_SEED, O_TIMEOUT, O_PRANKS, O_DRANKS,
-       O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU, O_GPUPOOLS, O_ROLE, O_PEER,
+       O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU, O_GPUPOOLS, O_ENGMEM, O_ROLE, O_PEER,
        O_PEERS, O_ROUTE };
 
 /* --transport NAME: known, available here (else kv-probe's line and 77),
@@ -191,6 +195,7 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		{ "transport", 1, NULL, O_XPORT },
 		{ "decode-gpu", 1, NULL, O_DGPU },
 		{ "gpu-pools", 0, NULL, O_GPUPOOLS },
+		{ "engine-memory", 0, NULL, O_ENGMEM },
 		{ "role", 1, NULL, O_ROLE }, { "peer", 1, NULL, O_PEER },
 		{ "peers", 1, NULL, O_PEERS }, { "route", 1, NULL, O_ROUTE },
 		{ NULL, 0, NULL, 0 },
@@ -248,6 +253,9 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 				return KVW_EXIT_SKIP;
 			}
 			cfg->cuda = 1;
+			break;
+		case O_ENGMEM:
+			cfg->engine_memory = 1;
 			break;
 		case O_ROLE:
 			if (!strcmp(v, "prefill"))

@@ -10,7 +10,7 @@
  * passed and no record can name any other file.
  *
  * The record, <pool path without .pool>.host, is a shared-memory file of
- * fixed size that the control process makes with the pool (pool_create)
+ * fixed size that the control process makes with the pool (pool_adopt)
  * and every process maps once with it (pool_open): the engine writes it
  * under a sequence lock, and a process that moves bytes reads one word a
  * batch (the generation) and, only when it changed, a copy of the rest. It

@@ -171,18 +171,10 @@ int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
 			      strerror(e));
 		goto fail_unlink;
 	}
-	/* The record of the engine's host memory is made with the pool, so
-	 * every process that maps the pool maps it too (hostmem.h). */
-	rc = record_make(p, err, errlen);
-	if (rc) {
-		e = errno;
-		goto fail_unlink;
-	}
 	*out = p;
 	return 0;
 
 fail_unlink:
-	hostmem_remove_all(p->path);
 	unlink(p->path);
 fail_free:
 	pool_close(&p);
@@ -365,5 +357,13 @@ int pool_adopt(const char *path, uint64_t size, struct pool **out,
 				"pool: unable to remove the "
 				"stale pool %s",
 				path);
-	return pool_create(path, size, out, err, errlen);
+	rc = pool_create(path, size, out, err, errlen);
+	/* A control process's pool gets the record of the engine's host
+	 * memory with it, so every process that maps the pool maps the
+	 * record too (hostmem.h). */
+	if (rc == 0 && (rc = record_make(*out, err, errlen)) != 0) {
+		pool_close(out);
+		(void)pool_unlink(path);
+	}
+	return rc;
 }

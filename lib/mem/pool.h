@@ -54,7 +54,8 @@ int pool_create(const char *path, uint64_t size, struct pool **out, char *err,
 int pool_open(const char *path, int writable, struct pool **out, char *err,
 	      size_t errlen);
 
-/* A control process's pool across its own restarts: an existing pool
+/* A control process's pool, with the record of its engine's host memory
+ * (hostmem.h; pool_create makes none), across its own restarts: an existing pool
  * file of exactly `size` bytes, owned by this user and closed to others
  * (mode & 077 == 0), is opened read-write and kept (*reused = 1), so an
  * engine that still maps it and peers that map it by name keep seeing the
@@ -83,7 +84,7 @@ int pool_fd(const struct pool *p);
 int pool_refresh(struct pool *p, char *err, size_t errlen);
 
 /* The pool's host memory record, or NULL (a pool made without one: not
- * by pool_create). The engine writes it (kvw_register_host). */
+ * by pool_adopt). The engine writes it (kvw_register_host). */
 struct hostmem_view *pool_host_record(struct pool *p);
 
 /* 1 while engine host memory is laid over the mapping. */

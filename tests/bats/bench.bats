@@ -133,6 +133,22 @@ assert d["stream_gib_per_s"] is None and d["ratio_all"] > 0, d
 	[[ $output == *"rate run: rooms=30 success=30 "* ]]
 }
 
+@test "kv-bench --engine-memory: the engines' own allocations registered in place, TP 2 -> 1 on shm and 1 -> 1 on tcp, every byte checked" {
+	# The pattern is written and checked through kvw_pool_base, which
+	# shows the engines' allocations once registered; the workers and
+	# the sink reach them only by laying them over their pool mappings
+	# (the pool's own pages under them are given back, so a copy that
+	# missed them reads or leaves zeros: corrupt).
+	run timeout 180 kv-bench --spawn --engine-memory --verify --rooms 24 \
+		--prefill-tp 2 --decode-tp 1
+	[ "$status" -eq 0 ]
+	[[ $output == *"rooms=24 success=24 failed=0 aborted=0 stuck=0 corrupt=0 "* ]]
+	run timeout 180 kv-bench --spawn --transport tcp --engine-memory \
+		--verify --rooms 24
+	[ "$status" -eq 0 ]
+	[[ $output == *"rooms=24 success=24 failed=0 aborted=0 stuck=0 corrupt=0 "* ]]
+}
+
 @test "kv-bench rooms --spawn --auth-cost: a group with keys, then one with --insecure, and the ratio" {
 	# Its two groups' control ports from a free block (kv-bench's own
 	# 27400 and 27500 collide with a parallel file or another checkout):

@@ -37,13 +37,16 @@ static uint64_t pg;
 
 static int setup(void **state)
 {
+	int reused;
+
 	(void)state;
 	pg = hostmem_page();
 	snprintf(path, sizeof path, "/dev/shm/kvwire.thm%d.pool",
 		 (int)getpid());
 	(void)pool_unlink(path);
-	assert_int_equal(pool_create(path, PAGES * pg, &mine, err, sizeof err),
-			 0);
+	assert_int_equal(pool_adopt(path, PAGES * pg, &mine, &reused, err,
+				    sizeof err), 0);
+	assert_int_equal(reused, 0);
 	assert_int_equal(hostmem_rec_path(path, rec, sizeof rec), 0);
 	return 0;
 }
