@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "python"))
 from kvwire import (KVArgs, KVManager, KVPoll, KVReceiver,  # noqa: E402
                     KVSender, read_run_dir)
+from kvwire.layout import ROLE_AUX, ROLE_K, ROLE_V  # noqa: E402
 
 F32 = np.float32
 
@@ -196,6 +197,43 @@ class PagedCache:
         return K.reshape(-1, *K.shape[2:])[:n], V.reshape(-1, *V.shape[2:])[:n]
 
 
+class OwnKV:
+    """An engine's KV cache in memory of its own, not kvwire's pool layout
+    (issue 32 item 1): per layer one allocation holding the layer's V pages
+    and then its K pages, from KVManager.alloc (memory kvwire's workers can
+    map), registered in place with register_host_pool in the order the
+    rank's layout lists its buffers. k(li) and v(li) are this memory's
+    own arrays, as KVPool's are the pool's."""
+
+    def __init__(self, m):
+        kv = [b for b in m.pool.buffers if b.role != ROLE_AUX]
+        self._arrs = {}
+        for b in kv:
+            if b.role != ROLE_K:
+                continue
+            shape = m.pool.k(b.layer_id).shape
+            n = b.item_len * b.pages
+            block = m.alloc(2 * n)
+            self._arrs[(b.layer_id, ROLE_V)] = \
+                block[:n].view(F32).reshape(shape)
+            self._arrs[(b.layer_id, ROLE_K)] = \
+                block[n:].view(F32).reshape(shape)
+        m.register_host_pool(
+            [self._arrs[(b.layer_id, b.role)].ctypes.data for b in kv],
+            [b.item_len * b.pages for b in kv], [b.item_len for b in kv])
+
+    def k(self, li):
+        return self._arrs[(li, ROLE_K)]
+
+    def v(self, li):
+        return self._arrs[(li, ROLE_V)]
+
+
+def kv_memory(m, own):
+    """Where an engine keeps its KV: its own memory (own) or the pool."""
+    return OwnKV(m) if own else m.pool
+
+
 class PageAllocator:
     """A free list of page indices; `order` decides which come first."""
 
@@ -279,10 +317,10 @@ def wait_for(what, cond, timeout=30.0):
 
 
 def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
-                   decode_ready):
+                   decode_ready, own_memory=False):
     """The prefill instance: ranks (tp x pp), chunked prefill into pool
-    pages, chunks sent as they are computed. Returns the first token's
-    logits."""
+    pages (own_memory: into the engine's own memory, OwnKV), chunks sent
+    as they are computed. Returns the first token's logits."""
     c = model.cfg
     ranks = [(r, s) for s in range(pp) for r in range(tp)]
     mgrs = {k: KVManager(KVArgs.from_run_dir(run_dir, "prefill", *k,
@@ -294,7 +332,8 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
     aux_slot = 3
     senders = {k: KVSender(mgrs[k], a0.bootstrap_addr, room, None, k[1])
                for k in ranks}
-    caches = {s: [PagedCache(mgrs[(r, s)].pool, pages, c.page_tokens)
+    caches = {s: [PagedCache(kv_memory(mgrs[(r, s)], own_memory), pages,
+                             c.page_tokens)
                   for r in range(tp)] for s in range(pp)}
     try:
         decode_ready.wait(30)
@@ -344,7 +383,7 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
 
 def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
                   decode_ready, seed=7, tamper=None, prefix_pages=0,
-                  bootstrap=None):
+                  bootstrap=None, own_memory=False):
     """The decode instance: receives the room into its own pages, reads the
     first token and its logits from the metadata row, then decodes
     greedily on tp ranks. prefix_pages: the decode holds that many pages
@@ -352,11 +391,13 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
     request, and said to the prefill, which sends only the rest).
     tamper(pools, pages, aux_slot), when given, may change the received
     cache and metadata first. bootstrap: the prefill instance's (default:
-    the decode group's own). Returns (tokens, logits of every token: the
-    first from the transferred hidden state)."""
+    the decode group's own). own_memory: the KV cache in the engine's own
+    memory (OwnKV), not the pool. Returns (tokens, logits of every token:
+    the first from the transferred hidden state)."""
     c = model.cfg
     mgrs = [KVManager(KVArgs.from_run_dir(run_dir, "decode", r, dtype=F32),
                       "decode") for r in range(tp)]
+    kvs = [kv_memory(m, own_memory) for m in mgrs]
     a0 = mgrs[0].kv_args
     # Other indices than the prefill's: a shuffled free list.
     alloc = PageAllocator(a0.pages, np.random.default_rng(seed)
@@ -369,8 +410,8 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
     if held:  # an earlier request left the prompt's first pages here
         pos = np.arange(held)
         model.layers(model.embed[prompt[:held]], pos, 0, c.layers,
-                     [PagedCache(m.pool, pages, c.page_tokens)
-                      for m in mgrs], tp)
+                     [PagedCache(kv, pages, c.page_tokens) for kv in kvs],
+                     tp)
     recvs = [KVReceiver(m, bootstrap or a0.bootstrap_addr, room)
              for m in mgrs]
     try:
@@ -391,7 +432,7 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
                for t, lg in firsts):
             raise RuntimeError("decode ranks received different metadata")
         toks = [firsts[0][0]]
-        caches = [PagedCache(m.pool, pages, c.page_tokens) for m in mgrs]
+        caches = [PagedCache(kv, pages, c.page_tokens) for kv in kvs]
         logits = [firsts[0][1]]
         for i in range(new_tokens):
             p = prompt_len + i
@@ -406,18 +447,20 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
             rv.clear()
         return toks, np.array(logits)
     finally:
+        del kvs
         for m in mgrs:
             m.close()
 
 
 def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
            decode_tp=1, room=0x1234567, chunk_pages=2, tamper=None,
-           prefix_pages=0, decode_run_dir=None):
+           prefix_pages=0, decode_run_dir=None, own_memory=""):
     """Prefill and decode engines as two threads that share nothing but
     the kvwire group (decode_run_dir: the decode side's own group, of the
-    same --cluster, reaching run_dir's prefill by its bootstrap). Returns
-    (tokens, logits) like one_process, both as the decode side has
-    them."""
+    same --cluster, reaching run_dir's prefill by its bootstrap;
+    own_memory: "prefill", "decode" or "both" keep their KV cache in
+    memory of their own, OwnKV). Returns (tokens, logits) like
+    one_process, both as the decode side has them."""
     ready, out, errs = threading.Event(), {}, queue.Queue()
 
     def side(name, fn, *args):
@@ -429,11 +472,13 @@ def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
 
     th = [threading.Thread(target=side, args=(
             "p", prefill_engine, model, run_dir, prefill_tp, prefill_pp,
-            room, prompt, chunk_pages, ready)),
+            room, prompt, chunk_pages, ready,
+            own_memory in ("prefill", "both"))),
           threading.Thread(target=side, args=(
             "d", decode_engine, model, decode_run_dir or run_dir, decode_tp,
             room, prompt, new_tokens, ready, 7, tamper, prefix_pages,
-            read_run_dir(run_dir)[0]["bootstrap"].listen))]
+            read_run_dir(run_dir)[0]["bootstrap"].listen,
+            own_memory in ("decode", "both")))]
     for t in th:
         t.start()
     for t in th:
@@ -450,6 +495,9 @@ def main():
     ap.add_argument("--decode-tp", type=int, default=1)
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--prompt-len", type=int, default=23)
+    ap.add_argument("--own-memory", choices=("prefill", "decode", "both"),
+                    default="", help="engines that keep their KV cache in "
+                    "memory of their own, registered in place")
     o = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     kv_up = os.path.join(here, "..", "bin", "kv-up")
@@ -466,7 +514,8 @@ def main():
                        timeout=60)
         ref_toks, ref_logits = one_process(model, prompt, o.tokens)
         toks, logits = run_pd(model, run_dir, prompt, o.tokens, o.prefill_tp,
-                              o.prefill_pp, o.decode_tp)
+                              o.prefill_pp, o.decode_tp,
+                              own_memory=o.own_memory)
     finally:
         subprocess.run([kv_up, "--stop", run_dir], timeout=60)
         shutil.rmtree(run_dir, ignore_errors=True)

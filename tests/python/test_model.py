@@ -59,6 +59,34 @@ def test_decode_from_transferred_kv_equals_one_process(group_factory,
     assert diff <= TOL
 
 
+@pytest.mark.parametrize("ptp,ppp,dtp,transport,own,prefix_pages", [
+    (1, 1, 1, "shm", "both", 0), (2, 1, 1, "tcp", "prefill", 2),
+    (1, 1, 2, "shm", "decode", 0), (1, 2, 1, "tcp", "both", 3)])
+def test_engines_own_memory_gives_the_same_output(group_factory, reference,
+                                                  ptp, ppp, dtp, transport,
+                                                  own, prefix_pages):
+    """Issue 32 item 1: the engines keep their KV cache in memory of their
+    own (pd_model.OwnKV: per layer one allocation, the layer's V pages
+    before its K pages: neither the pool's layout nor its memory),
+    registered in place, and compute and read it there; the decode's
+    output is the one-process output."""
+    model, prompt, ref_toks, ref_logits = reference
+    g = group_factory("--prefill-tp", ptp, "--prefill-pp", ppp,
+                      "--decode-tp", dtp, "--workers", 1, "--transport",
+                      transport, *model.cfg.shape_flags())
+    toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, ptp,
+                                   ppp, dtp, prefix_pages=prefix_pages,
+                                   own_memory=own)
+    diff = float(np.abs(logits - ref_logits).max())
+    REPORT.append("model: prefill tp %d pp %d -> decode tp %d (%s, own "
+                  "memory: %s, prefix %d pages): %d tokens equal: %s, max "
+                  "|logit diff| %.3g" % (ptp, ppp, dtp, transport, own,
+                                         prefix_pages, len(toks),
+                                         toks == ref_toks, diff))
+    assert toks == ref_toks
+    assert diff <= TOL
+
+
 @pytest.mark.parametrize("ptp,dtp,transport,prefix_pages", [
     (1, 1, "shm", 2), (2, 1, "tcp", 5), (1, 2, "shm", 5)])
 def test_decode_prefix_is_not_sent_and_the_output_is_the_same(
