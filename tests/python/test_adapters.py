@@ -2,13 +2,14 @@
 SGLang's scheduler would (without SGLang: its base classes are absent
 here), with SGLang's metadata buffers where SGLang allocates them; the
 vLLM adapter imports. Neither is tested against the engine."""
+import os
 import time
 import types
 
 import numpy as np
 import pytest
 
-from conftest import Group
+from conftest import ROOT, Group, run_probe
 from kvwire import KVPoll
 from kvwire.adapters import sglang, vllm
 
@@ -120,6 +121,44 @@ def test_sglang_metadata_buffers_stay_sglangs(monkeypatch):
         with pytest.raises(RuntimeError, match="--aux-slots 5"):
             cls(types.SimpleNamespace(engine_rank=0, pp_rank=0, **meta),
                 "decode")
+
+
+def test_sglang_gpu_kv_cache_is_registered_where_it_is():
+    """SGLang's KV cache in GPU buffers of its own (kv_data_ptrs on both
+    sides, over the CPU stand-in runtime: the plumbing, not a GPU) is
+    registered in place by the adapter and one room moves between those
+    buffers (sglang_gpu_probe.py, in a process of its own so the stand-in
+    is the runtime it loads)."""
+    fake = os.path.join(ROOT, "build", "default", "tests", "libfakecudart.so")
+    assert os.path.exists(fake), "make builds %s" % fake
+    with Group("--layers", 2, "--heads", 2, "--head-dim", 8, "--page-tokens",
+               4, "--pages", 8, "--dtype-bytes", 4, "--aux-slots", 4,
+               "--workers", 1, "--transport", "cuda",
+               env={"KVW_CUDART": fake}) as g:
+        run_probe("sglang_gpu_probe.py", "sglang_pinned", g.dir,
+                  "sglang gpu: ok", env={"KVW_CUDART": fake})
+
+
+def test_sglang_kv_cache_kvwire_cannot_reach_is_refused_with_why(
+        monkeypatch):
+    """kv_data_ptrs in host memory kvwire did not give, on a machine
+    without a usable CUDA runtime: the manager refuses, saying both."""
+    monkeypatch.setenv("KVW_CUDART", "/nonexistent/libcudart.so")
+    with Group("--layers", 1, "--heads", 1, "--head-dim", 4, "--page-tokens",
+               2, "--pages", 8, "--aux-slots", 4, "--workers", 1) as g:
+        monkeypatch.setenv("KVW_RUN_DIR", g.dir)
+        # The layout's own lengths (2 tokens x 4 of bf16 a page, 8
+        # pages), in numpy's memory.
+        mine = [np.zeros(128, np.uint8) for _ in range(2)]
+        args = types.SimpleNamespace(
+            engine_rank=0, pp_rank=0,
+            kv_data_ptrs=[b.ctypes.data for b in mine],
+            kv_data_lens=[128, 128], kv_item_lens=[16, 16])
+        with pytest.raises(RuntimeError) as e:
+            sglang.get_kv_class("manager")(args, "prefill")
+        for want in ("not in kvwire's pool", "did not allocate",
+                     "KVManager.alloc", "cuda: not available"):
+            assert want in str(e.value), str(e.value)
 
 
 def test_prefill_info_is_the_bootstraps_answer(monkeypatch):
