@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mem/hostmem.h"
 #include "mem/pool.h"
 
 static char path_a[POOL_PATH_MAX + 1];
@@ -36,7 +37,7 @@ static int fresh_path(void **state)
 static int remove_path(void **state)
 {
 	(void)state;
-	unlink(path_a);
+	(void)pool_unlink(path_a); /* with the record pool_adopt makes */
 	return 0;
 }
 
@@ -253,6 +254,16 @@ static void adopt_keeps_a_same_size_pool_and_replaces_another(void **state)
 	assert_int_equal(((unsigned char *)pool_base(c))[100], 0);
 	pool_close(&c);
 	pool_close(&a);
+	/* A control process's pool has its engine's host memory record
+	 * beside it; pool_unlink removes both. */
+	{
+		char rec[sizeof path_a + 8];
+
+		assert_int_equal(hostmem_rec_path(path_a, rec, sizeof rec), 0);
+		assert_int_equal(access(rec, F_OK), 0);
+		assert_int_equal(pool_unlink(path_a), 0);
+		assert_int_equal(access(rec, F_OK), -1);
+	}
 }
 
 static void only_absolute_kvwire_pool_names_are_pools(void **state)
