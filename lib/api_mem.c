@@ -6,7 +6,8 @@
  * which allocation bytes hold which pool bytes, which those processes lay
  * over their mappings of the pool (pool_refresh). The pool's own pages
  * under a registration are given back to /dev/shm (a hole punched) and
- * reserved again when the registration is taken back.
+ * reserved again when the registration is taken back (a process that maps
+ * the pool later takes them again: docs/ARCHITECTURE.md, "Engine memory").
  */
 #include "api.h"
 

@@ -8,7 +8,11 @@
  * as they were; a record that changes is followed, one emptied gives the
  * pool's own pages back; an allocation replaced under its name, or gone,
  * is refused with nothing laid; hostmem_remove_all leaves none of the
- * files.
+ * files. Through the API (kvw_alloc, kvw_register_host): every refusal
+ * with its code and reason, nothing laid after one; a registration that
+ * places buffers in its own order shows through kvw_pool_base and a
+ * second mapping, gives the pool file's pages under it back and takes
+ * them again when it is undone; a registered allocation cannot be freed.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,9 +28,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "base/le.h"
 #include "mem/hostmem.h"
 #include "mem/pool.h"
+#include "table/rtab.h"
 
 static char err[512];
 static char path[256], rec[300];
@@ -324,6 +330,122 @@ static void allocations_are_whole_pages_beside_the_pool(void **state)
 	hostmem_remove_all(path);
 }
 
+/* The API's refusals: each returns its code, names the reason, and
+ * leaves the pool's own bytes where they were. */
+static void refused(struct kvw_engine *e, const struct kvw_buf *lay,
+		    uint32_t nlay, const struct kvw_host_buf *b, uint32_t n,
+		    int rc, const char *why)
+{
+	err[0] = '\0';
+	assert_int_equal(kvw_register_host(e, lay, nlay, b, n, err,
+					   sizeof err), rc);
+	if (why && strstr(err, why) == NULL)
+		fail_msg("\"%s\" lacks \"%s\"", err, why);
+}
+
+static void api_registers_in_place_and_refuses_with_reasons(void **state)
+{
+	char table[128];
+	struct rtab *t = NULL;
+	struct kvw_engine *e = NULL;
+	struct pool *peer = NULL;
+	struct stat st0, st1;
+	uint8_t *a, *own;
+	void *p, *m;
+	int existed;
+	/* K0 and V0 of one page each (4 items of pg / 4), then AUX rows. */
+	const uint32_t it = (uint32_t)pg / 4;
+	const struct kvw_buf lay[3] = {
+		{ 0, KVW_ROLE_K, 0, 0, it, 4 },
+		{ 0, KVW_ROLE_V, 0, pg, it, 4 },
+		{ 0, KVW_ROLE_AUX, 0, 2 * pg, 64, 4 },
+	};
+	struct kvw_host_buf b[2];
+
+	(void)state;
+	snprintf(table, sizeof table, "/dev/shm/kvwire.thm%d.rooms",
+		 (int)getpid());
+	unlink(table);
+	assert_int_equal(rtab_create(table, 16, 2, 0x77, &t, &existed, err,
+				     sizeof err), 0);
+	assert_int_equal(kvw_engine_open("ipc:///tmp/kvw-test-hostmem.eng",
+					 table, path, &e, err, sizeof err), 0);
+	assert_int_equal(kvw_alloc(e, 0, &p, err, sizeof err), KVW_EINVAL);
+	assert_int_equal(kvw_alloc(e, pg + 1, &p, err, sizeof err), 0);
+	a = p; /* two pages: whole pages, zeroed */
+	assert_int_equal(a[2 * pg - 1], 0);
+	memset(a, 0x4B, pg);          /* the engine's K0 is its first page */
+	memset(a + pg, 0x56, pg);     /* and V0 its second */
+
+	/* V0 first in the engine's memory, K0 after it: its own order. */
+	b[0] = (struct kvw_host_buf){ (uint64_t)(uintptr_t)(a + pg), pg, it,
+				      0, KVW_ROLE_V };
+	b[1] = (struct kvw_host_buf){ (uint64_t)(uintptr_t)a, pg, it, 0,
+				      KVW_ROLE_K };
+	refused(e, lay, 3, b, 0, KVW_EINVAL, "0 buffers");
+	refused(e, lay, 1, b, 2, KVW_EINVAL, "2 buffers for a layout of 1");
+	refused(e, NULL, 3, b, 2, KVW_EINVAL, "required");
+	{
+		struct kvw_host_buf x[2] = { b[0], b[1] };
+
+		x[1].layer_id = 7;
+		refused(e, lay, 3, x, 2, KVW_EINVAL, "no such buffer");
+		x[1] = b[0];
+		refused(e, lay, 3, x, 2, KVW_EINVAL, "named twice");
+		x[1] = b[1];
+		x[1].item_len = it / 2;
+		refused(e, lay, 3, x, 2, KVW_EINVAL, "item length");
+		x[1].item_len = it;
+		x[1].len = pg - it;
+		refused(e, lay, 3, x, 2, KVW_EINVAL, "pages");
+		x[1].len = pg - 1;
+		refused(e, lay, 3, x, 2, KVW_EINVAL, "not a multiple");
+		x[1].len = pg;
+		m = malloc(2 * pg);
+		assert_non_null(m);
+		x[1].ptr = (uint64_t)(uintptr_t)m;
+		refused(e, lay, 3, x, 2, KVW_EINVAL, "kvw_alloc");
+		free(m);
+		x[1].ptr = (uint64_t)(uintptr_t)(a + it); /* inside, not on a page */
+		x[0].ptr = (uint64_t)(uintptr_t)(a + pg);
+		x[1].len = pg; /* a + it .. a + it + pg: past a's first page */
+		refused(e, lay, 3, x, 2, KVW_EINVAL, "whole");
+	}
+	assert_int_equal(kvw_unregister_host(e), KVW_ENOENT);
+	own = kvw_pool_base(e);
+	assert_int_equal(own[0], 0); /* nothing laid after the refusals */
+
+	assert_int_equal(fstat(pool_fd(mine), &st0), 0);
+	assert_int_equal(kvw_register_host(e, lay, 3, b, 2, err, sizeof err),
+			 0);
+	/* The pool file's pages under it went back to /dev/shm (until a
+	 * process maps the pool anew: pool_open populates every page). */
+	assert_int_equal(fstat(pool_fd(mine), &st1), 0);
+	assert_true(st1.st_blocks < st0.st_blocks);
+	/* kvw_pool_base shows the engine's memory at the layout's offsets,
+	 * and so does any other mapping of the pool once refreshed. */
+	assert_int_equal(own[0], 0x4B);
+	assert_int_equal(own[pg], 0x56);
+	assert_int_equal(own[2 * pg], 0); /* AUX stays the pool's */
+	assert_int_equal(pool_open(path, 0, &peer, err, sizeof err), 0);
+	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
+	assert_int_equal(((uint8_t *)pool_base(peer))[pg + 9], 0x56);
+	assert_int_equal(kvw_free(e, a), KVW_ESTATE);
+	assert_int_equal(kvw_free(e, a + 1), KVW_ENOENT);
+
+	assert_int_equal(kvw_unregister_host(e), 0);
+	assert_int_equal(own[0], 0); /* the pool's own pages, zeroed */
+	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
+	assert_int_equal(pool_overlaid(peer), 0);
+	assert_int_equal(fstat(pool_fd(mine), &st1), 0);
+	assert_true(st1.st_blocks == st0.st_blocks); /* reserved again */
+	assert_int_equal(kvw_free(e, a), 0);
+	pool_close(&peer);
+	kvw_engine_close(&e);
+	rtab_close(&t);
+	unlink(table);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -337,6 +459,9 @@ int main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(
 		    allocations_are_whole_pages_beside_the_pool, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(
+		    api_registers_in_place_and_refuses_with_reasons, setup,
 		    teardown),
 	};
 
