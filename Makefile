@@ -131,7 +131,7 @@ bats: all $(FAKECUDA)
 
 # The Python package (python/kvwire) on live groups, with Debian's python3
 # (numpy, pytest and pyzmq come from mk/deps.sh).
-pytest: all
+pytest: all $(FAKECUDA)
 	@cd tests/python && KVW_BIN=$(CURDIR)/$(BINDIR) PYTHONDONTWRITEBYTECODE=1 \
 		/usr/bin/python3 -m pytest -q -p no:cacheprovider
 

@@ -7,7 +7,7 @@
  * over their mappings of the pool (pool_refresh). The pool's own pages
  * under a registration are given back to /dev/shm (a hole punched) and
  * reserved again when the registration is taken back (a process that maps
- * the pool later takes them again: docs/ARCHITECTURE.md, "Engine memory").
+ * the pool later populates only its own ranges: pool.c's map_existing).
  */
 #include "api.h"
 

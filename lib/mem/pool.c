@@ -2,7 +2,8 @@
  * pool.c - KV pools as shared-memory files. Creation is exclusive and
  * reserves the whole size with posix_fallocate before mapping, so a pool
  * that exists is fully backed: a later copy into it never faults for lack of
- * space in /dev/shm. Every mapping is populated up front (pool_map). Any
+ * space in /dev/shm. Every mapping is populated up front (pool_map; an
+ * engine's laid host memory aside, map_existing). Any
  * failure unwinds completely (no half-made file).
  */
 #include "pool.h"
@@ -182,6 +183,55 @@ fail_free:
 	return rc;
 }
 
+/* Populates [off, off + len) of p's mapping as pool_map would have. */
+static void populate(struct pool *p, uint64_t off, uint64_t len)
+{
+	volatile const uint8_t *b = (const uint8_t *)p->base + off;
+
+	if (len == 0 ||
+	    madvise((uint8_t *)p->base + off, (size_t)len,
+		    p->writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) ==
+		    0)
+		return;
+	/* A kernel without MADV_POPULATE_* (before 5.14): a read a page. */
+	for (uint64_t i = 0; i < len; i += 4096)
+		(void)b[i];
+}
+
+/* Maps an existing pool for pool_open: where the engine has registered
+ * host memory for some of it (the record), those ranges are laid first
+ * and only the pool's own ranges are populated, so a process that maps the
+ * pool after the registration does not take back the pages the engine
+ * gave back to /dev/shm (api_mem.c). */
+static int map_existing(struct pool *p, char *err, size_t errlen)
+{
+	uint64_t at = 0;
+	int rc;
+
+	p->base = mmap(NULL, (size_t)p->size,
+		       PROT_READ | (p->writable ? PROT_WRITE : 0), MAP_SHARED,
+		       p->fd, 0);
+	if (p->base == MAP_FAILED) {
+		int e = errno;
+
+		return kvw_errf(err, errlen,
+				e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,
+				"pool: unable to map %s: %s", p->path,
+				strerror(e));
+	}
+	rc = record_open(p, err, errlen);
+	if (rc)
+		return rc;
+	/* A record that does not lay now is told at the first batch. */
+	if (p->rec && pool_refresh(p, NULL, 0) == 0 && p->laid)
+		for (uint32_t i = 0; i < p->laid->n; i++) {
+			populate(p, at, p->laid->map[i].start - at);
+			at = p->laid->map[i].start + p->laid->map[i].len;
+		}
+	populate(p, at, p->size - at);
+	return 0;
+}
+
 int pool_open(const char *path, int writable, struct pool **out, char *err,
 	      size_t errlen)
 {
@@ -217,15 +267,7 @@ int pool_open(const char *path, int writable, struct pool **out, char *err,
 		goto fail;
 	}
 	p->size = (uint64_t)st.st_size;
-	p->base = pool_map(p->fd, p->size, writable);
-	if (p->base == MAP_FAILED) {
-		e = errno;
-		rc = kvw_errf(err, errlen, e == ENOMEM ? KVW_ENOMEM : KVW_ESYS,
-			      "pool: unable to map %s: %s", p->path,
-			      strerror(e));
-		goto fail;
-	}
-	rc = record_open(p, err, errlen);
+	rc = map_existing(p, err, errlen);
 	if (rc)
 		goto fail;
 	*out = p;

@@ -11,8 +11,9 @@
  * files. Through the API (kvw_alloc, kvw_register_host): every refusal
  * with its code and reason, nothing laid after one; a registration that
  * places buffers in its own order shows through kvw_pool_base and a
- * second mapping, gives the pool file's pages under it back and takes
- * them again when it is undone; a registered allocation cannot be freed.
+ * second mapping, gives the pool file's pages under it back (a mapping
+ * made later does not take them again) and takes them again when it is
+ * undone; a registered allocation cannot be freed.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -349,7 +350,7 @@ static void api_registers_in_place_and_refuses_with_reasons(void **state)
 	struct rtab *t = NULL;
 	struct kvw_engine *e = NULL;
 	struct pool *peer = NULL;
-	struct stat st0, st1;
+	struct stat st0, st1, st2;
 	uint8_t *a, *own;
 	void *p, *m;
 	int existed;
@@ -418,8 +419,7 @@ static void api_registers_in_place_and_refuses_with_reasons(void **state)
 	assert_int_equal(fstat(pool_fd(mine), &st0), 0);
 	assert_int_equal(kvw_register_host(e, lay, 3, b, 2, err, sizeof err),
 			 0);
-	/* The pool file's pages under it went back to /dev/shm (until a
-	 * process maps the pool anew: pool_open populates every page). */
+	/* The pool file's pages under it went back to /dev/shm. */
 	assert_int_equal(fstat(pool_fd(mine), &st1), 0);
 	assert_true(st1.st_blocks < st0.st_blocks);
 	/* kvw_pool_base shows the engine's memory at the layout's offsets,
@@ -430,6 +430,10 @@ static void api_registers_in_place_and_refuses_with_reasons(void **state)
 	assert_int_equal(pool_open(path, 0, &peer, err, sizeof err), 0);
 	assert_int_equal(pool_refresh(peer, err, sizeof err), 0);
 	assert_int_equal(((uint8_t *)pool_base(peer))[pg + 9], 0x56);
+	/* A mapping made after the registration populates the pool's own
+	 * ranges only: the pages given back stay given back. */
+	assert_int_equal(fstat(pool_fd(mine), &st2), 0);
+	assert_true(st2.st_blocks == st1.st_blocks);
 	assert_int_equal(kvw_free(e, a), KVW_ESTATE);
 	assert_int_equal(kvw_free(e, a + 1), KVW_ENOENT);
 
