@@ -148,9 +148,10 @@ struct kvw_host_buf {
  * NULL array, a zero length or item length, a length that is not a
  * multiple of its item length, a (layer, role) the layout lacks or named
  * twice, an item length other than the layout's, fewer pages than the
- * layout's, memory that kvw_alloc did not give (err says how to allocate
- * instead), or buffers whose pool bytes are not whole pages of memory
- * (4096 bytes here; err names them). KVW_ESYS: the record. */
+ * layout's, two buffers on the same bytes, memory that kvw_alloc did not
+ * give (err says how to allocate instead), or buffers whose pool bytes
+ * are not whole pages of memory (4096 bytes here; err names them).
+ * KVW_ESYS: the record. */
 KVW_API int kvw_register_host(struct kvw_engine *e,
 			      const struct kvw_buf *layout, uint32_t nlayout,
 			      const struct kvw_host_buf *bufs, uint32_t n,

@@ -235,6 +235,17 @@ static int join_runs(struct hostmem_map *m, uint32_t *n, char *err,
 	uint64_t pg = hostmem_page();
 	uint32_t k = 0;
 
+	/* Two buffers on the same bytes would make one layout buffer's
+	 * writes the other's: the engine's mistake, said now. n <= 1024. */
+	for (uint32_t i = 0; i < *n; i++)
+		for (uint32_t j = i + 1; j < *n; j++)
+			if (m[i].key == m[j].key &&
+			    m[i].file_off < m[j].file_off + m[j].len &&
+			    m[j].file_off < m[i].file_off + m[i].len)
+				return kvw_errf(err, errlen, KVW_EINVAL,
+						"buffers %u and %u overlap in "
+						"their allocation",
+						i, j);
 	qsort(m, *n, sizeof *m, by_start);
 	for (uint32_t i = 0; i < *n; i++) {
 		struct hostmem_map *p = k ? &m[k - 1] : NULL;

@@ -394,6 +394,9 @@ static void api_registers_in_place_and_refuses_with_reasons(void **state)
 		x[1] = b[0];
 		refused(e, lay, 3, x, 2, KVW_EINVAL, "named twice");
 		x[1] = b[1];
+		x[1].ptr = x[0].ptr; /* K0 on V0's bytes */
+		refused(e, lay, 3, x, 2, KVW_EINVAL, "overlap");
+		x[1] = b[1];
 		x[1].item_len = it / 2;
 		refused(e, lay, 3, x, 2, KVW_EINVAL, "item length");
 		x[1].item_len = it;
@@ -407,10 +410,14 @@ static void api_registers_in_place_and_refuses_with_reasons(void **state)
 		x[1].ptr = (uint64_t)(uintptr_t)m;
 		refused(e, lay, 3, x, 2, KVW_EINVAL, "kvw_alloc");
 		free(m);
-		x[1].ptr = (uint64_t)(uintptr_t)(a + it); /* inside, not on a page */
-		x[0].ptr = (uint64_t)(uintptr_t)(a + pg);
-		x[1].len = pg; /* a + it .. a + it + pg: past a's first page */
+		/* K0 inside a, not on a page; V0 in an allocation of its
+		 * own. */
+		assert_int_equal(kvw_alloc(e, pg, &p, err, sizeof err), 0);
+		x[0].ptr = (uint64_t)(uintptr_t)p;
+		x[1].ptr = (uint64_t)(uintptr_t)(a + it);
+		x[1].len = pg;
 		refused(e, lay, 3, x, 2, KVW_EINVAL, "whole");
+		assert_int_equal(kvw_free(e, p), 0);
 	}
 	assert_int_equal(kvw_unregister_host(e), KVW_ENOENT);
 	own = kvw_pool_base(e);
