@@ -215,3 +215,27 @@ def test_a_killed_engines_memory_is_removed_by_the_next(group):
     finally:
         pm.close()
         dm.close()
+
+
+def test_alloc_views_outlive_close_and_the_memory_goes_with_the_last(group):
+    """An array from alloc() stays valid after close(); the engine (and
+    with it the allocation's file) goes when the last view does."""
+    import gc
+    pm, dm = managers(group)
+    dm.close()
+    pool = pm.kv_args.pool_path
+
+    def files():
+        return {f for f in os.listdir(os.path.dirname(pool))
+                if f.startswith(os.path.basename(pool) + ".m")}
+
+    before = files()  # other tests' engines may still await their views
+    a = pm.alloc(8192)
+    a[:] = 7
+    mine = files() - before
+    assert len(mine) == 1
+    pm.close()
+    assert (a == 7).all() and mine <= files()  # still mapped
+    del a
+    gc.collect()
+    assert not mine & files()
