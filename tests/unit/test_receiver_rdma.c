@@ -8,7 +8,9 @@
  * new REGISTER; the same record again changes nothing; a new engine epoch
  * gives new rkeys and marks them again; a GPU pool that cannot be
  * registered is refused (the room fails) and the peers keep what they
- * had; another transport is never touched.
+ * had; another transport is never touched; engine host memory laid over
+ * the pool (kvw_register_host), which the pool's memory region does not
+ * reach, is refused room by room while it is registered.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,11 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fakecuda.h"
 #include "mem/cuda_rt.h"
 #include "mem/gpool.h"
+#include "mem/hostmem.h"
 #include "mem/pool.h"
 #include "roles/receiver/receiver_impl.h"
 #include "xport/rdma/rdma_desc.h"
@@ -73,6 +77,7 @@ static int setup(void **state)
 {
 	struct fx *f = calloc(1, sizeof *f);
 	char err[256];
+	int reused;
 
 	lib = FAKE;
 	rdma_lib_override(&lib);
@@ -80,8 +85,9 @@ static int setup(void **state)
 	snprintf(f->path, sizeof f->path, "/dev/shm/kvwire.trr-%d.pool",
 		 (int)getpid());
 	assert_int_equal(gpool_path_for(f->path, f->rec, sizeof f->rec), 0);
-	assert_int_equal(pool_create(f->path, PSZ, &f->r.pool, err, sizeof err),
-			 0);
+	/* A control process's pool, with its host memory record. */
+	assert_int_equal(pool_adopt(f->path, PSZ, &f->r.pool, &reused, err,
+				    sizeof err), 0);
 	snprintf(f->r.transport, sizeof f->r.transport, "rdma");
 	assert_int_equal(xport_open(xport_find("rdma"), &f->r.xp, err,
 				    sizeof err), 0);
@@ -106,7 +112,7 @@ static int teardown(void **state)
 
 	xport_close(&f->r.xp);
 	pool_close(&f->r.pool);
-	unlink(f->path);
+	(void)pool_unlink(f->path);
 	unlink(f->rec);
 	if (f->alloc)
 		assert_int_equal(rt->free_(f->alloc), 0);
@@ -190,11 +196,39 @@ static void another_transport_is_never_touched(void **state)
 	assert_int_equal(described(f).flags, 0);
 }
 
+static void engine_host_memory_is_refused_while_registered(void **state)
+{
+	struct fx *f = *state;
+	struct hostmem_map m;
+	char err[256];
+	void *base;
+
+	assert_int_equal(hostmem_alloc(f->path, 0x5eed, BUF, &base, &m.dev,
+				       &m.ino, err, sizeof err), 0);
+	m.start = 0;
+	m.len = BUF;
+	m.file_off = 0;
+	m.key = 0x5eed;
+	assert_int_equal(hostmem_view_write(pool_host_record(f->r.pool), &m, 1,
+					    PSZ, 1, err, sizeof err), 0);
+	assert_int_equal(receiver_pool_fresh(&f->r), -1);
+	assert_int_equal(receiver_pool_fresh(&f->r), -1); /* each room */
+	assert_int_equal(both_registered(f), 2);
+	/* Taken back: rooms begin again. */
+	assert_int_equal(hostmem_view_write(pool_host_record(f->r.pool), NULL,
+					    0, PSZ, 2, err, sizeof err), 0);
+	assert_int_equal(receiver_pool_fresh(&f->r), 0);
+	munmap(base, BUF);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(
 			an_engine_epoch_is_described_and_registered_again, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(
+			engine_host_memory_is_refused_while_registered, setup,
 			teardown),
 		cmocka_unit_test_setup_teardown(
 			an_unregistrable_gpu_pool_fails_the_room, setup,
