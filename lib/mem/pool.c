@@ -332,14 +332,17 @@ int pool_refresh(struct pool *p, char *err, size_t errlen)
 {
 	struct hostmem_rec *rec;
 	uint64_t gen;
-	int rc;
+	int rc, r2;
 
 	/* The steady state: one load, no system call. */
 	if (p->rec == NULL || hostmem_view_gen(p->rec) == p->laid_gen)
 		return 0;
 	rc = hostmem_view_read(p->rec, p->size, &rec, &gen, err, errlen);
+	/* What was laid goes whatever the record says now: a batch never
+	 * moves bytes by a registration the engine has replaced. */
+	r2 = unlay(p, rc ? NULL : err, errlen);
 	if (rc == 0)
-		rc = unlay(p, err, errlen);
+		rc = r2;
 	if (rc == 0 && rec)
 		rc = hostmem_overlay(p->base, p->writable, p->fd, p->path, rec,
 				     err, errlen);
