@@ -60,9 +60,15 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
+	char table[128];
+
 	(void)state;
 	pool_close(&mine);
 	(void)pool_unlink(path);
+	/* The API test's table, also when it stopped half-way. */
+	snprintf(table, sizeof table, "/dev/shm/kvwire.thm%d.rooms",
+		 (int)getpid());
+	unlink(table);
 	return 0;
 }
 
