@@ -153,6 +153,24 @@ def test_a_wrong_head_changes_the_logits(group_factory, reference):
     assert float(np.abs(logits - ref_logits).max()) > 100 * TOL
 
 
+def test_one_changed_kv_byte_in_the_engines_own_memory_is_caught(
+        group_factory, reference):
+    """The own-memory runs can fail too: one byte (an exponent byte of
+    one K value of a received page) changed in the decode engine's own
+    memory on one rank, and the run does not pass as equal."""
+    model, prompt, ref_toks, ref_logits = reference
+    g = group_factory("--decode-tp", 2, "--workers", 1,
+                      *model.cfg.shape_flags())
+
+    def flip(pools, pages, aux_slot):
+        # The pool's views show the engine's own memory once registered.
+        pools[1].k(0)[pages[0]].view(np.uint8).reshape(-1)[3] ^= 0x40
+
+    toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, 1, 1, 2,
+                                   tamper=flip, own_memory="decode")
+    assert float(np.abs(logits - ref_logits).max()) > 100 * TOL
+
+
 @pytest.mark.parametrize("buf,byte", [(0, 8), (1, 3), (2, 101)])
 def test_one_changed_metadata_byte_is_caught(group_factory, reference, buf,
                                             byte):
