@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "cuda_rt.h"
-#include "recfile.h"
 #include "base/le.h"
 
 #define GPOOL_MAGIC "KVGP"
@@ -261,22 +260,40 @@ static int gp_parse(const uint8_t *rec, size_t len, struct gpool **out,
 int gpool_read(const char *path, struct gpool **out, char *err,
 	       size_t errlen)
 {
-	uint8_t *rec;
-	size_t len;
+	uint8_t *rec = NULL;
 	struct stat st;
-	int rc;
+	int fd, rc;
 
 	*out = NULL;
-	rc = recfile_read(path, GPOOL_HDR + GPOOL_MAX * GPOOL_ENT, "gpu pool",
-			  &rec, &len, &st, err, errlen);
-	if (rc)
-		return rc;
-	rc = gp_parse(rec, len, out, err, errlen);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return kvw_errf(err, errlen,
+				errno == ENOENT ? KVW_ENOENT : KVW_ESYS,
+				"gpu pool: %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size > (off_t)(GPOOL_HDR + GPOOL_MAX * GPOOL_ENT)) {
+		rc = kvw_errf(err, errlen, KVW_EINVAL,
+			      "gpu pool: %s is not a record", path);
+		goto out;
+	}
+	rec = malloc((size_t)st.st_size + 1);
+	if (rec == NULL) {
+		rc = kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (read(fd, rec, (size_t)st.st_size) != (ssize_t)st.st_size) {
+		rc = kvw_errf(err, errlen, KVW_ESYS, "gpu pool: read %s: %s",
+			      path, strerror(errno));
+		goto out;
+	}
+	rc = gp_parse(rec, (size_t)st.st_size, out, err, errlen);
 	if (rc == 0) {
 		(*out)->dev = (uint64_t)st.st_dev;
 		(*out)->ino = (uint64_t)st.st_ino;
 	}
+out:
 	free(rec);
+	close(fd);
 	return rc;
 }
 

@@ -25,8 +25,21 @@ case $list in /*) ;; *) list=$PWD/$list ;; esac
 cd "$root" || exit 111
 
 scratch=$(mktemp -d /tmp/kvw-mutants.XXXXXX) || exit 111
-trap 'rm -rf "$scratch"' EXIT INT TERM
+# A mutant may crash the test process itself (a pytest killed by a
+# SIGSEGV never runs its groups' teardown): whatever kv-up of the scratch
+# tree still supervises is stopped after each test run and at the end, so
+# no group outlives the run. kv-up stops its members and removes its files
+# on SIGTERM.
+stop_groups() {
+	pkill -TERM -f "$tree/bin/kv-up " 2>/dev/null || return 0
+	for _ in $(seq 300); do # bounded: kv-up waits for its members
+		pgrep -f "$tree/bin/kv-up " >/dev/null || return 0
+		sleep 0.1
+	done
+	echo "mutants: a group of $tree did not stop" >&2
+}
 tree=$scratch/tree
+trap 'stop_groups; rm -rf "$scratch"' EXIT INT TERM
 mkdir -p "$tree"
 git ls-files -z --cached --others --exclude-standard |
 	(cd "$root" && xargs -0 cp -a --parents -t "$tree" 2>/dev/null)
@@ -126,6 +139,9 @@ one() {
 	echo "$tests" | while IFS='	' read -r kind tname tfilt; do
 		[ -n "$kind" ] || continue
 		runtest "$kind" "$tname" "$tfilt"
+		rc=$?
+		stop_groups
+		(exit $rc)
 		case $? in
 		1)
 			why=$(grep -m1 -e '^\[  FAILED  \] [a-z]' -e '^not ok' "$log" | sed 's/^\[  FAILED  \] //')
