@@ -194,7 +194,7 @@ static void populate(struct pool *p, uint64_t off, uint64_t len)
 		    0)
 		return;
 	/* A kernel without MADV_POPULATE_* (before 5.14): a read a page. */
-	for (uint64_t i = 0; i < len; i += 4096)
+	for (uint64_t i = 0; i < len; i += hostmem_page())
 		(void)b[i];
 }
 

@@ -307,12 +307,19 @@ class KVManager:
         with self.lock:
             rc = lib.kvw_register_gpu_pool(self._handle(), int(device), ptrs,
                                            lens, items, n, err, len(err))
+        self._registered("register_gpu_pool", rc,
+                         err.value.decode(errors="replace"), kv_data_ptrs,
+                         kv_data_lens, kv_item_lens)
+
+    def _registered(self, what, rc, detail, ptrs, lens, item_lens):
+        """After a registration call: KVWireError when it failed, else
+        kv_args' kv_data_* lists name the buffers now registered."""
         if rc < 0:
-            raise KVWireError("register_gpu_pool(%s)" % self.kv_args.member,
-                              rc, err.value.decode(errors="replace"))
-        self.kv_args.kv_data_ptrs = list(kv_data_ptrs)
-        self.kv_args.kv_data_lens = list(kv_data_lens)
-        self.kv_args.kv_item_lens = list(kv_item_lens)
+            raise KVWireError("%s(%s)" % (what, self.kv_args.member), rc,
+                              detail)
+        self.kv_args.kv_data_ptrs = list(ptrs)
+        self.kv_args.kv_data_lens = list(lens)
+        self.kv_args.kv_item_lens = list(item_lens)
 
     def alloc(self, nbytes):
         """Host memory the group's processes can map (kvw_alloc): a zeroed
@@ -372,25 +379,20 @@ class KVManager:
             rc = lib.kvw_register_host(self._handle(), c.addressof(layout),
                                        len(self.pool.buffers), hb, n, err,
                                        len(err))
-        if rc < 0:
-            raise KVWireError("register_host_pool(%s)" % self.kv_args.member,
-                              rc, err.value.decode(errors="replace"))
-        self.kv_args.kv_data_ptrs = list(kv_data_ptrs)
-        self.kv_args.kv_data_lens = list(kv_data_lens)
-        self.kv_args.kv_item_lens = list(kv_item_lens)
+        self._registered("register_host_pool", rc,
+                         err.value.decode(errors="replace"), kv_data_ptrs,
+                         kv_data_lens, kv_item_lens)
 
     def unregister_host_pool(self):
         """Takes back register_host_pool: the pool's own pages serve again
         (zeroed), and kv_args' kv_data_* lists name them."""
         with self.lock:
             rc = lib.kvw_unregister_host(self._handle())
-        if rc < 0:
-            raise KVWireError("unregister_host_pool(%s)"
-                              % self.kv_args.member, rc, _lib.strerror(rc))
         kv = [b for b in self.pool.buffers if b.role != ROLE_AUX]
-        self.kv_args.kv_data_ptrs = [self.pool.base + b.offset for b in kv]
-        self.kv_args.kv_data_lens = [b.item_len * b.pages for b in kv]
-        self.kv_args.kv_item_lens = [b.item_len for b in kv]
+        self._registered("unregister_host_pool", rc, _lib.strerror(rc),
+                         [self.pool.base + b.offset for b in kv],
+                         [b.item_len * b.pages for b in kv],
+                         [b.item_len for b in kv])
 
     def status(self, room) -> Optional[_lib.RoomStatus]:
         """The room's row in the table, or None when it is not there yet:

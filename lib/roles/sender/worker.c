@@ -216,7 +216,7 @@ static void job_write(struct worker *w, const struct frame_msg *m,
 	xport_set_incarnation(w->x, j->token);
 	e->lo = xport_mark(w->x, e->dst);
 	/* The engine's own host memory, when it registered some, is what
-	 * the job reads (one stat when nothing changed). */
+	 * the job reads (one load when nothing changed). */
 	e->rc = pool_refresh(w->pool, e->why, sizeof e->why);
 	if (e->rc == 0 && pool_overlaid(w->pool) &&
 	    xport_ops_of(w->x)->pins_pages)

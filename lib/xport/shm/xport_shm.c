@@ -23,7 +23,7 @@
  *
  * A decode engine that keeps its KV in its own host memory (api.h's
  * kvw_register_host) has it laid over the pool mapping at the same
- * addresses (pool_refresh, one stat a remote a batch): the copies below
+ * addresses (pool_refresh, one load a remote a batch): the copies below
  * do not change.
  */
 #include "xport/xport_impl.h"

@@ -240,7 +240,7 @@ static int refuse(struct sink *s, struct conn *c, const char *what)
 }
 
 /* The decode engine's own host memory laid over the pool, when it
- * registered some (one stat when nothing changed): 1, or 0 with the reason
+ * registered some (one load when nothing changed): 1, or 0 with the reason
  * told to the log. */
 static int engine_memory(struct sink *s)
 {
