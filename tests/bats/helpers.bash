@@ -61,8 +61,17 @@ sender_teardown() {
 }
 
 # gone PID: true once the process has exited.
+# gone PID: the process has exited. A child that exited and that its parent
+# has not reaped yet is a zombie, and kill -0 still finds it: this shell
+# reaps its own background children only when a SIGCHLD is taken or it next
+# forks, and with sleep a builtin (above) a wait_for loop may never fork, so
+# a zombie counts as gone. Builtins only: a wait_for poll forks nothing.
 gone() {
-	! kill -0 "$1" 2>/dev/null
+	local stat
+	kill -0 "$1" 2>/dev/null || return 0
+	read -r stat <"/proc/$1/stat" 2>/dev/null || return 0
+	stat=${stat##*) }
+	[ "${stat%% *}" = Z ]
 }
 
 # refute CMD...: fails (and says what) when CMD succeeds. bats stops a

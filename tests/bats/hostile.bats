@@ -297,10 +297,10 @@ room_reason() {
 		for i in "${!pids[@]}"; do
 			[ -z "${seen[i]:-}" ] || continue
 			now=${EPOCHREALTIME/./}
-			if kill -0 "${pids[$i]}" 2>/dev/null; then
-				alive[i]=$now
-			else
+			if gone "${pids[$i]}"; then
 				seen[i]=$now left=$((left - 1))
+			else
+				alive[i]=$now
 			fi
 		done
 		[ "$left" -eq 0 ]

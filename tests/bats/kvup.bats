@@ -69,16 +69,11 @@ note_group() {
 	ls "$SHM".* >/dev/null
 }
 
-dead() {
-	! kill -0 "$1" 2>/dev/null ||
-		[ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" = Z ]
-}
-
 # group_gone: no process, /dev/shm file or socket of the group is left.
 group_gone() {
 	local p left
 	for p in $GPIDS; do
-		wait_for 10 dead "$p" || { echo "pid $p still runs: $(cat /proc/$p/cmdline | tr '\0' ' ')"; return 1; }
+		wait_for 10 gone "$p" || { echo "pid $p still runs: $(cat /proc/$p/cmdline | tr '\0' ' ')"; return 1; }
 	done
 	left=$(ls -d "$SHM".* 2>/dev/null || true)
 	[ -z "$left" ] || { echo "shm left: $left"; return 1; }
@@ -163,7 +158,7 @@ stop() { timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"; }
 	note_group
 	sup=$(cat "$RUN/pids/kv-up.pid")
 	kill -KILL "$sup"
-	wait_for 10 dead "$sup"
+	wait_for 10 gone "$sup"
 	decoy_proc
 	for m in p0 d0 hb0 hbp0 bootstrap; do
 		echo "$DECOY" >"$RUN/pids/$m.pid"
@@ -205,10 +200,10 @@ stop() { timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"; }
 	old_pids=$GPIDS old_shm=$SHM
 	sup=$(cat "$RUN/pids/kv-up.pid")
 	kill -KILL "$sup"
-	wait_for 10 dead "$sup"
+	wait_for 10 gone "$sup"
 	kv_up --workers 2 $SHAPE
 	GPIDS=$old_pids SHM=$old_shm
-	for p in $old_pids; do wait_for 10 dead "$p"; done
+	for p in $old_pids; do wait_for 10 gone "$p"; done
 	[ -z "$(ls -d "$old_shm".* 2>/dev/null)" ]
 	run timeout 60 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 4 --verify
 	[ "$status" -eq 0 ]
@@ -309,7 +304,7 @@ stop() { timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"; }
 	decoy_file "$RUN/other.sock"
 	sup=$(cat "$RUN/pids/kv-up.pid")
 	kill -TERM "$sup"
-	wait_for 30 dead "$sup"
+	wait_for 30 gone "$sup"
 	group_gone
 	decoys_alive
 	[ -s "$RUN/logs/p0.log" ]
@@ -321,7 +316,7 @@ stop() { timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"; }
 	sup=$(cat "$RUN/pids/kv-up.pid")
 	rm -rf "$RUN"
 	kill -TERM "$sup"
-	wait_for 30 dead "$sup"
+	wait_for 30 gone "$sup"
 	group_gone
 	run timeout 10 "$KVW_ROOT/bin/kv-up" --stop "$RUN"
 	[ "$status" -eq 100 ] # nothing of it is left to stop
@@ -452,7 +447,7 @@ SH
 	sup=$(cat "$RUN/pids/kv-up.pid")
 	touch "$RUN/refuse"
 	kill -KILL "$(cat "$RUN/pids/hb0.pid")"
-	wait_for 30 dead "$sup"
+	wait_for 30 gone "$sup"
 	group_gone
 	[ "$(wc -l <"$RUN/kv-heartbeat.refusals")" -eq 1 ]
 	grep -q "kv-heartbeat: fatal: refused at start by the test" "$RUN/kv-up.log"
