@@ -383,6 +383,33 @@ class KVManager:
                          err.value.decode(errors="replace"), kv_data_ptrs,
                          kv_data_lens, kv_item_lens)
 
+    def register_in_place(self, kv_data_ptrs, kv_data_lens, kv_item_lens,
+                          device=0):
+        """An engine's KV cache where the engine put it, the lists as
+        register_host_pool takes them: host memory from alloc() is
+        registered as it is (register_host_pool); anything else is taken
+        for the engine's GPU buffers on `device` (an engine's usual place)
+        and exported to the group by CUDA IPC (register_gpu_pool). Raises
+        ValueError for lists register_host_pool refuses before the call,
+        KVWireError for host memory it refuses for another reason than
+        where it came from, and KVWireError with both reasons when the
+        memory is neither kvwire's host memory nor GPU memory it could
+        export."""
+        try:
+            self.register_host_pool(kv_data_ptrs, kv_data_lens, kv_item_lens)
+            return
+        except KVWireError as host:
+            if "did not allocate" not in str(host):
+                raise
+            why_host = str(host)
+        try:
+            self.register_gpu_pool(kv_data_ptrs, kv_data_lens, kv_item_lens,
+                                   device=device)
+        except KVWireError as gpu:
+            raise KVWireError(
+                "register", gpu.code, "not host memory from kvwire (%s), nor "
+                "GPU memory it could export (%s)" % (why_host, gpu)) from None
+
     def unregister_host_pool(self):
         """Takes back register_host_pool: the pool's own pages serve again
         (zeroed), and kv_args' kv_data_* lists name them."""

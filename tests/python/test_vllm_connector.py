@@ -6,13 +6,37 @@ with vLLM's per-layer layout (--kv-layout vllm): a prefill's blocks land
 byte-exact in the decode's blocks (both K and V of every layer), a room
 kvwire fails is reported through get_block_ids_with_load_errors, a send
 is reported only once vLLM named its request finished, every aux row
-comes back, and tensors that are not the pool's views are refused."""
-from conftest import Group, run_probe
+comes back; vLLM's own tensors (host memory from kvwire's allocator, or
+GPU memory over the stand-in runtime) are registered in place and the
+blocks land there; host memory kvwire cannot reach is refused.""" 
+import os
+
+import pytest
+
+from conftest import ROOT, Group, run_probe
+
+FAKE = os.path.join(ROOT, "build", "default", "tests", "libfakecudart.so")
 
 
-def test_vllm_connector_call_order():
+@pytest.mark.parametrize("where", ["pool", "host", "gpu"])
+def test_vllm_connector_call_order(where):
+    """vLLM's KV tensors: the connector's pool views; the prefill's in
+    host memory of its own from the manager's alloc(), registered in place
+    (the decode's the pool's views: K and V where kvwire's layout says);
+    GPU tensors on both sides (cudaMalloc on the CPU stand-in runtime: the
+    plumbing, not a GPU) exported by CUDA IPC on a cuda group, the blocks
+    in the decode's tensors and none in kvwire's pool. 32 blocks:
+    each K or V half whole 4 KiB pages, as host memory laid in place
+    must be."""
+    env = {"KVW_VLLM_KV": where}
+    flags = []
+    if where == "gpu":
+        assert os.path.exists(FAKE), "make builds %s" % FAKE
+        env["KVW_CUDART"] = FAKE
+        flags = ["--transport", "cuda"]
     with Group("--kv-layout", "vllm", "--layers", 2, "--heads", 2,
-               "--head-dim", 4, "--page-tokens", 4, "--pages", 8,
-               "--dtype-bytes", 4, "--aux-slots", 8, "--workers", 1) as g:
+               "--head-dim", 4, "--page-tokens", 4, "--pages", 32,
+               "--dtype-bytes", 4, "--aux-slots", 8, "--workers", 1, *flags,
+               env=env if where == "gpu" else None) as g:
         run_probe("vllm_connector_probe.py", "vllm_pinned", g.dir,
-                  "vllm: ok")
+                  "vllm: ok", env=env)

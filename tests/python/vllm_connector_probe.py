@@ -3,12 +3,14 @@ interpreter whose path holds tests/python/vllm_pinned (vLLM's connector
 base) and kvwire. Replays what vLLM does with a KV connector on a
 prefill (kv_producer) and a decode (kv_consumer), each with a
 scheduler-side and a worker-side instance, on the live group of
-$KVW_RUN_DIR (--kv-layout vllm): the order is the base module's
+$KVW_RUN_DIR (--kv-layout vllm), vLLM's KV tensors where $KVW_VLLM_KV
+says (the pool's views, host memory of their own, the GPU): the order is the base module's
 description (scheduler: request_finished / get_num_new_matched_tokens,
 update_state_after_alloc, build_connector_meta; worker: register_kv_caches
 once, then per step bind_connector_metadata, start_load_kv,
 wait_for_save, get_finished, get_block_ids_with_load_errors,
 clear_connector_metadata). Prints "vllm: ok" at the end."""
+import ctypes
 import os
 import sys
 import time
@@ -53,9 +55,43 @@ def step(worker, meta, finished=()):
     return done, errors
 
 
+# Where vLLM's KV cache lives ($KVW_VLLM_KV): "pool", the connector's
+# pool_tensors() on both sides; "host", the prefill's tensors over memory
+# from its manager's alloc(), one allocation per layer, and the decode's
+# the pool's views (so a K/V mix-up of the in-place registration shows
+# against the layout kvwire knows); "gpu", one cudaMalloc per layer on the
+# (stand-in, $KVW_CUDART) GPU on both sides.
+WHERE = os.environ.get("KVW_VLLM_KV", "pool")
+
+
+def engine_tensors(work, where):
+    """The rank's per-layer KV tensors where `where` puts them, shaped as
+    pool_tensors() shapes them; in memory of their own, every byte 0xEE."""
+    pool = work.pool_tensors()
+    if where == "pool":
+        return pool
+    out = {}
+    for name, w in pool.items():
+        if where == "host":
+            mem = work._manager().alloc(w.nbytes)
+        else:
+            cuda = ctypes.CDLL(os.environ["KVW_CUDART"])
+            ptr = ctypes.c_void_p()
+            assert cuda.cudaMalloc(ctypes.byref(ptr),
+                                   ctypes.c_size_t(w.nbytes)) == 0
+            # The stand-in's device memory is host memory: read and
+            # written here as vLLM's kernels would.
+            mem = np.ctypeslib.as_array(
+                (ctypes.c_uint8 * w.nbytes).from_address(ptr.value))
+        mem[:] = 0xEE
+        out[name] = mem.view(w.dtype).reshape(w.shape)
+    return out
+
+
 p_sched, p_work = pair("kv_producer")
 d_sched, d_work = pair("kv_consumer")
-p_kv, d_kv = p_work.pool_tensors(), d_work.pool_tensors()
+p_kv = engine_tensors(p_work, WHERE)
+d_kv = engine_tensors(d_work, "gpu" if WHERE == "gpu" else "pool")
 p_work.register_kv_caches(p_kv)
 d_work.register_kv_caches(d_kv)
 assert len(p_kv) == 2 and all(t.shape[0] == 2 for t in p_kv.values())
@@ -94,6 +130,15 @@ while sent != {"r1", "r2"} or recvd != {"r1", "r2"}:
     time.sleep(0.001)
 for name, t in p_kv.items():
     assert (d_kv[name][:, [6, 1]] == t[:, [3, 4]]).all(), name
+    # Nothing else of the decode's cache was written (r2 failed).
+    rest = [b for b in range(t.shape[1]) if b not in (6, 1)]
+    if WHERE == "gpu":
+        assert (d_kv[name][:, rest].view(np.uint8) == 0xEE).all(), name
+if WHERE == "gpu":
+    # The blocks went into vLLM's tensors, none into kvwire's pool file.
+    a = d_work._manager().kv_args
+    raw = np.fromfile(a.pool_path, np.uint8)
+    assert not raw[:sum(a.kv_data_lens)].any()
 assert errors == {7, 0, 2}, errors  # r2's blocks: vLLM recomputes them
 assert not p_work.rooms and not d_work.rooms
 assert sorted(p_work.free_aux) == list(range(p_work.args.aux_slots))
@@ -122,12 +167,16 @@ while p_work.rooms:  # over on the prefill too, but not named finished
 (s, _), _ = step(p_work, p_meta, {"r3"})
 assert s == {"r3"}, s
 
-# Tensors that are not the pool's views are refused.
-try:
-    d_work.register_kv_caches({k: v.copy() for k, v in d_kv.items()})
-    raise AssertionError("a copy of the pool was taken for the pool")
-except RuntimeError as e:
-    assert "pool_tensors()" in str(e), e
+# Host tensors kvwire cannot reach (numpy's own memory, not the manager's
+# alloc()) are refused, saying how to allocate; in place here on the host
+# they would be none of the group's processes' memory.
+if WHERE != "gpu":
+    try:
+        d_work.register_kv_caches({k: v.copy() for k, v in d_kv.items()})
+        raise AssertionError("numpy's memory was registered")
+    except RuntimeError as e:
+        for want in ("did not allocate", "alloc()", "pool_tensors()"):
+            assert want in str(e), e
 for c in (p_sched, p_work, d_sched, d_work):
     c.shutdown()
 print("vllm: ok")

@@ -70,7 +70,10 @@ class KvwireKVManager(BaseKVManager):
         have = list(getattr(args, "kv_data_ptrs", None) or [])
         if have and have != want[:len(have)]:
             try:
-                _register_in_place(self.kw, args)
+                # SGLang's GPU buffers are on args.gpu_id.
+                self.kw.register_in_place(
+                    have, list(args.kv_data_lens), list(args.kv_item_lens),
+                    device=int(getattr(args, "gpu_id", 0) or 0))
             except (conn.KVWireError, ValueError) as e:
                 self.kw.close()
                 raise RuntimeError("kvwire: SGLang's KV cache "
@@ -107,31 +110,6 @@ class KvwireKVManager(BaseKVManager):
                                    self.kw.kv_args.page_size))
         self.prefill_info_table[bootstrap_addr] = info
         return True
-
-
-def _register_in_place(kw, args):
-    """SGLang's KV cache where SGLang put it (kv_data_ptrs, kv_data_lens,
-    kv_item_lens, in the rank's layout order): host memory kvwire gave
-    (KVManager.alloc) is registered as it is; anything else is taken for
-    SGLang's GPU buffers (its usual place, on args.gpu_id) and exported to
-    the group by CUDA IPC. Raises KVWireError with both reasons when it is
-    neither."""
-    ptrs, lens = list(args.kv_data_ptrs), list(args.kv_data_lens)
-    items = list(args.kv_item_lens)
-    try:
-        kw.register_host_pool(ptrs, lens, items)
-        return
-    except conn.KVWireError as host:
-        if "did not allocate" not in str(host):
-            raise
-        why_host = str(host)
-    try:
-        kw.register_gpu_pool(ptrs, lens, items,
-                             device=int(getattr(args, "gpu_id", 0) or 0))
-    except conn.KVWireError as gpu:
-        raise conn.KVWireError(
-            "register", gpu.code, "not host memory from kvwire (%s), nor "
-            "GPU memory it could export (%s)" % (why_host, gpu)) from None
 
 
 def _lookup_prefill(bootstrap_addr):

@@ -9,10 +9,12 @@ Load it with
     "kv_role": "kv_producer" | "kv_consumer",
     "kv_connector_extra_config": {"run_dir": DIR}}'
 A vLLM block is a kvwire page. The group runs --kv-layout vllm (per layer
-one [2, blocks, block_size, heads, head_dim] tensor, K then V), and the
-per-layer tensors vLLM registers must be the rank's kvwire pool: the
-connector's pool_tensors() are those views, and register_kv_caches checks
-every tensor's address and size against them. The prefill (producer)
+one [2, blocks, block_size, heads, head_dim] tensor, K then V).
+register_kv_caches takes vLLM's per-layer tensors where vLLM put them: on a
+GPU they are exported to the group by CUDA IPC (the cuda transport), in
+host memory they must come from kvwire's allocator (the manager's alloc()),
+and the connector's pool_tensors() (views of the rank's kvwire pool) are
+used as they are. The prefill (producer)
 returns kv_transfer_params {kvwire_room, bootstrap_addr} from
 request_finished; the router hands them to the decode (consumer), whose
 blocks kvwire fills before get_finished reports the request loaded; a
@@ -24,7 +26,7 @@ import random
 import numpy as np
 
 from .. import conn
-from ..layout import ROLE_K
+from ..layout import ROLE_AUX, ROLE_K, ROLE_V
 
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -61,7 +63,8 @@ class KvwireConnector(KVConnectorBase_V1):
         super().__init__(vllm_config, role, *args, **kwargs)
         tc = vllm_config.kv_transfer_config
         self.producer = tc.kv_role == "kv_producer"
-        self.run_dir = (tc.kv_connector_extra_config or {})["run_dir"]
+        self.extra = tc.kv_connector_extra_config or {}
+        self.run_dir = self.extra["run_dir"]
         self.mode = "prefill" if self.producer else "decode"
         pc = vllm_config.parallel_config
         self.args = conn.KVArgs.from_run_dir(
@@ -134,20 +137,48 @@ class KvwireConnector(KVConnectorBase_V1):
         return out
 
     def register_kv_caches(self, kv_caches):
-        """vLLM's per-layer tensors, in layer order: each must be the pool's
-        view of its layer (pool_tensors()), address and size."""
+        """vLLM's per-layer tensors, in layer order, each [2, blocks,
+        block_size, kv_heads, head_dim] (K then V). The pool's own views
+        (pool_tensors()) are used as they are; other tensors are registered
+        in place (KVManager.register_in_place), the K half and the V half
+        of each layer a buffer each: vLLM's GPU tensors on their device
+        (extra config "gpu_id" where a tensor does not say) by CUDA IPC,
+        host tensors over memory from the manager's alloc(). Raises
+        RuntimeError with the reason when they cannot be."""
         want = list(self.pool_tensors().items())
         got = list(kv_caches.items())
         if len(got) != len(want):
             raise RuntimeError("kvwire: %d KV cache tensors, this rank's "
                                "pool holds %d layers" % (len(got), len(want)))
-        for (name, t), (_, w) in zip(got, want):
-            if _addr(t) != w.ctypes.data or _nbytes(t) != w.nbytes:
-                raise RuntimeError(
-                    "kvwire: KV cache %s is not its layer's view of kvwire's "
-                    "pool (address 0x%x, %d bytes; the pool's is 0x%x, %d "
-                    "bytes): use the connector's pool_tensors()"
-                    % (name, _addr(t), _nbytes(t), w.ctypes.data, w.nbytes))
+        if all(_addr(t) == w.ctypes.data and _nbytes(t) == w.nbytes
+               for (_, t), (_, w) in zip(got, want)):
+            return
+        m = self._manager()
+        kv = [b for b in m.pool.buffers if b.role != ROLE_AUX]
+        layers = [b.layer_id for b in kv if b.role == ROLE_K]
+        tensor = dict(zip(layers, (t for _, t in got)))
+        ptrs, lens, items = [], [], []
+        for b in kv:
+            t = tensor.get(b.layer_id)
+            if t is None:
+                raise RuntimeError("kvwire: no KV cache tensor for layer %d "
+                                   "of this rank's layout" % b.layer_id)
+            half = _nbytes(t) // 2
+            ptrs.append(_addr(t) + (half if b.role == ROLE_V else 0))
+            lens.append(half)
+            items.append(b.item_len)
+        t0 = got[0][1]
+        dev = getattr(getattr(t0, "device", None), "index", None)
+        if dev is None:
+            dev = int(self.extra.get("gpu_id", 0))
+        try:
+            m.register_in_place(ptrs, lens, items, device=dev)
+        except (conn.KVWireError, ValueError) as e:
+            raise RuntimeError(
+                "kvwire: vLLM's KV cache tensors (%s, ...) are not kvwire's "
+                "pool and cannot be registered where they are: %s; on the "
+                "host, allocate them from the connector's manager "
+                "(alloc()) or use pool_tensors()" % (got[0][0], e)) from None
 
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
