@@ -8,7 +8,10 @@ prealloc queues; chunks with state_indices=[]; poll_and_all_reduce;
 the metadata gate; get_transfer_metric; an aborted request's
 failure_exception() then clear(); over TP 1 -> 1, 2 -> 1 and 1 -> 2, a
 scheduler per rank, the poll consensus (MIN over ranks) one answer on
-every rank. Each step is named in the output."""
+every rank. Each step is named in the output. And issue 33 item 3:
+pd_model's transformer served through that loop (sglang_model_probe.py)
+over TP 2 -> 1 and 1 -> 2, with a retracted, an aborted and a
+killed-member request among plain ones."""
 import os
 import sys
 
@@ -18,6 +21,7 @@ from conftest import Group, run_probe
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_sglang_plugin import entry_point_dist  # noqa: E402
+import pd_model  # noqa: E402
 
 # SGLang's MetadataBuffers rows (utils.py): output ids, token logprob
 # value and index, top-128 logprob values and indices, top-k p and index,
@@ -35,4 +39,21 @@ def test_sglang_scheduler_calls_replayed(tmp_path, ptp, dtp):
                "--workers", 1) as g:
         run_probe("sglang_harness_probe.py", "sglang_pinned", g.dir,
                   "harness: ok", [entry_point_dist(tmp_path)],
+                  env={"KVW_HARNESS_TP": "%d,%d" % (ptp, dtp)})
+
+
+@pytest.mark.parametrize("ptp,dtp", [(2, 1), (1, 2)])
+def test_the_model_served_through_sglangs_scheduler_loop(tmp_path, ptp, dtp):
+    """Issue 33 item 3: pd_model's transformer behind SGLang's scheduler
+    loop (sglang_model_probe.py): a plain request, one the decode retracts
+    and resumes, one it aborts, one whose prefill member is killed, one
+    after that member's restart. The ones that succeed give the
+    one-process run's tokens; the others fail on both sides with a
+    reason."""
+    cfg = pd_model.Config()
+    with Group("--prefill-tp", ptp, "--decode-tp", dtp, "--workers", 1,
+               *cfg.shape_flags()) as g:
+        run_probe("sglang_model_probe.py", "sglang_pinned", g.dir,
+                  "model harness: ok",
+                  [entry_point_dist(tmp_path)],
                   env={"KVW_HARNESS_TP": "%d,%d" % (ptp, dtp)})

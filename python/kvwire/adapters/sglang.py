@@ -203,7 +203,13 @@ class KvwireKVSender(conn.KVSender, BaseKVSender):
         """SGLang's send. num_kv_tokens (newer SGLang's third argument: the
         chunk's tokens, its last page maybe partial) and
         token_position_offset (an older name) are accepted: kvwire moves
-        whole pages, a partial last page included."""
+        whole pages, a partial last page included. A chunk of a room
+        already failed is dropped, as SGLang's own backends drop it
+        (mooncake's add_transfer_request): SGLang's forward does not poll,
+        so an ABORT may land between two chunks, and its inflight queue
+        reports the failure."""
+        if self.conclude_state == KVPoll.Failed:
+            return
         # SGLang has written the request's metadata row before its last
         # chunk: it goes into kvwire's pool now, and moves with that chunk.
         if self._meta and self.num_kv_indices is not None and \
