@@ -929,6 +929,16 @@ class KVReceiver(_Room):
         if self._begun:
             self.kv_mgr.call("kvw_abort", lib.kvw_abort, self.bootstrap_room)
 
+    def settled(self):
+        """True once the room's pages may go back to the engine's
+        allocator: releasable, or the group's control process is gone (no
+        ack can come any more; an engine must not wait for ever). What the
+        adapters wait for before they tell an engine that frees pages on
+        Failed."""
+        if self.kv_mgr.control_gone():
+            return True
+        return self.releasable
+
     @property
     def releasable(self):
         """True once no byte of the room can land any more: every prefill

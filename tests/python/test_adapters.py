@@ -3,6 +3,7 @@ SGLang's scheduler would (without SGLang: its base classes are absent
 here), with SGLang's metadata buffers where SGLang allocates them; the
 vLLM adapter imports. Neither is tested against the engine."""
 import os
+import signal
 import time
 import types
 
@@ -14,15 +15,23 @@ from kvwire import KVPoll
 from kvwire.adapters import sglang, vllm
 
 
+SMALL = ["--layers", 1, "--heads", 1, "--head-dim", 4, "--page-tokens", 2,
+         "--pages", 8, "--aux-slots", 4, "--workers", 1]
+
+
+def sglang_managers(monkeypatch, g):
+    """The SGLang adapter's prefill and decode managers on group g's first
+    ranks (KV in kvwire's pool), and the prefill's bootstrap address."""
+    monkeypatch.setenv("KVW_RUN_DIR", g.dir)
+    args = types.SimpleNamespace(engine_rank=0, pp_rank=0, kv_data_ptrs=[])
+    pm = sglang.get_kv_class("manager")(args, "prefill")
+    dm = sglang.get_kv_class("manager")(args, "decode")
+    return pm, dm, pm.kw.kv_args.bootstrap_addr
+
+
 def test_sglang_classes_move_a_room(monkeypatch):
-    with Group("--layers", 1, "--heads", 1, "--head-dim", 4, "--page-tokens",
-               2, "--pages", 8, "--aux-slots", 4, "--workers", 1) as g:
-        monkeypatch.setenv("KVW_RUN_DIR", g.dir)
-        args = types.SimpleNamespace(engine_rank=0, pp_rank=0,
-                                     kv_data_ptrs=[])
-        pm = sglang.get_kv_class("manager")(args, "prefill")
-        dm = sglang.get_kv_class("manager")(args, "decode")
-        addr = pm.kw.kv_args.bootstrap_addr
+    with Group(*SMALL) as g:
+        pm, dm, addr = sglang_managers(monkeypatch, g)
         # SGLang's decode prealloc queue: the prefill instance's layout by
         # its bootstrap address before it picks the prefill DP rank.
         assert dm.try_ensure_parallel_info(addr)
@@ -121,6 +130,114 @@ def test_sglang_metadata_buffers_stay_sglangs(monkeypatch):
         with pytest.raises(RuntimeError, match="--aux-slots 5"):
             cls(types.SimpleNamespace(engine_rank=0, pp_rank=0, **meta),
                 "decode")
+
+
+def abort_with_the_prefill_stopped(g, sender, abort, unsettled):
+    """Once the prefill room has its decode's XFER_INFO, stops group g's
+    prefill rank (SIGSTOP: no ABORT_ACK can come, and on shm its worker
+    could still be copying), calls abort() and then unsettled() over 200
+    polls; the rank resumes after, whatever happened."""
+    deadline = time.monotonic() + 30
+    while sender.poll() != KVPoll.WaitingForInput:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    p0 = int(open(os.path.join(g.dir, "pids", "p0.pid")).read())
+    os.kill(p0, signal.SIGSTOP)
+    try:
+        abort()
+        for _ in range(200):
+            unsettled()
+            time.sleep(0.005)
+    finally:
+        os.kill(p0, signal.SIGCONT)
+
+
+def test_sglang_decode_says_failed_only_once_the_pages_are_free(
+        monkeypatch):
+    """SGLang frees a request's pages when poll() says Failed. A room the
+    decode aborts while its prefill rank is stopped (SIGSTOP: no ABORT_ACK
+    can come, and on shm its worker could still be copying) stays
+    Transferring for SGLang, over many polls; once the rank resumes and
+    acks, poll() says Failed and the room is releasable. With the group
+    stopped, an open room says Failed all the same (no ack can come)."""
+    with Group(*SMALL) as g:
+        pm, dm, addr = sglang_managers(monkeypatch, g)
+        s = sglang.get_kv_class("sender")(pm, addr, 98, [0], 0)
+        r = sglang.get_kv_class("receiver")(dm, addr, 98)
+        r.init(0)
+        r.send_metadata(np.array([5, 6], np.int32), 1)
+        def unsettled():
+            assert r.poll() == KVPoll.Transferring
+            assert not r.releasable
+
+        abort_with_the_prefill_stopped(g, s, r.abort, unsettled)
+        deadline = time.monotonic() + 30
+        while r.poll() != KVPoll.Failed:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert r.releasable
+        with pytest.raises(Exception, match="abort"):
+            r.failure_exception()
+        r.clear()
+        s.clear()
+        # A group that is gone acks nothing any more: an open room still
+        # says Failed, without waiting for ever.
+        r = sglang.get_kv_class("receiver")(dm, addr, 97)
+        r.init(0)
+        r.send_metadata(np.array([5, 6], np.int32), 1)
+        g.stop()
+        while r.poll() != KVPoll.Failed:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(Exception, match="gone"):
+            r.failure_exception()
+        pm.kw.close()
+        dm.kw.close()
+
+
+def test_vllm_failed_load_is_reported_once_its_blocks_are_free():
+    """vLLM recomputes or reuses a failed load's blocks once get_finished
+    reports it: a receive that fails while its prefill rank is stopped
+    (SIGSTOP: its ABORT unacked) is not reported, over many steps, until
+    the rank resumes and acks."""
+    with Group("--kv-layout", "vllm", "--layers", 1, "--heads", 1,
+               "--head-dim", 4, "--page-tokens", 2, "--pages", 8,
+               "--aux-slots", 4, "--workers", 1) as g:
+        def connector(role):
+            c = types.SimpleNamespace(
+                kv_transfer_config=types.SimpleNamespace(
+                    kv_role=role, kv_connector_extra_config={"run_dir": g.dir}),
+                parallel_config=types.SimpleNamespace(
+                    rank=0, tensor_parallel_size=1))
+            return vllm.KvwireConnector(c, "worker")
+
+        prod, cons = connector("kv_producer"), connector("kv_consumer")
+        meta = vllm.KvwireMetadata()
+        meta.sends.append(("r", 4242, prod.args.bootstrap_addr, [1, 2]))
+        prod.bind_connector_metadata(meta)
+        prod.start_load_kv(None)
+        meta = vllm.KvwireMetadata()
+        meta.recvs.append(("r", 4242, prod.args.bootstrap_addr, [5, 6]))
+        cons.bind_connector_metadata(meta)
+        cons.start_load_kv(None)
+        sender, recv = prod.rooms["r"][0], cons.rooms["r"][0]
+        def unsettled():
+            assert cons.get_finished(set()) == (None, None)
+            assert cons.get_block_ids_with_load_errors() == set()
+
+        # The room fails at once; its ABORT waits for the rank.
+        abort_with_the_prefill_stopped(g, sender, recv.abort, unsettled)
+        deadline = time.monotonic() + 30
+        done = None
+        while not done:
+            assert time.monotonic() < deadline
+            done = cons.get_finished(set())[1]
+            time.sleep(0.001)
+        assert done == {"r"}
+        assert cons.get_block_ids_with_load_errors() == {5, 6}
+        prod.rooms["r"][0].clear()
+        prod.shutdown()
+        cons.shutdown()
 
 
 def test_sglang_gpu_kv_cache_is_registered_where_it_is():

@@ -228,6 +228,7 @@ class KvwireKVReceiver(conn.KVReceiver, BaseKVReceiver):
         self._meta = mgr.meta
         self._aux = None
         self._landed = False
+        self._released = False  # a Failed room's pages may be reused
 
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None,
                       decode_prefix_len=None):
@@ -237,8 +238,17 @@ class KvwireKVReceiver(conn.KVReceiver, BaseKVReceiver):
 
     def poll(self, st=conn._UNREAD):
         """SGLang reads its metadata buffers once poll() says Success: the
-        room's row is copied into them before the first Success is said."""
+        room's row is copied into them before the first Success is said.
+        SGLang frees the request's pages once poll() says Failed: Failed is
+        said once no byte of the room can land any more (`settled()`:
+        every prefill target acked the ABORT, or its ack deadline passed,
+        or the group is gone), Transferring until then; a prefill worker still copying would
+        otherwise write into pages SGLang gave to another request."""
         state = conn.KVReceiver.poll(self, st)
+        if state == KVPoll.Failed and not self._released:
+            if not self.settled():
+                return KVPoll.Transferring
+            self._released = True
         if state == KVPoll.Success and self._meta and not self._landed:
             _copy_rows(self._meta, self._aux, False)
             self._landed = True

@@ -227,7 +227,8 @@ class KvwireConnector(KVConnectorBase_V1):
         """(sends over, loads over): a send is reported once vLLM has named
         its request finished (here or before), as the base class asks; a
         load that failed is reported too, its blocks named by
-        get_block_ids_with_load_errors."""
+        get_block_ids_with_load_errors, once no byte of it can land any
+        more (settled())."""
         self.wait_for_save()
         self.finished |= set(finished_req_ids or ())
         recvd = set()
@@ -238,6 +239,10 @@ class KvwireConnector(KVConnectorBase_V1):
                 continue
             if st == conn.KVPoll.Failed:
                 if isinstance(x, conn.KVReceiver):
+                    # vLLM reuses or recomputes into the blocks once it
+                    # hears: only when no byte of the room can land.
+                    if not x.settled():
+                        continue
                     self.load_errors.update(ids)
                 try:
                     x.failure_exception()  # clears the room
