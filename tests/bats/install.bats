@@ -121,7 +121,7 @@ print(l._path(), l.state_str(4))"
 		"$KVW_ROOT/tests/python/test_vllm_connector.py" \
 		"$KVW_ROOT/tests/python/test_sglang_harness.py"
 	[ "$status" -eq 0 ] || { echo "$output"; false; }
-	[[ $output == *"16 passed"* ]]
+	[[ $output == *"18 passed"* ]]
 	# The SGLang plugin is the installed package's entry point.
 	run env -u KVW_LIB -u PYTHONPATH LD_LIBRARY_PATH="$live/lib" \
 		"$RUN/venv/bin/python" -c 'from importlib.metadata import entry_points as e; print([x.value for x in e(group="sglang.srt.plugins")])'

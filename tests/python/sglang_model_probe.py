@@ -30,9 +30,6 @@ Every request that succeeds must give the one-process run's tokens, and
 logits within 1e-4 (test_model.py says why); the others fail with a
 reason. Each outcome is a "step" line; the last line is
 "model harness: ok"."""
-import os
-import signal
-import subprocess
 import sys
 import time
 import types
@@ -49,24 +46,12 @@ from sglang.srt.disaggregation.utils import (  # noqa: E402
     DisaggregationMode, KVClassType, TransferBackend, get_kv_class,
     poll_and_all_reduce)
 
-# pd_model is an example, not a part of the package (installed or not).
-sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                             "..", "..", "examples"))
-import pd_model  # noqa: E402
+from model_harness import (CFG, DEADLINE, DTP, MODEL, PT, PTP,  # noqa: E402
+                           Blocks, Reference, kill_prefill_member,
+                           member_pid, pd_model, peer_rows, step,
+                           wait_restart_seen)
 
-RUN = os.environ["KVW_RUN_DIR"]
-PTP, DTP = (int(x) for x in os.environ["KVW_HARNESS_TP"].split(","))
-DEADLINE = time.monotonic() + 90
-NEW_TOKENS = 6
-TOL = 1e-4
-CFG = pd_model.Config()
-MODEL = pd_model.Model(CFG)
-PT = CFG.page_tokens
 END = (KVPoll.Success, KVPoll.Failed)
-
-
-def step(name):
-    print("step %s: ok" % name, flush=True)
 
 
 class Metadata:
@@ -81,14 +66,6 @@ class Metadata:
         b = self.aux_buffers
         return ([x.ctypes.data for x in b], [x.nbytes for x in b],
                 [x[0].nbytes for x in b])
-
-
-class Pages(pd_model.PageAllocator):
-    """A free list that hands out the most recently freed pages first, so
-    a retracted request's pages go to the next request."""
-
-    def release(self, pages):
-        self.free[:0] = pages
 
 
 def server(mode, tp):
@@ -158,20 +135,16 @@ d_meta = [Metadata(16) for _ in range(DTP)]
 pm = [manager(P, PTP, r, p_meta[r]) for r in range(PTP)]
 dm = [manager(D, DTP, r, d_meta[r]) for r in range(DTP)]
 ADDR = pm[0].kw.kv_args.bootstrap_addr
-p_pages, d_pages = Pages(64), Pages(64, range(63, -1, -1))
+p_pages, d_pages = Blocks(64), Blocks(64, range(63, -1, -1))
 p_aux, d_aux = list(range(16)), list(range(15, -1, -1))
 for m in dm:
     assert m.try_ensure_parallel_info(ADDR)
 
 
-class Request:
+class Request(Reference):
     def __init__(self, room, fate, prompt_len):
+        Reference.__init__(self, room, prompt_len)
         self.room, self.fate = room, fate
-        self.prompt = np.random.default_rng(room).integers(
-            0, CFG.vocab, prompt_len)
-        self.ref_toks, self.ref_logits = pd_model.one_process(
-            MODEL, self.prompt, NEW_TOKENS)
-        self.n_pages = -(-prompt_len // PT)
         self.outcome = None
         self.retracted = False
 
@@ -251,8 +224,11 @@ class Request:
         self._caches()
 
     def _caches(self):
-        self.caches = [pd_model.PagedCache(m.kw.pool, self.d_pg, PT)
-                       for m in dm]
+        self.caches = self._caches_of(self.d_pg)
+
+    @staticmethod
+    def _caches_of(pages):
+        return [pd_model.PagedCache(m.kw.pool, pages, PT) for m in dm]
 
     def d_failed(self):
         self.d_why = failed(self.rcv)
@@ -261,14 +237,7 @@ class Request:
 
     def d_decode(self):
         """One decode step (a running-batch forward)."""
-        p = len(self.prompt) + len(self.toks) - 1
-        if p // PT >= len(self.d_pg):
-            self.d_pg.extend(d_pages.alloc(1))  # the caches share the list
-        x = MODEL.layers(MODEL.embed[[self.toks[-1]]], np.array([p]), 0,
-                         CFG.layers, self.caches, DTP)
-        self.logits.append(MODEL.logits(x))
-        self.toks.append(int(np.argmax(self.logits[-1])))
-        return len(self.toks) == NEW_TOKENS + 1
+        return self.decode_step(self.d_pg, d_pages, self.caches)
 
     def d_retract(self):
         del self.caches
@@ -277,48 +246,14 @@ class Request:
         self.retracted = True
 
     def d_resume(self):
-        """SGLang resumes a retracted request by prefilling what it had
-        (prompt and the tokens it generated but the last) again, here."""
-        seq = np.concatenate([self.prompt, self.toks[:-1]])
-        self.d_pg = d_pages.alloc(-(-len(seq) // PT))
-        self._caches()
-        MODEL.layers(MODEL.embed[seq], np.arange(len(seq)), 0, CFG.layers,
-                     self.caches, DTP)
+        """SGLang resumes a retracted request by prefilling again what it
+        had."""
+        self.d_pg, self.caches = self.recompute(d_pages, self._caches_of)
 
     def d_finish(self):
         del self.caches
         d_pages.release(self.d_pg)
-        diff = float(np.abs(np.array(self.logits) - self.ref_logits).max())
-        assert self.toks == self.ref_toks, (self.room, self.toks,
-                                            self.ref_toks)
-        assert diff <= TOL, (self.room, diff)
-        self.outcome = "tokens equal, max |logit diff| %.3g" % diff
-
-
-KILLED = "p%d" % (PTP - 1)  # the last prefill rank's member
-FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                    "peers", "kvwfake.py")
-
-
-def peer_rows():
-    """(liveness, epoch) of KILLED in each decode rank's peer table (what
-    kv-heartbeat writes and kv-receiver reads before it sends a room)."""
-    rows = []
-    for m in dm:
-        out = subprocess.run([sys.executable, FAKE, "peers",
-                              m.kw.kv_args.table_path], check=True,
-                             stdout=subprocess.PIPE, text=True).stdout
-        mine = [x.split() for x in out.splitlines()
-                if x.endswith("/%s.peer" % KILLED)]
-        rows.append((mine[0][1], mine[0][3]) if mine else None)
-    return rows
-
-
-def kill_prefill_member():
-    """SIGKILL to KILLED (kv-up restarts it)."""
-    pid = int(open(os.path.join(RUN, "pids", KILLED + ".pid")).read())
-    os.kill(pid, signal.SIGKILL)
-    return pid
+        self.outcome = self.equal(self.toks, self.logits)
 
 
 def serve(wave, retracted=()):
@@ -433,25 +368,17 @@ report(second)
 report(retract)
 # A prefill member killed under a request: it fails on both sides, with
 # a reason; kv-up restarts the member and the next request succeeds.
-before = peer_rows()
+tables = [m.kw.kv_args.table_path for m in dm]
+before = peer_rows(tables)
 killed = Request(2005, "killed", 21)
 serve([killed])
 assert killed.outcome.startswith("failed"), killed.outcome
 assert killed.p_why and all(killed.p_why), killed.p_why
 report(killed)
-# The next request once every decode rank's peer table names the
-# restarted member (a new epoch, alive): a room sent in the moment
-# between the restart and a decode rank learning of it is failed there as
-# "peer restarted" while the new member may hold it (the closing note of
-# this stop says what is left of that).
-while not all(r and r[0] == "alive" and r[1] != b[1]
-              for r, b in zip(peer_rows(), before)):
-    assert time.monotonic() < DEADLINE, (peer_rows(), before)
-    time.sleep(0.01)
+wait_restart_seen(tables, before)
 after = Request(2006, "after", 23)
 serve([after])
-pid = int(open(os.path.join(RUN, "pids", KILLED + ".pid")).read())
-assert pid != killed.killed_pid
+assert member_pid() != killed.killed_pid
 report(after)
 for m in pm + dm:
     m.kw.close()

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from conftest import ROOT, Group, run_probe
+import pd_model  # noqa: E402 (examples/, on the path conftest makes)
 
 FAKE = os.path.join(ROOT, "build", "default", "tests", "libfakecudart.so")
 
@@ -40,3 +41,16 @@ def test_vllm_connector_call_order(where):
                env=env if where == "gpu" else None) as g:
         run_probe("vllm_connector_probe.py", "vllm_pinned", g.dir,
                   "vllm: ok", env=env)
+
+
+@pytest.mark.parametrize("ptp,dtp", [(2, 1), (1, 2)])
+def test_the_model_served_through_vllms_engine_loop(ptp, dtp):
+    """Issue 33 item 3: pd_model's transformer behind vLLM's engine loop
+    (vllm_model_probe.py): a plain request, one the decode preempts and
+    resumes, one whose prefill member is killed before its send (a load
+    error is recomputed, as vLLM does), one after that member's restart;
+    each gives the one-process run's tokens."""
+    with Group("--kv-layout", "vllm", "--prefill-tp", ptp, "--decode-tp",
+               dtp, "--workers", 1, *pd_model.Config().shape_flags()) as g:
+        run_probe("vllm_model_probe.py", "vllm_pinned", g.dir, "vllm model: ok",
+                  env={"KVW_HARNESS_TP": "%d,%d" % (ptp, dtp)})

@@ -1,0 +1,245 @@
+"""vllm_model_probe.py - the numpy transformer of examples/pd_model.py
+served through vLLM's engine loop with kvwire's KvwireConnector (issue 33
+item 3): run by test_vllm_connector.py in a fresh interpreter whose path
+holds tests/python/vllm_pinned and kvwire, $KVW_RUN_DIR a live group of
+prefill and decode TP $KVW_HARNESS_TP ("P,D"), --kv-layout vllm, of the
+model's shape.
+
+The loop is vLLM's as vllm_connector_probe.py replays it (a scheduler-side
+connector per engine, a worker-side connector per TP rank; per step:
+build_connector_meta, then on every worker bind_connector_metadata,
+start_load_kv, the forward, wait_for_save, get_finished,
+get_block_ids_with_load_errors, clear_connector_metadata; a request is
+sent or loaded once every worker says so). The engines' work is the
+model, its KV in vLLM's per-layer [2, blocks, block_size, heads, dim]
+tensors: the prefill computes the prompt in chunks of two blocks, then
+request_finished hands the router kv_transfer_params and keeps the
+blocks until the send is over; the decode loads the prompt's blocks,
+recomputes the last prompt token for its logits (as vLLM's scheduler does
+for a prompt it holds whole) and generates greedily. Requests:
+  ok       a plain request;
+  preempt  preempted by the decode after two generated tokens (blocks
+           freed, handed to the next request), resumed by recomputing;
+  killed   the last prefill rank's kv-sender is SIGKILLed after the
+           prefill finished the request and before its send: the load
+           fails (get_block_ids_with_load_errors names its blocks and the
+           decode recomputes them, vLLM's recompute policy) or, when the
+           restarted member took the room, succeeds; either way the
+           request's output must be the one-process run's;
+  after    a request after kv-up restarted that member.
+Every request must give the one-process run's tokens, logits within 1e-4.
+Each outcome is a "step" line; the last line is "vllm model: ok"."""
+import sys
+import time
+import types
+
+import numpy as np
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+from kvwire.adapters.vllm import KvwireConnector
+from model_harness import (CFG, DEADLINE, DTP, MODEL, PT, PTP, RUN,
+                           Blocks, Reference, kill_prefill_member, pd_model,
+                           peer_rows, step, wait_restart_seen)
+
+
+def config(role, rank, tp):
+    return types.SimpleNamespace(
+        kv_transfer_config=types.SimpleNamespace(
+            kv_role=role, kv_connector_extra_config={"run_dir": RUN}),
+        parallel_config=types.SimpleNamespace(rank=rank,
+                                              tensor_parallel_size=tp))
+
+
+class LayerKV:
+    """A worker's KV as pd_model's caches read it: vLLM's per-layer
+    tensor, K in [0] and V in [1]."""
+
+    def __init__(self, tensors):
+        self.t = list(tensors.values())
+
+    def k(self, li):
+        return self.t[li][0]
+
+    def v(self, li):
+        return self.t[li][1]
+
+
+class Engine:
+    """One vLLM instance: its scheduler-side connector, a worker-side
+    connector and KV per TP rank, a block pool."""
+
+    def __init__(self, role, tp, order):
+        self.tp = tp
+        self.sched = KvwireConnector(config(role, 0, tp),
+                                     KVConnectorRole.SCHEDULER, None)
+        self.workers = [KvwireConnector(config(role, r, tp),
+                                        KVConnectorRole.WORKER, None)
+                        for r in range(tp)]
+        self.kv = []
+        for w in self.workers:
+            t = w.pool_tensors()
+            w.register_kv_caches(t)  # once, before the first step
+            self.kv.append(LayerKV(t))
+        self.blocks = Blocks(64, order)
+        self.reported = {}  # req id -> workers that reported it, per kind
+
+    def caches(self, blocks):
+        return [pd_model.PagedCache(kv, blocks, PT) for kv in self.kv]
+
+    def step(self, finished=()):
+        """One engine step of every worker; (sent, loaded, load errors):
+        the request ids every worker reported, as vLLM's scheduler
+        aggregates them across TP ranks."""
+        meta = self.sched.build_connector_meta(None)
+        out = {"sent": set(), "loaded": set()}
+        errors = set()
+        for i, w in enumerate(self.workers):
+            w.bind_connector_metadata(meta)
+            w.start_load_kv(None)
+            w.wait_for_save()
+            s, r = w.get_finished(set(finished))
+            errors |= w.get_block_ids_with_load_errors()
+            w.clear_connector_metadata()
+            for kind, ids in (("sent", s), ("loaded", r)):
+                for rid in ids or ():
+                    seen = self.reported.setdefault((kind, rid), set())
+                    seen.add(i)
+                    if len(seen) == self.tp:
+                        out[kind].add(rid)
+                        del self.reported[(kind, rid)]
+        return out["sent"], out["loaded"], errors
+
+
+class Request(Reference):
+    def __init__(self, rid, fate, prompt_len):
+        Reference.__init__(self, len(rid) * 1000 + prompt_len, prompt_len)
+        self.rid, self.fate = rid, fate
+        self.n_blocks = self.n_pages
+        self.outcome = None
+        self.recomputed = False
+
+    def r(self):
+        return types.SimpleNamespace(request_id=self.rid,
+                                     prompt_token_ids=list(self.prompt),
+                                     kv_transfer_params=getattr(
+                                         self, "params", None))
+
+    # ---- prefill (max_tokens=1: the prompt, then request_finished) ----
+    def prefill(self):
+        self.p_blocks = P.blocks.alloc(self.n_blocks)
+        caches = P.caches(self.p_blocks)
+        for lo in range(0, len(self.prompt), 2 * PT):  # chunked prefill
+            hi = min(lo + 2 * PT, len(self.prompt))
+            MODEL.layers(MODEL.embed[self.prompt[lo:hi]], np.arange(lo, hi),
+                         0, CFG.layers, caches, PTP)
+            P.step()
+        free, self.params = P.sched.request_finished(self.r(), self.p_blocks)
+        assert free is True and "kvwire_room" in self.params
+
+    # ---- decode ----
+    def load(self):
+        n, load_async = D.sched.get_num_new_matched_tokens(self.r(), 0)
+        assert (n, load_async) == (len(self.prompt), True)
+        self.d_blocks = D.blocks.alloc(self.n_blocks)
+        D.sched.update_state_after_alloc(
+            self.r(), types.SimpleNamespace(
+                get_block_ids=lambda: (list(self.d_blocks),)), n)
+
+    def loaded(self, failed_blocks):
+        """vLLM's scheduler: the prompt is held whole but its last token,
+        which is computed again for the logits; blocks that failed to load
+        are computed again from the first of them (recompute policy)."""
+        bad = [i for i, b in enumerate(self.d_blocks) if b in failed_blocks]
+        start = bad[0] * PT if bad else len(self.prompt) - 1
+        self.recomputed = bool(bad)
+        self.d_caches = D.caches(self.d_blocks)
+        pos = np.arange(start, len(self.prompt))
+        x = MODEL.layers(MODEL.embed[self.prompt[start:]], pos, 0, CFG.layers,
+                         self.d_caches, DTP)
+        self.logits = [MODEL.logits(x)]
+        self.toks = [int(np.argmax(self.logits[0]))]
+
+    def decode(self):
+        return self.decode_step(self.d_blocks, D.blocks, self.d_caches)
+
+    def preempt(self):
+        D.blocks.release(self.d_blocks)
+        self.freed, self.d_blocks = self.d_blocks, None
+
+    def resume(self):
+        self.d_blocks, self.d_caches = self.recompute(D.blocks, D.caches)
+
+    def finish(self):
+        D.blocks.release(self.d_blocks)
+        self.outcome = self.equal(self.toks, self.logits) + (
+            " (load failed: recomputed)" if self.recomputed else "")
+
+
+def serve(wave, resumed=()):
+    """Prefill every request of the wave, then the decode loop until every
+    request (and every resumed one) is done; the prefill keeps stepping
+    until its sends are over and it freed their blocks."""
+    for q in wave:
+        q.prefill()
+    for q in wave:
+        q.load()
+    sending = {q.rid: q for q in wave}
+    loading = {q.rid: q for q in wave}
+    running, preempted = [], list(resumed)
+    while sending or loading or running or preempted:
+        assert time.monotonic() < DEADLINE, (list(sending), list(loading))
+        sent, _, _ = P.step(finished=list(sending))
+        for rid in sent:
+            P.blocks.release(sending.pop(rid).p_blocks)
+        _, loaded, errors = D.step()
+        for rid in loaded:
+            q = loading.pop(rid)
+            q.loaded(errors)
+            running.append(q)
+        for q in list(running):
+            if q.decode():
+                q.finish()
+                running.remove(q)
+            elif q.fate == "preempt" and q.d_blocks and len(q.toks) == 3 \
+                    and not hasattr(q, "freed"):
+                q.preempt()
+                running.remove(q)
+                q.outcome = "preempted"  # resumed with the next wave
+        if preempted and not loading:
+            for q in preempted:
+                q.resume()
+                running.append(q)
+            preempted = []
+        time.sleep(0.0005)
+
+
+P = Engine("kv_producer", PTP, None)
+D = Engine("kv_consumer", DTP, range(63, -1, -1))
+step("engines")
+ok, pre = Request("a", "ok", 23), Request("bb", "preempt", 17)
+serve([ok, pre])
+assert pre.outcome == "preempted"
+step("request %s (ok): %s" % (ok.rid, ok.outcome))
+second = Request("ccc", "ok", 19)
+serve([second], resumed=[pre])
+assert set(pre.freed) & set(second.d_blocks), "the freed blocks went elsewhere"
+step("request %s (ok): %s" % (second.rid, second.outcome))
+step("request %s (preempt): %s" % (pre.rid, pre.outcome))
+tables = [w._manager().kv_args.table_path for w in D.workers]
+before = peer_rows(tables)
+killed = Request("dddd", "killed", 21)
+killed.prefill()
+kill_prefill_member()
+killed.prefill = lambda: None  # computed already
+serve([killed])
+step("request %s (killed): %s" % (killed.rid, killed.outcome))
+wait_restart_seen(tables, before)
+after = Request("eeeee", "after", 23)
+serve([after])
+assert not after.recomputed, after.outcome
+step("request %s (after): %s" % (after.rid, after.outcome))
+for c in [P.sched, D.sched] + P.workers + D.workers:
+    c.shutdown()
+print("vllm model: ok")
+sys.exit(0)
