@@ -20,12 +20,12 @@ for a prompt it holds whole) and generates greedily. Requests:
   ok       a plain request;
   preempt  preempted by the decode after two generated tokens (blocks
            freed, handed to the next request), resumed by recomputing;
-  killed   the last prefill rank's kv-sender is SIGKILLed after the
-           prefill finished the request and before its send: the load
-           fails (get_block_ids_with_load_errors names its blocks and the
-           decode recomputes them, vLLM's recompute policy) or, when the
-           restarted member took the room, succeeds; either way the
-           request's output must be the one-process run's;
+  killed   the last prefill rank's kv-sender is SIGKILLed once the
+           prefill workers began the send and before the decode asked for
+           it: the prefill's send fails (its owner restarted), the decode's
+           load fails, get_block_ids_with_load_errors names its blocks and
+           the decode recomputes them (vLLM's recompute policy), so the
+           request still gives the one-process run's output;
   after    a request after kv-up restarted that member.
 Every request must give the one-process run's tokens, logits within 1e-4.
 Each outcome is a "step" line; the last line is "vllm model: ok"."""
@@ -230,9 +230,16 @@ tables = [w._manager().kv_args.table_path for w in D.workers]
 before = peer_rows(tables)
 killed = Request("dddd", "killed", 21)
 killed.prefill()
+# One engine step: every prefill worker begins the send (SEND_BEGIN under
+# the member's present epoch) and has nothing to send yet, the decode not
+# having asked. Then the member dies: the prefill's room fails as its
+# owner restarted, whenever the new member comes up, and the decode's
+# load fails, the prefill having sent nothing.
+P.step()
 kill_prefill_member()
 killed.prefill = lambda: None  # computed already
 serve([killed])
+assert killed.recomputed, killed.outcome
 step("request %s (killed): %s" % (killed.rid, killed.outcome))
 wait_restart_seen(tables, before)
 after = Request("eeeee", "after", 23)
