@@ -1,8 +1,8 @@
 """sglang_model_probe.py - the numpy transformer of examples/pd_model.py
 served through SGLang's scheduler loop on kvwire (issue 33 item 3): run
 by test_sglang_harness.py in a fresh interpreter whose path holds
-tests/python/sglang_pinned, kvwire and the plugin's entry point (it adds
-examples/ for pd_model), $KVW_RUN_DIR a live group of prefill and decode TP
+tests/python/sglang_pinned, kvwire and the plugin's entry point
+(model_harness.py adds examples/ for pd_model), $KVW_RUN_DIR a live group of prefill and decode TP
 $KVW_HARNESS_TP ("P,D") of the model's shape.
 
 The loop is the one sglang_harness_probe.py replays call for call
@@ -24,7 +24,9 @@ waves whose outcome does not depend on timing:
            lasts until the ABORT reached it): failure on both sides,
            failure_exception() then clear();
   killed   the last prefill rank's member (kv-sender) is killed with
-           SIGKILL before the prefill sends it: a failure on both sides;
+           SIGKILL once the prefill ranks began the room (init) and before
+           its first chunk: the prefill's room fails as its owner
+           restarted, the decode's as its peer restarted;
   after    a request after kv-up restarted that member: it succeeds.
 Every request that succeeds must give the one-process run's tokens, and
 logits within 1e-4 (test_model.py says why); the others fail with a

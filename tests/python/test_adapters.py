@@ -206,7 +206,8 @@ def test_vllm_failed_load_is_reported_once_its_blocks_are_free():
         def connector(role):
             c = types.SimpleNamespace(
                 kv_transfer_config=types.SimpleNamespace(
-                    kv_role=role, kv_connector_extra_config={"run_dir": g.dir}),
+                    kv_role=role,
+                    kv_connector_extra_config={"run_dir": g.dir}),
                 parallel_config=types.SimpleNamespace(
                     rank=0, tensor_parallel_size=1))
             return vllm.KvwireConnector(c, "worker")

@@ -52,5 +52,6 @@ def test_the_model_served_through_vllms_engine_loop(ptp, dtp):
     each gives the one-process run's tokens."""
     with Group("--kv-layout", "vllm", "--prefill-tp", ptp, "--decode-tp",
                dtp, "--workers", 1, *pd_model.Config().shape_flags()) as g:
-        run_probe("vllm_model_probe.py", "vllm_pinned", g.dir, "vllm model: ok",
+        run_probe("vllm_model_probe.py", "vllm_pinned", g.dir,
+                  "vllm model: ok",
                   env={"KVW_HARNESS_TP": "%d,%d" % (ptp, dtp)})

@@ -4,8 +4,8 @@ base) and kvwire. Replays what vLLM does with a KV connector on a
 prefill (kv_producer) and a decode (kv_consumer), each with a
 scheduler-side and a worker-side instance, on the live group of
 $KVW_RUN_DIR (--kv-layout vllm), vLLM's KV tensors where $KVW_VLLM_KV
-says (the pool's views, host memory of their own, the GPU): the order is the base module's
-description (scheduler: request_finished / get_num_new_matched_tokens,
+says (the pool's views, host memory of their own, the GPU). The order is
+the base module's description (scheduler: request_finished / get_num_new_matched_tokens,
 update_state_after_alloc, build_connector_meta; worker: register_kv_caches
 once, then per step bind_connector_metadata, start_load_kv,
 wait_for_save, get_finished, get_block_ids_with_load_errors,

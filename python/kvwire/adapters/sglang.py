@@ -242,8 +242,9 @@ class KvwireKVReceiver(conn.KVReceiver, BaseKVReceiver):
         SGLang frees the request's pages once poll() says Failed: Failed is
         said once no byte of the room can land any more (`settled()`:
         every prefill target acked the ABORT, or its ack deadline passed,
-        or the group is gone), Transferring until then; a prefill worker still copying would
-        otherwise write into pages SGLang gave to another request."""
+        or the group is gone), Transferring until then; a prefill worker
+        still copying would otherwise write into pages SGLang gave to
+        another request."""
         state = conn.KVReceiver.poll(self, st)
         if state == KVPoll.Failed and not self._released:
             if not self.settled():
