@@ -60,7 +60,6 @@ sender_teardown() {
 	rm -f /dev/shm/kvwire."$TAG".* /dev/shm/kvwire."$TAG"-*
 }
 
-# gone PID: true once the process has exited.
 # gone PID: the process has exited. A child that exited and that its parent
 # has not reaped yet is a zombie, and kill -0 still finds it: this shell
 # reaps its own background children only when a SIGCHLD is taken or it next
