@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -108,13 +109,21 @@ static void run_heartbeat_as(const struct hb_run *r)
 static pid_t start_heartbeat_as(const struct hb_run *r, int *go)
 {
 	int fds[2];
-	pid_t pid;
+	pid_t pid, parent;
 	char c;
 
 	assert_int_equal(pipe(fds), 0);
+	parent = getpid();
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		/* Dies with this process: a test process that exits without
+		 * its teardown (the unit bound's second alarm, a sanitizer's
+		 * exit) must not leave a heartbeat running, holding the unit
+		 * runner's output pipe open for ever. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+		    getppid() != parent)
+			_exit(111);
 		close(fds[1]);
 		if (read(fds[0], &c, 1) != 1)
 			_exit(111);
