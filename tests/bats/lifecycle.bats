@@ -156,6 +156,7 @@ counter_is() {
 		>"$RUN/storm.out" 2>&1 &
 	S=$!
 	echo "$S" >>"$RUN/bg.pids"
+	wait_for 30 grep -q '^storming' "$RUN/storm.out" # its SIGTERM handler is in
 	run timeout 120 "$KVW_BIN/kv-bench" --run-dir "$RUN" --rooms 300 \
 		--pages-per-room 4 --chunk-pages 2 --concurrency 8 --verify
 	echo "$output"

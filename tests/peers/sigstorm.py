@@ -24,6 +24,9 @@ def main(argv):
     sent = gone = 0
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    # From here a SIGTERM ends the storm with the counts: say so, so a
+    # caller neither stops it before nor measures without it.
+    print('storming', flush=True)
     nxt = time.monotonic()
     while not stop and pids:
         for p in list(pids):
