@@ -32,11 +32,11 @@ scratch=$(mktemp -d /tmp/kvw-mutants.XXXXXX) || exit 111
 # on SIGTERM.
 stop_groups() {
 	pkill -TERM -f "$tree/bin/kv-up " 2>/dev/null || return 0
-	for _ in $(seq 300); do # bounded: kv-up waits for its members
-		pgrep -f "$tree/bin/kv-up " >/dev/null || return 0
-		sleep 0.1
-	done
-	echo "mutants: a group of $tree did not stop" >&2
+	# Until every one has exited (pidwait: procps, waits on pidfds), within
+	# a bound: kv-up waits for its members.
+	timeout 30 pidwait -f "$tree/bin/kv-up " ||
+		! pgrep -f "$tree/bin/kv-up " >/dev/null ||
+		echo "mutants: a group of $tree did not stop" >&2
 }
 tree=$scratch/tree
 trap 'stop_groups; rm -rf "$scratch"' EXIT INT TERM
