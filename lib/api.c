@@ -62,7 +62,8 @@ static void ctx_put(void)
 _Static_assert(KVW_ROOM_F_ARMED == RTAB_F_ARMED, "flag bits match rtab");
 _Static_assert(KVW_ROOM_F_RELEASABLE == RTAB_F_RELEASABLE, "flag bits");
 _Static_assert(!(KVW_ROOM_F_SENDING & (RTAB_F_ARMED | RTAB_F_RELEASABLE |
-				       RTAB_F_DUMMY | RTAB_F_INFO)),
+				       RTAB_F_DUMMY | RTAB_F_INFO |
+				       RTAB_F_BEGUN)),
 	       "KVW_ROOM_F_SENDING is kvw_poll's, not a table bit");
 _Static_assert(KVW_ROOM_F_DUMMY == RTAB_F_DUMMY, "flag bits match rtab");
 

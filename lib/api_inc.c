@@ -48,7 +48,7 @@ void api_inc_fini(struct api_inc *a)
 /* The table's incarnation of room now: 0 with *ref and *state ({0,0} when
  * there is none), or KVW_EAGAIN. */
 static int table_now(const struct rtab *t, uint64_t room,
-		     struct rtab_ref *ref, unsigned *state)
+		     struct rtab_ref *ref, unsigned *state, uint32_t *flags)
 {
 	struct rtab_view v;
 	int rc;
@@ -56,6 +56,7 @@ static int table_now(const struct rtab *t, uint64_t room,
 	for (int tries = 0; tries < 4; tries++) {
 		*ref = (struct rtab_ref){ 0, 0 };
 		*state = KVW_CLEARED;
+		*flags = 0;
 		rc = rtab_lookup(t, room, ref);
 		if (rc == KVW_ENOENT) {
 			*ref = (struct rtab_ref){ 0, 0 };
@@ -69,6 +70,7 @@ static int table_now(const struct rtab *t, uint64_t room,
 		if (rc < 0)
 			return rc;
 		*state = v.state;
+		*flags = v.flags;
 		return 0;
 	}
 	return KVW_EAGAIN;
@@ -85,8 +87,9 @@ static void sweep(struct api_inc *a, const struct rtab *t)
 		struct api_inc_rec *r = idmap_entry(n, struct api_inc_rec, node);
 		struct rtab_ref ref;
 		unsigned state;
+		uint32_t flags;
 
-		if (r->begun || table_now(t, n->id, &ref, &state) < 0)
+		if (r->begun || table_now(t, n->id, &ref, &state, &flags) < 0)
 			continue;
 		if (ref.gen != 0 && ref.slot == r->stale.slot &&
 		    ref.gen == r->stale.gen && state != KVW_CLEARED)
@@ -125,7 +128,8 @@ static int note(struct api_inc *a, const struct rtab *t, uint64_t room,
 	struct api_inc_rec *r;
 	struct rtab_ref ref;
 	unsigned state;
-	int rc = table_now(t, room, &ref, &state);
+	uint32_t flags;
+	int rc = table_now(t, room, &ref, &state, &flags);
 
 	if (rc < 0)
 		return rc;
@@ -140,9 +144,14 @@ static int note(struct api_inc *a, const struct rtab *t, uint64_t room,
 	r = rec_of(a, room);
 	if (r != NULL) {
 		/* CLEAR: the one the engine is done with. BEGIN: one that
-		 * is over is not this room's; a live one is (kept hidden
-		 * only if CLEAR recorded it). */
-		if (ref.gen != 0 && (!begin || rtab_terminal(state)))
+		 * an engine began and is over is not this room's; a live
+		 * one is, and so is one over that no engine began (its
+		 * decode opened and failed it first: the engine must see
+		 * that Failed); either kept hidden only if CLEAR recorded
+		 * it. */
+		if (ref.gen != 0 &&
+		    (!begin ||
+		     (rtab_terminal(state) && (flags & RTAB_F_BEGUN))))
 			r->stale = ref;
 		if (r->begun != begin)
 			a->idle += begin ? -1u : 1u;

@@ -7,10 +7,14 @@
  * record per room id it cleared or began:
  *  - CLEAR records the incarnation the table shows for the id then (the
  *    one the engine is done with);
- *  - BEGIN records the one the table shows then if it is over (terminal),
- *    else keeps what CLEAR recorded: a live incarnation found at BEGIN is
- *    the room's own (on prefill a decode's XFER_INFO opens it before
- *    SEND_BEGIN; the Python KVSender polls it before init()).
+ *  - BEGIN records the one the table shows then if it is over (terminal)
+ *    and an engine began it (RTAB_F_BEGUN), else keeps what CLEAR
+ *    recorded: a live incarnation found at BEGIN is the room's own (on
+ *    prefill a decode's XFER_INFO opens it before SEND_BEGIN; the Python
+ *    KVSender polls it before init()), and so is one over that no engine
+ *    began (the decode opened it and aborted it before SEND_BEGIN came:
+ *    kv-sender ignores that SEND_BEGIN, and the engine must see the
+ *    Failed, not wait for its own timeout).
  * kvw_poll never reports the recorded incarnation nor a Cleared tombstone
  * of a recorded id: "not in the table yet" (KVW_ENOENT) instead. Records
  * of ids cleared and not begun again are dropped in a sweep once the table

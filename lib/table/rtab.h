@@ -61,6 +61,9 @@ enum rtab_kind {
 #define RTAB_F_DUMMY 0x4u      /* dummy destination: no data, status only */
 #define RTAB_F_INFO 0x8u       /* prefill: a destination's XFER_INFO (real or
 				* dummy) reached this incarnation */
+#define RTAB_F_BEGUN 0x10u     /* the engine's BEGIN reached this incarnation
+				* (a prefill's may be opened, even failed,
+				* by its decode first: api_inc.h) */
 
 /* Peer liveness. */
 enum rtab_liveness {

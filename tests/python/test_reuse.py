@@ -3,7 +3,8 @@ clear() and a new KVReceiver/KVSender under the same id, poll() never shows
 the previous incarnation's Success. The control processes are SIGSTOPped
 while the engines clear and begin again, so the table still holds the old
 incarnation when they poll (no race to win); once resumed, the new
-incarnation runs to Success with its own bytes."""
+incarnation runs to Success with its own bytes. A room its decode aborted
+before the prefill engine began it is Failed to that engine."""
 import os
 import signal
 
@@ -128,5 +129,74 @@ def test_poll_after_clear_and_rebegin_is_the_new_incarnation():
         finally:
             for m in stopped:
                 os.kill(pid_of(g, m), signal.SIGCONT)
+            pm.close()
+            dm.close()
+
+
+def test_a_room_its_decode_aborted_before_the_prefill_began_is_failed():
+    """The decode's XFER_INFO opens the prefill's room and its ABORT fails
+    it, both before the prefill engine's SEND_BEGIN (as vLLM's connector
+    begins a send after the decode gave up on it): kv-sender ignores that
+    SEND_BEGIN, so the engine's poll must show the Failed (aborted) at once.
+    It showed Bootstrapping until the engine's own bootstrap timeout: the
+    row, over, was taken for an earlier incarnation of the id."""
+    with Group(*SHAPE) as g:
+        pm = KVManager(KVArgs.from_run_dir(g.dir, "prefill"), "prefill")
+        dm = KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode")
+        try:
+            # A room first, so the decode knows the prefill rank and its
+            # XFER_INFO goes out at RECV_BEGIN, before the abort.
+            s, r = run_room(pm, dm, room_id(), [1], [2], 1.0)
+            s.clear()
+            r.clear()
+            room = room_id()
+            r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+            r.init(0)
+            r.send_metadata(np.array([3], np.int32), 1)
+            r.abort()
+            # Acked: kv-sender has failed the room it opened.
+            wait_for("decode releasable", lambda: r.releasable)
+            s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+            s.init(1, 0)
+            wait_for("prefill Failed", lambda: s.poll() == KVPoll.Failed)
+            assert "abort" in s.failure_reason, s.failure_reason
+            s.clear()
+            r.clear()
+            # The id again, begun by both: its own room, Success.
+            s, r = run_room(pm, dm, room, [5], [6], 3.0)
+            s.clear()
+            r.clear()
+        finally:
+            pm.close()
+            dm.close()
+
+
+def test_an_engine_never_reads_a_room_another_engine_left_over():
+    """Both engines close with their room over (Success) and not cleared;
+    the next engine process on each rank begins the same id: the row it
+    finds is not its room (an engine began it: RTAB_F_BEGUN), so its poll
+    never shows that Success."""
+    with Group(*SHAPE) as g:
+        pm = KVManager(KVArgs.from_run_dir(g.dir, "prefill"), "prefill")
+        dm = KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode")
+        room = room_id()
+        try:
+            run_room(pm, dm, room, [1], [2], 1.0)
+        finally:
+            pm.close()
+            dm.close()
+        pm = KVManager(KVArgs.from_run_dir(g.dir, "prefill"), "prefill")
+        dm = KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode")
+        try:
+            for m in (pm, dm):
+                assert m.status(room).state == KVPoll.Success  # still there
+            s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+            s.init(1, 0)
+            r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+            r.init(0)
+            r.send_metadata(np.array([2], np.int32), 1)
+            assert s.poll() == KVPoll.Bootstrapping
+            assert r.poll() == KVPoll.WaitingForInput
+        finally:
             pm.close()
             dm.close()

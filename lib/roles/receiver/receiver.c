@@ -382,6 +382,7 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 		return;
 	}
 	(void)rtab_set_expected(r->tab, ref, b->pages.n);
+	(void)rtab_flags_or(r->tab, ref, RTAB_F_BEGUN); /* only BEGIN opens */
 	room = receiver_room_new(id, NULL, 0);
 	if (room && b->pages.n) {
 		room->pages = malloc((size_t)b->pages.n * sizeof *room->pages);

@@ -429,12 +429,15 @@ void sender_dispatch(struct sender *s, struct sender_room *r)
 }
 
 /* The engine begins r's id (again): it will clear this room, so the room
- * is not given up (sender_orphan.c). */
+ * is not given up (sender_orphan.c), and the row says so: an engine that
+ * begins the id later tells this incarnation, over, from one its decode
+ * opened and failed before the engine's BEGIN came (api_inc.h). */
 static void engine_takes(struct sender *s, struct sender_room *r)
 {
 	(void)sender_given_up_take(&s->given_up, r->id, 0, 0);
 	r->given_up = 0;
 	r->begun = 1;
+	(void)rtab_flags_or(s->t, r->ref, RTAB_F_BEGUN);
 }
 
 static void on_send_begin(struct sender *s, const struct frame_msg *m)
