@@ -6,7 +6,11 @@ with vLLM's per-layer layout (--kv-layout vllm): a prefill's blocks land
 byte-exact in the decode's blocks (both K and V of every layer), a room
 kvwire fails is reported through get_block_ids_with_load_errors, a send
 is reported only once vLLM named its request finished, every aux row
-comes back; vLLM's own tensors (host memory from kvwire's allocator, or
+comes back; aborts as vLLM's scheduler makes them (a prefill request that
+ended aborted hands nothing over; a decode aborted while its block loads
+aborts its room, its prefill's room fails and the block, reused, stays
+untouched; a decode aborted before it had blocks still fails its prefill's
+room at once); vLLM's own tensors (host memory from kvwire's allocator, or
 GPU memory over the stand-in runtime) are registered in place and the
 blocks land there; host memory kvwire cannot reach is refused.""" 
 import os
@@ -47,8 +51,10 @@ def test_vllm_connector_call_order(where):
 def test_the_model_served_through_vllms_engine_loop(ptp, dtp):
     """Issue 33 item 3: pd_model's transformer behind vLLM's engine loop
     (vllm_model_probe.py): a plain request, one the decode preempts and
-    resumes, one whose prefill member is killed before its send (a load
-    error is recomputed, as vLLM does), one after that member's restart;
+    resumes, one the decode aborts while its blocks load (the next request
+    in those blocks), one whose prefill member is killed before its send
+    (a load error is recomputed, as vLLM does), one after that member's
+    restart;
     each gives the one-process run's tokens."""
     with Group("--kv-layout", "vllm", "--prefill-tp", ptp, "--decode-tp",
                dtp, "--workers", 1, *pd_model.Config().shape_flags()) as g:

@@ -21,6 +21,8 @@ import numpy as np
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
 from kvwire.adapters.vllm import KvwireConnector
+from kvwire.conn import KVPoll
+from kept import Kept
 
 RUN = os.environ["KVW_RUN_DIR"]
 
@@ -39,9 +41,16 @@ def pair(role):
             KvwireConnector(c, KVConnectorRole.WORKER, None))
 
 
-def request(rid, params=None, tokens=8):
+def request(rid, params=None, tokens=8, status="FINISHED_LENGTH_CAPPED"):
+    """A vLLM Request as a connector reads it; status: how it ended (a
+    prefill ends FINISHED_LENGTH_CAPPED, the router's max_tokens=1)."""
     return types.SimpleNamespace(request_id=rid, kv_transfer_params=params,
-                                 prompt_token_ids=list(range(tokens)))
+                                 prompt_token_ids=list(range(tokens)),
+                                 status=status)
+
+
+def blocks_of(ids):
+    return types.SimpleNamespace(get_block_ids=lambda: (list(ids),))
 
 
 def step(worker, meta, finished=()):
@@ -90,6 +99,7 @@ def engine_tensors(work, where):
 
 p_sched, p_work = pair("kv_producer")
 d_sched, d_work = pair("kv_consumer")
+p_work.rooms = Kept()
 p_kv = engine_tensors(p_work, WHERE)
 d_kv = engine_tensors(d_work, "gpu" if WHERE == "gpu" else "pool")
 p_work.register_kv_caches(p_kv)
@@ -166,6 +176,81 @@ while p_work.rooms:  # over on the prefill too, but not named finished
     p_meta = p_sched.build_connector_meta(None)
 (s, _), _ = step(p_work, p_meta, {"r3"})
 assert s == {"r3"}, s
+
+# Aborts as vLLM's scheduler makes them (vLLM at 003df2961dd8, the v1
+# Scheduler's finish_requests, _free_request and
+# _update_from_kv_xfer_finished).
+# A prefill request that ends aborted hands nothing over: its blocks go.
+aborted = request("a1", status="FINISHED_ABORTED")
+assert p_sched.request_finished(aborted, [2]) == (False, None)
+assert not p_sched.build_connector_meta(None).sends
+
+
+def until(want, p_meta=None, d_meta=None, finished=()):
+    """Steps the prefill and the decode worker (the prefill only with
+    p_meta) until `want` returns true; (prefill sent, decode loaded)."""
+    sent, recvd = set(), set()
+    while not want(sent, recvd):
+        assert time.monotonic() < deadline, (sent, recvd)
+        if p_meta is not None:
+            (s, _), _ = step(p_work, p_meta, finished)
+            sent |= s or set()
+            p_meta = p_sched.build_connector_meta(None)
+        (_, r), e = step(d_work, d_meta or d_sched.build_connector_meta(None),
+                         finished)
+        assert not e, e  # an aborted load is no load error
+        recvd |= r or set()
+        d_meta = None
+        time.sleep(0.001)
+    return sent, recvd
+
+
+# A decode request aborted while its block loads: vLLM keeps the block
+# until the id comes back finished receiving. The worker aborts the room
+# and reports it once no byte can land; the prefill, which had not begun
+# its send, fails its room (aborted by the decode) and frees its blocks;
+# the decode's block, reused at once, stays as vLLM wrote it.
+deadline = time.monotonic() + 60
+_, params = p_sched.request_finished(request("a2"), [3])
+r = request("a2", params, tokens=4)
+assert d_sched.get_num_new_matched_tokens(r, 0) == (4, True)
+d_sched.update_state_after_alloc(r, blocks_of([4]), 4)
+assert d_sched.get_num_new_matched_tokens(r, 0) == (0, False)  # spent
+step(d_work, d_sched.build_connector_meta(None))  # the load begins
+r.status = "FINISHED_ABORTED"
+assert d_sched.request_finished(r, [4]) == (False, None)
+until(lambda s, r: "a2" in r, finished={"a2"})
+for t in d_kv.values():
+    t[:, 4] = rng.standard_normal(t[:, 4].shape).astype(t.dtype)
+keep = {n: t[:, 4].copy() for n, t in d_kv.items()}
+p_meta = p_sched.build_connector_meta(None)
+step(p_work, p_meta)  # the prefill begins its send: the decode aborted
+x = p_work.rooms.ever["a2"]
+until(lambda s, r: "a2" in s, p_meta=p_sched.build_connector_meta(None),
+      finished={"a2"})
+assert x.conclude_state == KVPoll.Failed, x.conclude_state
+assert "abort" in (x.failure_reason or ""), x.failure_reason
+for n, t in d_kv.items():
+    assert (t[:, 4] == keep[n]).all(), n
+
+# A decode request aborted before vLLM gave it blocks: its prefill,
+# waiting for the decode with its blocks held, hears of it (a room of no
+# pages, aborted at once) and frees them, instead of waiting for its
+# bootstrap timeout; vLLM never hears of the room on the decode.
+_, params = p_sched.request_finished(request("a3"), [3])
+p_meta = p_sched.build_connector_meta(None)
+step(p_work, p_meta, {"a3"})
+x = p_work.rooms.ever["a3"]
+gone = request("a3", params, status="FINISHED_ABORTED")
+assert d_sched.request_finished(gone, []) == (False, None)
+sent, recvd = until(lambda s, r: "a3" in s,
+                    p_meta=p_sched.build_connector_meta(None),
+                    d_meta=d_sched.build_connector_meta(None),
+                    finished={"a3"})
+assert x.conclude_state == KVPoll.Failed, x.conclude_state
+until(lambda s, r: not d_work.rooms)
+assert not recvd, recvd
+assert sorted(d_work.free_aux) == list(range(d_work.args.aux_slots))
 
 # Host tensors kvwire cannot reach (numpy's own memory, not the manager's
 # alloc()) are refused, saying how to allocate; in place here on the host

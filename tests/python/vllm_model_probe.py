@@ -20,6 +20,8 @@ for a prompt it holds whole) and generates greedily. Requests:
   ok       a plain request;
   preempt  preempted by the decode after two generated tokens (blocks
            freed, handed to the next request), resumed by recomputing;
+  abort    aborted by the decode while its blocks load (the next request
+           gets its blocks once every worker reported it settled);
   killed   the last prefill rank's kv-sender is SIGKILLed once the
            prefill workers began the send and before the decode asked for
            it: the prefill's send fails (its owner restarted), the decode's
@@ -38,6 +40,8 @@ import numpy as np
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
 from kvwire.adapters.vllm import KvwireConnector
+from kvwire.conn import KVPoll
+from kept import Kept
 from model_harness import (CFG, DEADLINE, DTP, MODEL, PT, PTP, RUN,
                            Blocks, Reference, kill_prefill_member, pd_model,
                            peer_rows, step, wait_restart_seen)
@@ -76,6 +80,8 @@ class Engine:
         self.workers = [KvwireConnector(config(role, r, tp),
                                         KVConnectorRole.WORKER, None)
                         for r in range(tp)]
+        for w in self.workers:
+            w.rooms = Kept()
         self.kv = []
         for w in self.workers:
             t = w.pool_tensors()
@@ -119,11 +125,14 @@ class Request(Reference):
         self.outcome = None
         self.recomputed = False
 
-    def r(self):
+    def r(self, status="FINISHED_LENGTH_CAPPED"):
+        """The request as a connector reads it; status: how it ended (a
+        prefill's ends FINISHED_LENGTH_CAPPED: the router's max_tokens=1)."""
         return types.SimpleNamespace(request_id=self.rid,
                                      prompt_token_ids=list(self.prompt),
                                      kv_transfer_params=getattr(
-                                         self, "params", None))
+                                         self, "params", None),
+                                     status=status)
 
     # ---- prefill (max_tokens=1: the prompt, then request_finished) ----
     def prefill(self):
@@ -162,6 +171,13 @@ class Request(Reference):
 
     def decode(self):
         return self.decode_step(self.d_blocks, D.blocks, self.d_caches)
+
+    def abort(self):
+        """The client went away while the blocks load: vLLM's
+        finish_requests keeps them until the id comes back finished
+        receiving."""
+        gone = self.r("FINISHED_ABORTED")
+        assert D.sched.request_finished(gone, self.d_blocks) == (False, None)
 
     def preempt(self):
         D.blocks.release(self.d_blocks)
@@ -226,6 +242,45 @@ serve([second], resumed=[pre])
 assert set(pre.freed) & set(second.d_blocks), "the freed blocks went elsewhere"
 step("request %s (ok): %s" % (second.rid, second.outcome))
 step("request %s (preempt): %s" % (pre.rid, pre.outcome))
+# An aborted request: the decode aborts it while its blocks load. Every
+# decode worker aborts its room and reports the id only once no byte of
+# it can land; vLLM frees the blocks then, and the next request gets them.
+# The prefill had not begun its send: its room fails (aborted by the
+# decode) and its blocks go. The next request's output is the one-process
+# run's (a late byte of the aborted room in its blocks would show).
+ab = Request("ffffff", "abort", 20)
+ab.prefill()
+ab.load()
+D.step()  # every decode worker begins the load
+ab.abort()
+done = set()
+while ab.rid not in done:
+    assert time.monotonic() < DEADLINE, "the aborted load never settled"
+    _, loaded, errors = D.step(finished=[ab.rid])
+    assert not errors, errors  # an abort is no load error
+    done |= loaded
+    time.sleep(0.0005)
+D.blocks.release(ab.d_blocks)
+P.step()  # every prefill worker begins the send the decode aborted
+p_rooms = [w.rooms.ever[ab.rid] for w in P.workers]
+nxt = Request("ggggggg", "ok", 22)
+serve([nxt])
+assert set(ab.d_blocks) & set(nxt.d_blocks), "the freed blocks went elsewhere"
+done = set()
+while ab.rid not in done:
+    assert time.monotonic() < DEADLINE, "the aborted send never ended"
+    sent, _, _ = P.step(finished=[ab.rid])
+    done |= sent
+    time.sleep(0.0005)
+P.blocks.release(ab.p_blocks)
+for x in p_rooms:
+    assert x.conclude_state == KVPoll.Failed and \
+        "abort" in (x.failure_reason or ""), (x.conclude_state,
+                                              x.failure_reason)
+step("request %s (aborted while loading): prefill failed (%s), blocks "
+     "freed once settled" % (ab.rid, p_rooms[0].failure_reason))
+step("request %s (ok, in the aborted one's blocks): %s"
+     % (nxt.rid, nxt.outcome))
 tables = [w._manager().kv_args.table_path for w in D.workers]
 before = peer_rows(tables)
 killed = Request("dddd", "killed", 21)

@@ -20,6 +20,18 @@ request_finished; the router hands them to the decode (consumer), whose
 blocks kvwire fills before get_finished reports the request loaded; a
 room that failed reports its blocks through get_block_ids_with_load_errors
 (vLLM recomputes them) rather than as loaded.
+
+Aborts, as vLLM's scheduler makes them (vLLM at 003df2961dd8,
+vllm/v1/core/sched/scheduler.py, finish_requests and
+_update_from_kv_xfer_finished): a prefill request that did not end
+FINISHED_LENGTH_CAPPED (aborted, or stopped otherwise) hands nothing over
+and its blocks go at once; a decode request aborted while its blocks load
+(WAITING_FOR_REMOTE_KVS) keeps them in vLLM until its id comes back as
+finished receiving, and the worker aborts its room and reports it only
+once no byte of it can land (settled()); a decode request aborted before
+vLLM gave it blocks still tells its prefill, with a room of no pages
+aborted at once, so the prefill's blocks go too (as the NIXL connector
+does).
 """
 import random
 
@@ -74,15 +86,21 @@ class KvwireConnector(KVConnectorBase_V1):
         self.pending = KvwireMetadata()
         self.rooms = {}           # req id -> (KVSender/KVReceiver, ids, aux)
         self.free_aux = list(range(self.args.aux_slots))
-        self.finished = set()     # producer: ids vLLM said finished
+        self.finished = set()     # ids vLLM said finished, rooms live
+        self.loads = set()        # scheduler: consumer ids given blocks
+        self.notify = set()       # worker: rooms aborted, never reported
         self.sent_done = set()    # producer: sends over, not reported yet
         self.load_errors = set()  # consumer: blocks of failed rooms
 
     # ---- scheduler side ------------------------------------------------
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        """The prompt's tokens, loaded by kvwire, for a decode request the
+        router gave a room; 0 once its load was scheduled (a request
+        preempted after it recomputes: its room is spent)."""
         p = getattr(request, "kv_transfer_params", None) or {}
-        if self.producer or "kvwire_room" not in p:
+        if self.producer or "kvwire_room" not in p or \
+                request.request_id in self.loads:
             return 0, False
         return len(request.prompt_token_ids) - num_computed_tokens, True
 
@@ -90,6 +108,7 @@ class KvwireConnector(KVConnectorBase_V1):
         p = getattr(request, "kv_transfer_params", None) or {}
         if not self.producer and num_external_tokens and "kvwire_room" in p:
             ids = blocks.get_block_ids()[0]
+            self.loads.add(request.request_id)
             self.pending.recvs.append((request.request_id, p["kvwire_room"],
                                        p["bootstrap_addr"], list(ids)))
 
@@ -98,7 +117,22 @@ class KvwireConnector(KVConnectorBase_V1):
         return meta
 
     def request_finished(self, request, block_ids):
+        """Producer: a request that ended FINISHED_LENGTH_CAPPED (the
+        router's max_tokens=1) hands its blocks to a room and keeps them
+        until get_finished reports the send over; any other end (an abort)
+        frees them at once. Consumer: vLLM itself keeps the blocks of a
+        request aborted while they load; one aborted before it had blocks
+        gets a room of no pages, aborted at once, so that its prefill
+        frees its own."""
+        rid = request.request_id
         if not self.producer:
+            p = getattr(request, "kv_transfer_params", None) or {}
+            if "kvwire_room" in p and rid not in self.loads:
+                self.pending.recvs.append((rid, p["kvwire_room"],
+                                           p["bootstrap_addr"], None))
+            self.loads.discard(rid)
+            return False, None
+        if _status(request) != "FINISHED_LENGTH_CAPPED":
             return False, None
         room = random.randrange(1, 2 ** 63)
         self.pending.sends.append((request.request_id, room,
@@ -189,8 +223,11 @@ class KvwireConnector(KVConnectorBase_V1):
             aux = self._aux()
             r = conn.KVReceiver(m, addr, room)
             r.init(0)
-            r.send_metadata(np.array(ids, np.int32), aux)
-            self.rooms[req] = (r, ids, aux)
+            r.send_metadata(np.array(ids or [], np.int32), aux)
+            if ids is None:  # aborted before it had blocks
+                r.abort()
+                self.notify.add(req)
+            self.rooms[req] = (r, ids or [], aux)
         for req, room, addr, ids in meta.sends:
             aux = self._aux()
             s = conn.KVSender(m, addr, room)
@@ -230,7 +267,13 @@ class KvwireConnector(KVConnectorBase_V1):
         get_block_ids_with_load_errors, once no byte of it can land any
         more (settled())."""
         self.wait_for_save()
-        self.finished |= set(finished_req_ids or ())
+        for req in finished_req_ids or ():
+            x = self.rooms.get(req, (None,))[0]
+            if x is None and req not in self.sent_done:
+                continue  # a load reported already: nothing owed
+            self.finished.add(req)
+            if isinstance(x, conn.KVReceiver) and x.conclude_state is None:
+                x.abort()  # vLLM aborted it while its blocks load
         recvd = set()
         live = list(self.rooms.items())
         for (req, (x, ids, aux)), st in zip(
@@ -243,7 +286,8 @@ class KvwireConnector(KVConnectorBase_V1):
                     # hears: only when no byte of the room can land.
                     if not x.settled():
                         continue
-                    self.load_errors.update(ids)
+                    if req not in self.finished:
+                        self.load_errors.update(ids)
                 try:
                     x.failure_exception()  # clears the room
                 except conn.KVTransferError:
@@ -252,8 +296,14 @@ class KvwireConnector(KVConnectorBase_V1):
                 x.clear()
             self.free_aux.append(aux)
             del self.rooms[req]
-            (recvd if isinstance(x, conn.KVReceiver) else
-             self.sent_done).add(req)
+            if req in self.notify:  # vLLM forgot it: nothing to report
+                self.notify.discard(req)
+                self.finished.discard(req)
+            elif isinstance(x, conn.KVReceiver):
+                recvd.add(req)
+                self.finished.discard(req)
+            else:
+                self.sent_done.add(req)
         sent = self.sent_done & self.finished
         self.sent_done -= sent
         self.finished -= sent
@@ -268,6 +318,12 @@ class KvwireConnector(KVConnectorBase_V1):
         or once the last pool view vLLM holds is gone)."""
         if self.mgr is not None:
             self.mgr.close()
+
+
+def _status(request):
+    """The name of a vLLM request's status (RequestStatus, an enum)."""
+    st = getattr(request, "status", None)
+    return getattr(st, "name", st)
 
 
 def _addr(t):
