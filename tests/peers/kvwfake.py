@@ -55,6 +55,7 @@ TN = {v: k for k, v in T.items()}
 STATES = ["Failed", "Bootstrapping", "WaitingForInput", "Transferring",
           "Success", "Cleared"]
 LIVENESS = ["unknown", "alive", "dead"]
+RTAB_F_BEGUN = 0x10  # lib/table/rtab.h
 
 
 def hdr(typ, src=0, room=0, epoch=1):
@@ -443,8 +444,11 @@ def room(argv):
         print("missing")
         return
     w, peer, flags = best
-    print("state=%s reason=%d flags=%d peer=%d" %
-          (STATES[(w >> 8) & 0xFF], (w >> 16) & 0xFFFF, flags, peer))
+    # RTAB_F_BEGUN (an engine's BEGIN reached the row) apart, last: the
+    # tests match "state=... reason=... flags=..." as a prefix.
+    print("state=%s reason=%d flags=%d peer=%d begun=%d" %
+          (STATES[(w >> 8) & 0xFF], (w >> 16) & 0xFFFF, flags & ~RTAB_F_BEGUN,
+           peer, bool(flags & RTAB_F_BEGUN)))
 
 
 def peers(argv):
