@@ -197,7 +197,10 @@ KVW_API int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 		   uint32_t prefix_tokens);
 
 /* RECV_ABORT: fail the room (reason aborted) and ask every prefill target
- * to stop; the room's flags show KVW_ROOM_F_RELEASABLE once all acked. */
+ * to stop; the room's flags show KVW_ROOM_F_RELEASABLE once all acked (a
+ * room whose prefill ranks were still being looked up: once they are known
+ * and told). Clear only after that, or a prefill room waiting for this one
+ * may not hear of it. */
 KVW_API int kvw_abort(struct kvw_engine *e, uint64_t room);
 
 /* ---- both sides -------------------------------------------------------- */

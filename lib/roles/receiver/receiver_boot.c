@@ -159,6 +159,20 @@ static struct rx_coord *coord_get(struct rx_boot *b, const struct kvw_coord *c)
 	return &b->coords[b->ncoords++];
 }
 
+/* A waiting room that cannot be resolved fails; one that waited only to
+ * tell its prefill ranks of its abort (tell_abort) has no one to tell and
+ * is released now. */
+static void room_unresolved(struct receiver *r, struct rx_room *room,
+			    const char *why)
+{
+	receiver_room_fail(r, room, KVW_R_BOOTSTRAP, why);
+	if (room->tell_abort) {
+		room->ack_deadline_ns = 0;
+		receiver_room_release(r, room, "its prefill ranks were not "
+				      "found: no one to tell of the abort");
+	}
+}
+
 /* Tries to finish one waiting room: map its targets, resolve each (asking
  * for those not known yet), then send. Returns 1 when the room no longer
  * waits (sent or failed), 0 while lookups are outstanding. */
@@ -178,12 +192,11 @@ static int room_advance(struct receiver *r, struct rx_boot *b,
 		};
 
 		if (rankmap_compute(&in, &map, err, sizeof err) != 0) {
-			receiver_room_fail(r, room, KVW_R_BOOTSTRAP, err);
+			room_unresolved(r, room, err);
 			return 1;
 		}
 		if (receiver_room_set_targets(room, &map, b->ptopo.tp) != 0) {
-			receiver_room_fail(r, room, KVW_R_BOOTSTRAP,
-					   "cannot hold targets");
+			room_unresolved(r, room, "cannot hold targets");
 			return 1;
 		}
 	}
@@ -192,7 +205,7 @@ static int room_advance(struct receiver *r, struct rx_boot *b,
 		struct rx_coord *c = coord_get(b, &t->coord);
 
 		if (!c) {
-			receiver_room_fail(r, room, KVW_R_BOOTSTRAP, "out of memory");
+			room_unresolved(r, room, "out of memory");
 			return 1;
 		}
 		switch (c->state) {
@@ -200,8 +213,7 @@ static int room_advance(struct receiver *r, struct rx_boot *b,
 			t->peer = c->peer;
 			break;
 		case RXC_FAILED:
-			receiver_room_fail(r, room, KVW_R_BOOTSTRAP,
-					   "prefill rank not found");
+			room_unresolved(r, room, "prefill rank not found");
 			return 1;
 		case RXC_UNKNOWN:
 			c->state = RXC_PENDING;
@@ -228,7 +240,8 @@ static void boot_progress(struct receiver *r, struct rx_boot *b)
 	for (uint32_t i = 0; i < b->nwait; i++) {
 		struct rx_room *room = receiver_rooms_get(&r->rooms, b->wait[i]);
 
-		if (!room || rtab_state(r->tab, room->ref) != KVW_BOOTSTRAPPING)
+		if (!room || (!room->tell_abort &&
+			      rtab_state(r->tab, room->ref) != KVW_BOOTSTRAPPING))
 			continue;
 		if (!room_advance(r, b, room))
 			b->wait[keep++] = b->wait[i];
@@ -248,7 +261,7 @@ static void boot_fail_waiting(struct receiver *r, struct rx_boot *b,
 		struct rx_room *room = receiver_rooms_get(&r->rooms, b->wait[i]);
 
 		if (room)
-			receiver_room_fail(r, room, KVW_R_BOOTSTRAP, why);
+			room_unresolved(r, room, why);
 	}
 	b->nwait = 0;
 }
@@ -283,6 +296,21 @@ void receiver_boots_forget_idle(struct receiver *r, uint64_t now)
 		receiver_boot_free(b);
 	}
 	r->nboots = kept;
+}
+
+int receiver_boot_waits(const struct receiver *r, const struct rx_room *room)
+{
+	for (uint32_t i = 0; i < r->nboots; i++) {
+		const struct rx_boot *b = r->boots[i];
+
+		if (strcmp(b->ep, room->boot_ep) != 0)
+			continue;
+		for (uint32_t k = 0; k < b->nwait; k++)
+			if (b->wait[k] == room->id)
+				return 1;
+		return 0;
+	}
+	return 0;
 }
 
 void receiver_boot_want(struct receiver *r, struct rx_room *room)
@@ -471,8 +499,9 @@ uint64_t receiver_boot_tick(struct receiver *r, uint64_t now)
 			struct rx_room *room = receiver_rooms_get(&r->rooms,
 								  b->wait[k]);
 
-			if (room && rtab_state(r->tab, room->ref) ==
-					    KVW_BOOTSTRAPPING)
+			if (room && (room->tell_abort ||
+				     rtab_state(r->tab, room->ref) ==
+					     KVW_BOOTSTRAPPING))
 				b->wait[keep++] = b->wait[k];
 		}
 		b->nwait = keep;

@@ -102,6 +102,11 @@ struct rx_room {
 			       * ABORT_ACK counts only with it); 0: unarmed */
 	uint64_t ack_deadline_ns;
 	int fence_wait;       /* tcp: armed, a sink still writes it */
+	int tell_abort;       /* the engine aborted it while its prefill
+			       * ranks were being looked up: once known, each
+			       * is told (a dummy XFER_INFO, then ABORT), so
+			       * a prefill room waiting for it fails now, not
+			       * at its bootstrap timeout; released then */
 };
 
 /* Results of the counting rules. */
@@ -423,6 +428,8 @@ int receiver_drain_ack(struct receiver *r, struct rx_room *room, uint32_t src,
 /* receiver_boot.c: the bootstrap cache. */
 /* Queues the room on its bootstrap's resolution; may finish at once. */
 void receiver_boot_want(struct receiver *r, struct rx_room *room);
+/* Whether the room waits on its bootstrap's resolution. */
+int receiver_boot_waits(const struct receiver *r, const struct rx_room *room);
 /* A BOOT_REPLY arrived on bootstrap b's DEALER. */
 void receiver_boot_reply(struct receiver *r, struct rx_boot *b,
 			 const struct frame_msg *m);

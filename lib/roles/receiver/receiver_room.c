@@ -505,11 +505,53 @@ int receiver_pool_fresh(struct receiver *r)
 	return 0;
 }
 
+/* A room the engine aborted while its prefill ranks were looked up, now
+ * that they are known: each gets a dummy XFER_INFO (it names no page of
+ * ours: nothing can be written here) and the ABORT, which fails a prefill
+ * room waiting for this decode now rather than at its bootstrap timeout.
+ * No page was given, so the room is released at once; the acks that come
+ * find it gone. */
+static void tell_abort(struct receiver *r, struct rx_room *room)
+{
+	struct frame_msg m;
+	uint32_t told = 0;
+
+	for (uint32_t i = 0; i < room->ntargets; i++) {
+		struct rx_target *t = &room->targets[i];
+		struct frame_xfer_info *x = &m.u.xfer_info;
+
+		if (receiver_peer_ready(r, t->peer) != 0)
+			continue; /* dead, or not reachable: its room ends
+				   * with it or on its deadline */
+		frame_msg_init(&m, FRAME_XFER_INFO, r->my_rank, room->id,
+			       r->epoch);
+		x->aux_slot = room->aux_slot;
+		x->prefix_tokens = room->prefix_tokens;
+		x->required_dst_info_num = room->required_dst_info_num;
+		x->dummy = 1;
+		x->token = receiver_target_token(r, room, i);
+		if (peer_send(r, t->peer, &m) != 0)
+			continue;
+		frame_msg_init(&m, FRAME_ABORT, r->my_rank, room->id, r->epoch);
+		m.u.abort.reason = KVW_R_ABORTED;
+		m.u.abort.token = receiver_room_target_token(room, i);
+		told += peer_send(r, t->peer, &m) == 0;
+	}
+	LOG_ROOM(LOG_INFO, room->id, "aborted before its XFER_INFO: %u of %u "
+		 "prefill targets told", told, room->ntargets);
+	room->ack_deadline_ns = 0;
+	receiver_room_release(r, room, "no page was given to a prefill rank");
+}
+
 void receiver_room_send(struct receiver *r, struct rx_room *room)
 {
 	struct frame_msg m;
 	uint32_t first_real = 0;
 
+	if (room->tell_abort) {
+		tell_abort(r, room);
+		return;
+	}
 	if (rtab_state(r->tab, room->ref) != KVW_BOOTSTRAPPING)
 		return; /* aborted, expired or failed meanwhile */
 	if (receiver_pool_fresh(r) != 0) {
@@ -602,6 +644,20 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 	 * short of a 2^-64 coincidence, as every draw is a keyed hash. */
 	/* Armed before any ABORT leaves, so an ack can never beat it. */
 	(void)rtab_flags_or(r->tab, room->ref, RTAB_F_ARMED);
+	if (!room->sent && reason == KVW_R_ABORTED &&
+	    receiver_boot_waits(r, room)) {
+		/* Its prefill ranks are still looked up, and may hold the
+		 * room already: they are told once known (tell_abort),
+		 * within the release deadline at the latest. */
+		room->tell_abort = 1;
+		room->ack_deadline_ns = rtab_now_ns() + r->timeout_ns;
+		if (r->next_ack_deadline == 0 ||
+		    room->ack_deadline_ns < r->next_ack_deadline)
+			r->next_ack_deadline = room->ack_deadline_ns;
+		LOG_ROOM(LOG_DEBUG, room->id, "aborted while its prefill "
+			 "ranks are looked up: they are told once known");
+		return;
+	}
 	if (!room->sent || room->ack_needed == 0) {
 		receiver_room_release(r, room, "no target got XFER_INFO");
 		return;
@@ -629,6 +685,7 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 void receiver_room_release(struct receiver *r, struct rx_room *room,
 			   const char *why)
 {
+	room->tell_abort = 0; /* told, or no one left to tell */
 	if (r->fence && rtab_fence_busy(r->fence, room->ref)) {
 		if (!room->fence_wait)
 			LOG_ROOM(LOG_DEBUG, room->id, "a sink is writing it: "
