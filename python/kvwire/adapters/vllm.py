@@ -220,19 +220,45 @@ class KvwireConnector(KVConnectorBase_V1):
             return
         m = self._manager()
         for req, room, addr, ids in meta.recvs:
+            if ids is None:  # aborted before it had blocks
+                self._tell_aborted(m, req, room, addr)
+                continue
             aux = self._aux()
             r = conn.KVReceiver(m, addr, room)
             r.init(0)
-            r.send_metadata(np.array(ids or [], np.int32), aux)
-            if ids is None:  # aborted before it had blocks
-                r.abort()
-                self.notify.add(req)
-            self.rooms[req] = (r, ids or [], aux)
+            r.send_metadata(np.array(ids, np.int32), aux)
+            self.rooms[req] = (r, ids, aux)
         for req, room, addr, ids in meta.sends:
             aux = self._aux()
             s = conn.KVSender(m, addr, room)
             s.init(len(ids), aux)
             self.rooms[req] = (s, ids, aux)
+
+    def _tell_aborted(self, m, req, room, addr):
+        """A request vLLM aborted before it had blocks: its prefill keeps
+        its blocks for it, so a room of no pages, aborted at once, tells it
+        (as NIXL's connector tells its prefill). Best effort, never raised
+        into vLLM: without a free aux row, or with the group gone, the
+        prefill's room ends on its own timeout. vLLM hears nothing of it."""
+        if not self.free_aux:
+            return
+        aux = self.free_aux.pop()
+        r = None
+        try:
+            r = conn.KVReceiver(m, addr, room)
+            r.init(0)
+            r.send_metadata(np.zeros(0, np.int32), aux)
+            r.abort()
+        except (RuntimeError, ValueError):  # KVWireError is one too
+            try:
+                if r is not None:
+                    r.clear()
+            except RuntimeError:
+                pass
+            self.free_aux.append(aux)
+            return
+        self.notify.add(req)
+        self.rooms[req] = (r, [], aux)
 
     def _aux(self):
         """A metadata row of its own for each live room (vLLM moves no
