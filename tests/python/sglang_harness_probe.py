@@ -8,11 +8,19 @@ disaggregation/prefill.py (PrefillBootstrapQueue, the inflight queue),
 its decode module (DecodePreallocQueue: _resolve_prefill_dp_rank,
 try_ensure_parallel_info, pop_preallocated; DecodeTransferQueue), utils.py
 (MetadataBuffers, poll_and_all_reduce) and base/conn.py; the engine's own
-work (forward passes, allocators) is a few numpy lines. Each step prints
-"step NAME: ok"; the last line is "harness: ok"."""
+work (forward passes, allocators) is a few numpy lines. As SGLang runs
+them, each TP rank's scheduler is a process of its own (forked here before
+any kvwire object exists), and the poll consensus is an all-reduce MIN
+across an engine's rank processes (a shared array and a barrier standing
+for the gloo group). The router's order between the two engines (the
+decode's abort before the prefill's chunks, say) is a barrier of every
+rank. Each step prints "step NAME: ok" once every rank has done it; the
+last line is "harness: ok"."""
+import multiprocessing
 import os
 import sys
 import time
+import traceback
 import types
 
 import numpy as np
@@ -67,8 +75,8 @@ class MetadataBuffers:
 
 def kv_args(meta, rank):
     """KVArgs as SGLang's prefill and decode modules fill it for TP rank
-    `rank`; the KV pointers are left to kvwire's pool (the adapter's
-    requirement), the metadata buffers are SGLang's own, no state types."""
+    `rank`; the KV pointers are left to kvwire's pool, the metadata buffers
+    are SGLang's own, no state types."""
     ptrs, lens, items = meta.get_buf_infos()
     a = types.SimpleNamespace(engine_rank=rank, pp_rank=0, kv_data_ptrs=[],
                               aux_data_ptrs=ptrs, aux_data_lens=lens,
@@ -77,25 +85,11 @@ def kv_args(meta, rank):
     return a
 
 
-def until(ranks, want):
-    """SGLang's poll consensus: every TP rank polls its own senders or
-    receivers once (poll_and_all_reduce, through kvwire's hook), and the
-    gloo all-reduce gives every rank the MIN over all ranks' values: one
-    answer, by construction (here: the MIN of the values each rank
-    contributed in this round)."""
-    while True:
-        local = [poll_and_all_reduce(p, None) for p in ranks]
-        agreed = [min(col) for col in zip(*local)]
-        if agreed == want:
-            return
-        assert time.monotonic() < DEADLINE, (local, want)
-        time.sleep(0.001)
-
-
 PTP, DTP = (int(x) for x in os.environ.get("KVW_HARNESS_TP", "1,1")
             .split(","))
 P = DisaggregationMode.PREFILL
 D = DisaggregationMode.DECODE
+WAIT = 60  # seconds any barrier waits before the run is given up
 
 
 def server(mode, tp):
@@ -104,150 +98,251 @@ def server(mode, tp):
          "--disaggregation-transfer-backend", "kvwire"])
 
 
-backend = TransferBackend(server("prefill", PTP)
-                          .disaggregation_transfer_backend)
-step("load_plugins")
+class Gloo:
+    """An engine's gloo group: all_reduce(op=MIN) of each rank's values,
+    every rank getting the same answer (a shared array, two barriers)."""
 
-# One manager and one MetadataBuffers per TP rank, as each rank's
-# scheduler process makes them.
-p_meta = [MetadataBuffers(8) for _ in range(PTP)]
-d_meta = [MetadataBuffers(8) for _ in range(DTP)]
-Manager = get_kv_class(backend, KVClassType.MANAGER)
-pm = [Manager(kv_args(p_meta[r], r), P, server("prefill", PTP), False)
-      for r in range(PTP)]
-dm = [Manager(kv_args(d_meta[r], r), D, server("decode", DTP), False)
-      for r in range(DTP)]
-assert [m.kw.kv_args.engine_rank for m in pm + dm] == \
-    list(range(PTP)) + list(range(DTP))
-addr = pm[0].kw.kv_args.bootstrap_addr
-Sender = get_kv_class(backend, KVClassType.SENDER)
-Receiver = get_kv_class(backend, KVClassType.RECEIVER)
-step("kv_managers")
+    def __init__(self, ctx, tp, width):
+        self.tp, self.width = tp, width
+        self.vals = ctx.Array("i", tp * width, lock=False)
+        self.bar = ctx.Barrier(tp)
 
-# Decode: DecodePreallocQueue.add -> _resolve_prefill_dp_rank (prefill
-# info by address, else _ensure_prefill_info) -> the receiver's init.
-rooms = [1001, 1002, 1003]
-recv = [{} for _ in range(DTP)]
-for r in range(DTP):
-    assert dm[r].prefill_info_table.get(addr) is None
-    assert dm[r].try_ensure_parallel_info(addr)
-    info = dm[r].prefill_info_table[addr]
-    assert info.attn_tp_size == PTP
-    for room in rooms:
-        dp = 0 if info.dp_size == 1 else room % info.dp_size
-        x = Receiver(mgr=dm[r], bootstrap_addr=addr, bootstrap_room=room,
-                     prefill_dp_rank=dp)
-        x.init(dp)
-        recv[r][room] = x
-step("decode_prealloc_queue_add")
+    def all_reduce_min(self, rank, values):
+        w = self.width
+        self.vals[rank * w:rank * w + len(values)] = list(values)
+        self.bar.wait(WAIT)
+        out = [min(self.vals[k * w + i] for k in range(self.tp))
+               for i in range(len(values))]
+        self.bar.wait(WAIT)  # every rank read before the next round
+        return out
 
-# Prefill: PrefillBootstrapQueue.add on every rank, then pop_bootstrapped.
-send = [{room: Sender(pm[r], addr, room, list(range(DTP)), 0)
-         for room in rooms} for r in range(PTP)]
-until([[send[r][x] for x in rooms] for r in range(PTP)],
-      [KVPoll.Bootstrapping] * 3)
-step("prefill_bootstrap_queue_add")
 
-# Decode: pop_preallocated: pages and a metadata slot (the same on every
-# rank: the scheduler decides once), then send_metadata(kv_indices,
-# aux_index, state_indices=[], decode_prefix_len).
-pages = {1001: [1, 2, 3], 1002: [4, 5], 1003: [6]}
-aux = {1001: 2, 1002: 5, 1003: 7}
-until([[recv[r][x] for x in rooms] for r in range(DTP)],
-      [KVPoll.WaitingForInput] * 3)
-for r in range(DTP):
-    for room in rooms:
-        recv[r][room].send_metadata(np.array(pages[room], np.int32),
-                                    aux[room], [], decode_prefix_len=0)
-step("decode_pop_preallocated")
+class Rank:
+    """One TP rank's scheduler process: its engine's gloo group and the
+    barrier every rank of both engines shares (the router's order)."""
 
-# Prefill: bootstrapped -> pop_decode_prefix_len, init(num pages, aux).
-until([[send[r][x] for x in rooms] for r in range(PTP)],
-      [KVPoll.WaitingForInput] * 3)
-src = {1001: [7, 0, 3], 1002: [2, 6], 1003: [5]}
-paux = {1001: 0, 1002: 1, 1003: 6}
-for r in range(PTP):
-    for room in rooms:
-        assert send[r][room].pop_decode_prefix_len() == 0
-        send[r][room].init(len(src[room]), paux[room])
-step("prefill_pop_bootstrapped")
+    def __init__(self, mode, rank, gloo, router):
+        self.mode, self.rank = mode, rank
+        self.gloo, self.router = gloo, router
+        self.printer = mode == D and rank == 0
 
-# Prefill: the forward pass writes each rank's heads of the KV;
-# process_batch_result sets the metadata row (the same on every rank)
-# before the last chunk; chunks carry state_indices=[]. 1003 is aborted by
-# its decode first.
-layers = pm[0].kw.kv_args.num_layers
-heads = pm[0].kw.kv_args.total_kv_head_num
-rng = np.random.default_rng(3)
-full = {}  # (layer, K/V) -> every head of every page
-shape = pm[0].kw.pool.k(0).shape
-for layer in range(layers):
-    for kv in (0, 1):
-        full[layer, kv] = rng.standard_normal(
-            shape[:2] + (heads,) + shape[3:]).astype(
-                pm[0].kw.pool.k(0).dtype)
-for r in range(PTP):
-    h = heads // PTP
-    for layer in range(layers):
-        pool = pm[r].kw.pool
-        pool.k(layer)[...] = full[layer, 0][:, :, r * h:(r + 1) * h]
-        pool.v(layer)[...] = full[layer, 1][:, :, r * h:(r + 1) * h]
-for r in range(DTP):
-    recv[r][1003].abort()
-for r in range(PTP):
-    for room in (1001, 1002):
-        p_meta[r].set_buf(paux[room], token=room % 97, seed=room)
-        ids = np.array(src[room], np.int32)
-        send[r][room].send(ids[:1], [])  # a chunk
+    def until(self, pollers, want):
+        """SGLang's poll consensus: this rank polls its own senders or
+        receivers once (poll_and_all_reduce, through kvwire's hook), and
+        the all-reduce gives every rank of the engine the MIN over its
+        ranks: one answer, so every rank leaves the loop in the same
+        round."""
+        while True:
+            local = poll_and_all_reduce(pollers, None)
+            agreed = self.gloo.all_reduce_min(self.rank, local)
+            if agreed == want:
+                return
+            assert time.monotonic() < DEADLINE, (local, agreed, want)
+            time.sleep(0.001)
+
+    def done(self, name=None):
+        """Every rank of both engines reached this point; the step is
+        named once."""
+        self.router.wait(WAIT)
+        if name and self.printer:
+            step(name)
+
+
+ROOMS = [1001, 1002, 1003]
+DONE = [1001, 1002]
+PAGES = {1001: [1, 2, 3], 1002: [4, 5], 1003: [6]}  # decode's
+AUX = {1001: 2, 1002: 5, 1003: 7}
+SRC = {1001: [7, 0, 3], 1002: [2, 6], 1003: [5]}    # prefill's
+PAUX = {1001: 0, 1002: 1, 1003: 6}
+
+
+def full_kv(args, pool):
+    """Every head of every page of each (layer, K/V): the forward pass's
+    output, the same in every process (seeded)."""
+    rng = np.random.default_rng(3)
+    shape = pool.k(0).shape
+    heads = args.total_kv_head_num
+    return {(layer, kv): rng.standard_normal(
+        shape[:2] + (heads,) + shape[3:]).astype(pool.k(0).dtype)
+        for layer in range(args.num_layers) for kv in (0, 1)}
+
+
+def prefill(me, backend):
+    meta = MetadataBuffers(8)
+    m = get_kv_class(backend, KVClassType.MANAGER)(
+        kv_args(meta, me.rank), P, server("prefill", PTP), False)
+    assert m.kw.kv_args.engine_rank == me.rank
+    addr = m.kw.kv_args.bootstrap_addr
+    Sender = get_kv_class(backend, KVClassType.SENDER)
+    me.done("kv_managers")
+    me.done("decode_prealloc_queue_add")
+
+    # PrefillBootstrapQueue.add, then pop_bootstrapped.
+    send = {room: Sender(m, addr, room, list(range(DTP)), 0)
+            for room in ROOMS}
+    me.until([send[x] for x in ROOMS], [KVPoll.Bootstrapping] * 3)
+    me.done("prefill_bootstrap_queue_add")
+    me.done("decode_pop_preallocated")
+
+    # Bootstrapped -> pop_decode_prefix_len, init(num pages, aux).
+    me.until([send[x] for x in ROOMS], [KVPoll.WaitingForInput] * 3)
+    for room in ROOMS:
+        assert send[room].pop_decode_prefix_len() == 0
+        send[room].init(len(SRC[room]), PAUX[room])
+    me.done("prefill_pop_bootstrapped")
+
+    # The forward pass writes this rank's heads of the KV;
+    # process_batch_result sets the metadata row (the same on every rank)
+    # before the last chunk; chunks carry state_indices=[]. 1003 is
+    # aborted by its decode first.
+    a, pool = m.kw.kv_args, m.kw.pool
+    full = full_kv(a, pool)
+    h = a.total_kv_head_num // PTP
+    mine = slice(me.rank * h, (me.rank + 1) * h)
+    for layer in range(a.num_layers):
+        pool.k(layer)[...] = full[layer, 0][:, :, mine]
+        pool.v(layer)[...] = full[layer, 1][:, :, mine]
+    me.done()  # the decode aborted 1003
+    for room in DONE:
+        meta.set_buf(PAUX[room], token=room % 97, seed=room)
+        ids = np.array(SRC[room], np.int32)
+        send[room].send(ids[:1], [])  # a chunk
         # the last one, as newer SGLang calls it (its tokens: a partial
         # last page)
-        send[r][room].send(ids[1:], [], num_kv_tokens=2 * len(ids) - 1)
-step("prefill_send_kv_chunks")
+        send[room].send(ids[1:], [], num_kv_tokens=2 * len(ids) - 1)
+    me.done("prefill_send_kv_chunks")
 
-# Inflight queue and decode transfer queue: poll_and_all_reduce.
-done = [1001, 1002]
-until([[send[r][x] for x in done] for r in range(PTP)] +
-      [[recv[r][x] for x in done] for r in range(DTP)],
-      [KVPoll.Success] * 2)
-for r in range(DTP):
-    h = heads // DTP
-    for room in done:
-        for layer in range(layers):
-            for kv, t in ((0, dm[r].kw.pool.k(layer)),
-                          (1, dm[r].kw.pool.v(layer))):
-                want = full[layer, kv][src[room]][:, :, r * h:(r + 1) * h]
-                assert (t[pages[room]] == want).all(), (r, room, layer)
-        # The metadata gate: each decode rank reads its own buffers' row.
-        got = d_meta[r].get_buf(aux[room])
-        want = p_meta[0].get_buf(paux[room])
+    # The inflight queue: poll_and_all_reduce until every rank agrees.
+    me.until([send[x] for x in DONE], [KVPoll.Success] * 2)
+    me.done("transfer_queues_and_metadata_gate")
+    metric_and_clear([send[x] for x in DONE])
+    me.done("get_transfer_metric_and_clear")
+    me.until([send[1003]], [KVPoll.Failed])
+    failure_then_clear(send[1003])
+    me.done("abort_failure_exception_then_clear")
+    m.kw.close()
+
+
+def decode(me, backend):
+    meta = MetadataBuffers(8)
+    m = get_kv_class(backend, KVClassType.MANAGER)(
+        kv_args(meta, me.rank), D, server("decode", DTP), False)
+    assert m.kw.kv_args.engine_rank == me.rank
+    Receiver = get_kv_class(backend, KVClassType.RECEIVER)
+    addr = m.kw.kv_args.bootstrap_addr  # the router's: the prefill's
+    me.done("kv_managers")
+
+    # DecodePreallocQueue.add -> _resolve_prefill_dp_rank (prefill info by
+    # address, else _ensure_prefill_info) -> the receiver's init.
+    assert m.prefill_info_table.get(addr) is None
+    assert m.try_ensure_parallel_info(addr)
+    info = m.prefill_info_table[addr]
+    assert info.attn_tp_size == PTP
+    recv = {}
+    for room in ROOMS:
+        dp = 0 if info.dp_size == 1 else room % info.dp_size
+        x = Receiver(mgr=m, bootstrap_addr=addr, bootstrap_room=room,
+                     prefill_dp_rank=dp)
+        x.init(dp)
+        recv[room] = x
+    me.done("decode_prealloc_queue_add")
+    me.done("prefill_bootstrap_queue_add")
+
+    # pop_preallocated: pages and a metadata slot (the same on every rank:
+    # the scheduler decides once), then send_metadata(kv_indices,
+    # aux_index, state_indices=[], decode_prefix_len).
+    me.until([recv[x] for x in ROOMS], [KVPoll.WaitingForInput] * 3)
+    for room in ROOMS:
+        recv[room].send_metadata(np.array(PAGES[room], np.int32),
+                                 AUX[room], [], decode_prefix_len=0)
+    me.done("decode_pop_preallocated")
+    me.done("prefill_pop_bootstrapped")
+    recv[1003].abort()
+    me.done()  # before the prefill's chunks
+    me.done("prefill_send_kv_chunks")
+
+    # The transfer queue: poll_and_all_reduce, then each rank's heads and
+    # the metadata gate (each decode rank reads its own buffers' row).
+    me.until([recv[x] for x in DONE], [KVPoll.Success] * 2)
+    a, pool = m.kw.kv_args, m.kw.pool
+    full = full_kv(a, pool)
+    h = a.total_kv_head_num // DTP
+    sent = MetadataBuffers(8)  # the prefill's rows, as it set them
+    for room in DONE:
+        for layer in range(a.num_layers):
+            for kv, t in ((0, pool.k(layer)), (1, pool.v(layer))):
+                want = full[layer, kv][SRC[room]][
+                    :, :, me.rank * h:(me.rank + 1) * h]
+                assert (t[PAGES[room]] == want).all(), (me.rank, room, layer)
+        sent.set_buf(PAUX[room], token=room % 97, seed=room)
+        got = meta.get_buf(AUX[room])
+        want = sent.get_buf(PAUX[room])
         assert all((g == w).all() for g, w in zip(got, want)), room
         assert got[0][0] == room % 97
-step("transfer_queues_and_metadata_gate")
+    me.done("transfer_queues_and_metadata_gate")
+    metric_and_clear([recv[x] for x in DONE])
+    me.done("get_transfer_metric_and_clear")
 
-for x in [send[r][y] for r in range(PTP) for y in done] + \
-        [recv[r][y] for r in range(DTP) for y in done]:
-    m = x.get_transfer_metric()
-    assert type(m) is KVTransferMetric and m.transfer_latency_s > 0
-    assert m.transfer_total_bytes > 0
-    x.clear()
-step("get_transfer_metric_and_clear")
+    # The aborted request: Failed on every rank of both engines; each side
+    # raises the reason from failure_exception(), and SGLang's clear()
+    # after it is fine; no metadata row was written for it.
+    me.until([recv[1003]], [KVPoll.Failed])
+    failure_then_clear(recv[1003])
+    assert not any(b[AUX[1003]].any() for b in meta.bufs)
+    me.done("abort_failure_exception_then_clear")
+    m.kw.close()
 
-# The aborted request: every prefill rank hears Failed; each side raises
-# the reason from failure_exception(), and SGLang's clear() after it is
-# fine; no metadata row was written for it.
-until([[recv[r][1003]] for r in range(DTP)] +
-      [[send[r][1003]] for r in range(PTP)], [KVPoll.Failed])
-for x in [recv[r][1003] for r in range(DTP)] + \
-        [send[r][1003] for r in range(PTP)]:
+
+def metric_and_clear(rooms):
+    for x in rooms:
+        m = x.get_transfer_metric()
+        assert type(m) is KVTransferMetric and m.transfer_latency_s > 0
+        assert m.transfer_total_bytes > 0
+        x.clear()
+
+
+def failure_then_clear(x):
     try:
         x.failure_exception()
         raise AssertionError("no exception")
     except Exception as e:  # SGLang catches its KVTransferError
         assert "abort" in str(e) or "Failed" in str(e), e
     x.clear()
-assert not any(b[aux[1003]].any() for m in d_meta for b in m.bufs)
-step("abort_failure_exception_then_clear")
-for m in pm + dm:
-    m.kw.close()
+
+
+def rank_main(role, me, backend):
+    """A rank process: its scheduler's calls; exit 1 on any failure (the
+    barriers then break in the others, which exit too)."""
+    try:
+        role(me, backend)
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        me.router.abort()
+        me.gloo.bar.abort()
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+backend = TransferBackend(server("prefill", PTP)
+                          .disaggregation_transfer_backend)
+step("load_plugins")
+ctx = multiprocessing.get_context("fork")  # before any kvwire object
+router = ctx.Barrier(PTP + DTP)
+gloo = {P: Gloo(ctx, PTP, 3), D: Gloo(ctx, DTP, 3)}
+procs = [ctx.Process(target=rank_main,
+                     args=(role, Rank(mode, r, gloo[mode], router), backend))
+         for mode, tp, role in ((P, PTP, prefill), (D, DTP, decode))
+         for r in range(tp)]
+for p in procs:
+    p.start()
+for p in procs:
+    p.join(2 * WAIT)
+codes = [p.exitcode for p in procs]
+for p in procs:
+    if p.exitcode is None:
+        p.kill()
+assert codes == [0] * len(procs), "rank processes exited %s" % codes
 print("harness: ok")
 sys.exit(0)

@@ -7,8 +7,9 @@ own memory; the decode's prefill info and DP rank; the bootstrap and
 prealloc queues; chunks with state_indices=[]; poll_and_all_reduce;
 the metadata gate; get_transfer_metric; an aborted request's
 failure_exception() then clear(); over TP 1 -> 1, 2 -> 1 and 1 -> 2, a
-scheduler per rank, the poll consensus (MIN over ranks) one answer on
-every rank. Each step is named in the output. And issue 33 item 3:
+scheduler process per rank, the poll consensus (an all-reduce MIN
+across the rank processes) one answer on every rank. Each step is named
+in the output. And issue 33 item 3:
 pd_model's transformer served through that loop (sglang_model_probe.py)
 over TP 2 -> 1 and 1 -> 2, with a retracted, an aborted and a
 killed-member request among plain ones."""
@@ -31,8 +32,9 @@ AUX_BYTES = "64,64,64,512,512,64,128,128"
 
 @pytest.mark.parametrize("ptp,dtp", [(1, 1), (2, 1), (1, 2)])
 def test_sglang_scheduler_calls_replayed(tmp_path, ptp, dtp):
-    """Prefill TP ptp, decode TP dtp: a scheduler per rank, each rank's
-    heads byte-exact, the poll consensus one answer on every rank."""
+    """Prefill TP ptp, decode TP dtp: a scheduler process per rank, each
+    rank's heads byte-exact, the poll consensus one answer on every
+    rank."""
     with Group("--prefill-tp", ptp, "--decode-tp", dtp, "--layers", 2,
                "--heads", 2, "--head-dim", 4, "--page-tokens", 2,
                "--pages", 8, "--aux-slots", 8, "--aux-bytes", AUX_BYTES,

@@ -3,17 +3,18 @@ SGLANG: it follows the interface of SGLang's disaggregation base module
 (BaseKVManager, BaseKVSender, BaseKVReceiver, BaseKVBootstrapServer) and is
 exercised here only through the kvwire package it wraps.
 
-Where kvwire differs from SGLang's own backends: kvwire moves KV between
-its pools, so the engine's KV cache must be allocated *in* the rank's
-kvwire pool (KVManager.pool views); the manager checks that the pointers
-SGLang registers in kv_args are the pool's and refuses otherwise. SGLang's
-metadata buffers (aux_data_ptrs: output ids, logprobs, hidden states...)
-stay where SGLang allocated them: the prefill copies the request's row of
-each into the pool before its last chunk, and the decode copies the row
-back before poll() first says Success (SGLang's metadata gate reads them
-then); the group's --aux-bytes must be SGLang's row lengths. The run
-directory of the rank's kvwire group comes from $KVW_RUN_DIR (kv-up
---run-dir).
+Where kvwire differs from SGLang's own backends: the KV cache SGLang
+registers in kv_args (kv_data_ptrs) is moved where SGLang put it: pointers
+that are not the rank's kvwire pool are registered in place
+(KVManager.register_in_place: GPU buffers on args.gpu_id by CUDA IPC, host
+memory only from the manager's alloc()), and the manager refuses, saying
+why, what cannot be. SGLang's metadata buffers (aux_data_ptrs: output
+ids, logprobs, hidden states...) stay where SGLang allocated them: the
+prefill copies the request's row of each into the pool before its last
+chunk, and the decode copies the row back before poll() first says
+Success (SGLang's metadata gate reads them then); the group's --aux-bytes
+must be SGLang's row lengths. The run directory of the rank's kvwire group
+comes from $KVW_RUN_DIR (kv-up --run-dir).
 
 Loading: the plugin entry point (sglang_plugin.py) where SGLang has its
 plugin framework; else a fork adds `KVWIRE = "kvwire"` to TransferBackend
