@@ -12,6 +12,7 @@ wait_for_save, get_finished, get_block_ids_with_load_errors,
 clear_connector_metadata). Prints "vllm: ok" at the end."""
 import ctypes
 import os
+import pickle
 import sys
 import time
 import types
@@ -55,7 +56,8 @@ def blocks_of(ids):
 
 def step(worker, meta, finished=()):
     """One engine step of a worker: what the model runner calls."""
-    worker.bind_connector_metadata(meta)
+    # Pickled, as vLLM's executor hands it to worker processes.
+    worker.bind_connector_metadata(pickle.loads(pickle.dumps(meta)))
     worker.start_load_kv(None)
     worker.wait_for_save()
     done = worker.get_finished(set(finished))

@@ -31,6 +31,7 @@ for a prompt it holds whole) and generates greedily. Requests:
   after    a request after kv-up restarted that member.
 Every request must give the one-process run's tokens, logits within 1e-4.
 Each outcome is a "step" line; the last line is "vllm model: ok"."""
+import pickle
 import sys
 import time
 import types
@@ -101,7 +102,8 @@ class Engine:
         out = {"sent": set(), "loaded": set()}
         errors = set()
         for i, w in enumerate(self.workers):
-            w.bind_connector_metadata(meta)
+            # Pickled, as vLLM's executor hands it to worker processes.
+            w.bind_connector_metadata(pickle.loads(pickle.dumps(meta)))
             w.start_load_kv(None)
             w.wait_for_save()
             s, r = w.get_finished(set(finished))
