@@ -240,7 +240,7 @@ class KvwireConnector(KVConnectorBase_V1):
         (as NIXL's connector tells its prefill). Best effort, never raised
         into vLLM: without a free aux row, or with the group gone, the
         prefill's room ends on its own timeout. vLLM hears nothing of it."""
-        if not self.free_aux:
+        if not self.free_aux:  # no row to lend it: skipped
             return
         aux = self.free_aux.pop()
         r = None
