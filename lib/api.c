@@ -18,6 +18,7 @@
 #include "mem/gpool.h"
 #include "mem/pool.h"
 #include "table/rtab.h"
+#include "table/rtab_grant.h"
 #include "wire/frame.h"
 #include "wire/wire.h"
 
@@ -66,6 +67,7 @@ _Static_assert(!(KVW_ROOM_F_SENDING & (RTAB_F_ARMED | RTAB_F_RELEASABLE |
 				       RTAB_F_BEGUN)),
 	       "KVW_ROOM_F_SENDING is kvw_poll's, not a table bit");
 _Static_assert(KVW_ROOM_F_DUMMY == RTAB_F_DUMMY, "flag bits match rtab");
+_Static_assert(KVW_NO_AUX == RTAB_GRANT_NO_AUX, "a tell-only room's slot");
 
 int kvw_engine_open(const char *engine_endpoint, const char *table_path,
 		    const char *pool_path, struct kvw_engine **out, char *err,

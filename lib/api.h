@@ -189,8 +189,16 @@ KVW_API int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *
  * and sends only the pages after them, so pages[] lists the pages after
  * the prefix (none on a full hit: the metadata still comes). A prefix
  * that is not whole pages fails the room (bad index).
+ * n == 0 with aux_slot KVW_NO_AUX: a room that asks nothing of its
+ * prefill ranks (each hears of it as a dummy destination: no page and no
+ * aux row of this decode is written), only to tell them of an abort: for
+ * a request the engine aborts before it gave it pages and a metadata row
+ * (SGLang's abort() after init()), kvw_abort right after; their rooms then
+ * fail (aborted) now, not at their bootstrap timeout. It never succeeds.
  * KVW_EINVAL when n > KVW_MAX_PAGES, pages is NULL with n > 0, or the
  * bootstrap address is NULL, empty or too long. */
+#define KVW_NO_AUX 0xFFFFFFFFu /* kvw_recv_begin: no aux slot (tell only) */
+
 KVW_API int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 		   const char *bootstrap_ep, uint32_t prefill_dp_rank,
 		   const uint32_t *pages, uint32_t n, uint32_t aux_slot,

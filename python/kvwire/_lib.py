@@ -44,6 +44,7 @@ R_OWNER_RESTART = 9
 
 NSTATES = 6        # KVW_NSTATES: kvw_room_times's entries
 MAX_PAGES = 65536  # KVW_MAX_PAGES: page indices in one chunk
+NO_AUX = 0xFFFFFFFF  # KVW_NO_AUX: a room that only tells of an abort
 MAX_STR = 255      # KVW_MAX_STR
 
 

@@ -923,9 +923,20 @@ class KVReceiver(_Room):
 
     def abort(self):
         """RECV_ABORT: fails the room and asks every prefill target to stop;
-        `releasable` says when its pages may be reused."""
+        `releasable` says when its pages may be reused. A room init()ed
+        but not begun (SGLang aborts requests of its prealloc queue) is
+        begun with no page and no aux row (kvw_recv_begin's KVW_NO_AUX:
+        its prefill ranks hear of it as a dummy destination) and aborted
+        at once, so a prefill room waiting for it fails now, not at its
+        bootstrap timeout, as SGLang's own backends tell their prefill."""
         self._usable("abort")
         self._fail("aborted by the decode engine")
+        if not self._begun and self._inited:
+            self.kv_mgr.call("kvw_recv_begin", lib.kvw_recv_begin,
+                             self.bootstrap_room, self._endpoint.encode(),
+                             self.prefill_dp_rank, None, 0, _lib.NO_AUX, 0)
+            self._epoch = self.kv_mgr.epoch()
+            self._begun = True
         if self._begun:
             self.kv_mgr.call("kvw_abort", lib.kvw_abort, self.bootstrap_room)
 

@@ -58,3 +58,54 @@ def test_an_abort_before_the_lookup_answered_fails_the_prefill_room():
                 os.kill(boot, signal.SIGCONT)
             pm.close()
             dm.close()
+
+
+def abort_unbegun(g, pm, dm, stop_bootstrap):
+    """A decode request init()ed and aborted before send_metadata (SGLang
+    aborts requests of its prealloc queue so): its prefill room fails,
+    aborted; the decode's room is Failed and releasable. stop_bootstrap:
+    the lookup still unanswered when the abort comes (the bootstrap
+    SIGSTOPped across the decode's init and abort)."""
+    boot = pid_of(g, "bootstrap")
+    room = room_id()
+    s = KVSender(pm, pm.kv_args.bootstrap_addr, room, [0], 0)
+    s.init(2, 0)
+    if stop_bootstrap:
+        os.kill(boot, signal.SIGSTOP)
+    try:
+        r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+        r.init(0)
+        r.abort()
+    finally:
+        if stop_bootstrap:
+            os.kill(boot, signal.SIGCONT)
+    wait_for("prefill Failed", lambda: s.poll() == KVPoll.Failed)
+    assert "abort" in s.failure_reason, s.failure_reason
+    wait_for("decode releasable", lambda: r.releasable)
+    assert r.poll() == KVPoll.Failed
+    s.clear()
+    r.clear()
+    return room
+
+
+def test_an_abort_before_send_metadata_fails_the_prefill_room():
+    """As SGLang's backends tell the prefill ranks they resolved at init:
+    kvwire begins a room of no page and no aux row (KVW_NO_AUX), its
+    prefill ranks a dummy destination of it, and aborts it at once; with
+    the prefill ranks known (a room before it) and while still looked
+    up. Nothing of the decode's memory is written: the prefill never
+    reached a chunk, and a dummy destination gets no job."""
+    with Group(*SHAPE, env={"KVW_LOG": "debug"}) as g:
+        pm, dm = managers(g)
+        try:
+            cold = abort_unbegun(g, pm, dm, stop_bootstrap=True)
+            warm = abort_unbegun(g, pm, dm, stop_bootstrap=False)
+            with open(os.path.join(g.dir, "logs", "d0.log")) as f:
+                log = f.read()
+            assert "room %d: aborted before its XFER_INFO: 1 of 1 prefill " \
+                "targets told" % cold in log, log[-2000:]
+            assert "room %d: ABORT (aborted) sent to 1 targets" % warm in log, \
+                log[-2000:]
+        finally:
+            pm.close()
+            dm.close()

@@ -335,7 +335,8 @@ static int pages_bad(struct receiver *r, struct rx_room *room)
 	if (i < room->npages) {
 		snprintf(why, sizeof why, "page index %u (position %u) outside "
 			 "the %u-page pool", room->pages[i], i, r->shape.pages);
-	} else if (r->shape.aux_slots && room->aux_slot >= r->shape.aux_slots) {
+	} else if (r->shape.aux_slots && room->aux_slot >= r->shape.aux_slots &&
+		   !receiver_room_tell_only(room)) {
 		snprintf(why, sizeof why, "aux slot %u outside the %u slots",
 			 room->aux_slot, r->shape.aux_slots);
 	} else if (room->prefix_tokens % r->shape.page_tokens) {

@@ -428,6 +428,10 @@ int receiver_drain_ack(struct receiver *r, struct rx_room *room, uint32_t src,
 /* receiver_boot.c: the bootstrap cache. */
 /* Queues the room on its bootstrap's resolution; may finish at once. */
 void receiver_boot_want(struct receiver *r, struct rx_room *room);
+/* Whether the engine began the room only to tell its prefill ranks of an
+ * abort (no page, aux slot KVW_NO_AUX: kvw_recv_begin): each gets a dummy
+ * XFER_INFO. */
+int receiver_room_tell_only(const struct rx_room *room);
 /* Whether the room waits on its bootstrap's resolution. */
 int receiver_boot_waits(const struct receiver *r, const struct rx_room *room);
 /* A BOOT_REPLY arrived on bootstrap b's DEALER. */

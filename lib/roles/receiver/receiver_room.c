@@ -505,6 +505,11 @@ int receiver_pool_fresh(struct receiver *r)
 	return 0;
 }
 
+int receiver_room_tell_only(const struct rx_room *room)
+{
+	return room->npages == 0 && room->aux_slot == RTAB_GRANT_NO_AUX;
+}
+
 /* A room the engine aborted while its prefill ranks were looked up, now
  * that they are known: each gets a dummy XFER_INFO (it names no page of
  * ours: nothing can be written here) and the ABORT, which fails a prefill
@@ -598,9 +603,9 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 		x->aux_slot = room->aux_slot;
 		x->prefix_tokens = room->prefix_tokens;
 		x->required_dst_info_num = room->required_dst_info_num;
-		x->dummy = t->dummy;
+		x->dummy = t->dummy || receiver_room_tell_only(room);
 		x->token = t->token;
-		if (!t->dummy)
+		if (!x->dummy)
 			x->pages = frame_u32s_of(room->pages + t->page_start,
 						 t->page_count);
 		if (peer_send(r, t->peer, &m) != 0) {
@@ -611,7 +616,7 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 		LOG_ROOM(LOG_DEBUG, room->id, "XFER_INFO to prefill rank %u: "
 			 "token %llu", t->unique,
 			 (unsigned long long)t->token);
-		if (!t->dummy && first_real == 0)
+		if (!x->dummy && first_real == 0)
 			first_real = t->peer->id;
 	}
 	receiver_room_mark_sent(room);
