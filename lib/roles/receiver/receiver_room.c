@@ -510,6 +510,48 @@ int receiver_room_tell_only(const struct rx_room *room)
 	return room->npages == 0 && room->aux_slot == RTAB_GRANT_NO_AUX;
 }
 
+/* Target i's XFER_INFO (its token set): its slice of the room's pages,
+ * or, as a dummy destination, nothing of ours. peer_send's status. */
+static int xfer_info_to(struct receiver *r, const struct rx_room *room,
+			uint32_t i, int dummy)
+{
+	const struct rx_target *t = &room->targets[i];
+	struct frame_msg m;
+	struct frame_xfer_info *x = &m.u.xfer_info;
+
+	frame_msg_init(&m, FRAME_XFER_INFO, r->my_rank, room->id, r->epoch);
+	x->aux_slot = room->aux_slot;
+	x->prefix_tokens = room->prefix_tokens;
+	x->required_dst_info_num = room->required_dst_info_num;
+	x->dummy = dummy;
+	x->token = t->token;
+	if (!dummy)
+		x->pages = frame_u32s_of(room->pages + t->page_start,
+					 t->page_count);
+	return peer_send(r, t->peer, &m);
+}
+
+/* Target i's ABORT, with the arming's token. peer_send's status. */
+static int abort_to(struct receiver *r, const struct rx_room *room,
+		    uint32_t i, unsigned reason)
+{
+	struct frame_msg m;
+
+	frame_msg_init(&m, FRAME_ABORT, r->my_rank, room->id, r->epoch);
+	m.u.abort.reason = reason;
+	m.u.abort.token = receiver_room_target_token(room, i);
+	return peer_send(r, room->targets[i].peer, &m);
+}
+
+/* An armed room is released at the latest one room timeout from now. */
+static void ack_deadline_set(struct receiver *r, struct rx_room *room)
+{
+	room->ack_deadline_ns = rtab_now_ns() + r->timeout_ns;
+	if (r->next_ack_deadline == 0 ||
+	    room->ack_deadline_ns < r->next_ack_deadline)
+		r->next_ack_deadline = room->ack_deadline_ns;
+}
+
 /* A room the engine aborted while its prefill ranks were looked up, now
  * that they are known: each gets a dummy XFER_INFO (it names no page of
  * ours: nothing can be written here) and the ABORT, which fails a prefill
@@ -518,29 +560,15 @@ int receiver_room_tell_only(const struct rx_room *room)
  * find it gone. */
 static void tell_abort(struct receiver *r, struct rx_room *room)
 {
-	struct frame_msg m;
 	uint32_t told = 0;
 
 	for (uint32_t i = 0; i < room->ntargets; i++) {
-		struct rx_target *t = &room->targets[i];
-		struct frame_xfer_info *x = &m.u.xfer_info;
-
-		if (receiver_peer_ready(r, t->peer) != 0)
+		if (receiver_peer_ready(r, room->targets[i].peer) != 0)
 			continue; /* dead, or not reachable: its room ends
 				   * with it or on its deadline */
-		frame_msg_init(&m, FRAME_XFER_INFO, r->my_rank, room->id,
-			       r->epoch);
-		x->aux_slot = room->aux_slot;
-		x->prefix_tokens = room->prefix_tokens;
-		x->required_dst_info_num = room->required_dst_info_num;
-		x->dummy = 1;
-		x->token = receiver_target_token(r, room, i);
-		if (peer_send(r, t->peer, &m) != 0)
-			continue;
-		frame_msg_init(&m, FRAME_ABORT, r->my_rank, room->id, r->epoch);
-		m.u.abort.reason = KVW_R_ABORTED;
-		m.u.abort.token = receiver_room_target_token(room, i);
-		told += peer_send(r, t->peer, &m) == 0;
+		room->targets[i].token = receiver_target_token(r, room, i);
+		if (xfer_info_to(r, room, i, 1) == 0)
+			told += abort_to(r, room, i, KVW_R_ABORTED) == 0;
 	}
 	LOG_ROOM(LOG_INFO, room->id, "aborted before its XFER_INFO: %u of %u "
 		 "prefill targets told", told, room->ntargets);
@@ -550,7 +578,6 @@ static void tell_abort(struct receiver *r, struct rx_room *room)
 
 void receiver_room_send(struct receiver *r, struct rx_room *room)
 {
-	struct frame_msg m;
 	uint32_t first_real = 0;
 
 	if (room->tell_abort) {
@@ -595,20 +622,10 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 		return;
 	}
 	for (uint32_t i = 0; i < room->ntargets; i++) {
-		struct rx_target *t = &room->targets[i];
-		struct frame_xfer_info *x = &m.u.xfer_info;
+		const struct rx_target *t = &room->targets[i];
+		int dummy = t->dummy || receiver_room_tell_only(room);
 
-		frame_msg_init(&m, FRAME_XFER_INFO, r->my_rank, room->id,
-			       r->epoch);
-		x->aux_slot = room->aux_slot;
-		x->prefix_tokens = room->prefix_tokens;
-		x->required_dst_info_num = room->required_dst_info_num;
-		x->dummy = t->dummy || receiver_room_tell_only(room);
-		x->token = t->token;
-		if (!x->dummy)
-			x->pages = frame_u32s_of(room->pages + t->page_start,
-						 t->page_count);
-		if (peer_send(r, t->peer, &m) != 0) {
+		if (xfer_info_to(r, room, i, dummy) != 0) {
 			receiver_room_mark_sent(room); /* abort what went out */
 			receiver_room_abort(r, room, KVW_R_TRANSFER);
 			return;
@@ -616,7 +633,7 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 		LOG_ROOM(LOG_DEBUG, room->id, "XFER_INFO to prefill rank %u: "
 			 "token %llu", t->unique,
 			 (unsigned long long)t->token);
-		if (!x->dummy && first_real == 0)
+		if (!dummy && first_real == 0)
 			first_real = t->peer->id;
 	}
 	receiver_room_mark_sent(room);
@@ -636,7 +653,6 @@ void receiver_room_send(struct receiver *r, struct rx_room *room)
 void receiver_room_abort(struct receiver *r, struct rx_room *room,
 			 unsigned reason)
 {
-	struct frame_msg m;
 	int st;
 
 	(void)rtab_fail(r->tab, room->ref, reason);
@@ -655,10 +671,7 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 		 * room already: they are told once known (tell_abort),
 		 * within the release deadline at the latest. */
 		room->tell_abort = 1;
-		room->ack_deadline_ns = rtab_now_ns() + r->timeout_ns;
-		if (r->next_ack_deadline == 0 ||
-		    room->ack_deadline_ns < r->next_ack_deadline)
-			r->next_ack_deadline = room->ack_deadline_ns;
+		ack_deadline_set(r, room);
 		LOG_ROOM(LOG_DEBUG, room->id, "aborted while its prefill "
 			 "ranks are looked up: they are told once known");
 		return;
@@ -667,12 +680,8 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 		receiver_room_release(r, room, "no target got XFER_INFO");
 		return;
 	}
-	for (uint32_t i = 0; i < room->ntargets; i++) {
-		frame_msg_init(&m, FRAME_ABORT, r->my_rank, room->id, r->epoch);
-		m.u.abort.reason = reason;
-		m.u.abort.token = receiver_room_target_token(room, i);
-		(void)peer_send(r, room->targets[i].peer, &m);
-	}
+	for (uint32_t i = 0; i < room->ntargets; i++)
+		(void)abort_to(r, room, i, reason);
 	LOG_ROOM(LOG_INFO, room->id, "ABORT (%s) sent to %u targets",
 		 kvw_reason_str(reason), room->ntargets);
 	/* With sinks the prefill's acks still stop its workers, but the
@@ -681,10 +690,7 @@ void receiver_room_abort(struct receiver *r, struct rx_room *room,
 		receiver_room_release(r, room, "armed, no sink writes it");
 		return;
 	}
-	room->ack_deadline_ns = rtab_now_ns() + r->timeout_ns;
-	if (r->next_ack_deadline == 0 ||
-	    room->ack_deadline_ns < r->next_ack_deadline)
-		r->next_ack_deadline = room->ack_deadline_ns;
+	ack_deadline_set(r, room);
 }
 
 void receiver_room_release(struct receiver *r, struct rx_room *room,
