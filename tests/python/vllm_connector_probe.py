@@ -254,15 +254,17 @@ until(lambda s, r: not d_work.rooms)
 assert not recvd, recvd
 assert sorted(d_work.free_aux) == list(range(d_work.args.aux_slots))
 
-# Telling the prefill is best effort: with no aux row free the worker
-# skips it (that prefill's room ends on its own timeout), never raising
-# into vLLM for a request vLLM has dropped.
+# Telling the prefill takes no aux row: with none free the worker still
+# tells it, never raising into vLLM for a request vLLM has dropped, and
+# once settled the room is gone, no row lent or given back.
 kept, d_work.free_aux = d_work.free_aux, []
 gone = request("a4", dict(params, kvwire_room=params["kvwire_room"] + 1),
                status="FINISHED_ABORTED")
 assert d_sched.request_finished(gone, []) == (False, None)
-step(d_work, d_sched.build_connector_meta(None), {"a4"})
+until(lambda s, r: not d_work.rooms,
+      d_meta=d_sched.build_connector_meta(None), finished={"a4"})
 assert not d_work.rooms and not d_work.notify
+assert d_work.free_aux == [], d_work.free_aux
 d_work.free_aux = kept
 
 # Host tensors kvwire cannot reach (numpy's own memory, not the manager's

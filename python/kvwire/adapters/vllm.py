@@ -236,18 +236,15 @@ class KvwireConnector(KVConnectorBase_V1):
 
     def _tell_aborted(self, m, req, room, addr):
         """A request vLLM aborted before it had blocks: its prefill keeps
-        its blocks for it, so a room of no pages, aborted at once, tells it
-        (as NIXL's connector tells its prefill). Best effort, never raised
-        into vLLM: without a free aux row, or with the group gone, the
+        its blocks for it, so a receiver init()ed and aborted at once tells
+        it (KVReceiver.abort: a room of no page and no aux row, its prefill
+        ranks a dummy destination), as NIXL's connector tells its prefill.
+        Best effort, never raised into vLLM: with the group gone the
         prefill's room ends on its own timeout. vLLM hears nothing of it."""
-        if not self.free_aux:  # no row to lend it: skipped
-            return
-        aux = self.free_aux.pop()
         r = None
         try:
             r = conn.KVReceiver(m, addr, room)
             r.init(0)
-            r.send_metadata(np.zeros(0, np.int32), aux)
             r.abort()
         except (RuntimeError, ValueError):  # KVWireError is one too
             try:
@@ -255,10 +252,9 @@ class KvwireConnector(KVConnectorBase_V1):
                     r.clear()
             except RuntimeError:
                 pass
-            self.free_aux.append(aux)
             return
         self.notify.add(req)
-        self.rooms[req] = (r, [], aux)
+        self.rooms[req] = (r, [], None)  # no aux row: nothing lands
 
     def _aux(self):
         """A metadata row of its own for each live room (vLLM moves no
@@ -320,7 +316,8 @@ class KvwireConnector(KVConnectorBase_V1):
                     pass
             else:
                 x.clear()
-            self.free_aux.append(aux)
+            if aux is not None:  # a notify room lent none
+                self.free_aux.append(aux)
             del self.rooms[req]
             if req in self.notify:  # vLLM forgot it: nothing to report
                 self.notify.discard(req)
