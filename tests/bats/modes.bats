@@ -43,6 +43,12 @@ watch() {
 	while IFS= read -r f; do
 		case $f in /dev/shm/*) case ${f##*/} in kvwire.mg-*) ;; *) continue ;; esac ;; esac
 		stat -c '%a %F %n' -- "$f" 2>/dev/null || echo "gone - $f"
+		# inotifywait watches a new directory only once it has read its
+		# create event: what kv-up made in it before then (keys/ and its
+		# group.keys, written at once) has no event of its own, so the
+		# directory's entries are recorded here, stat'ed as soon as the
+		# directory is seen (an entry with an event too is listed twice).
+		[ ! -d "$f" ] || find "$f" -mindepth 1 -exec stat -c '%a %F %n' {} + 2>/dev/null
 	done <"$RUN/events" >"$RUN/modes" 3>&- &
 	# inotifywait -q says nothing once its watches exist: a probe file
 	# shows when they do.
