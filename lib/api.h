@@ -313,6 +313,11 @@ struct kvw_shape {
 	 * every V; 1 "vllm", per layer its K then its V (vLLM's per-layer
 	 * [2, blocks, block_size, heads, head_dim] tensor). */
 	uint32_t kv_layout;
+	/* State components (--state): nstate of KVW_MAX_STATE; each one
+	 * buffer per layer of a rank's PP stage, after the draft layers'
+	 * buffers and before the AUX buffers in kvw_pool_layout. */
+	uint32_t nstate;
+	struct kvw_state_spec state[KVW_MAX_STATE];
 };
 
 /* Reads DIR/endpoints (run_dir may also name the file): members in start
@@ -337,7 +342,9 @@ struct kvw_rank_layout {
  * for a group of `shape`: K buffers of its layers, then V (MHA; with
  * kv_layout 1, K and V layer by layer; MLA: one KV buffer per layer), then
  * draft layers' (decode only, when `decode` is
- * non-zero), then the AUX buffers (layer id = their index), back to back
+ * non-zero), then each state component's buffer per layer (role
+ * KVW_ROLE_STATE, layer id KVW_STATE_LAYER(component, layer)), then the
+ * AUX buffers (layer id = their index), back to back
  * from offset 0 (the layout
  * kv-sender and kv-receiver create their pools with). Returns 0 with
  * bufs[0..out->nbufs) and *out; KVW_ENOMEM when cap is too small

@@ -23,6 +23,8 @@ static void shape_in(const struct kvw_shape *in, struct shape *s)
 		.kv_layout = in->kv_layout,
 	};
 	memcpy(s->aux_bytes, in->aux_bytes, sizeof s->aux_bytes);
+	s->nstate = in->nstate;
+	memcpy(s->state, in->state, sizeof s->state);
 }
 
 static void shape_out(const struct shape *s, struct kvw_shape *out)
@@ -36,7 +38,12 @@ static void shape_out(const struct shape *s, struct kvw_shape *out)
 		.kv_layout = s->kv_layout,
 	};
 	memcpy(out->aux_bytes, s->aux_bytes, sizeof out->aux_bytes);
+	out->nstate = s->nstate;
+	memcpy(out->state, s->state, sizeof out->state);
 }
+_Static_assert(sizeof(((struct kvw_shape *)0)->state) ==
+		       sizeof(((struct shape *)0)->state),
+	       "the public shape holds every state component");
 _Static_assert(sizeof(((struct kvw_shape *)0)->aux_bytes) ==
 		       sizeof(((struct shape *)0)->aux_bytes),
 	       "the public shape holds every metadata buffer");

@@ -124,9 +124,38 @@ enum kvw_role {
 	KVW_ROLE_V = 1,
 	KVW_ROLE_KV = 2,    /* MLA: one latent buffer per layer */
 	KVW_ROLE_AUX = 3,   /* per-request metadata, indexed by aux slot */
-	KVW_ROLE_STATE = 4, /* mamba/SWA state, indexed like pages */
+	KVW_ROLE_STATE = 4, /* a state component's rows (struct kvw_state_spec) */
 	KVW_NROLES = 5,
 };
+
+/* How a room names the rows of a state component (SGLang's state types:
+ * the Mamba conv and SSM states, the SWA and DSA/NSA indexer pools). A
+ * room's state index list per component goes with its last chunk, after
+ * its KV and before its metadata rows. */
+enum kvw_state_kind {
+	KVW_STATE_SLOT = 0,  /* a row per request (Mamba): one index a side */
+	KVW_STATE_PAGED = 1, /* rows by page (SWA, DSA/NSA indexer): the two
+			      * lists may differ (a page of drift): the
+			      * longer one is cut to the shorter, warned */
+	KVW_STATE_EXACT = 2, /* rows by position (a ring): equal lists */
+	KVW_NSTATE_KINDS = 3,
+};
+
+/* One state component: `rows` rows of `bytes` bytes per layer of a rank's
+ * PP stage (its buffers: role KVW_ROLE_STATE, layer id
+ * KVW_STATE_LAYER(component, layer)). TP-sharded (a shape's bytes are the
+ * whole row, each rank holds bytes / tp of it and sends its part rank to
+ * rank; TP sizes must then be equal) unless `replicated` (every rank of a
+ * TP group holds the whole row: one prefill rank sends it to each decode
+ * rank). */
+struct kvw_state_spec {
+	uint32_t kind; /* enum kvw_state_kind */
+	uint32_t rows;
+	uint32_t bytes;
+	uint32_t replicated; /* 0 or 1 */
+};
+#define KVW_STATE_LAYER(c, layer) ((uint32_t)(c) << 16 | (uint32_t)(layer))
+#define KVW_STATE_OF(layer_id) ((uint32_t)(layer_id) >> 16)
 
 #define KVW_MODEL_MLA 0x1u
 
@@ -157,6 +186,8 @@ struct kvw_buf {
 #define KVW_MAX_PAGES 65536u     /* page indices in one XFER_INFO / chunk */
 #define KVW_MAX_BUFFERS 1024u    /* buffers in one layout */
 #define KVW_MAX_AUX 32u          /* metadata (AUX) buffers in one layout */
+#define KVW_MAX_STATE 8u         /* state components in one layout */
+#define KVW_MAX_STATE_IDX 4096u  /* indices of one component in one room */
 #define KVW_MAX_STR 255u         /* endpoint, name and text strings */
 #define KVW_MAX_DESC 4096u       /* opaque transport descriptor bytes */
 #define KVW_MAX_COPIES 262144u   /* planned copies in one JOB */

@@ -1,7 +1,7 @@
 /*
  * layout.c - builders for the standard KV layouts of layout.h, in the
  * order an engine registers them (target K, target V, draft K, draft V,
- * AUX), packed back to back in one pool.
+ * state components, AUX), packed back to back in one pool.
  */
 #include "layout.h"
 
@@ -90,6 +90,23 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 				   "be > 0", i);
 			return KVW_EINVAL;
 		}
+	if (s->nstate > KVW_MAX_STATE || (s->nstate && s->state == NULL)) {
+		kvw_seterr(err, errlen, "layout: %u state components (at most "
+			   "%u)", s->nstate, KVW_MAX_STATE);
+		return KVW_EINVAL;
+	}
+	for (uint32_t i = 0; i < s->nstate; i++)
+		if (s->state[i].rows == 0 || s->state[i].bytes == 0 ||
+		    s->state[i].kind >= KVW_NSTATE_KINDS) {
+			kvw_seterr(err, errlen, "layout: state component %u: "
+				   "rows and bytes must be > 0, kind known", i);
+			return KVW_EINVAL;
+		}
+	if (s->nstate && (uint64_t)s->first_layer + s->layers > 0x10000u) {
+		kvw_seterr(err, errlen, "layout: state components need layer "
+			   "ids below 65536");
+		return KVW_EINVAL;
+	}
 	if ((uint64_t)s->first_layer + s->layers > LAYOUT_DRAFT_BASE ||
 	    s->draft_layers > UINT32_MAX - LAYOUT_DRAFT_BASE) {
 		kvw_seterr(err, errlen,
@@ -105,6 +122,12 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 	if (rc == 0)
 		rc = put_layers(s, out, cap, &k, &off, LAYOUT_DRAFT_BASE,
 				s->draft_layers, r0, nroles);
+	for (uint32_t c = 0; c < s->nstate && rc == 0; c++)
+		for (uint32_t l = 0; l < s->layers && rc == 0; l++)
+			rc = put(out, cap, &k, &off,
+				 KVW_STATE_LAYER(c, s->first_layer + l),
+				 KVW_ROLE_STATE, s->pool, s->state[c].bytes,
+				 s->state[c].rows);
 	for (uint32_t i = 0; s->aux_slots && i < s->naux && rc == 0; i++)
 		rc = put(out, cap, &k, &off, i, KVW_ROLE_AUX, s->pool,
 			 s->aux_item_lens[i], s->aux_slots);

@@ -28,6 +28,9 @@ struct layout_spec {
 	uint32_t aux_slots;    /* rows of every AUX buffer; 0: none */
 	uint32_t naux;         /* AUX buffers, ids 0..naux-1 */
 	const uint32_t *aux_item_lens; /* bytes of a row of each */
+	uint32_t nstate;       /* state components, each a buffer per
+				* target layer (layer id KVW_STATE_LAYER) */
+	const struct kvw_state_spec *state;
 	uint8_t pool;	       /* pool every buffer lives in */
 	uint64_t base;	       /* byte offset of the first buffer */
 };
@@ -40,7 +43,8 @@ uint32_t layout_item_len(const struct kvw_model *m);
 
 /* Fills out[0..*n) in this order: target K (or KV) by layer, target V by
  * layer (MHA; with per_layer, K0 V0 K1 V1 ...), draft K (or KV), draft V
- * (MHA; likewise), AUX 0..naux-1 (layer id =
+ * (MHA; likewise), state component 0's buffer of each target layer,
+ * component 1's, ..., AUX 0..naux-1 (layer id =
  * its index: they pair by it, in order); buffers back to back
  * from s->base. *end gets the byte just past the last buffer (the pool size
  * it needs). Returns 0, KVW_ENOMEM when cap is too small (*n = needed), or

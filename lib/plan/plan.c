@@ -207,8 +207,44 @@ static int heads_check(const struct plan_side *src, const struct plan_heads *h,
 	return 0;
 }
 
+/* Pairs STATE buffers by (layer id, role) like K and V, never head-sliced,
+ * after the page-indexed pairs (p->npairs grows by p->nstate): a state
+ * component's rows are indexed by the room's state lists, not its pages.
+ * Rows of different sizes are a TP mismatch of a sharded component (each
+ * rank holds 1/tp of a row), which no copy of whole rows can serve. */
+static int state_pairs(struct plan *p, const struct plan_side *src,
+		       const struct plan_side *dst, const struct keyed *dtab,
+		       uint32_t nd, char *err, size_t errlen)
+{
+	for (uint32_t i = 0; i < src->nbufs; i++) {
+		const struct kvw_buf *s = &src->bufs[i];
+		const struct keyed *f;
+
+		if (s->role != KVW_ROLE_STATE)
+			continue;
+		f = side_find(dtab, nd, buf_key(s));
+		if (f == NULL)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"state component %u layer %u has no "
+					"destination", KVW_STATE_OF(s->layer_id),
+					s->layer_id & 0xFFFFu);
+		if (s->item_len != dst->bufs[f->idx].item_len)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"state component %u: rows of %u bytes "
+					"on source, %u on destination (a TP "
+					"mismatch of a sharded component is "
+					"not supported)",
+					KVW_STATE_OF(s->layer_id), s->item_len,
+					dst->bufs[f->idx].item_len);
+		pair_make(p, s, &dst->bufs[f->idx], NULL,
+			  &p->pairs[p->npairs++], err, errlen);
+		p->nstate++;
+	}
+	return 0;
+}
+
 /* Pairs AUX buffers by their order among AUX buffers, after the npairs
- * page-indexed pairs already in p. */
+ * page-indexed and state pairs already in p. */
 static int aux_pairs(struct plan *p, const struct plan_side *src,
 		     const struct plan_side *dst, char *err, size_t errlen)
 {
@@ -290,7 +326,7 @@ int plan_build(const struct plan_side *src, const struct plan_side *dst,
 		const struct keyed *f;
 		struct pair *pr = &p->pairs[p->npairs];
 
-		if (s->role == KVW_ROLE_AUX)
+		if (s->role == KVW_ROLE_AUX || s->role == KVW_ROLE_STATE)
 			continue;
 		f = side_find(dtab, nd, buf_key(s));
 		if (f == NULL) {
@@ -314,7 +350,8 @@ int plan_build(const struct plan_side *src, const struct plan_side *dst,
 		}
 		p->npairs++;
 	}
-	if ((rc = aux_pairs(p, src, dst, err, errlen)) < 0)
+	if ((rc = state_pairs(p, src, dst, dtab, nd, err, errlen)) < 0 ||
+	    (rc = aux_pairs(p, src, dst, err, errlen)) < 0)
 		goto fail;
 	p->npairs += p->naux;
 	free(stab);
@@ -344,4 +381,9 @@ uint32_t plan_npairs(const struct plan *p)
 uint32_t plan_naux(const struct plan *p)
 {
 	return p ? p->naux : 0;
+}
+
+uint32_t plan_nstate(const struct plan *p)
+{
+	return p ? p->nstate : 0;
 }

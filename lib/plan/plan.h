@@ -91,7 +91,8 @@ int plan_heads_compute(const struct kvw_model *m, uint32_t ptp, uint32_t prank,
  *  - every source K/V/KV/STATE buffer needs a destination buffer with the
  *    same (layer_id, role), else KVW_EINVAL "layer 14 role V has no
  *    destination"; extra destination buffers (draft layers prefill does not
- *    send, other PP stages' layers) are ignored;
+ *    send, other PP stages' layers) are ignored; STATE pairs need equal
+ *    item lengths (rows), and plan_chunk never copies them (plan_state);
  *  - a (layer_id, role) appearing twice on one side is an error;
  *  - AUX buffers pair by their order among AUX buffers; the destination
  *    needs at least as many AUX buffers as the source;
@@ -112,9 +113,27 @@ int plan_build(const struct plan_side *src, const struct plan_side *dst,
 /* Frees *p (NULL allowed) and sets it to NULL. */
 void plan_free(struct plan **p);
 
-/* Number of buffer pairs (AUX included) and of AUX pairs in the plan. */
+/* Number of buffer pairs (STATE and AUX included), of AUX pairs and of
+ * STATE pairs in the plan. */
 uint32_t plan_npairs(const struct plan *p);
 uint32_t plan_naux(const struct plan *p);
+uint32_t plan_nstate(const struct plan *p);
+
+/* Plans state component comp's rows of one room: src_rows[i] to
+ * dst_rows[i] in every STATE pair of the component (its buffer of each
+ * layer both sides hold), one copy of a whole row each, pair by pair.
+ * Which rows go (a kind's rule, struct kvw_state_spec) is the caller's;
+ * this checks every row against both buffers. Returns 0 with *n copies;
+ * KVW_ERANGE (a row outside a buffer; err names it), KVW_ENOMEM (cap too
+ * small, *n the count needed) or KVW_EINVAL (nrows over
+ * KVW_MAX_STATE_IDX, missing arguments). A component the plan does not
+ * hold gives 0 copies. */
+int plan_state(const struct plan *p, uint32_t comp, const uint32_t *src_rows,
+	       const uint32_t *dst_rows, uint32_t nrows, struct plan_copy *out,
+	       size_t cap, size_t *n, char *err, size_t errlen);
+
+/* The copies plan_state emits for nrows rows of component comp. */
+uint32_t plan_state_max(const struct plan *p, uint32_t comp, uint32_t nrows);
 
 /* Plans one chunk: src_pages[i] goes to dst_pages[i] in every paired
  * buffer, plus, when with_aux, aux slot src_aux to dst_aux in every AUX

@@ -13,7 +13,7 @@ uint64_t plan_chunk_max(const struct plan *p, uint32_t npages, int with_aux)
 
 	if (p == NULL)
 		return 0;
-	paged = p->npairs - p->naux;
+	paged = p->npairs - p->naux - p->nstate;
 	return (uint64_t)(paged - p->nsliced) * npages +
 	       (uint64_t)p->nsliced * npages * p->page_tokens +
 	       (with_aux ? p->naux : 0);
@@ -189,7 +189,7 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 			 dst_aux, &nruns, maxp, err, errlen);
 	if (rc < 0)
 		return rc;
-	paged = p->npairs - p->naux;
+	paged = p->npairs - p->naux - p->nstate;
 	sliced_n = (uint64_t)npages * p->page_tokens;
 	need = (uint64_t)(paged - p->nsliced) * nruns + p->nsliced * sliced_n +
 	       (with_aux ? p->naux : 0);
@@ -213,7 +213,8 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 			       maxp, out + k, err, errlen);
 	}
 	k = (size_t)(need - (with_aux ? p->naux : 0));
-	for (uint32_t i = paged; with_aux && i < p->npairs && rc == 0; i++) {
+	for (uint32_t i = p->npairs - p->naux; with_aux && i < p->npairs &&
+					       rc == 0; i++) {
 		const struct pair *pr = &p->pairs[i];
 		uint64_t so = pr->src_base + (uint64_t)src_aux * pr->src_item;
 		uint64_t dof = pr->dst_base + (uint64_t)dst_aux * pr->dst_item;
@@ -227,4 +228,68 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 	if (rc < 0)
 		*n = 0;
 	return rc;
+}
+
+uint32_t plan_state_max(const struct plan *p, uint32_t comp, uint32_t nrows)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; p != NULL && i < p->nstate; i++)
+		n += KVW_STATE_OF(p->pairs[p->npairs - p->naux - p->nstate + i]
+					  .layer_id) == comp;
+	return n * nrows;
+}
+
+int plan_state(const struct plan *p, uint32_t comp, const uint32_t *src_rows,
+	       const uint32_t *dst_rows, uint32_t nrows, struct plan_copy *out,
+	       size_t cap, size_t *n, char *err, size_t errlen)
+{
+	uint32_t first;
+	size_t k = 0;
+
+	if (n != NULL)
+		*n = 0;
+	if (p == NULL || n == NULL || (nrows && (!src_rows || !dst_rows)) ||
+	    (cap && out == NULL))
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"plan_state: missing argument");
+	if (nrows > KVW_MAX_STATE_IDX)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"%u state rows (max %u)", nrows,
+				KVW_MAX_STATE_IDX);
+	if (plan_state_max(p, comp, nrows) > cap) {
+		*n = plan_state_max(p, comp, nrows);
+		return kvw_errf(err, errlen, KVW_ENOMEM,
+				"state needs %zu copies, room for %zu", *n,
+				cap);
+	}
+	first = p->npairs - p->naux - p->nstate;
+	for (uint32_t i = first; i < first + p->nstate; i++) {
+		const struct pair *pr = &p->pairs[i];
+
+		if (KVW_STATE_OF(pr->layer_id) != comp)
+			continue;
+		for (uint32_t r = 0; r < nrows; r++) {
+			uint64_t so = pr->src_base +
+				      (uint64_t)src_rows[r] * pr->src_item;
+			uint64_t dof = pr->dst_base +
+				       (uint64_t)dst_rows[r] * pr->dst_item;
+
+			if (so + pr->src_item > pr->src_end ||
+			    dof + pr->dst_item > pr->dst_end ||
+			    so < pr->src_base || dof < pr->dst_base)
+				return kvw_errf(err, errlen, KVW_ERANGE,
+						"state component %u: row %u "
+						"(source) or %u (destination) "
+						"outside its %llu/%llu rows",
+						comp, src_rows[r], dst_rows[r],
+						(unsigned long long)((pr->src_end - pr->src_base) / pr->src_item),
+						(unsigned long long)((pr->dst_end - pr->dst_base) / pr->dst_item));
+			out[k++] = (struct plan_copy){ so, dof, pr->src_item,
+						       pr->src_pool,
+						       pr->dst_pool };
+		}
+	}
+	*n = k;
+	return 0;
 }

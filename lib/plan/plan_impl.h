@@ -19,7 +19,10 @@ struct pair {
 };
 
 struct plan {
-	uint32_t npairs; /* page-indexed pairs, then naux AUX pairs */
+	/* page-indexed pairs (K, V, KV), then nstate STATE pairs (by
+	 * component, then layer), then naux AUX pairs */
+	uint32_t npairs;
+	uint32_t nstate;
 	uint32_t naux;
 	uint32_t nsliced; /* page-indexed pairs that are head-sliced */
 	uint32_t page_tokens;

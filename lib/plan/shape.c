@@ -55,7 +55,8 @@ static const struct {
 #define AUX_MAX_BYTES (1u << 20)
 
 /* The options past the numeric ones, in shape_flags' order. */
-static const char *const more[] = { "aux-bytes", "kv-layout", "mla" };
+static const char *const more[] = { "aux-bytes", "state", "kv-layout",
+				    "mla" };
 #define NMORE (sizeof more / sizeof more[0])
 
 static const char *const kv_layouts[SHAPE_NKV_LAYOUTS] = {
@@ -67,6 +68,84 @@ const char *shape_option_name(unsigned i, int *takes_value)
 	*takes_value = i < NOPTS + NMORE - 1;
 	return i < NOPTS ? opts[i].name : i < NOPTS + NMORE ? more[i - NOPTS]
 							    : NULL;
+}
+
+/* Calls each(item, i, ctx) for the comma-separated items of value in
+ * order: their count, or -1 for more than max, an empty or over-long item
+ * or one that each() refuses (non-zero). */
+static int comma_items(const char *value, uint32_t max,
+		       int (*each)(const char *item, uint32_t i, void *ctx),
+		       void *ctx)
+{
+	char item[64];
+	const char *at = value ? value : "";
+
+	for (uint32_t n = 0;; n++) {
+		size_t len = strcspn(at, ",");
+
+		if (n == max || len == 0 || len >= sizeof item)
+			return -1;
+		memcpy(item, at, len);
+		item[len] = '\0';
+		if (each(item, n, ctx))
+			return -1;
+		if (at[len] == '\0')
+			return (int)n + 1;
+		at += len + 1;
+	}
+}
+
+static const char *const state_kinds[KVW_NSTATE_KINDS] = {
+	[KVW_STATE_SLOT] = "slot", [KVW_STATE_PAGED] = "paged",
+	[KVW_STATE_EXACT] = "exact",
+};
+#define STATE_MAX_ROWS (1u << 22)
+#define STATE_MAX_BYTES (1u << 30)
+
+/* One "KIND:ROWS:BYTES[:rep]" of --state into specs[i]; 0 or -1. */
+static int state_item(const char *item, uint32_t i, void *specs)
+{
+	char kind[8];
+	unsigned long long rows, bytes;
+	int used = 0;
+
+	if (sscanf(item, "%7[a-z]:%llu:%llu%n", kind, &rows, &bytes,
+		   &used) != 3 || rows == 0 || rows > STATE_MAX_ROWS ||
+	    bytes == 0 || bytes > STATE_MAX_BYTES ||
+	    (item[used] != '\0' && strcmp(item + used, ":rep") != 0))
+		return -1;
+	for (uint32_t k = 0; k < KVW_NSTATE_KINDS; k++)
+		if (strcmp(kind, state_kinds[k]) == 0) {
+			((struct kvw_state_spec *)specs)[i] =
+				(struct kvw_state_spec){
+					.kind = k, .rows = (uint32_t)rows,
+					.bytes = (uint32_t)bytes,
+					.replicated = item[used] != '\0' };
+			return 0;
+		}
+	return -1;
+}
+
+/* "--state none" or "--state KIND:ROWS:BYTES[:rep],...": the state
+ * components; *s is changed only when the whole list is good. */
+static int state_option(struct shape *s, const char *value, char *err,
+			size_t errlen)
+{
+	struct kvw_state_spec c[KVW_MAX_STATE] = { 0 };
+	int n = value && strcmp(value, "none") == 0
+			? 0 : comma_items(value, KVW_MAX_STATE, state_item, c);
+
+	if (n < 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"--state: want none, or 1 to %u components "
+				"KIND:ROWS:BYTES[:rep] separated by commas "
+				"(KIND slot, paged or exact; ROWS in [1, %u], "
+				"BYTES in [1, %u]), got '%s'", KVW_MAX_STATE,
+				STATE_MAX_ROWS, STATE_MAX_BYTES,
+				value ? value : "");
+	s->nstate = (uint32_t)n;
+	memcpy(s->state, c, sizeof c);
+	return 1;
 }
 
 static int kv_layout_option(struct shape *s, const char *value, char *err,
@@ -83,37 +162,28 @@ static int kv_layout_option(struct shape *s, const char *value, char *err,
 			value ? value : "");
 }
 
+static int aux_item(const char *item, uint32_t i, void *bytes)
+{
+	return parse_u32(item, 1, AUX_MAX_BYTES, (uint32_t *)bytes + i);
+}
+
 /* "--aux-bytes N[,N...]": every metadata buffer's row bytes; *s is
  * changed only when the whole list is good. */
 static int aux_option(struct shape *s, const char *value, char *err,
 		      size_t errlen)
 {
-	uint32_t bytes[KVW_MAX_AUX] = { 0 }, n = 0;
-	char item[16];
-	const char *at = value ? value : "";
+	uint32_t bytes[KVW_MAX_AUX] = { 0 };
+	int n = comma_items(value, KVW_MAX_AUX, aux_item, bytes);
 
-	for (;;) {
-		size_t len = strcspn(at, ",");
-
-		if (n == KVW_MAX_AUX || len == 0 || len >= sizeof item)
-			goto bad;
-		memcpy(item, at, len);
-		item[len] = '\0';
-		if (parse_u32(item, 1, AUX_MAX_BYTES, &bytes[n++]))
-			goto bad;
-		if (at[len] == '\0')
-			break;
-		at += len + 1;
-	}
-	s->naux = n;
+	if (n < 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"--aux-bytes: want 1 to %u integers in [1, %u] "
+				"separated by commas (one per metadata "
+				"buffer), got '%s'", KVW_MAX_AUX,
+				AUX_MAX_BYTES, value ? value : "");
+	s->naux = (uint32_t)n;
 	memcpy(s->aux_bytes, bytes, sizeof bytes);
 	return 1;
-bad:
-	return kvw_errf(err, errlen, KVW_EINVAL,
-			"--aux-bytes: want 1 to %u integers in [1, %u] "
-			"separated by commas (one per metadata buffer), got "
-			"'%s'", KVW_MAX_AUX, AUX_MAX_BYTES,
-			value ? value : "");
 }
 
 int shape_option(struct shape *s, const char *name, const char *value,
@@ -127,6 +197,8 @@ int shape_option(struct shape *s, const char *name, const char *value,
 		return aux_option(s, value, err, errlen);
 	if (strcmp(name, "kv-layout") == 0)
 		return kv_layout_option(s, value, err, errlen);
+	if (strcmp(name, "state") == 0)
+		return state_option(s, value, err, errlen);
 	for (size_t i = 0; i < NOPTS; i++) {
 		if (strcmp(name, opts[i].name) != 0)
 			continue;
@@ -158,6 +230,26 @@ static int aux_flag(const struct shape *s, const char *sep, char *buf,
 	return n;
 }
 
+/* "--state KIND:ROWS:BYTES[:rep],..." into buf[len] ("" without state
+ * components): its length, or -1 when it does not fit. */
+static int state_flag(const struct shape *s, const char *sep, char *buf,
+		      size_t len)
+{
+	int n = s->nstate ? snprintf(buf, len, "%s--state", sep) : 0;
+
+	for (uint32_t k = 0; k < s->nstate && n >= 0 && (size_t)n < len; k++) {
+		const struct kvw_state_spec *c = &s->state[k];
+		int m = snprintf(buf + n, len - (size_t)n, "%c%s:%u:%u%s",
+				 k ? ',' : ' ',
+				 c->kind < KVW_NSTATE_KINDS
+					 ? state_kinds[c->kind] : "?",
+				 c->rows, c->bytes, c->replicated ? ":rep" : "");
+
+		n = m < 0 ? -1 : n + m;
+	}
+	return n;
+}
+
 int shape_flags(const struct shape *s, char *buf, size_t len)
 {
 	size_t at = 0;
@@ -174,6 +266,8 @@ int shape_flags(const struct shape *s, char *buf, size_t len)
 		else if (i == NOPTS)
 			n = aux_flag(s, sep, buf + at, len - at);
 		else if (i == NOPTS + 1)
+			n = state_flag(s, sep, buf + at, len - at);
+		else if (i == NOPTS + 2)
 			n = snprintf(buf + at, len - at, "%s--kv-layout %s",
 				     sep, s->kv_layout < SHAPE_NKV_LAYOUTS
 						  ? kv_layouts[s->kv_layout]
@@ -193,7 +287,8 @@ const char *shape_usage(void)
 {
 	return "model shape: --layers N --draft-layers N --page-tokens N "
 	       "--heads N --head-dim N --dtype-bytes N --pages N "
-	       "--aux-slots N --aux-bytes N[,N...] --kv-layout sglang|vllm "
+	       "--aux-slots N --aux-bytes N[,N...] "
+	       "--state none|KIND:ROWS:BYTES[:rep][,...] --kv-layout sglang|vllm "
 	       "--mla";
 }
 
@@ -230,6 +325,7 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 {
 	struct kvw_model m;
 	struct layout_spec spec;
+	struct kvw_state_spec st[KVW_MAX_STATE];
 
 	shape_model(s, t, c, &m);
 	/* A member refuses a shape that no peer could exchange with. */
@@ -248,6 +344,24 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 	spec.aux_slots = s->aux_slots;
 	spec.naux = s->naux;
 	spec.aux_item_lens = s->aux_bytes;
+	/* A sharded component's row is split over TP like the heads: each
+	 * rank holds bytes / tp of it; a replicated one the whole row. */
+	for (uint32_t i = 0; i < s->nstate && i < KVW_MAX_STATE; i++) {
+		uint32_t tp = t->tp ? t->tp : 1;
+
+		st[i] = s->state[i];
+		if (st[i].replicated)
+			continue;
+		if (st[i].bytes % tp)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"state component %u: rows of %u bytes "
+					"do not split over tp %u (add :rep "
+					"when every rank holds the whole row)",
+					i, st[i].bytes, tp);
+		st[i].bytes /= tp;
+	}
+	spec.nstate = s->nstate;
+	spec.state = st;
 	if (spec.item_len == 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"page of %u tokens x %u heads x %u bytes "

@@ -27,6 +27,10 @@ struct shape {
 	 * one row of every one. */
 	uint32_t naux;
 	uint32_t aux_bytes[KVW_MAX_AUX];
+	/* State components (--state KIND:ROWS:BYTES[:rep],...): none, or
+	 * nstate of them, each one buffer per layer (shape_layout). */
+	uint32_t nstate;
+	struct kvw_state_spec state[KVW_MAX_STATE];
 	int mla;               /* 1: one latent KV buffer per layer */
 	uint32_t kv_layout;    /* enum shape_kv_layout: where K and V lie */
 };
@@ -51,7 +55,10 @@ void shape_default(struct shape *s);
 /* Applies one long option of the shape ("layers", "draft-layers",
  * "page-tokens", "heads", "head-dim", "dtype-bytes", "pages", "aux-slots",
  * "aux-bytes" (a row's bytes of each metadata buffer: "N" or "N,N,..." up
- * to KVW_MAX_AUX), "kv-layout" ("sglang" or "vllm"), "mla" (value
+ * to KVW_MAX_AUX), "state" ("none", or up to KVW_MAX_STATE components
+ * "KIND:ROWS:BYTES" separated by commas, KIND slot, paged or exact, each
+ * with ":rep" when replicated over TP), "kv-layout" ("sglang" or "vllm"),
+ * "mla" (value
  * ignored, may be NULL)). Returns 1 when `name`
  * is a shape option and was applied, 0 when it is not a shape option,
  * KVW_EINVAL (with err) for a bad value. */
@@ -64,8 +71,9 @@ int shape_option(struct shape *s, const char *name, const char *value,
 const char *shape_option_name(unsigned i, int *takes_value);
 
 /* Writes *s as shape flags, every option in shape_option's order with its
- * value ("--layers 32 --draft-layers 0 ... --aux-bytes 64,8", then "--mla"
- * when set): what runinfo_shape_apply and shape_option read back to the
+ * value ("--layers 32 --draft-layers 0 ... --aux-bytes 64,8", then
+ * "--state ..." when there are state components and "--mla" when set):
+ * what runinfo_shape_apply and shape_option read back to the
  * same shape. Returns the length written (NUL excluded) or KVW_ERANGE when
  * buf[len] is too small. */
 int shape_flags(const struct shape *s, char *buf, size_t len);
@@ -85,7 +93,8 @@ void shape_layers(const struct shape *s, const struct kvw_topo *t,
 		  const struct kvw_coord *c, uint32_t *first, uint32_t *count);
 
 /* Fills out[0..*n) with the layout of rank c (its PP stage's layers, draft
- * layers when with_draft, the AUX buffers), all in pool 0, and *pool_bytes
+ * layers when with_draft, its layers' state buffers, the AUX buffers), all
+ * in pool 0, and *pool_bytes
  * with the pool size it needs. Returns 0, KVW_ENOMEM (cap too small, *n =
  * needed) or KVW_EINVAL with err (also for kv heads that do not split over
  * t->tp: neither a multiple nor a divisor of it, MLA excepted). */

@@ -21,12 +21,14 @@ static const struct {
 	const char *name;
 	uint8_t nparts;
 	uint8_t elem;
+	uint8_t state; /* 1: an optional state part after part 2 */
 	uint32_t cap;
 } types[FRAME_TYPE_MAX + 1] = {
 #define FRAME_EMPTY(T) [FRAME_##T] = { .name = #T, .nparts = 1 },
 #define FRAME_BODY(T, member, tag) [FRAME_##T] = { .name = #T, .nparts = 2
 #define FRAME_PAGES(f) + 1, .elem = 4, .cap = KVW_MAX_PAGES
 #define FRAME_COPIES(f) + 1, .elem = FRAME_COPY_LEN, .cap = KVW_MAX_COPIES
+#define FRAME_STATE(f) , .state = 1
 #define FRAME_END(T) },
 #include "frame_bodies.def"
 };
@@ -354,6 +356,79 @@ static struct frame_part part2_get(const struct frame_msg *m)
 	return part;
 }
 
+/* Points m's state view at p (len bytes), for a type that has one. */
+static void state_set(struct frame_msg *m, const uint8_t *p, uint32_t len)
+{
+	switch (m->hdr.type) {
+#define FRAME_BODY(T, member, tag) case FRAME_##T: { struct tag *b = &m->u.member; (void)b;
+#define FRAME_STATE(f) b->f.p = p; b->f.len = len;
+#define FRAME_END(T) break; }
+#include "frame_bodies.def"
+	}
+}
+
+/* m's state part (len 0: none, or a type without one). */
+static struct frame_part state_get(const struct frame_msg *m)
+{
+	struct frame_part part = { NULL, 0 };
+
+	switch (m->hdr.type) {
+#define FRAME_BODY(T, member, tag) case FRAME_##T: { const struct tag *b = &m->u.member; (void)b;
+#define FRAME_STATE(f) part.data = b->f.p; part.len = b->f.len;
+#define FRAME_END(T) break; }
+#include "frame_bodies.def"
+	}
+	return part;
+}
+
+uint32_t frame_state_lists(struct frame_bytes s)
+{
+	uint32_t k = 0;
+
+	for (size_t at = 0; at + 4 <= s.len; k++)
+		at += 4 + 4 * (size_t)frame_le32(s.p + at);
+	return k;
+}
+
+uint32_t frame_state_get(struct frame_bytes s, uint32_t comp, uint32_t *rows)
+{
+	size_t at = 0;
+
+	for (uint32_t k = 0; at + 4 <= s.len; k++) {
+		uint32_t n = frame_le32(s.p + at);
+
+		if (k == comp) {
+			for (uint32_t i = 0; i < n; i++)
+				rows[i] = frame_le32(s.p + at + 4 + 4 * (size_t)i);
+			return n;
+		}
+		at += 4 + 4 * (size_t)n;
+	}
+	return 0;
+}
+
+size_t frame_state_pack(uint8_t *buf, size_t cap, uint32_t nlists,
+			const uint32_t *n, const uint32_t *const *lists)
+{
+	size_t at = 0;
+
+	if (nlists > KVW_MAX_STATE)
+		return 0;
+	for (uint32_t k = 0; k < nlists; k++) {
+		if (n[k] > KVW_MAX_STATE_IDX || at + 4 + 4 * (size_t)n[k] > cap)
+			return 0;
+		for (uint32_t i = 0; i <= n[k]; i++) {
+			uint32_t v = i ? lists[k][i - 1] : n[k];
+
+			buf[at++] = (uint8_t)v;
+			buf[at++] = (uint8_t)(v >> 8);
+			buf[at++] = (uint8_t)(v >> 16);
+			buf[at++] = (uint8_t)(v >> 24);
+		}
+	}
+	return at;
+}
+
 /* ---- public entry points ---- */
 
 void frame_msg_init(struct frame_msg *m, unsigned type, uint32_t src_rank,
@@ -431,7 +506,9 @@ int frame_decode(const struct frame_part *parts, size_t nparts,
 		return rc;
 	type = out->hdr.type;
 	want = types[type].nparts;
-	if (nparts != want)
+	/* A state part is sent only when it holds something. */
+	if (nparts != want && !(types[type].state && nparts == want + 1u &&
+				parts[want].len))
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"%s: %zu parts, want %u", types[type].name,
 				nparts, want);
@@ -462,6 +539,15 @@ int frame_decode(const struct frame_part *parts, size_t nparts,
 					types[type].name, len / elem,
 					types[type].cap);
 		part2_set(out, parts[2].data, (uint32_t)(len / elem));
+	}
+	if (types[type].state) {
+		if (nparts > want && parts[want].len > FRAME_STATE_MAX_BYTES)
+			return kvw_errf(err, errlen, KVW_EINVAL,
+					"%s: state of %zu bytes over %u",
+					types[type].name, parts[want].len,
+					FRAME_STATE_MAX_BYTES);
+		state_set(out, nparts > want ? parts[want].data : NULL,
+			  nparts > want ? (uint32_t)parts[want].len : 0);
 	}
 	return frame_msg_check(out, err, errlen);
 }
@@ -506,6 +592,8 @@ int frame_encode(const struct frame_msg *m, struct frame_out *out, char *err,
 	}
 	if (n >= 3)
 		out->parts[2] = part2_get(m);
+	if (state_get(m).len)
+		out->parts[n++] = state_get(m);
 	out->nparts = n;
 	return 0;
 }

@@ -191,6 +191,27 @@ struct frame_bytes {
 	uint32_t len;
 };
 
+/* A room's state index lists (issue 32 item 3): the `state` part of
+ * RECV_BEGIN and XFER_INFO (the decode's rows) and of a last SEND_CHUNK
+ * (the prefill's). Packed, per state component in the layout's order: a
+ * u32 count n, then n u32 row indices, little-endian; a component the
+ * room does not name is a count of 0. The codec refuses bytes that are
+ * not whole lists, more than KVW_MAX_STATE lists or a list of more than
+ * KVW_MAX_STATE_IDX rows. */
+#define FRAME_STATE_MAX_BYTES (KVW_MAX_STATE * 4u * (1u + KVW_MAX_STATE_IDX))
+
+/* The number of lists in a checked state part (0 for none). */
+uint32_t frame_state_lists(struct frame_bytes s);
+
+/* List `comp` of a checked state part: its count, its rows copied to
+ * rows[0..count) (room for KVW_MAX_STATE_IDX); 0 past the last list. */
+uint32_t frame_state_get(struct frame_bytes s, uint32_t comp, uint32_t *rows);
+
+/* Packs lists[0..nlists) (n[i] rows each) into buf[cap]: the byte count,
+ * or 0 when it does not fit or breaks a cap (nothing to send is 0 too). */
+size_t frame_state_pack(uint8_t *buf, size_t cap, uint32_t nlists,
+			const uint32_t *n, const uint32_t *const *lists);
+
 /* Strings are NUL-terminated in the message and carry no NUL on the wire. */
 #define FRAME_STR_SIZE (KVW_MAX_STR + 1)
 
@@ -248,6 +269,7 @@ struct frame_xfer_info {
 	 * decode_prefix_len; a whole number of pages, 0 = none). */
 	uint32_t prefix_tokens;
 	struct frame_u32s pages;        /* part 2: destination pages */
+	struct frame_bytes state;       /* part 3: destination state rows */
 };
 
 /* ABORT: body reason u32, token u64 (12 bytes). The token names the
@@ -281,6 +303,7 @@ struct frame_send_begin {
 struct frame_send_chunk {
 	uint8_t is_last;         /* 0 or 1 */
 	struct frame_u32s pages; /* part 2: source pages */
+	struct frame_bytes state; /* part 3: source state rows (last chunk) */
 };
 
 struct frame_recv_begin {
@@ -289,6 +312,7 @@ struct frame_recv_begin {
 	uint32_t prefill_dp_rank;
 	uint32_t prefix_tokens;  /* the decode's prefix (frame_xfer_info) */
 	struct frame_u32s pages; /* part 2: destination pages */
+	struct frame_bytes state; /* part 3: destination state rows */
 };
 
 struct frame_job {

@@ -88,6 +88,37 @@ static int frame_rule_job_done(const struct frame_job_done *d, const char *t,
 	return 0;
 }
 
+/* A state part: whole lists, at most KVW_MAX_STATE of them, none over
+ * KVW_MAX_STATE_IDX rows. */
+static int state_check(struct frame_bytes s, const char *t, char *err,
+		       size_t errlen)
+{
+	size_t at = 0;
+	uint32_t k = 0;
+
+	if (s.len > FRAME_STATE_MAX_BYTES)
+		return BAD("%s: state %u bytes over %u", t, s.len,
+			   FRAME_STATE_MAX_BYTES);
+	if (s.len && !s.p)
+		return BAD("%s: state has no data", t);
+	while (at < s.len) {
+		uint32_t n;
+
+		if (s.len - at < 4 || k == KVW_MAX_STATE)
+			return BAD("%s: state: %s", t,
+				   k == KVW_MAX_STATE ? "more than the "
+				   "KVW_MAX_STATE lists" : "a cut count");
+		n = frame_le32(s.p + at);
+		if (n > KVW_MAX_STATE_IDX || (s.len - at - 4) / 4 < n)
+			return BAD("%s: state list %u: %u rows %s", t, k, n,
+				   n > KVW_MAX_STATE_IDX ? "over "
+				   "KVW_MAX_STATE_IDX" : "past the part's end");
+		at += 4 + 4 * (size_t)n;
+		k++;
+	}
+	return 0;
+}
+
 /* ---- the check column of frame_bodies.def ---- */
 
 /* CHECK_<kind>(field, value, arg, arg as written in the row). */
@@ -146,6 +177,9 @@ int frame_msg_check(const struct frame_msg *m, char *err, size_t errlen)
 		return BAD("%s: " what " has no data", t);
 #define FRAME_PAGES(f) FRAME_PART2(f, "pages", KVW_MAX_PAGES)
 #define FRAME_COPIES(f) FRAME_PART2(f, "copies", KVW_MAX_COPIES)
+#define FRAME_STATE(f)                                                        \
+	if ((rc = state_check(b->f, t, err, errlen)) < 0)                     \
+		return rc;
 #define FRAME_END(T) break; }
 #include "frame_bodies.def"
 #undef FRAME_PART2

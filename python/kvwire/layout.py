@@ -38,11 +38,24 @@ MAX_AUX = 32  # KVW_MAX_AUX: metadata buffers in one layout
 KV_LAYOUTS = ("sglang", "vllm")
 
 
+MAX_STATE = 8  # KVW_MAX_STATE: state components in one layout
+# enum kvw_state_kind, by value: a row per request (Mamba), rows by page
+# (SWA, DSA/NSA indexer), rows by position (a ring).
+STATE_KINDS = ("slot", "paged", "exact")
+
+
+class _StateSpec(ctypes.Structure):
+    """struct kvw_state_spec."""
+    _fields_ = [(f, ctypes.c_uint32)
+                for f in ("kind", "rows", "bytes", "replicated")]
+
+
 class _Shape(ctypes.Structure):
     """struct kvw_shape."""
     _fields_ = [(f, ctypes.c_uint32) for f in _SHAPE_FIELDS] + \
         [("naux", ctypes.c_uint32), ("aux_bytes", ctypes.c_uint32 * MAX_AUX),
-         ("kv_layout", ctypes.c_uint32)]
+         ("kv_layout", ctypes.c_uint32), ("nstate", ctypes.c_uint32),
+         ("state", _StateSpec * MAX_STATE)]
 
     @classmethod
     def of(cls, shape):
@@ -53,9 +66,21 @@ class _Shape(ctypes.Structure):
         if shape.kv_layout not in KV_LAYOUTS:
             raise ValueError("kv_layout: %s, not %r"
                              % (" or ".join(KV_LAYOUTS), shape.kv_layout))
+        state = tuple(shape.state)
+        if len(state) > MAX_STATE:
+            raise ValueError("state: at most %d components, not %d"
+                             % (MAX_STATE, len(state)))
+        specs = []
+        for c in state:
+            if c.kind not in STATE_KINDS:
+                raise ValueError("state kind: %s, not %r"
+                                 % (" or ".join(STATE_KINDS), c.kind))
+            specs.append(_StateSpec(STATE_KINDS.index(c.kind), int(c.rows),
+                                    int(c.bytes), int(bool(c.replicated))))
         return cls(*(int(getattr(shape, f)) for f in _SHAPE_FIELDS),
                    len(aux), (ctypes.c_uint32 * MAX_AUX)(*aux),
-                   KV_LAYOUTS.index(shape.kv_layout))
+                   KV_LAYOUTS.index(shape.kv_layout), len(specs),
+                   (_StateSpec * MAX_STATE)(*specs))
 
 
 class _Buf(ctypes.Structure):
@@ -85,6 +110,15 @@ _lib.lib.kvw_pool_layout.argtypes = [
     ctypes.c_uint32, _P(_RankLayout), ctypes.c_char_p, ctypes.c_size_t]
 
 
+@dataclasses.dataclass(frozen=True)
+class State:
+    """struct kvw_state_spec: one state component (kv-up --state)."""
+    kind: str         # "slot", "paged" or "exact" (STATE_KINDS)
+    rows: int
+    bytes: int        # the whole row; each TP rank holds bytes / tp
+    replicated: bool = False   # every TP rank holds the whole row
+
+
 @dataclasses.dataclass
 class Shape:
     """struct kvw_shape: the model shape a group was started with."""
@@ -101,6 +135,7 @@ class Shape:
     # room's aux slot selects one row of every one.
     aux_bytes: tuple = (64,)
     kv_layout: str = "sglang"     # --kv-layout: "sglang" or "vllm"
+    state: tuple = ()             # --state: State components
 
 
 @dataclasses.dataclass
@@ -154,6 +189,10 @@ def read_run_dir(run_dir):
     fields["aux_bytes"] = tuple(shape.aux_bytes[:shape.naux])
     fields["kv_layout"] = KV_LAYOUTS[shape.kv_layout] \
         if shape.kv_layout < len(KV_LAYOUTS) else "?"
+    fields["state"] = tuple(
+        State(STATE_KINDS[c.kind] if c.kind < len(STATE_KINDS) else "?",
+              c.rows, c.bytes, bool(c.replicated))
+        for c in shape.state[:min(shape.nstate, MAX_STATE)])
     return members, Shape(**fields)
 
 

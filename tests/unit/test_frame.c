@@ -250,9 +250,16 @@ static void test_missing_or_extra_part_is_refused_for_every_type(void **state)
 		wire_copy(&w, more, out.nparts + 1, -1, 0, 0);
 		assert_refused(&w, KVW_EINVAL, "parts, want");
 		wire_free(&w);
+		/* (the three types with an optional state part read a
+		 * non-empty one as state lists: a count of 0x04030201 rows
+		 * is over the cap) */
 		more[out.nparts] = (struct frame_part){ junk, sizeof junk };
 		wire_copy(&w, more, out.nparts + 1, -1, 0, 0);
-		assert_refused(&w, KVW_EINVAL, "parts, want");
+		assert_refused(&w, KVW_EINVAL,
+			       t == FRAME_XFER_INFO || t == FRAME_SEND_CHUNK ||
+					       t == FRAME_RECV_BEGIN
+				       ? "over KVW_MAX_STATE_IDX"
+				       : "parts, want");
 		wire_free(&w);
 	}
 	assert_int_equal(frame_decode(NULL, 0, NULL, NULL, 0), KVW_EINVAL);
