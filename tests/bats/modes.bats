@@ -43,16 +43,26 @@ watch() {
 	while IFS= read -r f; do
 		case $f in /dev/shm/*) case ${f##*/} in kvwire.mg-*) ;; *) continue ;; esac ;; esac
 		stat -c '%a %F %n' -- "$f" 2>/dev/null || echo "gone - $f"
-		# inotifywait watches a new directory only once it has read its
-		# create event: what kv-up made in it before then (keys/ and its
-		# group.keys, written at once) has no event of its own, so the
-		# directory's entries are recorded here, stat'ed as soon as the
-		# directory is seen (an entry with an event too is listed twice).
+		# inotifywait prints a new directory's create event and only
+		# then watches it: what kv-up makes in it before then (keys/
+		# and its group.keys, written at once) has no event of its own,
+		# so the directory's entries are recorded here, as soon as the
+		# directory is seen, and by sweep below (an entry with an event
+		# too is listed twice).
 		[ ! -d "$f" ] || find "$f" -mindepth 1 -exec stat -c '%a %F %n' {} + 2>/dev/null
 	done <"$RUN/events" >"$RUN/modes" 3>&- &
 	# inotifywait -q says nothing once its watches exist: a probe file
 	# shows when they do.
 	wait_for $RECORD_WAIT watching
+}
+
+# sweep: records every entry of the group's run directory as it is now,
+# once kv-up has returned, in $RUN/swept (the reader writes $RUN/modes):
+# an entry made in a new directory between the watcher's find and its
+# watch of that directory has no other line (it is then checked for its
+# mode now, not as it appeared).
+sweep() {
+	find "$RUN/mg" -mindepth 1 -exec stat -c '%a %F %n' {} + >"$RUN/swept" 2>/dev/null
 }
 
 watching() {
@@ -63,7 +73,7 @@ watching() {
 # wider: the recorded entries of this group whose mode is not 600 (700
 # for directories); empty when every one was private from the start.
 wider() {
-	grep -v '/mg/.probe$' "$RUN/modes" |
+	cat "$RUN/modes" "$RUN/swept" 2>/dev/null | grep -v '/mg/.probe$' |
 		awk '$1 != "gone" && (($2 == "directory" && $1 != "700") || ($2 != "directory" && $1 != "600"))'
 }
 
@@ -84,7 +94,8 @@ wider() {
 	watch
 	timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/mg" --workers 1 \
 		--transport tcp --advertise 127.0.0.1 --port-base 26500 $SHAPE
-	wait_for $RECORD_WAIT grep -q '/mg/keys/group.keys$' "$RUN/modes"
+	sweep
+	grep -q '/mg/keys/group.keys$' "$RUN/swept"
 	wait_for $RECORD_WAIT grep -q '/dev/shm/kvwire\.mg-.*\.rooms' "$RUN/modes"
 	run wider
 	echo "$output"
