@@ -292,13 +292,91 @@ int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *pages,
 	return send_msg(e, &m);
 }
 
+/* Packs state[0..nstate) into a new buffer (*out, *len; NULL and 0 for
+ * none): 0, or KVW_EINVAL / KVW_ENOMEM with e's error set. */
+static int state_pack(struct kvw_engine *e, const char *what,
+		      const struct kvw_state_rows *state, uint32_t nstate,
+		      uint8_t **out, size_t *len)
+{
+	const uint32_t *lists[KVW_MAX_STATE];
+	uint32_t n[KVW_MAX_STATE];
+	size_t need = 0;
+
+	*out = NULL;
+	*len = 0;
+	if (nstate == 0)
+		return 0;
+	if (state == NULL || nstate > KVW_MAX_STATE) {
+		snprintf(e->err, sizeof e->err, "%s: %u state lists (at most "
+			 "%u; state not NULL)", what, nstate, KVW_MAX_STATE);
+		return KVW_EINVAL;
+	}
+	for (uint32_t i = 0; i < nstate; i++) {
+		if (state[i].n > KVW_MAX_STATE_IDX ||
+		    (state[i].n && state[i].rows == NULL)) {
+			snprintf(e->err, sizeof e->err, "%s: state list %u of "
+				 "%u rows (at most %u; rows not NULL)", what,
+				 i, state[i].n, KVW_MAX_STATE_IDX);
+			return KVW_EINVAL;
+		}
+		lists[i] = state[i].rows;
+		n[i] = state[i].n;
+		need += 4 + 4 * (size_t)state[i].n;
+	}
+	*out = malloc(need);
+	if (*out == NULL) {
+		snprintf(e->err, sizeof e->err, "%s: out of memory", what);
+		return KVW_ENOMEM;
+	}
+	*len = frame_state_pack(*out, need, nstate, n, lists);
+	return 0;
+}
+
+int kvw_send_last_state(struct kvw_engine *e, uint64_t room,
+			const uint32_t *pages, uint32_t n,
+			const struct kvw_state_rows *state, uint32_t nstate)
+{
+	struct frame_msg m;
+	uint8_t *part;
+	size_t len;
+	int rc;
+
+	if (n > KVW_MAX_PAGES)
+		return bad(e, "SEND_CHUNK: more than KVW_MAX_PAGES pages");
+	if (n > 0 && pages == NULL)
+		return bad(e, "SEND_CHUNK: pages is NULL");
+	rc = state_pack(e, "SEND_CHUNK", state, nstate, &part, &len);
+	if (rc < 0)
+		return rc;
+	frame_msg_init(&m, FRAME_SEND_CHUNK, 0, room, e->epoch);
+	m.u.send_chunk.is_last = 1;
+	m.u.send_chunk.pages = frame_u32s_of(pages, n);
+	m.u.send_chunk.state = (struct frame_bytes){ part, (uint32_t)len };
+	rc = send_msg(e, &m);
+	free(part);
+	return rc;
+}
+
 int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 		   const char *bootstrap_ep, uint32_t prefill_dp_rank,
 		   const uint32_t *pages, uint32_t n, uint32_t aux_slot,
 		   uint32_t prefix_tokens)
 {
+	return kvw_recv_begin_state(e, room, bootstrap_ep, prefill_dp_rank,
+				    pages, n, aux_slot, prefix_tokens, NULL,
+				    0);
+}
+
+int kvw_recv_begin_state(struct kvw_engine *e, uint64_t room,
+			 const char *bootstrap_ep, uint32_t prefill_dp_rank,
+			 const uint32_t *pages, uint32_t n, uint32_t aux_slot,
+			 uint32_t prefix_tokens,
+			 const struct kvw_state_rows *state, uint32_t nstate)
+{
 	struct frame_msg m;
+	uint8_t *part;
 	size_t len;
+	int rc;
 
 	if (bootstrap_ep == NULL || *bootstrap_ep == '\0')
 		return bad(e, "RECV_BEGIN: bootstrap address missing");
@@ -315,7 +393,13 @@ int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 	m.u.recv_begin.prefill_dp_rank = prefill_dp_rank;
 	m.u.recv_begin.prefix_tokens = prefix_tokens;
 	m.u.recv_begin.pages = frame_u32s_of(pages, n);
-	return send_begin(e, &m);
+	rc = state_pack(e, "RECV_BEGIN", state, nstate, &part, &len);
+	if (rc < 0)
+		return rc;
+	m.u.recv_begin.state = (struct frame_bytes){ part, (uint32_t)len };
+	rc = send_begin(e, &m);
+	free(part);
+	return rc;
 }
 
 int kvw_abort(struct kvw_engine *e, uint64_t room)

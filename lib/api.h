@@ -178,6 +178,31 @@ KVW_API int kvw_send_begin(struct kvw_engine *e, uint64_t room, uint32_t num_pag
 KVW_API int kvw_send_chunk(struct kvw_engine *e, uint64_t room, const uint32_t *pages,
 		   uint32_t n, int is_last);
 
+/* The rows of one state component a room names (struct kvw_state_spec,
+ * docs/ARCHITECTURE.md "State components"): a request's slot (slot
+ * kind), its pages of the component's pool (paged) or its positions
+ * (exact). n of 0: none of this component. */
+struct kvw_state_rows {
+	const uint32_t *rows;
+	uint32_t n;
+};
+
+/* The room's last SEND_CHUNK (as kvw_send_chunk with is_last) with its
+ * state rows: state[i] the prefill engine's rows of component i, nstate
+ * at most KVW_MAX_STATE, each at most KVW_MAX_STATE_IDX rows (copied
+ * before return). They move with the room's last pages and its metadata
+ * rows, each to the rows the decode named for that component: one row a
+ * side (slot), the first min(both) rows (paged, a difference warned), or
+ * equal lists (exact); anything else, or a row outside its buffer, fails
+ * the room (bad index) before a byte of its last job moves. A component
+ * the decode names no rows of is not sent. KVW_EINVAL for more lists or
+ * rows than the caps, or a NULL list with rows; state rows sent to a
+ * group without state components fail the room. */
+KVW_API int kvw_send_last_state(struct kvw_engine *e, uint64_t room,
+				const uint32_t *pages, uint32_t n,
+				const struct kvw_state_rows *state,
+				uint32_t nstate);
+
 /* ---- decode side (kv-receiver) --------------------------------------- */
 
 /* RECV_BEGIN: receive the room from the prefill instance whose bootstrap is
@@ -203,6 +228,23 @@ KVW_API int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
 		   const char *bootstrap_ep, uint32_t prefill_dp_rank,
 		   const uint32_t *pages, uint32_t n, uint32_t aux_slot,
 		   uint32_t prefix_tokens);
+
+/* kvw_recv_begin with the rows of each state component the room's state
+ * lands in (state[i]: component i; the caps of kvw_send_last_state).
+ * kv-receiver checks them against its layout before any prefill rank
+ * hears of the room: a list for a component the layout lacks, a row
+ * outside its component, more than one row of a slot component, or state
+ * on a tcp group (state moves on shm only so far) fails the room (bad
+ * index). Each prefill rank that holds the component sends its rows
+ * there (a replicated one: one prefill rank per decode rank); Success
+ * means they landed. */
+KVW_API int kvw_recv_begin_state(struct kvw_engine *e, uint64_t room,
+				 const char *bootstrap_ep,
+				 uint32_t prefill_dp_rank,
+				 const uint32_t *pages, uint32_t n,
+				 uint32_t aux_slot, uint32_t prefix_tokens,
+				 const struct kvw_state_rows *state,
+				 uint32_t nstate);
 
 /* RECV_ABORT: fail the room (reason aborted) and ask every prefill target
  * to stop; the room's flags show KVW_ROOM_F_RELEASABLE once all acked (a

@@ -230,6 +230,15 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 	return rc;
 }
 
+/* Whether a row at so / dof (a row index times the item length, which
+ * may have wrapped) leaves either buffer of the pair. */
+static int row_outside(const struct pair *pr, uint64_t so, uint64_t dof)
+{
+	return so < pr->src_base || dof < pr->dst_base ||
+	       so + pr->src_item > pr->src_end ||
+	       dof + pr->dst_item > pr->dst_end;
+}
+
 uint32_t plan_state_max(const struct plan *p, uint32_t comp, uint32_t nrows)
 {
 	uint32_t n = 0;
@@ -275,9 +284,7 @@ int plan_state(const struct plan *p, uint32_t comp, const uint32_t *src_rows,
 			uint64_t dof = pr->dst_base +
 				       (uint64_t)dst_rows[r] * pr->dst_item;
 
-			if (so + pr->src_item > pr->src_end ||
-			    dof + pr->dst_item > pr->dst_end ||
-			    so < pr->src_base || dof < pr->dst_base)
+			if (row_outside(pr, so, dof))
 				return kvw_errf(err, errlen, KVW_ERANGE,
 						"state component %u: row %u "
 						"(source) or %u (destination) "

@@ -48,6 +48,15 @@ NO_AUX = 0xFFFFFFFF  # KVW_NO_AUX: a room that only tells of an abort
 MAX_STR = 255      # KVW_MAX_STR
 
 
+MAX_STATE = 8  # KVW_MAX_STATE: state components of a layout
+MAX_STATE_IDX = 4096  # KVW_MAX_STATE_IDX: rows of one component a room names
+
+
+class StateRows(ctypes.Structure):
+    """struct kvw_state_rows: one state component's rows of a room."""
+    _fields_ = [("rows", ctypes.c_void_p), ("n", ctypes.c_uint32)]
+
+
 class HostBuf(ctypes.Structure):
     """struct kvw_host_buf of lib/api.h."""
     _fields_ = [("ptr", ctypes.c_uint64), ("len", ctypes.c_uint64),
@@ -118,6 +127,11 @@ def _load():
         "kvw_send_chunk": (I, [P, U64, P, U32, I]),
         "kvw_recv_begin": (I, [P, U64, ctypes.c_char_p, U32, P, U32,
                                U32, U32]),
+        "kvw_send_last_state": (I, [P, U64, P, U32,
+                                    ctypes.POINTER(StateRows), U32]),
+        "kvw_recv_begin_state": (I, [P, U64, ctypes.c_char_p, U32, P, U32,
+                                     U32, U32, ctypes.POINTER(StateRows),
+                                     U32]),
         "kvw_abort": (I, [P, U64]),
         "kvw_clear": (I, [P, U64]),
         "kvw_poll": (I, [P, U64, ctypes.POINTER(RoomStatus)]),

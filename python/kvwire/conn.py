@@ -566,6 +566,35 @@ def _pages_arg(kv_indices, pages, what):
     return u
 
 
+def _state_arg(state_indices, what):
+    """SGLang's state_indices (one list per state type, None or [] for a
+    type the room does not name) as (a kvw_state_rows array, its length,
+    the arrays it points into), or None when it names no row at all."""
+    if state_indices is None:
+        return None
+    lists = list(state_indices)
+    if len(lists) > _lib.MAX_STATE:
+        raise ValueError("%s: %d state lists, at most %d" %
+                         (what, len(lists), _lib.MAX_STATE))
+    keep = []
+    for i, rows in enumerate(lists):
+        a = np.asarray([] if rows is None else rows)
+        if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+            raise TypeError("%s: state list %d must be a 1-D list of "
+                            "integers" % (what, i))
+        if a.size > _lib.MAX_STATE_IDX or (a.size and a.min() < 0):
+            raise ValueError("%s: state list %d: %d rows, each >= 0 (at "
+                             "most %d)" % (what, i, a.size,
+                                           _lib.MAX_STATE_IDX))
+        keep.append(np.ascontiguousarray(a, dtype=np.uint32))
+    if not any(a.size for a in keep):
+        return None
+    arr = (_lib.StateRows * len(keep))(
+        *(_lib.StateRows(a.ctypes.data if a.size else None, a.size)
+          for a in keep))
+    return arr, len(keep), keep
+
+
 def _ptr(a):
     """The address of a contiguous array's data, for a c_void_p argument."""
     return a.ctypes.data
@@ -770,8 +799,7 @@ class KVSender(_Room):
         if self.num_kv_indices is None:
             raise RuntimeError("send: room %d before init()"
                                % self.bootstrap_room)
-        if state_indices:  # SGLang passes [] (no state types) every time
-            raise NotImplementedError("send: kvwire moves no state buffers")
+        state = _state_arg(state_indices, "send")
         if self.conclude_state is not None:
             raise RuntimeError("send: room %d already %s" % (
                 self.bootstrap_room, "failed" if self.conclude_state ==
@@ -782,11 +810,21 @@ class KVSender(_Room):
             raise ValueError("send: %d pages after %d run past the %d of "
                              "init()" % (n, self.sent, self.num_kv_indices))
         end = self.sent + n
+        if state is not None and end != self.num_kv_indices:
+            raise ValueError("send: state_indices go with the last chunk "
+                             "(%d of %d pages sent after this one)"
+                             % (end, self.num_kv_indices))
         for lo in range(0, max(n, 1), _lib.MAX_PAGES):
             part = pages[lo:lo + _lib.MAX_PAGES]
             last = end == self.num_kv_indices and lo + part.size >= n
             if part.size == 0 and not last:
                 break
+            if last and state is not None:
+                self.kv_mgr.call("kvw_send_last_state",
+                                 lib.kvw_send_last_state,
+                                 self.bootstrap_room, _ptr(part), part.size,
+                                 state[0], state[1])
+                continue
             self.kv_mgr.call("kvw_send_chunk", lib.kvw_send_chunk,
                              self.bootstrap_room, _ptr(part), part.size,
                              int(last))
@@ -877,9 +915,7 @@ class KVReceiver(_Room):
         if self._begun:
             raise RuntimeError("send_metadata: room %d sent twice"
                                % self.bootstrap_room)
-        if state_indices:
-            raise NotImplementedError("send_metadata: kvwire moves no state "
-                                      "buffers")
+        state = _state_arg(state_indices, "send_metadata")
         a = self.kv_mgr.kv_args
         prefix = int(decode_prefix_len or 0)
         if prefix < 0 or prefix % a.page_size:
@@ -893,10 +929,17 @@ class KVReceiver(_Room):
         if pages.size > _lib.MAX_PAGES:
             raise ValueError("send_metadata: more than %d pages"
                              % _lib.MAX_PAGES)
-        self.kv_mgr.call("kvw_recv_begin", lib.kvw_recv_begin,
-                         self.bootstrap_room, self._endpoint.encode(),
-                         self.prefill_dp_rank, _ptr(pages), pages.size,
-                         int(aux_index), prefix)
+        if state is None:
+            self.kv_mgr.call("kvw_recv_begin", lib.kvw_recv_begin,
+                             self.bootstrap_room, self._endpoint.encode(),
+                             self.prefill_dp_rank, _ptr(pages), pages.size,
+                             int(aux_index), prefix)
+        else:
+            self.kv_mgr.call("kvw_recv_begin_state",
+                             lib.kvw_recv_begin_state,
+                             self.bootstrap_room, self._endpoint.encode(),
+                             self.prefill_dp_rank, _ptr(pages), pages.size,
+                             int(aux_index), prefix, state[0], state[1])
         self._epoch = self.kv_mgr.epoch()
         self._npages = int(pages.size)
         self._begun = True

@@ -11,7 +11,12 @@ import dataclasses
 
 from . import _lib
 
-ROLE_K, ROLE_V, ROLE_KV, ROLE_AUX = 0, 1, 2, 3  # enum kvw_role
+ROLE_K, ROLE_V, ROLE_KV, ROLE_AUX, ROLE_STATE = 0, 1, 2, 3, 4  # kvw_role
+
+
+def state_layer(component, layer):
+    """KVW_STATE_LAYER: the layer id of a state component's buffer."""
+    return component << 16 | layer
 _ROLES = {0: "bootstrap", 1: "prefill", 2: "decode", 3: "heartbeat"}
 _MAX_MEMBERS = 256  # RUNINFO_MAX_MEMBERS
 

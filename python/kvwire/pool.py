@@ -9,7 +9,8 @@ import weakref
 
 import numpy as np
 
-from .layout import ROLE_AUX, ROLE_K, ROLE_KV, ROLE_V
+from .layout import ROLE_AUX, ROLE_K, ROLE_KV, ROLE_STATE, ROLE_V, \
+    state_layer
 
 
 class KVPool:
@@ -57,7 +58,7 @@ class KVPool:
 
     def _view(self, b):
         s = self._shape
-        if b.role == ROLE_AUX:
+        if b.role in (ROLE_AUX, ROLE_STATE):
             shape = (b.pages, b.item_len)
             dt = np.uint8
         else:
@@ -85,6 +86,11 @@ class KVPool:
 
     def v(self, layer_id):
         return self.buffer(layer_id, ROLE_V)
+
+    def state(self, component, layer_id):
+        """State component `component`'s buffer of layer layer_id: its
+        rows x row bytes (this rank's part of a sharded row), uint8."""
+        return self.buffer(state_layer(component, layer_id), ROLE_STATE)
 
     @property
     def aux(self):

@@ -290,7 +290,8 @@ def test_bad_use_is_refused(mgrs, group):
         s.send(np.array([-1], np.int32))
     with pytest.raises(ValueError, match="run past the 2 of init"):
         s.send(np.array([1, 2, 3], np.int32))
-    with pytest.raises(NotImplementedError, match="no state buffers"):
+    with pytest.raises(ValueError, match="state_indices go with the last "
+                       "chunk"):
         s.send(np.array([1], np.int32), state_indices=[[1]])
     s.clear()
     with pytest.raises(RuntimeError, match="used after clear"):

@@ -317,6 +317,48 @@ static uint32_t repeated_page(struct receiver *r, const struct rx_room *room)
 	return dup;
 }
 
+/* Why the room's state rows cannot be granted ("" when they can): every
+ * list names a component of the layout, every row lies inside it, a slot
+ * component names one row, and the transport writes state (the tcp
+ * sink's grants cover pages and aux rows only, so far). */
+static void state_bad(const struct receiver *r, const struct rx_room *room,
+		      char *why, size_t whylen)
+{
+	const struct frame_bytes st = { room->state, room->state_len };
+	uint32_t rows[KVW_MAX_STATE_IDX];
+	uint32_t lists = frame_state_lists(st);
+
+	if (!room->state_len)
+		return;
+	if (r->nsinks) {
+		snprintf(why, whylen, "state rows on tcp: state components "
+			 "move on shm only so far");
+		return;
+	}
+	if (lists > r->shape.nstate) {
+		snprintf(why, whylen, "%u state lists, the layout has %u "
+			 "components", lists, r->shape.nstate);
+		return;
+	}
+	for (uint32_t c = 0; c < lists; c++) {
+		uint32_t n = frame_state_get(st, c, rows);
+
+		if (r->shape.state[c].kind == KVW_STATE_SLOT && n > 1) {
+			snprintf(why, whylen, "state component %u (slot): %u "
+				 "rows, want one", c, n);
+			return;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			if (rows[i] >= r->shape.state[c].rows) {
+				snprintf(why, whylen, "state component %u: "
+					 "row %u (position %u) outside its %u "
+					 "rows", c, rows[i], i,
+					 r->shape.state[c].rows);
+				return;
+			}
+	}
+}
+
 /* The engine's page indices and aux slot must lie inside this rank's pool,
  * no destination page may be named twice (two source pages would land
  * on one), and a decode prefix must end on a page boundary (the prefill
@@ -326,7 +368,7 @@ static uint32_t repeated_page(struct receiver *r, const struct rx_room *room)
 static int pages_bad(struct receiver *r, struct rx_room *room)
 {
 	unsigned reason = KVW_R_BAD_INDEX;
-	char why[120];
+	char why[160] = "";
 	uint32_t i;
 
 	for (i = 0; i < room->npages; i++)
@@ -343,6 +385,8 @@ static int pages_bad(struct receiver *r, struct rx_room *room)
 		snprintf(why, sizeof why, "decode prefix of %u tokens is not a "
 			 "whole number of %u-token pages", room->prefix_tokens,
 			 r->shape.page_tokens);
+	} else if (state_bad(r, room, why, sizeof why), why[0]) {
+		/* why says it */
 	} else if ((i = repeated_page(r, room)) < room->npages) {
 		snprintf(why, sizeof why, "destination page %u given twice "
 			 "(again at position %u)", room->pages[i], i);
@@ -392,7 +436,12 @@ static void recv_begin(struct receiver *r, const struct frame_msg *m)
 				room->pages[i] = frame_u32s_get(b->pages, i);
 		room->npages = b->pages.n;
 	}
-	if (!room || (b->pages.n && !room->pages)) {
+	if (room && b->state.len && (room->state = malloc(b->state.len))) {
+		memcpy(room->state, b->state.p, b->state.len);
+		room->state_len = b->state.len;
+	}
+	if (!room || (b->pages.n && !room->pages) ||
+	    (b->state.len && !room->state)) {
 		receiver_room_free(room);
 		(void)rtab_fail(r->tab, ref, KVW_R_BOOTSTRAP);
 		LOG_ROOM(LOG_ERROR, id, "out of memory");

@@ -81,6 +81,10 @@ struct rx_room {
 	struct kvw_topo ptopo; /* the prefill topology its targets map */
 	uint32_t *pages;
 	uint32_t npages;
+	uint8_t *state;       /* its state rows, packed as RECV_BEGIN had them
+			       * (frame_state_get); each real target's
+			       * XFER_INFO carries them */
+	uint32_t state_len;
 	uint32_t aux_slot, prefill_dp;
 	uint32_t prefix_tokens; /* held already: the prefill skips them */
 	char boot_ep[FRAME_STR_SIZE];

@@ -86,6 +86,7 @@ void receiver_room_free(struct rx_room *room)
 	receiver_rset_free(&room->acked);
 	free(room->targets);
 	free(room->pages);
+	free(room->state);
 	free(room);
 }
 
@@ -525,9 +526,11 @@ static int xfer_info_to(struct receiver *r, const struct rx_room *room,
 	x->required_dst_info_num = room->required_dst_info_num;
 	x->dummy = dummy;
 	x->token = t->token;
-	if (!dummy)
+	if (!dummy) {
 		x->pages = frame_u32s_of(room->pages + t->page_start,
 					 t->page_count);
+		x->state = (struct frame_bytes){ room->state, room->state_len };
+	}
 	return peer_send(r, t->peer, &m);
 }
 

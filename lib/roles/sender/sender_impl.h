@@ -71,6 +71,7 @@ struct sender_peer {
  * id's next incarnation); pages point into the frame or a held copy. */
 struct sender_xfer {
 	struct frame_u32s pages;
+	struct frame_bytes state; /* its state rows (frame_state_get) */
 	uint32_t aux_slot;
 	uint32_t required;      /* required_dst_info_num */
 	uint32_t prefix_tokens; /* the decode holds these already */
@@ -83,6 +84,8 @@ struct sender_dst {
 	struct sender_peer *peer;
 	uint32_t *pages; /* owned */
 	uint32_t npages;
+	uint8_t *state;  /* owned: its state rows, as XFER_INFO packs them */
+	uint32_t state_len;
 	uint32_t aux_slot;
 	uint32_t prefix_tokens;
 	uint64_t token; /* its XFER_INFO's incarnation token (STATUS echoes it) */
@@ -128,6 +131,8 @@ struct sender_room {
 	struct sender_dst *dst;
 	uint32_t ndst, capdst;
 	uint32_t required; /* required_dst_info_num (0: no XFER_INFO yet) */
+	uint8_t *src_state; /* owned: the last chunk's state rows (packed) */
+	uint32_t src_state_len;
 	struct sender_ack *acks; /* ABORT requesters waiting for the ack */
 	uint32_t nacks, capacks;
 	uint64_t ack_deadline_ns; /* acks still owed then are dropped; 0: none */
@@ -283,9 +288,26 @@ void sender_rooms_foreach(struct sender_rooms *m,
 int sender_room_has_dst(const struct sender_room *r,
 			const struct sender_peer *p);
 
+/* Makes sure s->pc and s->fc hold n copies; 0 or KVW_ENOMEM. */
+int sender_scratch(struct sender *s, size_t n);
+
+/* Frees what a destination owns (its pages and state rows). */
+void sender_dst_free(struct sender_dst *d);
+
+/* Keeps a copy of the last chunk's state rows (packed as the frame has
+ * them; none for len 0). 0 or KVW_ENOMEM (the old ones kept). */
+int sender_room_set_src_state(struct sender_room *r, struct frame_bytes st);
+
+/* The state copies of destination di of room r, appended at s->pc[*nc..)
+ * (*nc grows): every state component both layouts hold, its rows by its
+ * kind's rule (sender_state.c). 0; KVW_ERANGE / KVW_EINVAL with why (the
+ * room must fail: bad index); KVW_ENOMEM. */
+int sender_state_copies(struct sender *s, const struct sender_room *r,
+			uint32_t di, size_t *nc, char *why, size_t whylen);
+
 /* Adds or overwrites (same peer) the destination of peer p with a copy of
- * x's pages. Returns its index (>= 0), KVW_ENOMEM, or KVW_ERANGE when the
- * room already has SENDER_MAX_DST destinations. */
+ * x's pages and state rows. Returns its index (>= 0), KVW_ENOMEM, or
+ * KVW_ERANGE when the room already has SENDER_MAX_DST destinations. */
 int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,
 			const struct sender_xfer *x);
 /* Holds a copy of an XFER_INFO (peer p's destination and the number of

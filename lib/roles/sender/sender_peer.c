@@ -463,6 +463,7 @@ void sender_peer_take_held(struct sender *s, uint64_t id,
 			   const struct sender_dst *d, uint32_t required)
 {
 	struct sender_xfer x = { .pages = frame_u32s_of(d->pages, d->npages),
+				 .state = { d->state, d->state_len },
 				 .aux_slot = d->aux_slot, .required = required,
 				 .prefix_tokens = d->prefix_tokens,
 				 .token = d->token, .dummy = d->dummy };
@@ -475,7 +476,8 @@ static void on_xfer_info(struct sender *s, const struct wire_in *in,
 {
 	const struct frame_xfer_info *f = &m->u.xfer_info;
 	struct sender_peer *p = peer_by_hdr(s, &m->hdr);
-	struct sender_xfer x = { .pages = f->pages, .aux_slot = f->aux_slot,
+	struct sender_xfer x = { .pages = f->pages, .state = f->state,
+				 .aux_slot = f->aux_slot,
 				 .required = f->required_dst_info_num,
 				 .prefix_tokens = f->prefix_tokens,
 				 .token = f->token, .dummy = f->dummy };

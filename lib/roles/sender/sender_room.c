@@ -20,9 +20,10 @@ static void room_free(struct sender_room *r)
 {
 	sender_room_drop_chunks(r);
 	for (uint32_t i = 0; i < r->ndst; i++)
-		free(r->dst[i].pages);
+		sender_dst_free(&r->dst[i]);
 	for (uint32_t i = 0; i < r->nheld; i++)
-		free(r->held[i].pages);
+		sender_dst_free(&r->held[i]);
+	free(r->src_state);
 	free(r->dst);
 	free(r->held);
 	free(r->q);
@@ -137,6 +138,7 @@ static int dst_put(struct sender_dst **arr, uint32_t *n, uint32_t *cap,
 {
 	uint32_t i;
 	uint32_t *copy;
+	uint8_t *state = NULL;
 
 	for (i = 0; i < *n; i++)
 		if ((*arr)[i].peer == p)
@@ -148,19 +150,48 @@ static int dst_put(struct sender_dst **arr, uint32_t *n, uint32_t *cap,
 			return KVW_ENOMEM;
 	}
 	copy = pages_copy(x->pages);
-	if (!copy)
+	if (x->state.len && (state = malloc(x->state.len)))
+		memcpy(state, x->state.p, x->state.len);
+	if (!copy || (x->state.len && !state)) {
+		free(copy);
+		free(state);
 		return KVW_ENOMEM;
+	}
 	if (i == *n)
 		(*n)++;
 	else
-		free((*arr)[i].pages);
+		sender_dst_free(&(*arr)[i]);
 	(*arr)[i] = (struct sender_dst){ .peer = p, .pages = copy,
 					 .npages = x->pages.n,
+					 .state = state,
+					 .state_len = x->state.len,
 					 .aux_slot = x->aux_slot,
 					 .prefix_tokens = x->prefix_tokens,
 					 .token = x->token,
 					 .dummy = x->dummy ? 1 : 0 };
 	return (int)i;
+}
+
+void sender_dst_free(struct sender_dst *d)
+{
+	free(d->pages);
+	free(d->state);
+	d->pages = NULL;
+	d->state = NULL;
+}
+
+int sender_room_set_src_state(struct sender_room *r, struct frame_bytes st)
+{
+	uint8_t *copy = NULL;
+
+	if (st.len && !(copy = malloc(st.len)))
+		return KVW_ENOMEM;
+	if (st.len)
+		memcpy(copy, st.p, st.len);
+	free(r->src_state);
+	r->src_state = copy;
+	r->src_state_len = st.len;
+	return 0;
 }
 
 int sender_room_set_dst(struct sender_room *r, struct sender_peer *p,

@@ -191,7 +191,7 @@ void sender_room_retire(struct sender *s, struct sender_room *r)
 	sender_rooms_del(&s->rooms, id);
 	for (uint32_t i = 0; i < n; i++) {
 		sender_peer_take_held(s, id, &held[i], required);
-		free(held[i].pages);
+		sender_dst_free(&held[i]);
 	}
 	free(held);
 }
@@ -226,7 +226,7 @@ void sender_room_acks(struct sender *s, struct sender_room *r)
 }
 
 /* Makes sure the scratch holds n copies; 0 or KVW_ENOMEM. */
-static int scratch(struct sender *s, size_t n)
+int sender_scratch(struct sender *s, size_t n)
 {
 	struct plan_copy *pc;
 	struct frame_copy *fc;
@@ -263,6 +263,29 @@ static uint64_t copy_bytes(const struct frame_copy *c, size_t n)
 	return b;
 }
 
+/* Adds destination di's state copies to the nc copies of its final job,
+ * before its metadata rows (the AUX copies plan_chunk put last), as
+ * SGLang sends them: KV, then state, then metadata. */
+static int state_join(struct sender *s, struct sender_room *r, uint32_t di,
+		      size_t *nc, char *why, size_t whylen)
+{
+	uint32_t naux = plan_naux(r->dst[di].peer->plan);
+	struct plan_copy aux[KVW_MAX_AUX];
+	size_t before = *nc, base = *nc - naux;
+	int rc;
+
+	if (naux > KVW_MAX_AUX || naux > *nc)
+		return KVW_EINVAL;
+	rc = sender_state_copies(s, r, di, nc, why, whylen);
+	if (rc < 0 || *nc == before)
+		return rc;
+	memcpy(aux, s->pc + base, naux * sizeof aux[0]);
+	memmove(s->pc + base, s->pc + before,
+		(*nc - before) * sizeof s->pc[0]);
+	memcpy(s->pc + *nc - naux, aux, naux * sizeof aux[0]);
+	return 0;
+}
+
 /* Plans and sends the jobs for `n` pages of chunk c (from page `off` of
  * it) to destination di. Returns 0, or fails the room and returns < 0. */
 static int send_job(struct sender *s, struct sender_room *r, uint32_t w,
@@ -281,8 +304,13 @@ static int send_job(struct sender *s, struct sender_room *r, uint32_t w,
 		rc = plan_chunk(d->peer->plan, c->pages + off, dp + off, n, aux,
 				r->aux_slot, d->aux_slot, s->pc, s->cap_copies,
 				&nc, why, sizeof why);
-		if (rc != KVW_ENOMEM || nc <= s->cap_copies || scratch(s, nc))
+		if (rc != KVW_ENOMEM || nc <= s->cap_copies || sender_scratch(s, nc))
 			break;
+	}
+	if (rc == 0 && aux && s->shape.nstate) {
+		rc = state_join(s, r, di, &nc, why, sizeof why);
+		if (rc == KVW_EINVAL) /* a kind's rule */
+			rc = KVW_ERANGE;
 	}
 	if (rc == KVW_ERANGE) {
 		sender_room_fail(s, r, KVW_R_BAD_INDEX, why);
@@ -487,6 +515,18 @@ static void on_send_chunk(struct sender *s, const struct frame_msg *m)
 	if (st < 0 || rtab_terminal((unsigned)st)) {
 		LOG_ROOM(LOG_DEBUG, r->id, "SEND_CHUNK for a %s room ignored",
 			 kvw_state_str((unsigned)st));
+		return;
+	}
+	if (c->state.len && (!c->is_last || !s->shape.nstate)) {
+		sender_room_fail(s, r, KVW_R_BAD_INDEX,
+				 s->shape.nstate ? "state rows on a chunk that "
+						   "is not the last"
+						 : "state rows, and the layout "
+						   "has no state component");
+		return;
+	}
+	if (c->is_last && sender_room_set_src_state(r, c->state) < 0) {
+		sender_room_fail(s, r, KVW_R_TRANSFER, "out of memory");
 		return;
 	}
 	switch (sender_room_push_chunk(r, c->pages, c->is_last)) {
