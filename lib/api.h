@@ -233,9 +233,8 @@ KVW_API int kvw_recv_begin(struct kvw_engine *e, uint64_t room,
  * lands in (state[i]: component i; the caps of kvw_send_last_state).
  * kv-receiver checks them against its layout before any prefill rank
  * hears of the room: a list for a component the layout lacks, a row
- * outside its component, more than one row of a slot component, or state
- * on a tcp group (state moves on shm only so far) fails the room (bad
- * index). Each prefill rank that holds the component sends its rows
+ * outside its component or more than one row of a slot component fails
+ * the room (bad index). Each prefill rank that holds the component sends its rows
  * there (a replicated one: one prefill rank per decode rank); Success
  * means they landed. */
 KVW_API int kvw_recv_begin_state(struct kvw_engine *e, uint64_t room,

@@ -26,6 +26,10 @@ struct rtab_grant {
 	size_t len;
 	int writable;
 	uint32_t nbufs, nslots, npages, naux;
+	/* State rows (RTAB_GRANT_STATE buffers): component c's owner words
+	 * are state_owner[state_base[c] .. + state_rows[c]). */
+	uint32_t state_base[KVW_MAX_STATE], state_rows[KVW_MAX_STATE];
+	uint32_t nstate_rows;
 	struct rtab_grant_buf *bufs;    /* private copy, sorted by offset */
 	struct rtab_grant_room *rooms;  /* in the map */
 	struct rtab_grant_target *slices; /* in the map; appended only */
@@ -33,13 +37,35 @@ struct rtab_grant {
 	uint8_t key[16];                /* rtab_grant_token's */
 	_Atomic uint64_t *page_owner;   /* in the map */
 	_Atomic uint64_t *aux_owner;    /* in the map */
+	_Atomic uint64_t *state_owner;  /* in the map */
 };
+
+/* The state-row maps a sorted layout needs: each component's rows (the
+ * most of its buffers), their bases, and the total in *total. */
+static void state_maps(const struct rtab_grant_buf *b, uint32_t n,
+		       uint32_t rows[KVW_MAX_STATE], uint32_t base[KVW_MAX_STATE],
+		       uint32_t *total)
+{
+	uint64_t sum = 0;
+
+	memset(rows, 0, KVW_MAX_STATE * sizeof rows[0]);
+	for (uint32_t i = 0; i < n; i++)
+		if (b[i].aux == RTAB_GRANT_STATE && b[i].reserved0 < KVW_MAX_STATE &&
+		    b[i].pages > rows[b[i].reserved0])
+			rows[b[i].reserved0] = b[i].pages;
+	for (uint32_t c = 0; c < KVW_MAX_STATE; c++) {
+		base[c] = (uint32_t)sum;
+		sum += rows[c];
+	}
+	*total = (uint32_t)sum;
+}
 
 static uint64_t pack(struct rtab_ref ref)
 {
 	return (uint64_t)ref.gen << 32 | ref.slot;
 }
 
+/* naux: aux slots and state rows together (both maps follow the pages). */
 static size_t grant_len(uint32_t nbufs, uint32_t nslots, uint32_t npages,
 			uint32_t naux)
 {
@@ -65,8 +91,13 @@ static int bufs_check(const struct rtab_grant_buf *b, uint32_t n,
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t end;
 
-		if (b[i].item_len == 0 || b[i].pages == 0 || b[i].aux > 1 ||
-		    b[i].pages > (b[i].aux ? naux : npages) ||
+		if (b[i].item_len == 0 || b[i].pages == 0 ||
+		    b[i].aux > RTAB_GRANT_STATE ||
+		    (b[i].aux == RTAB_GRANT_STATE &&
+		     b[i].reserved0 >= KVW_MAX_STATE) ||
+		    (b[i].aux != RTAB_GRANT_STATE && b[i].reserved0) ||
+		    b[i].pages > (b[i].aux == 1 ? naux : b[i].aux ? GRANT_MAX_PAGES
+							      : npages) ||
 		    __builtin_add_overflow(b[i].offset,
 					   (uint64_t)b[i].item_len * b[i].pages,
 					   &end) ||
@@ -115,6 +146,9 @@ static int map_fd(int fd, size_t len, int writable,
 	base += (size_t)RTAB_GRANT_SLICES * sizeof(struct rtab_grant_target);
 	g->page_owner = (_Atomic uint64_t *)(void *)base;
 	g->aux_owner = g->page_owner + h->npages;
+	state_maps(bufs, h->nbufs, g->state_rows, g->state_base,
+		   &g->nstate_rows);
+	g->state_owner = g->aux_owner + h->naux;
 	*out = g;
 	return 0;
 }
@@ -140,8 +174,11 @@ int rtab_grant_create(const char *path, uint32_t nslots,
 	if (!b)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < nbufs; i++) {
-		uint32_t aux = bufs[i].role == KVW_ROLE_AUX;
-		uint32_t *most = aux ? &h.naux : &h.npages;
+		uint32_t aux = bufs[i].role == KVW_ROLE_AUX ? 1
+			       : bufs[i].role == KVW_ROLE_STATE ? RTAB_GRANT_STATE
+								 : 0;
+		uint32_t *most = aux == 1 ? &h.naux : &h.npages;
+		uint32_t none = 0;
 
 		if (bufs[i].pages == 0)
 			continue; /* nothing to grant in it */
@@ -149,8 +186,13 @@ int rtab_grant_create(const char *path, uint32_t nslots,
 			.offset = bufs[i].offset, .item_len = bufs[i].item_len,
 			.pages = bufs[i].pages, .aux = (uint8_t)aux,
 			.layer_id = bufs[i].layer_id, .role = bufs[i].role,
+			.reserved0 = aux == RTAB_GRANT_STATE
+					     ? (uint16_t)KVW_STATE_OF(bufs[i].layer_id)
+					     : 0,
 			.end = bufs[i].offset +
 			       (uint64_t)bufs[i].item_len * bufs[i].pages };
+		if (aux == RTAB_GRANT_STATE)
+			most = &none; /* rows of their own map */
 		if (bufs[i].pages > *most)
 			*most = bufs[i].pages;
 		h.nbufs++;
@@ -173,7 +215,18 @@ int rtab_grant_create(const char *path, uint32_t nslots,
 		free(b);
 		return kvw_errf(err, errlen, KVW_EINVAL, "grant: path too long");
 	}
-	len = grant_len(h.nbufs, nslots, h.npages, h.naux);
+	{
+		uint32_t rows[KVW_MAX_STATE], base[KVW_MAX_STATE], total;
+
+		state_maps(b, h.nbufs, rows, base, &total);
+		if (total > GRANT_MAX_PAGES) {
+			free(b);
+			return kvw_errf(err, errlen, KVW_EINVAL, "grant: %u "
+					"state rows, at most %u", total,
+					GRANT_MAX_PAGES);
+		}
+		len = grant_len(h.nbufs, nslots, h.npages, h.naux + total);
+	}
 	blen = (size_t)h.nbufs * sizeof *b;
 	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
@@ -215,15 +268,20 @@ int rtab_grant_open(const char *path, struct rtab_grant **out, char *err,
 	    h.magic == RTAB_GRANT_MAGIC && h.version == RTAB_GRANT_VERSION &&
 	    h.nbufs <= KVW_MAX_BUFFERS && h.nslots >= 1 &&
 	    h.nslots <= RTAB_MAX_CAPACITY && h.npages <= GRANT_MAX_PAGES &&
-	    h.naux <= GRANT_MAX_PAGES &&
-	    (size_t)sb.st_size == grant_len(h.nbufs, h.nslots, h.npages, h.naux)) {
+	    h.naux <= GRANT_MAX_PAGES) {
 		size_t blen = (size_t)h.nbufs * sizeof *b;
+		uint32_t rows[KVW_MAX_STATE], base[KVW_MAX_STATE], total;
 
 		b = malloc(blen ? blen : 1);
 		if (!b)
 			rc = KVW_ENOMEM;
 		else if (pread(fd, b, blen, RTAB_GRANT_HDR) == (ssize_t)blen &&
-			 bufs_check(b, h.nbufs, h.npages, h.naux) == 0)
+			 bufs_check(b, h.nbufs, h.npages, h.naux) == 0 &&
+			 (state_maps(b, h.nbufs, rows, base, &total),
+			  total <= GRANT_MAX_PAGES) &&
+			 (size_t)sb.st_size == grant_len(h.nbufs, h.nslots,
+							 h.npages,
+							 h.naux + total))
 			rc = map_fd(fd, (size_t)sb.st_size, 0, &h, b, out);
 	}
 	close(fd);
@@ -385,6 +443,34 @@ static void disown(_Atomic uint64_t *w, uint64_t want)
 		w, &cur, 0, memory_order_release, memory_order_relaxed);
 }
 
+int rtab_grant_give_rows(struct rtab_grant *g, struct rtab_ref ref,
+			 uint32_t comp, const uint32_t *rows, uint32_t n)
+{
+	uint64_t want = pack(ref);
+
+	if (!g->writable || ref.gen == 0 || comp >= KVW_MAX_STATE ||
+	    (n && !rows))
+		return KVW_EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (rows[i] >= g->state_rows[comp])
+			return KVW_ERANGE;
+	for (uint32_t i = 0; i < n; i++)
+		atomic_store_explicit(&g->state_owner[g->state_base[comp] +
+						      rows[i]],
+				      want, memory_order_release);
+	return 0;
+}
+
+void rtab_grant_withdraw_rows(struct rtab_grant *g, struct rtab_ref ref,
+			      uint32_t comp, const uint32_t *rows, uint32_t n)
+{
+	for (uint32_t i = 0; g && g->writable && comp < KVW_MAX_STATE &&
+			     rows && i < n; i++)
+		if (rows[i] < g->state_rows[comp])
+			disown(&g->state_owner[g->state_base[comp] + rows[i]],
+			       pack(ref));
+}
+
 int rtab_grant_withdraw(struct rtab_grant *g, struct rtab_ref ref,
 			const uint32_t *pages, uint32_t npages, uint32_t aux)
 {
@@ -470,11 +556,13 @@ static int slice_covers(const struct rtab_grant_target *t,
 			uint64_t len)
 {
 	uint64_t pos;
+	uint32_t layer;
 
-	if (b->aux)
+	if (b->aux == 1)
 		return (t->flags & RTAB_GRANT_T_AUX) != 0;
-	if (b->layer_id < t->layer_first ||
-	    b->layer_id - t->layer_first >= t->layer_count)
+	/* A state buffer's layer is the low half of its id. */
+	layer = b->aux == RTAB_GRANT_STATE ? b->layer_id & 0xFFFFu : b->layer_id;
+	if (layer < t->layer_first || layer - t->layer_first >= t->layer_count)
 		return 0;
 	if ((b->role != KVW_ROLE_K && b->role != KVW_ROLE_V) ||
 	    t->slice_len == 0 ||
@@ -503,8 +591,13 @@ int rtab_grant_covers(const struct rtab_grant *g,
 		return 0;
 	first = (off - b->offset) / b->item_len;
 	last = (end - 1 - b->offset) / b->item_len;
-	map = b->aux ? g->aux_owner : g->page_owner;
-	n = b->aux ? g->naux : g->npages;
+	if (b->aux == RTAB_GRANT_STATE) {
+		map = g->state_owner + g->state_base[b->reserved0];
+		n = g->state_rows[b->reserved0];
+	} else {
+		map = b->aux ? g->aux_owner : g->page_owner;
+		n = b->aux ? g->naux : g->npages;
+	}
 	for (uint64_t p = first; p <= last; p++)
 		if (p >= n || atomic_load_explicit(&map[p],
 						   memory_order_acquire) !=

@@ -58,7 +58,7 @@
 #include "rtab.h"
 
 #define RTAB_GRANT_MAGIC 0x544e524757564b00ull /* "\0KVWGRNT" */
-#define RTAB_GRANT_VERSION 2u
+#define RTAB_GRANT_VERSION 3u /* 3: state-row maps */
 #define RTAB_GRANT_HDR 64u
 #define RTAB_GRANT_NO_AUX UINT32_MAX /* rtab_grant_give: no aux slot */
 #define RTAB_GRANT_MAX_TARGETS 256u  /* targets of one room (index: 8 bits) */
@@ -86,10 +86,13 @@ struct rtab_grant_buf {
 	uint32_t item_len;
 	uint32_t pages;
 	uint32_t layer_id;
-	uint8_t aux;        /* 1: indexed by aux slot, 0: by pool page */
+	uint8_t aux;        /* 1: indexed by aux slot, 0: by pool page,
+			     * RTAB_GRANT_STATE: by the rows of its state
+			     * component */
 	uint8_t role;       /* enum kvw_role */
-	uint16_t reserved0;
+	uint16_t reserved0; /* RTAB_GRANT_STATE: its component; else 0 */
 };
+#define RTAB_GRANT_STATE 2u
 
 /* What one target (prefill rank) of a room may write, besides the room's
  * pages: buffers of layers [layer_first, layer_first + layer_count), the
@@ -193,6 +196,17 @@ int rtab_grant_give(struct rtab_grant *g, struct rtab_ref ref, uint64_t token,
 		    const uint32_t *pages, uint32_t npages, uint32_t aux);
 /* A slice of every layer, the aux slot and whole token slots. */
 struct rtab_grant_target rtab_grant_whole(void);
+
+/* Receiver: grants incarnation ref rows[0..n) of state component comp
+ * (after rtab_grant_give_targets, before the XFER_INFO that lets a
+ * prefill rank write them; a target may write the rows of its layers).
+ * 0, KVW_EINVAL (read-only, zero ref, comp of KVW_MAX_STATE or more) or
+ * KVW_ERANGE (a row outside the component) with nothing changed. */
+int rtab_grant_give_rows(struct rtab_grant *g, struct rtab_ref ref,
+			 uint32_t comp, const uint32_t *rows, uint32_t n);
+/* Frees the rows ref still owns (after rtab_grant_withdraw). */
+void rtab_grant_withdraw_rows(struct rtab_grant *g, struct rtab_ref ref,
+			      uint32_t comp, const uint32_t *rows, uint32_t n);
 
 /* Receiver: withdraws ref's grant, if the slot still grants ref: the
  * record is emptied first, then every page and the aux slot still owned

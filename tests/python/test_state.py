@@ -229,3 +229,28 @@ def test_tp2_to_1_a_sharded_component_is_refused_not_stuck(group_factory):
     finally:
         p0.close()
         dm.close()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_state_rows_move_on_each_transport_and_tcp_sinks_take_only_granted_rows(
+        group_factory, transport):
+    """On tcp a sink writes a row only if the decode granted it to the
+    room (lib/table/rtab_grant.h: state-row owner maps): rows land as on
+    shm, and a second room reusing the same rows after the first was
+    cleared gets them."""
+    from conftest import managers
+    g = group_factory(*SHAPE, "--state", STATE, "--transport", transport)
+    pm, dm = managers(g)
+    try:
+        for seed in (11, 12):
+            src = fill(pm.pool, seed)
+            before = fill(dm.pool, seed + 10)
+            s, r = room(pm, dm, [[3], [0, 31], [7]], [[0], [4, 5], [2]])
+            assert (r.poll(), s.poll()) == (KVPoll.Success, KVPoll.Success)
+            moved(before, dm, src, [(0, 0, 3), (1, 4, 0), (1, 5, 31),
+                                    (2, 2, 7)])
+            s.clear()
+            r.clear()
+    finally:
+        pm.close()
+        dm.close()

@@ -16,8 +16,12 @@
 
 #include <string.h>
 
+#include <stdio.h>
+#include <unistd.h>
+
 #include "plan/plan.h"
 #include "plan/shape.h"
+#include "table/rtab_grant.h"
 #include "wire/frame.h"
 
 #define MAXB 64
@@ -339,6 +343,54 @@ static void test_state_part_round_trips_and_bad_ones_are_refused(void **st)
 	}
 }
 
+/* The tcp sinks' grant (rtab_grant.h): a state row is writable only
+ * while the room owns it, and only the rows given; rows of two
+ * components are separate maps. */
+static void test_grant_covers_state_rows_given_and_no_other(void **st)
+{
+	struct side d;
+	struct rtab_grant *g = NULL, *rg = NULL;
+	struct rtab_grant_read rd;
+	struct rtab_ref ref = { 3, 1 };
+	const struct kvw_buf *s0, *s1;
+	const uint32_t rows0[1] = { 2 }, rows1[2] = { 5, 6 };
+	char path[128], err[256];
+
+	(void)st;
+	side_of(&d, "slot:4:96,paged:16:32", 1);
+	snprintf(path, sizeof path, "/dev/shm/kvwire.tstate-%d.grant",
+		 (int)getpid());
+	assert_int_equal(rtab_grant_create(path, 8, d.b, d.n, &g, err,
+					   sizeof err),
+			 0);
+	assert_int_equal(rtab_grant_open(path, &rg, err, sizeof err), 0);
+	assert_int_equal(rtab_grant_give(g, ref, 77, NULL, 0,
+					 RTAB_GRANT_NO_AUX),
+			 0);
+	assert_int_equal(rtab_grant_give_rows(g, ref, 0, rows0, 1), 0);
+	assert_int_equal(rtab_grant_give_rows(g, ref, 1, rows1, 2), 0);
+	assert_int_equal(rtab_grant_give_rows(g, ref, 0, rows1, 1),
+			 KVW_ERANGE); /* row 5 of 4 */
+	assert_int_equal(rtab_grant_give_rows(g, ref, KVW_MAX_STATE, rows0, 1),
+			 KVW_EINVAL);
+	assert_int_equal(rtab_grant_begin(rg, ref, rtab_grant_token(g, 77, 0),
+					  &rd),
+			 RTAB_GRANT_OK);
+	s0 = find(&d, KVW_STATE_LAYER(0, 1));
+	s1 = find(&d, KVW_STATE_LAYER(1, 0));
+	assert_true(rtab_grant_covers(rg, &rd, s0->offset + 2 * 96, 96));
+	assert_false(rtab_grant_covers(rg, &rd, s0->offset + 1 * 96, 96));
+	assert_false(rtab_grant_covers(rg, &rd, s0->offset + 2 * 96, 97));
+	assert_true(rtab_grant_covers(rg, &rd, s1->offset + 5 * 32, 64));
+	assert_false(rtab_grant_covers(rg, &rd, s1->offset + 2 * 32, 32));
+	rtab_grant_withdraw_rows(g, ref, 1, rows1, 2);
+	assert_false(rtab_grant_covers(rg, &rd, s1->offset + 5 * 32, 32));
+	assert_true(rtab_grant_covers(rg, &rd, s0->offset + 2 * 96, 96));
+	rtab_grant_close(&rg);
+	rtab_grant_close(&g);
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -346,6 +398,7 @@ int main(void)
 		cmocka_unit_test(test_layout_has_a_state_buffer_per_layer_and_component),
 		cmocka_unit_test(test_plan_state_copies_the_rows_of_one_component),
 		cmocka_unit_test(test_state_part_round_trips_and_bad_ones_are_refused),
+		cmocka_unit_test(test_grant_covers_state_rows_given_and_no_other),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

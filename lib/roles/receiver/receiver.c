@@ -318,9 +318,8 @@ static uint32_t repeated_page(struct receiver *r, const struct rx_room *room)
 }
 
 /* Why the room's state rows cannot be granted ("" when they can): every
- * list names a component of the layout, every row lies inside it, a slot
- * component names one row, and the transport writes state (the tcp
- * sink's grants cover pages and aux rows only, so far). */
+ * list names a component of the layout, every row lies inside it, and a
+ * slot component names one row. */
 static void state_bad(const struct receiver *r, const struct rx_room *room,
 		      char *why, size_t whylen)
 {
@@ -330,11 +329,6 @@ static void state_bad(const struct receiver *r, const struct rx_room *room,
 
 	if (!room->state_len)
 		return;
-	if (r->nsinks) {
-		snprintf(why, whylen, "state rows on tcp: state components "
-			 "move on shm only so far");
-		return;
-	}
 	if (lists > r->shape.nstate) {
 		snprintf(why, whylen, "%u state lists, the layout has %u "
 			 "components", lists, r->shape.nstate);

@@ -721,6 +721,27 @@ static uint32_t grant_aux(const struct receiver *r, const struct rx_room *room)
 	return r->shape.aux_slots ? room->aux_slot : RTAB_GRANT_NO_AUX;
 }
 
+static uint32_t state_lists(const struct rx_room *room)
+{
+	return frame_state_lists((struct frame_bytes){ room->state,
+						       room->state_len });
+}
+
+/* Gives (or withdraws) the room's rows of state component c. */
+static int grant_rows(struct receiver *r, const struct rx_room *room,
+		      uint32_t c, int give)
+{
+	const struct frame_bytes st = { room->state, room->state_len };
+	uint32_t rows[KVW_MAX_STATE_IDX];
+	uint32_t n = frame_state_get(st, c, rows);
+
+	if (!give) {
+		rtab_grant_withdraw_rows(r->grant, room->ref, c, rows, n);
+		return 0;
+	}
+	return rtab_grant_give_rows(r->grant, room->ref, c, rows, n);
+}
+
 int receiver_room_grant(struct receiver *r, struct rx_room *room)
 {
 	struct rtab_grant_target tg[RANKMAP_MAX_TARGETS];
@@ -735,6 +756,8 @@ int receiver_room_grant(struct receiver *r, struct rx_room *room)
 	rc = rtab_grant_give_targets(r->grant, room->ref, room->token, tg,
 				     room->ntargets, room->pages, room->npages,
 				     grant_aux(r, room));
+	for (uint32_t c = 0; rc == 0 && c < state_lists(room); c++)
+		rc = grant_rows(r, room, c, 1);
 	if (rc)
 		LOG_ROOM(LOG_ERROR, room->id, "grant refused: %s",
 			 kvw_strerror(rc));
@@ -743,9 +766,14 @@ int receiver_room_grant(struct receiver *r, struct rx_room *room)
 
 void receiver_room_withdraw(struct receiver *r, struct rx_room *room)
 {
-	if (r->grant && rtab_grant_withdraw(r->grant, room->ref, room->pages,
-					    room->npages, grant_aux(r, room)))
+	if (!r->grant)
+		return;
+	if (rtab_grant_withdraw(r->grant, room->ref, room->pages,
+				room->npages, grant_aux(r, room)))
 		LOG_ROOM(LOG_DEBUG, room->id, "grant withdrawn");
+	/* After the record: no batch of the room is live any more. */
+	for (uint32_t c = 0; c < state_lists(room); c++)
+		grant_rows(r, room, c, 0);
 }
 
 int receiver_fence_tick(struct receiver *r)
