@@ -337,11 +337,13 @@ def serve(wave, retracted=()):
         time.sleep(0.0005)
     # Every prefill side has ended too (a failed request's prefill may
     # still be in its bootstrap or inflight queue).
-    assert not p_wait
+    assert not p_wait, [(q.room, q.outcome, [x.poll() for x in q.snd])
+                        for q in p_wait]
     while p_boot or p_infl:
+        # (the decode side of each is over and cleared: its outcome)
         assert time.monotonic() < DEADLINE, [
-            (q.room, q.outcome, [x.poll() for x in q.snd],
-             [x.poll() for x in q.rcv]) for q in p_boot + p_infl]
+            (q.room, q.outcome, [x.poll() for x in q.snd])
+            for q in p_boot + p_infl]
         end_prefills(p_boot)
         end_prefills(p_infl)
         time.sleep(0.0005)

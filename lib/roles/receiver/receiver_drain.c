@@ -69,12 +69,21 @@ void receiver_drain_peer_lost(struct receiver *r, struct rx_peer *p,
 
 	p->registered = 0;
 	receiver_boot_forget(r, p);
-	while ((q = receiver_rooms_next(&r->rooms, &it)))
+	while ((q = receiver_rooms_next(&r->rooms, &it))) {
+		/* A room no XFER_INFO of which has left told the old
+		 * incarnation nothing: it goes to the new one, registered
+		 * again first (a room begun while this receiver had not yet
+		 * seen the restart that the peer table already showed failed
+		 * here, and the new member kept its own room until its
+		 * bootstrap timeout). */
+		if (reason == KVW_R_PEER_RESTART && !q->sent)
+			continue;
 		for (uint32_t i = 0; i < q->ntargets; i++)
 			if (q->targets[i].peer == p) {
 				receiver_drain_failed(r, q, reason, p->ep);
 				break;
 			}
+	}
 	if (reason == KVW_R_PEER_RESTART)
 		implicit_acks(r, p);
 }
