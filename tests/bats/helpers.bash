@@ -36,6 +36,17 @@ kvw_teardown() {
 		while read -r p; do kill -TERM "$p" 2>/dev/null; done <"$RUN/bg.pids"
 		while read -r p; do wait_for 5 gone "$p" || kill -KILL "$p" 2>/dev/null; done <"$RUN/bg.pids"
 	fi
+	# A failed test shows the end of every member's log before the run
+	# directory goes (bats prints it with the failure): a failure seen
+	# once under load can be read afterwards.
+	if [ -z "${BATS_TEST_COMPLETED:-}" ]; then
+		local f
+		for f in "$RUN"/logs/*.log "$RUN"/*/logs/*.log; do
+			[ -f "$f" ] || continue
+			echo "--- ${f#"$RUN"/} (last 15 lines)"
+			tail -n 15 "$f"
+		done
+	fi
 	rm -rf "$RUN"
 }
 
