@@ -300,6 +300,9 @@ void receiver_forget_departed(struct receiver *r, uint64_t now);
  * r->forget_ns: its DEALER closed, logged (receiver_boot.c). */
 void receiver_boots_forget_idle(struct receiver *r, uint64_t now);
 
+/* An engine message (RECV_BEGIN, RECV_ABORT, CLEAR; receiver_engine.c). */
+void receiver_engine_msg(struct receiver *r, const struct frame_msg *m);
+
 /* Handles one decoded message as the loop does: from the engine socket
  * (engine != 0) or from the peer ROUTER. For the fuzz target and tests. */
 void receiver_dispatch(struct receiver *r, int engine, const struct frame_msg *m);
