@@ -230,6 +230,11 @@ static int aux_flag(const struct shape *s, const char *sep, char *buf,
 	return n;
 }
 
+const char *shape_state_kind_str(uint32_t kind)
+{
+	return kind < KVW_NSTATE_KINDS ? state_kinds[kind] : "?";
+}
+
 /* "--state KIND:ROWS:BYTES[:rep],..." into buf[len] ("" without state
  * components): its length, or -1 when it does not fit. */
 static int state_flag(const struct shape *s, const char *sep, char *buf,
@@ -241,8 +246,7 @@ static int state_flag(const struct shape *s, const char *sep, char *buf,
 		const struct kvw_state_spec *c = &s->state[k];
 		int m = snprintf(buf + n, len - (size_t)n, "%c%s:%u:%u%s",
 				 k ? ',' : ' ',
-				 c->kind < KVW_NSTATE_KINDS
-					 ? state_kinds[c->kind] : "?",
+				 shape_state_kind_str(c->kind),
 				 c->rows, c->bytes, c->replicated ? ":rep" : "");
 
 		n = m < 0 ? -1 : n + m;

@@ -78,6 +78,10 @@ const char *shape_option_name(unsigned i, int *takes_value);
  * buf[len] is too small. */
 int shape_flags(const struct shape *s, char *buf, size_t len);
 
+/* A state component kind's name as --state writes it ("slot", "paged",
+ * "exact"), "?" for another value. */
+const char *shape_state_kind_str(uint32_t kind);
+
 /* One line of --help text listing the shape options. */
 const char *shape_usage(void);
 

@@ -756,7 +756,7 @@ int receiver_room_grant(struct receiver *r, struct rx_room *room)
 	rc = rtab_grant_give_targets(r->grant, room->ref, room->token, tg,
 				     room->ntargets, room->pages, room->npages,
 				     grant_aux(r, room));
-	for (uint32_t c = 0; rc == 0 && c < state_lists(room); c++)
+	for (uint32_t c = 0, n = state_lists(room); rc == 0 && c < n; c++)
 		rc = grant_rows(r, room, c, 1);
 	if (rc)
 		LOG_ROOM(LOG_ERROR, room->id, "grant refused: %s",
@@ -772,7 +772,7 @@ void receiver_room_withdraw(struct receiver *r, struct rx_room *room)
 				room->npages, grant_aux(r, room)))
 		LOG_ROOM(LOG_DEBUG, room->id, "grant withdrawn");
 	/* After the record: no batch of the room is live any more. */
-	for (uint32_t c = 0; c < state_lists(room); c++)
+	for (uint32_t c = 0, n = state_lists(room); c < n; c++)
 		grant_rows(r, room, c, 0);
 }
 

@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "base/log.h"
+#include "plan/shape.h"
 
 /* With ptp > dtp, ptp / dtp prefill ranks write to one decode rank (the
  * rank map's rule): the first of them sends replicated rows. */
@@ -38,8 +39,7 @@ static int rows_to_send(const struct sender_room *r, uint32_t c,
 			const struct kvw_state_spec *k, uint32_t ns,
 			uint32_t nd, uint32_t *n, char *why, size_t whylen)
 {
-	static const char *const kinds[] = { "slot", "paged", "exact" };
-	const char *kind = k->kind < 3 ? kinds[k->kind] : "?";
+	const char *kind = shape_state_kind_str(k->kind);
 
 	if (ns == 0)
 		return kvw_errf(why, whylen, KVW_EINVAL,
