@@ -9,6 +9,9 @@
 #  2. cmocka: every test registered in a tests[] array of a test_*.c
 #     asserts: its body calls assert_* or fail* or (transitively) a
 #     function or macro of the same file that does.
+#  3. mutants: every record of tests/mutants/list names a file that has
+#     its line exactly once (what `make mutants` needs, checked here in
+#     seconds: a record left behind by an edit failed CI after 25 min).
 # Usage: mk/check-tests.sh [ROOT] (default: the repository this is in).
 set -u
 root=${1:-$(dirname "$0")/..}
@@ -102,5 +105,27 @@ for f in tests/unit/test_*.c; do
 	}' "$f")
 	tally "$out"
 done
+# The list's records: "key<TAB>value" lines, a blank line ends one; a
+# line is compared without its indentation, as tests/mutants/run.sh does.
+list=tests/mutants/list
+if [ -f "$list" ]; then
+	out=$(awk -F '\t' -v list="$list" '
+	function check(   n, s, f) {
+		if (name == "" || file == "") return
+		n = 0
+		while ((getline s < file) > 0) { sub(/^[ \t]+/, "", s); if (s == from) n++ }
+		close(file)
+		if (n != 1)
+			printf "tests: %s: mutant %s: %s has its line %d times: %s\n", list, name, file, n, from
+		name = file = from = ""
+	}
+	/^$/ { check(); next }
+	/^#/ { next }
+	$1 == "mutant" { name = $2 }
+	$1 == "file" { file = $2 }
+	$1 == "line" { from = substr($0, 6) }
+	END { check() }' "$list")
+	tally "$out"
+fi
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
