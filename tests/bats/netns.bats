@@ -69,13 +69,16 @@ split() {
 		[ -d "$RUN/keys" ] || "$KVW_BIN/kv-keygen" "$RUN/keys" >/dev/null
 		auth=(--keys "$RUN/keys")
 	fi
+	# No case here is about failure detection: the calm heartbeat
+	# (helpers.bash), which a test's own flags after it override.
 	nsA timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/p" \
 		--role prefill --advertise 10.201.0.1 --transport tcp \
-		"${auth[@]}" "$@" || {
+		$KVW_CALM_HB "${auth[@]}" "$@" || {
 		tail -n 20 "$RUN"/p/logs/*.log >&2; return 1; }
 	nsB timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/d" \
 		--role decode --advertise 10.201.0.2 --transport tcp \
-		--bootstrap tcp://10.201.0.1:17000 "${auth[@]}" "$@" || {
+		--bootstrap tcp://10.201.0.1:17000 $KVW_CALM_HB "${auth[@]}" \
+		"$@" || {
 		tail -n 20 "$RUN"/d/logs/*.log >&2; return 1; }
 	{
 		grep -v '^shape=' "$RUN/p/endpoints"

@@ -62,13 +62,15 @@ link_up() {
 # group's keys and ARGS, and $RUN/endpoints listing both for kv-bench.
 split() {
 	"$KVW_BIN/kv-keygen" "$RUN/keys" >/dev/null
+	# Not about failure detection: the calm heartbeat (helpers.bash).
 	nsA timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/p" \
 		--role prefill --advertise 10.202.0.1 --transport tcp \
-		--keys "$RUN/keys" "$@" || {
+		$KVW_CALM_HB --keys "$RUN/keys" "$@" || {
 		tail -n 20 "$RUN"/p/logs/*.log >&2; return 1; }
 	nsB timeout 60 "$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/d" \
 		--role decode --advertise 10.202.0.2 --transport tcp \
-		--bootstrap tcp://10.202.0.1:17000 --keys "$RUN/keys" "$@" || {
+		--bootstrap tcp://10.202.0.1:17000 $KVW_CALM_HB --keys "$RUN/keys" \
+		"$@" || {
 		tail -n 20 "$RUN"/d/logs/*.log >&2; return 1; }
 	{
 		grep -v '^shape=' "$RUN/p/endpoints"

@@ -506,9 +506,15 @@ int hbeat_run(struct hbeat *h, char *err, size_t errlen)
 	    (double)h->interval_ns / 1e9, h->max_failures,
 	    (unsigned long long)h->fd_budget, (unsigned long long)h->fd_limit);
 	while (!proc_stopping() && rc == 0) {
-		uint64_t now = proc_now_ns(), due;
+		uint64_t now, due;
 		zmq_pollitem_t item = { .socket = h->sock, .events = ZMQ_POLLIN };
 
+		/* Replies already here are read before any PING's timeout is
+		 * judged: a PONG that came in time while this process waited
+		 * for the CPU (a busy machine) is an answer, not a miss. */
+		if ((rc = drain(h, err, errlen)) != 0)
+			break;
+		now = proc_now_ns();
 		due = check_misses(h, now);
 		if (now >= next_tick) {
 			tick(h, now);
@@ -527,8 +533,7 @@ int hbeat_run(struct hbeat *h, char *err, size_t errlen)
 			rc = KVW_ESYS;
 			break;
 		}
-		if (item.revents & ZMQ_POLLIN)
-			rc = drain(h, err, errlen);
+		/* What came in is drained at the top of the next round. */
 	}
 	return rc;
 }
