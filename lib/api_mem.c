@@ -24,6 +24,7 @@
 #include "api_engine.h"
 #include "mem/gpool.h"
 #include "mem/hostmem.h"
+#include "plan/plan.h"
 
 struct api_alloc {
 	uint8_t *base;
@@ -152,13 +153,6 @@ static int by_start(const void *a, const void *b)
 	return x->start < y->start ? -1 : x->start > y->start;
 }
 
-static const char *role_name(uint32_t r)
-{
-	static const char *const n[] = { "K", "V", "KV", "AUX", "STATE" };
-
-	return r < KVW_NROLES ? n[r] : "?";
-}
-
 /* Buffer i of bufs as a mapping of pool bytes, checked against layout. */
 static int to_map(const struct kvw_engine *e, const struct kvw_buf *layout,
 		  uint32_t nlayout, const struct kvw_host_buf *b, uint32_t i,
@@ -185,23 +179,23 @@ static int to_map(const struct kvw_engine *e, const struct kvw_buf *layout,
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"buffer %u (layer %u, %s): the group's layout "
 				"of this rank has no such buffer",
-				i, b->layer_id, role_name(b->role));
+				i, b->layer_id, plan_role_str(b->role));
 	if (named[j]++)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"buffer %u (layer %u, %s) is named twice", i,
-				b->layer_id, role_name(b->role));
+				b->layer_id, plan_role_str(b->role));
 	if (b->item_len != layout[j].item_len)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"buffer %u (layer %u, %s): item length %u, "
 				"the group's layout has %u",
-				i, b->layer_id, role_name(b->role),
+				i, b->layer_id, plan_role_str(b->role),
 				b->item_len, layout[j].item_len);
 	need = (uint64_t)layout[j].pages * layout[j].item_len;
 	if (b->len < need)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"buffer %u (layer %u, %s): %llu pages, the "
 				"group's layout has %u",
-				i, b->layer_id, role_name(b->role),
+				i, b->layer_id, plan_role_str(b->role),
 				(unsigned long long)(b->len / b->item_len),
 				layout[j].pages);
 	if (layout[j].pool != 0 || layout[j].offset > pool_size(e->pool) ||

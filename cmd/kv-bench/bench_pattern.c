@@ -1,6 +1,7 @@
 /*
  * bench_pattern.c - kv-bench's verifiable data pattern and its page
- * allocator (see bench.h). A K/V page is page_tokens token slots of
+ * allocator (see bench.h). A K/V page is page_tokens token slots (a KVB
+ * page twice that: a block's K slots, then its V slots) of
  * rank_heads heads of head_bytes bytes; each (token, head) segment gets 64-bit
  * words from a key mixed from (room, layer, role, page of the room, token,
  * model head) and the word's offset in the segment, so the bytes a decode rank
@@ -107,7 +108,8 @@ static uint64_t seg(uint8_t *w, const uint8_t *r, uint32_t len, uint64_t k)
 static int carries_pages(const struct kvw_buf *b)
 {
 	return (b->role == KVW_ROLE_K || b->role == KVW_ROLE_V ||
-		b->role == KVW_ROLE_KV) && b->layer_id < LAYOUT_DRAFT_BASE;
+		b->role == KVW_ROLE_KV || b->role == KVW_ROLE_KVB) &&
+	       b->layer_id < LAYOUT_DRAFT_BASE;
 }
 
 /* One page of one buffer at byte offset off (w or r as in seg). */
@@ -115,12 +117,15 @@ static uint64_t page(uint8_t *w, const uint8_t *r, const struct bench_geom *g,
 		     const struct kvw_buf *b, uint64_t key)
 {
 	uint64_t seg_len = g->head_bytes, bad = 0;
+	/* A KVB page (a block-major layer) is a block's K token slots then
+	 * its V slots: twice the slots, each keyed apart. */
+	uint32_t slots = g->page_tokens * (b->role == KVW_ROLE_KVB ? 2 : 1);
 
 	if (seg_len == 0 ||
-	    (uint64_t)g->page_tokens * g->rank_heads * seg_len != b->item_len)
+	    (uint64_t)slots * g->rank_heads * seg_len != b->item_len)
 		/* Not a token x head page: one segment. */
 		return seg(w, r, b->item_len, mix(key));
-	for (uint32_t t = 0; t < g->page_tokens; t++)
+	for (uint32_t t = 0; t < slots; t++)
 		for (uint32_t h = 0; h < g->rank_heads; h++) {
 			uint64_t o = ((uint64_t)t * g->rank_heads + h) * seg_len;
 			uint64_t k = mix(key ^ ((uint64_t)t << 32 |

@@ -125,7 +125,11 @@ enum kvw_role {
 	KVW_ROLE_KV = 2,    /* MLA: one latent buffer per layer */
 	KVW_ROLE_AUX = 3,   /* per-request metadata, indexed by aux slot */
 	KVW_ROLE_STATE = 4, /* a state component's rows (struct kvw_state_spec) */
-	KVW_NROLES = 5,
+	/* A block's K then its V in one page (vLLM's block-major per-layer
+	 * tensor [blocks, 2, block_size, heads, head_dim]): a page holds
+	 * 2 x page_tokens token slots, the K slots then the V slots. */
+	KVW_ROLE_KVB = 5,
+	KVW_NROLES = 6,
 };
 
 /* How a room names the rows of a state component (SGLang's state types:

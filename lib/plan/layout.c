@@ -37,10 +37,12 @@ static int put(struct kvw_buf *out, uint32_t cap, uint32_t *k, uint64_t *off,
 }
 
 /* The K/V buffers of layers first..first+count-1: role by role (every K,
- * then every V), or layer by layer with s->per_layer. */
+ * then every V), or layer by layer with s->per_layer (one role: each
+ * layer's buffer in turn). */
 static int put_layers(const struct layout_spec *s, struct kvw_buf *out,
 		      uint32_t cap, uint32_t *k, uint64_t *off, uint32_t first,
-		      uint32_t count, uint8_t r0, uint32_t nroles)
+		      uint32_t count, uint8_t r0, uint32_t nroles,
+		      uint32_t item)
 {
 	int rc = 0;
 
@@ -51,8 +53,7 @@ static int put_layers(const struct layout_spec *s, struct kvw_buf *out,
 			uint32_t r = s->per_layer ? b : a;
 
 			rc = put(out, cap, k, off, first + layer,
-				 (uint8_t)(r0 + r), s->pool, s->item_len,
-				 s->pages);
+				 (uint8_t)(r0 + r), s->pool, item, s->pages);
 		}
 	return rc;
 }
@@ -61,7 +62,7 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 		uint32_t *n, uint64_t *end, char *err, size_t errlen)
 {
 	uint8_t r0 = KVW_ROLE_K;
-	uint32_t k = 0, nroles;
+	uint32_t k = 0, nroles, item;
 	uint64_t off;
 	int rc = 0;
 
@@ -113,15 +114,29 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 			   "layout: layer ids overrun the draft id range");
 		return KVW_EINVAL;
 	}
+	if (s->block_major && s->mla)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"layout: block-major K and V need MHA (MLA "
+				"has one latent buffer per layer)");
+	if (s->block_major && s->item_len > UINT32_MAX / 2)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"layout: a block's K and V (2 x %u bytes) do "
+				"not fit 32 bits", s->item_len);
+	item = s->item_len;
+	nroles = s->mla ? 1 : 2;
 	if (s->mla)
 		r0 = KVW_ROLE_KV;
-	nroles = s->mla ? 1 : 2;
+	if (s->block_major) {
+		r0 = KVW_ROLE_KVB;
+		nroles = 1;
+		item = 2 * s->item_len;
+	}
 	off = s->base;
 	rc = put_layers(s, out, cap, &k, &off, s->first_layer, s->layers,
-			r0, nroles);
+			r0, nroles, item);
 	if (rc == 0)
 		rc = put_layers(s, out, cap, &k, &off, LAYOUT_DRAFT_BASE,
-				s->draft_layers, r0, nroles);
+				s->draft_layers, r0, nroles, item);
 	for (uint32_t c = 0; c < s->nstate && rc == 0; c++)
 		for (uint32_t l = 0; l < s->layers && rc == 0; l++)
 			rc = put(out, cap, &k, &off,

@@ -23,6 +23,8 @@ struct layout_spec {
 	int mla;	       /* 1: one KV buffer per layer; 0: K and V */
 	int per_layer;         /* 1: a layer's K then its V (vLLM's per-layer
 				* tensor); 0: every K, then every V */
+	int block_major;       /* 1 (MHA): one KVB buffer per layer, a page
+				* a block's K then its V (2 x item_len) */
 	uint32_t item_len;     /* bytes per page of every K/V/KV buffer */
 	uint32_t pages;	       /* pages of every K/V/KV buffer */
 	uint32_t aux_slots;    /* rows of every AUX buffer; 0: none */
@@ -42,7 +44,8 @@ struct layout_spec {
 uint32_t layout_item_len(const struct kvw_model *m);
 
 /* Fills out[0..*n) in this order: target K (or KV) by layer, target V by
- * layer (MHA; with per_layer, K0 V0 K1 V1 ...), draft K (or KV), draft V
+ * layer (MHA; with per_layer, K0 V0 K1 V1 ...; with block_major one KVB
+ * per layer), draft K (or KV), draft V
  * (MHA; likewise), state component 0's buffer of each target layer,
  * component 1's, ..., AUX 0..naux-1 (layer id =
  * its index: they pair by it, in order); buffers back to back

@@ -13,7 +13,7 @@
 const char *plan_role_str(unsigned role)
 {
 	static const char *const names[KVW_NROLES] = {"K", "V", "KV", "AUX",
-						      "STATE"};
+						      "STATE", "KVB"};
 
 	return role < KVW_NROLES ? names[role] : "?";
 }
@@ -127,9 +127,14 @@ static int pair_make(const struct plan *p, const struct kvw_buf *s,
 		     const struct kvw_buf *d, const struct plan_heads *h,
 		     struct pair *pr, char *err, size_t errlen)
 {
-	uint32_t pt = p->page_tokens;
-	int sliceable =
-	    h != NULL && (s->role == KVW_ROLE_K || s->role == KVW_ROLE_V);
+	/* A KVB page is a block's K slots then its V slots: twice the
+	 * token slots of a K or V page, each sliced the same way (64 bits:
+	 * a slot count over 32 bits divides no item length). */
+	uint64_t pt = s->role == KVW_ROLE_KVB ? 2ull * p->page_tokens
+					      : p->page_tokens;
+	int sliceable = h != NULL && (s->role == KVW_ROLE_K ||
+				      s->role == KVW_ROLE_V ||
+				      s->role == KVW_ROLE_KVB);
 
 	*pr = (struct pair){
 	    .src_base = s->offset,
@@ -139,6 +144,7 @@ static int pair_make(const struct plan *p, const struct kvw_buf *s,
 	    .src_item = s->item_len,
 	    .dst_item = d->item_len,
 	    .layer_id = s->layer_id,
+	    .slots = (uint32_t)pt, /* used only when sliced: pt <= item */
 	    .role = s->role,
 	    .src_pool = s->pool,
 	    .dst_pool = d->pool,
@@ -151,9 +157,10 @@ static int pair_make(const struct plan *p, const struct kvw_buf *s,
 		if (s->item_len % pt || d->item_len % pt) {
 			kvw_seterr(err, errlen,
 				   "layer %u role %s: item lengths %u/%u are "
-				   "not whole token slots of %u tokens",
+				   "not whole token slots of %llu tokens",
 				   s->layer_id, plan_role_str(s->role),
-				   s->item_len, d->item_len, pt);
+				   s->item_len, d->item_len,
+				   (unsigned long long)pt);
 			return KVW_EINVAL;
 		}
 		if ((h->src_head_start + (uint64_t)h->n_heads) * h->head_bytes >
@@ -330,9 +337,20 @@ int plan_build(const struct plan_side *src, const struct plan_side *dst,
 			continue;
 		f = side_find(dtab, nd, buf_key(s));
 		if (f == NULL) {
+			/* Pages pair by role: a block-major side (K and V
+			 * of a block in one page) with a split one would
+			 * need every page cut in two. */
 			kvw_seterr(err, errlen,
-				   "layer %u role %s has no destination",
-				   s->layer_id, plan_role_str(s->role));
+				   "layer %u role %s has no destination%s",
+				   s->layer_id, plan_role_str(s->role),
+				   s->role == KVW_ROLE_KVB ||
+					   side_find(dtab, nd,
+						     (uint64_t)s->layer_id << 8 |
+							 KVW_ROLE_KVB)
+				       ? " (vLLM's block-major layout pairs "
+					 "only with itself: both sides need "
+					 "--kv-layout vllm-blocks)"
+				       : "");
 			rc = KVW_EINVAL;
 			goto fail;
 		}
@@ -340,6 +358,7 @@ int plan_build(const struct plan_side *src, const struct plan_side *dst,
 		if ((rc = pair_make(p, s, d, heads, pr, err, errlen)) < 0)
 			goto fail;
 		p->nsliced += pr->sliced;
+		p->sliced_slots += pr->sliced ? pr->slots : 0;
 		if (s->pages < p->src_min_pages) {
 			p->src_min_pages = s->pages;
 			p->src_min_at = p->npairs;

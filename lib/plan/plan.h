@@ -115,6 +115,9 @@ void plan_free(struct plan **p);
 
 /* Number of buffer pairs (STATE and AUX included), of AUX pairs and of
  * STATE pairs in the plan. */
+/* A buffer role's name: "K", "V", "KV", "AUX", "STATE", "KVB" or "?". */
+const char *plan_role_str(unsigned role);
+
 uint32_t plan_npairs(const struct plan *p);
 uint32_t plan_naux(const struct plan *p);
 uint32_t plan_nstate(const struct plan *p);

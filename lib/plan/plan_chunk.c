@@ -15,7 +15,7 @@ uint64_t plan_chunk_max(const struct plan *p, uint32_t npages, int with_aux)
 		return 0;
 	paged = p->npairs - p->naux - p->nstate;
 	return (uint64_t)(paged - p->nsliced) * npages +
-	       (uint64_t)p->nsliced * npages * p->page_tokens +
+	       p->sliced_slots * npages +
 	       (with_aux ? p->naux : 0);
 }
 
@@ -128,8 +128,8 @@ static int emit_pair(const struct plan *p, const struct pair *pr,
 {
 	if (pr->sliced) {
 		const struct plan_heads *h = &p->heads;
-		uint64_t sslot = pr->src_item / p->page_tokens;
-		uint64_t dslot = pr->dst_item / p->page_tokens;
+		uint64_t sslot = pr->src_item / pr->slots;
+		uint64_t dslot = pr->dst_item / pr->slots;
 		uint64_t len = (uint64_t)h->n_heads * h->head_bytes;
 		uint64_t sh = (uint64_t)h->src_head_start * h->head_bytes;
 		uint64_t dh = (uint64_t)h->dst_head_start * h->head_bytes;
@@ -140,7 +140,7 @@ static int emit_pair(const struct plan *p, const struct pair *pr,
 			uint64_t dof =
 			    pr->dst_base + (uint64_t)dp[i] * pr->dst_item + dh;
 
-			for (uint32_t t = 0; t < p->page_tokens; t++) {
+			for (uint32_t t = 0; t < pr->slots; t++) {
 				uint64_t s1 = so + t * sslot,
 					 d1 = dof + t * dslot;
 
@@ -168,7 +168,7 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 	       uint32_t src_aux, uint32_t dst_aux, struct plan_copy *out,
 	       size_t cap, size_t *n, char *err, size_t errlen)
 {
-	uint64_t nruns, need, sliced_n;
+	uint64_t nruns, need;
 	uint32_t paged, maxp[2];
 	size_t k;
 	int rc;
@@ -190,8 +190,8 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 	if (rc < 0)
 		return rc;
 	paged = p->npairs - p->naux - p->nstate;
-	sliced_n = (uint64_t)npages * p->page_tokens;
-	need = (uint64_t)(paged - p->nsliced) * nruns + p->nsliced * sliced_n +
+	need = (uint64_t)(paged - p->nsliced) * nruns +
+	       p->sliced_slots * npages +
 	       (with_aux ? p->naux : 0);
 	*n = (size_t)need;
 	if (need > cap) {
@@ -200,7 +200,7 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 		return KVW_ENOMEM;
 	}
 	/* The run table lives in out[0..nruns), which pair 0's own copies
-	 * cover (nruns <= npages <= sliced_n), so pairs are emitted last to
+	 * cover (nruns <= npages <= npages x slots), so pairs are emitted last to
 	 * first and pair 0 converts the table in place at the end. */
 	if (paged > p->nsliced)
 		runs_fill(src_pages, dst_pages, npages, out);
@@ -208,7 +208,7 @@ int plan_chunk(const struct plan *p, const uint32_t *src_pages,
 	for (uint32_t i = paged; i-- > 0 && rc == 0;) {
 		const struct pair *pr = &p->pairs[i];
 
-		k -= pr->sliced ? sliced_n : nruns;
+		k -= pr->sliced ? (uint64_t)npages * pr->slots : nruns;
 		rc = emit_pair(p, pr, src_pages, dst_pages, npages, out, nruns,
 			       maxp, out + k, err, errlen);
 	}

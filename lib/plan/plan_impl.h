@@ -15,6 +15,7 @@ struct pair {
 	uint64_t src_end, dst_end; /* offset + pages * item_len */
 	uint32_t src_item, dst_item;
 	uint32_t layer_id;
+	uint32_t slots; /* token slots per page (2 x page_tokens for KVB) */
 	uint8_t role, sliced, src_pool, dst_pool;
 };
 
@@ -25,6 +26,7 @@ struct plan {
 	uint32_t nstate;
 	uint32_t naux;
 	uint32_t nsliced; /* page-indexed pairs that are head-sliced */
+	uint64_t sliced_slots; /* their token slots per page, summed */
 	uint32_t page_tokens;
 	struct plan_heads heads;
 	/* Smallest paired page-indexed buffer on each side (its index into
@@ -34,8 +36,5 @@ struct plan {
 	uint32_t src_aux_min, dst_aux_min; /* AUX slots, same idea */
 	struct pair pairs[];
 };
-
-/* "K", "V", "KV", "AUX", "STATE" or "?". */
-const char *plan_role_str(unsigned role);
 
 #endif

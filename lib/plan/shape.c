@@ -61,6 +61,7 @@ static const char *const more[] = { "aux-bytes", "state", "kv-layout",
 
 static const char *const kv_layouts[SHAPE_NKV_LAYOUTS] = {
 	[SHAPE_KV_SGLANG] = "sglang", [SHAPE_KV_VLLM] = "vllm",
+	[SHAPE_KV_VLLM_BLOCKS] = "vllm-blocks",
 };
 
 const char *shape_option_name(unsigned i, int *takes_value)
@@ -157,8 +158,9 @@ static int kv_layout_option(struct shape *s, const char *value, char *err,
 			return 1;
 		}
 	return kvw_errf(err, errlen, KVW_EINVAL,
-			"--kv-layout: want sglang (every K, then every V) or "
-			"vllm (per layer K then V), got '%s'",
+			"--kv-layout: want sglang (every K, then every V), "
+			"vllm (per layer K then V) or vllm-blocks (per "
+			"layer, each block's K then its V), got '%s'",
 			value ? value : "");
 }
 
@@ -292,8 +294,8 @@ const char *shape_usage(void)
 	return "model shape: --layers N --draft-layers N --page-tokens N "
 	       "--heads N --head-dim N --dtype-bytes N --pages N "
 	       "--aux-slots N --aux-bytes N[,N...] "
-	       "--state none|KIND:ROWS:BYTES[:rep][,...] --kv-layout sglang|vllm "
-	       "--mla";
+	       "--state none|KIND:ROWS:BYTES[:rep][,...] "
+	       "--kv-layout sglang|vllm|vllm-blocks --mla";
 }
 
 void shape_model(const struct shape *s, const struct kvw_topo *t,
@@ -343,6 +345,7 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 	spec.draft_layers = with_draft ? s->draft_layers : 0;
 	spec.mla = s->mla;
 	spec.per_layer = s->kv_layout == SHAPE_KV_VLLM;
+	spec.block_major = s->kv_layout == SHAPE_KV_VLLM_BLOCKS;
 	spec.item_len = layout_item_len(&m);
 	spec.pages = s->pages;
 	spec.aux_slots = s->aux_slots;

@@ -44,6 +44,10 @@ enum shape_kv_layout {
 	SHAPE_KV_VLLM = 1,   /* "vllm": per layer its K then its V, back to
 			      * back: vLLM's per-layer tensor
 			      * [2, num_blocks, block_size, heads, head_dim] */
+	SHAPE_KV_VLLM_BLOCKS = 2, /* "vllm-blocks": per layer one buffer whose
+				   * page is a block's K then its V: vLLM's
+				   * block-major tensor [num_blocks, 2,
+				   * block_size, heads, head_dim] (MHA) */
 	SHAPE_NKV_LAYOUTS
 };
 
@@ -57,7 +61,8 @@ void shape_default(struct shape *s);
  * "aux-bytes" (a row's bytes of each metadata buffer: "N" or "N,N,..." up
  * to KVW_MAX_AUX), "state" ("none", or up to KVW_MAX_STATE components
  * "KIND:ROWS:BYTES" separated by commas, KIND slot, paged or exact, each
- * with ":rep" when replicated over TP), "kv-layout" ("sglang" or "vllm"),
+ * with ":rep" when replicated over TP), "kv-layout" ("sglang", "vllm" or
+ * "vllm-blocks"),
  * "mla" (value
  * ignored, may be NULL)). Returns 1 when `name`
  * is a shape option and was applied, 0 when it is not a shape option,

@@ -550,7 +550,7 @@ static const struct rtab_grant_buf *buf_at(const struct rtab_grant *g,
 
 /* 1 when [off, off + len) of buffer b (inside it) is target t's to write:
  * the aux slot when t may, a buffer of its layers, and under a head slice
- * the bytes of one token slot of a K or V page that the slice names. */
+ * the bytes of one token slot of a K, V or KVB page that the slice names. */
 static int slice_covers(const struct rtab_grant_target *t,
 			const struct rtab_grant_buf *b, uint64_t off,
 			uint64_t len)
@@ -564,7 +564,8 @@ static int slice_covers(const struct rtab_grant_target *t,
 	layer = b->aux == RTAB_GRANT_STATE ? b->layer_id & 0xFFFFu : b->layer_id;
 	if (layer < t->layer_first || layer - t->layer_first >= t->layer_count)
 		return 0;
-	if ((b->role != KVW_ROLE_K && b->role != KVW_ROLE_V) ||
+	if ((b->role != KVW_ROLE_K && b->role != KVW_ROLE_V &&
+	     b->role != KVW_ROLE_KVB) ||
 	    t->slice_len == 0 ||
 	    (t->slice_off == 0 && t->slice_len >= t->slot_len))
 		return 1; /* whole slots: MLA's KV, no TP mismatch */

@@ -11,7 +11,8 @@ import dataclasses
 
 from . import _lib
 
-ROLE_K, ROLE_V, ROLE_KV, ROLE_AUX, ROLE_STATE = 0, 1, 2, 3, 4  # kvw_role
+# enum kvw_role; KVB: a block-major layer, a page a block's K then its V.
+ROLE_K, ROLE_V, ROLE_KV, ROLE_AUX, ROLE_STATE, ROLE_KVB = 0, 1, 2, 3, 4, 5
 
 
 def state_layer(component, layer):
@@ -38,9 +39,10 @@ class _Member(ctypes.Structure):
 _SHAPE_FIELDS = ("layers", "draft_layers", "page_tokens", "kv_heads",
                  "head_dim", "dtype_bytes", "pages", "aux_slots", "mla")
 MAX_AUX = 32  # KVW_MAX_AUX: metadata buffers in one layout
-# --kv-layout, by enum shape_kv_layout's value: every K then every V, or
-# per layer K then V (vLLM's per-layer tensor).
-KV_LAYOUTS = ("sglang", "vllm")
+# --kv-layout, by enum shape_kv_layout's value: every K then every V, per
+# layer K then V (vLLM's per-layer tensor [2, blocks, ...]), or per layer
+# each block's K then its V (vLLM's block-major [blocks, 2, ...]).
+KV_LAYOUTS = ("sglang", "vllm", "vllm-blocks")
 
 
 MAX_STATE = 8  # KVW_MAX_STATE: state components in one layout
@@ -139,7 +141,7 @@ class Shape:
     # A row's bytes of each metadata buffer (--aux-bytes A,B,...): a
     # room's aux slot selects one row of every one.
     aux_bytes: tuple = (64,)
-    kv_layout: str = "sglang"     # --kv-layout: "sglang" or "vllm"
+    kv_layout: str = "sglang"     # --kv-layout: one of KV_LAYOUTS
     state: tuple = ()             # --state: State components
 
 

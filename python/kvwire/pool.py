@@ -9,13 +9,15 @@ import weakref
 
 import numpy as np
 
-from .layout import ROLE_AUX, ROLE_K, ROLE_KV, ROLE_STATE, ROLE_V, \
-    state_layer
+from .layout import ROLE_AUX, ROLE_K, ROLE_KV, ROLE_KVB, ROLE_STATE, \
+    ROLE_V, state_layer
 
 
 class KVPool:
     """K and V buffers per layer, each pages x page_tokens x heads x
-    head_dim of `dtype`; `aux_buffers` the metadata buffers, each aux_slots
+    head_dim of `dtype` (with --kv-layout vllm-blocks one buffer per layer,
+    pages x 2 x page_tokens x heads x head_dim, and k() / v() its halves:
+    strided views); `aux_buffers` the metadata buffers, each aux_slots
     rows of its own bytes (uint8), `aux` the first of them; `raw` the
     whole pool as uint8. Every view keeps the mapping: a manager closed
     while views are alive closes its engine when the last one goes."""
@@ -66,6 +68,9 @@ class KVPool:
             per_page = b.item_len // dt.itemsize
             if s.mla:
                 shape = (b.pages, s.page_tokens, per_page // s.page_tokens)
+            elif b.role == ROLE_KVB:
+                heads = per_page // (2 * s.page_tokens * s.head_dim)
+                shape = (b.pages, 2, s.page_tokens, heads, s.head_dim)
             else:
                 heads = per_page // (s.page_tokens * s.head_dim)
                 shape = (b.pages, s.page_tokens, heads, s.head_dim)
@@ -77,14 +82,23 @@ class KVPool:
             return self._view(self._by_key[(layer_id, role)])
         except KeyError:
             raise KeyError("layer %d has no %s buffer on this rank" %
-                           (layer_id, {ROLE_K: "K", ROLE_V: "V",
-                                       ROLE_KV: "KV"}.get(role, "?"))) from None
+                           (layer_id, {ROLE_K: "K", ROLE_V: "V", ROLE_KV: "KV",
+                                       ROLE_KVB: "KVB"}.get(role, "?"))) \
+                from None
+
+    def _block_major(self):
+        return self._shape.kv_layout == "vllm-blocks"
 
     def k(self, layer_id):
-        """Layer layer_id's K buffer (MLA: its latent KV buffer)."""
+        """Layer layer_id's K buffer (MLA: its latent KV buffer; block-major:
+        the K half of every block, a strided view)."""
+        if self._block_major():
+            return self.buffer(layer_id, ROLE_KVB)[:, 0]
         return self.buffer(layer_id, ROLE_KV if self._shape.mla else ROLE_K)
 
     def v(self, layer_id):
+        if self._block_major():
+            return self.buffer(layer_id, ROLE_KVB)[:, 1]
         return self.buffer(layer_id, ROLE_V)
 
     def state(self, component, layer_id):

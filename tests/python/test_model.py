@@ -36,13 +36,14 @@ def reference():
     (1, 1, 1, "shm", "sglang"), (2, 1, 1, "shm", "sglang"),
     (1, 1, 2, "shm", "sglang"), (1, 2, 1, "shm", "sglang"),
     (2, 1, 1, "tcp", "sglang"), (2, 1, 1, "tcp", "vllm"),
-    (1, 2, 2, "shm", "vllm")])
+    (1, 2, 2, "shm", "vllm"), (1, 1, 2, "tcp", "vllm-blocks")])
 def test_decode_from_transferred_kv_equals_one_process(group_factory,
                                                        reference, ptp, ppp,
                                                        dtp, transport,
                                                        layout):
     """layout: the pools' --kv-layout (vllm: each layer's K then its V,
-    as vLLM's per-layer tensor; the engines read K and V by layer)."""
+    as vLLM's per-layer tensor; vllm-blocks: each block's K then its V,
+    vLLM's block-major tensor; the engines read K and V by layer)."""
     model, prompt, ref_toks, ref_logits = reference
     g = group_factory("--prefill-tp", ptp, "--prefill-pp", ppp,
                       "--decode-tp", dtp, "--workers", 1, "--transport",

@@ -3,7 +3,7 @@ interpreter whose path holds tests/python/vllm_pinned (vLLM's connector
 base) and kvwire. Replays what vLLM does with a KV connector on a
 prefill (kv_producer) and a decode (kv_consumer), each with a
 scheduler-side and a worker-side instance, on the live group of
-$KVW_RUN_DIR (--kv-layout vllm), vLLM's KV tensors where $KVW_VLLM_KV
+$KVW_RUN_DIR (--kv-layout vllm or vllm-blocks), vLLM's KV tensors where $KVW_VLLM_KV
 says (the pool's views, host memory of their own, the GPU). The order is
 the base module's description (scheduler: request_finished / get_num_new_matched_tokens,
 update_state_after_alloc, build_connector_meta; worker: register_kv_caches
@@ -75,6 +75,13 @@ def step(worker, meta, finished=()):
 WHERE = os.environ.get("KVW_VLLM_KV", "pool")
 
 
+def pick(t, ids):
+    """Blocks ids (a list, or one index: then a view to write through) of
+    a layer's tensor: [2, blocks, ...] (--kv-layout vllm) or [blocks, 2,
+    ...] (vllm-blocks, the block-major layout)."""
+    return t[ids] if BLOCK_MAJOR else t[:, ids]
+
+
 def engine_tensors(work, where):
     """The rank's per-layer KV tensors where `where` puts them, shaped as
     pool_tensors() shapes them; in memory of their own, every byte 0xEE."""
@@ -101,12 +108,14 @@ def engine_tensors(work, where):
 
 p_sched, p_work = pair("kv_producer")
 d_sched, d_work = pair("kv_consumer")
+BLOCK_MAJOR = p_work.args.shape.kv_layout == "vllm-blocks"
 p_work.rooms = Kept()
 p_kv = engine_tensors(p_work, WHERE)
 d_kv = engine_tensors(d_work, "gpu" if WHERE == "gpu" else "pool")
 p_work.register_kv_caches(p_kv)
 d_work.register_kv_caches(d_kv)
-assert len(p_kv) == 2 and all(t.shape[0] == 2 for t in p_kv.values())
+assert len(p_kv) == 2 and \
+    all(t.shape[1 if BLOCK_MAJOR else 0] == 2 for t in p_kv.values())
 rng = np.random.default_rng(7)
 for t in p_kv.values():
     t[...] = rng.standard_normal(t.shape).astype(t.dtype)
@@ -141,11 +150,13 @@ while sent != {"r1", "r2"} or recvd != {"r1", "r2"}:
     errors |= e
     time.sleep(0.001)
 for name, t in p_kv.items():
-    assert (d_kv[name][:, [6, 1]] == t[:, [3, 4]]).all(), name
+    assert (pick(d_kv[name], [6, 1]) == pick(t, [3, 4])).all(), name
     # Nothing else of the decode's cache was written (r2 failed).
-    rest = [b for b in range(t.shape[1]) if b not in (6, 1)]
+    rest = [b for b in range(t.shape[0 if BLOCK_MAJOR else 1])
+            if b not in (6, 1)]
     if WHERE == "gpu":
-        assert (d_kv[name][:, rest].view(np.uint8) == 0xEE).all(), name
+        assert (pick(d_kv[name], rest).view(np.uint8) == 0xEE).all(), \
+            name
 if WHERE == "gpu":
     # The blocks went into vLLM's tensors, none into kvwire's pool file.
     a = d_work._manager().kv_args
@@ -223,8 +234,9 @@ r.status = "FINISHED_ABORTED"
 assert d_sched.request_finished(r, [4]) == (False, None)
 until(lambda s, r: "a2" in r, finished={"a2"})
 for t in d_kv.values():
-    t[:, 4] = rng.standard_normal(t[:, 4].shape).astype(t.dtype)
-keep = {n: t[:, 4].copy() for n, t in d_kv.items()}
+    pick(t, 4)[...] = rng.standard_normal(
+        pick(t, 4).shape).astype(t.dtype)
+keep = {n: pick(t, 4).copy() for n, t in d_kv.items()}
 p_meta = p_sched.build_connector_meta(None)
 step(p_work, p_meta)  # the prefill begins its send: the decode aborted
 x = p_work.rooms.ever["a2"]
@@ -233,7 +245,7 @@ until(lambda s, r: "a2" in s, p_meta=p_sched.build_connector_meta(None),
 assert x.conclude_state == KVPoll.Failed, x.conclude_state
 assert "abort" in (x.failure_reason or ""), x.failure_reason
 for n, t in d_kv.items():
-    assert (t[:, 4] == keep[n]).all(), n
+    assert (pick(t, 4) == keep[n]).all(), n
 
 # A decode request aborted before vLLM gave it blocks: its prefill,
 # waiting for the decode with its blocks held, hears of it (a room of no

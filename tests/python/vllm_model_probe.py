@@ -58,16 +58,19 @@ def config(role, rank, tp):
 
 class LayerKV:
     """A worker's KV as pd_model's caches read it: vLLM's per-layer
-    tensor, K in [0] and V in [1]."""
+    tensor, K in [0] and V in [1] ([2, blocks, ...]), or in [:, 0] and
+    [:, 1] with the block-major layout ([blocks, 2, ...])."""
 
-    def __init__(self, tensors):
+    def __init__(self, tensors, block_major):
         self.t = list(tensors.values())
+        self.half = (lambda t, i: t[:, i]) if block_major else \
+            (lambda t, i: t[i])
 
     def k(self, li):
-        return self.t[li][0]
+        return self.half(self.t[li], 0)
 
     def v(self, li):
-        return self.t[li][1]
+        return self.half(self.t[li], 1)
 
 
 class Engine:
@@ -87,7 +90,8 @@ class Engine:
         for w in self.workers:
             t = w.pool_tensors()
             w.register_kv_caches(t)  # once, before the first step
-            self.kv.append(LayerKV(t))
+            self.kv.append(LayerKV(
+                t, w.args.shape.kv_layout == "vllm-blocks"))
         self.blocks = Blocks(64, order)
         self.reported = {}  # req id -> workers that reported it, per kind
 

@@ -9,7 +9,10 @@
  * (prefill TP 2 -> decode TP 1, TP 1 -> TP 2, and 2 heads replicated
  * over decode TP 4, where a rank of the other head does not verify) and
  * PP stages, so what a decode rank verifies is exactly what the prefill
- * ranks wrote; draft layers (never sent) are not checked; the allocator
+ * ranks wrote; vLLM's block-major layout moves each block's K and V
+ * slots, head-sliced, to where the other side's tensor has them (bytes
+ * written by hand) and refuses a split peer; draft layers (never sent)
+ * are not checked; the allocator
  * hands out low indices first, refuses to over-allocate without taking
  * anything, and takes back what it gave.
  */
@@ -328,6 +331,115 @@ static void kv_layouts_exchange_across_tp(void **state)
 	}
 }
 
+/* The byte a block-major page holds at (layer, page i of the room, half h:
+ * 0 K / 1 V, token t, model head g, byte k of the head): written by hand,
+ * not by the bench pattern, so the test knows where vLLM puts each. */
+static uint8_t kvb_byte(uint32_t layer, uint32_t i, uint32_t h, uint32_t t,
+			uint32_t g, uint32_t k)
+{
+	return (uint8_t)(layer * 31 + i * 7 + h * 101 + t * 13 + g * 53 + k);
+}
+
+/* Fills (check 0) or counts the wrong bytes of (check 1) the room pages
+ * pg[0..n) of every target KVB buffer of r, a [blocks, 2, block_size,
+ * heads, head_bytes] tensor per layer whose heads are r's TP share. */
+static uint64_t kvb_walk(struct rank *r, const uint32_t *pg, uint32_t n,
+			 int check)
+{
+	uint32_t pt = r->m.page_tokens, hb = r->m.head_bytes;
+	uint32_t heads = r->m.rank_kv_heads, first = r->c.tp * heads;
+	uint64_t bad = 0;
+
+	for (uint32_t b = 0; b < r->n; b++) {
+		const struct kvw_buf *x = &r->bufs[b];
+
+		if (x->role != KVW_ROLE_KVB || x->layer_id >= LAYOUT_DRAFT_BASE)
+			continue;
+		for (uint32_t i = 0; i < n; i++) {
+			uint8_t *page =
+			    r->pool + x->offset + (uint64_t)pg[i] * x->item_len;
+
+			/* Slot s: half s / pt, token s % pt. */
+			for (uint32_t s = 0; s < 2 * pt; s++)
+				for (uint32_t j = 0; j < heads * hb; j++) {
+					uint8_t *at = page +
+						      (uint64_t)s * heads * hb + j;
+					uint8_t want = kvb_byte(
+					    x->layer_id, i, s / pt, s % pt,
+					    first + j / hb, j % hb);
+
+					if (check)
+						bad += *at != want;
+					else
+						*at = want;
+				}
+		}
+	}
+	return bad;
+}
+
+/* vLLM's block-major layout (--kv-layout vllm-blocks): one buffer per
+ * layer whose page is a block, its K token slots then its V slots. Under
+ * a TP mismatch both ways every (half, token, head) lands where vLLM's
+ * [blocks, 2, block_size, heads, dim] puts it on the other side (bytes
+ * written by hand, not by the pattern); a missing rank leaves its heads
+ * unwritten; a block-major side does not pair with a split one, and the
+ * plan says which flag both need. */
+static void block_major_layers_move_by_block_across_tp(void **state)
+{
+	uint32_t sp[3] = { 3, 4, 9 }, dp[3] = { 30, 0, 7 };
+	struct shape s, split;
+	struct rank p[2], d[2];
+	struct plan_side a, b;
+	struct plan *pl = NULL;
+	uint32_t kvb = 0;
+
+	(void)state;
+	small_shape(&s);
+	s.kv_layout = SHAPE_KV_VLLM_BLOCKS;
+	rank_make(&d[0], &s, 1, 1, 0, 0, 1);
+	for (uint32_t i = 0; i < d[0].n; i++)
+		kvb += d[0].bufs[i].role == KVW_ROLE_KVB;
+	assert_int_equal(kvb, s.layers);
+	assert_int_equal(d[0].bufs[1].layer_id, 1);
+	assert_int_equal(d[0].bufs[0].item_len,
+			 2u * s.page_tokens * s.kv_heads * s.head_dim *
+			     s.dtype_bytes);
+	/* Prefill TP 2 -> decode TP 1. */
+	for (int k = 0; k < 2; k++) {
+		rank_make(&p[k], &s, 2, 1, (uint32_t)k, 0, 0);
+		kvb_walk(&p[k], sp, 3, 0);
+		transfer(&p[k], &d[0], sp, dp, 3, 1, 2);
+		if (k == 0) /* one rank's heads only: the rest are missing */
+			assert_true(kvb_walk(&d[0], dp, 3, 1) > 0);
+		free(p[k].pool);
+	}
+	assert_int_equal(kvb_walk(&d[0], dp, 3, 1), 0);
+	free(d[0].pool);
+	/* Prefill TP 1 -> decode TP 2: each decode rank gets its heads. */
+	rank_make(&p[0], &s, 1, 1, 0, 0, 0);
+	kvb_walk(&p[0], sp, 3, 0);
+	for (int k = 0; k < 2; k++) {
+		rank_make(&d[k], &s, 2, 1, (uint32_t)k, 0, 1);
+		transfer(&p[0], &d[k], sp, dp, 3, 0, 0);
+		assert_int_equal(kvb_walk(&d[k], dp, 3, 1), 0);
+		free(d[k].pool);
+	}
+	/* A split decode: refused, naming the flag. */
+	small_shape(&split);
+	rank_make(&d[0], &split, 1, 1, 0, 0, 1);
+	a = (struct plan_side){ &p[0].m, p[0].bufs, p[0].n, &p[0].size, 1 };
+	b = (struct plan_side){ &d[0].m, d[0].bufs, d[0].n, &d[0].size, 1 };
+	assert_int_equal(plan_build(&a, &b, NULL, &pl, err, sizeof err),
+			 KVW_EINVAL);
+	assert_non_null(strstr(err, "--kv-layout vllm-blocks"));
+	assert_int_equal(plan_build(&b, &a, NULL, &pl, err, sizeof err),
+			 KVW_EINVAL);
+	assert_non_null(strstr(err, "--kv-layout vllm-blocks"));
+	free(d[0].pool);
+	free(p[0].pool);
+}
+
 /* --hops from two real tables: a room's moments on each side, kv-bench's
  * own around them; the hops add up to its latency, and a moment not
  * written (a room that never went Transferring) is no sample. */
@@ -457,6 +569,7 @@ int main(void)
 		cmocka_unit_test(pattern_survives_tp_slicing_both_ways),
 		cmocka_unit_test(replicated_heads_and_pp_stages_verify),
 		cmocka_unit_test(kv_layouts_exchange_across_tp),
+		cmocka_unit_test(block_major_layers_move_by_block_across_tp),
 		cmocka_unit_test(hops_split_a_room_from_both_tables),
 		cmocka_unit_test(
 			allocator_takes_low_first_refuses_overdraw_and_takes_back),

@@ -11,7 +11,8 @@
  * reader in another process, racing the writer 200,000 times, never acts
  * on half of a grant. Per target (issue 29 item 3): a PP stage's token
  * writes only its layers, a TP head slice only its bytes of each token
- * slot (one slot per copy), whole-slot targets (no TP mismatch, MLA's KV,
+ * slot (one slot per copy; in vLLM's block-major pages, in each of a
+ * block's K and V slots), whole-slot targets (no TP mismatch, MLA's KV,
  * AUX) are not narrowed, a token of no target is not live, and rooms of
  * one topology share one run of the slice table.
  */
@@ -616,6 +617,41 @@ static void test_whole_slot_buffers_are_not_sliced(void **state)
 	rtab_grant_close(&g);
 }
 
+/* vLLM's block-major layer (role KVB): a page is a block's K token slots
+ * then its V slots, and a TP rank's head slice is checked in every one of
+ * them, the V half's as the K half's: its heads pass, the other rank's
+ * bytes of each slot and a copy across two slots do not. */
+static void test_a_block_major_page_is_sliced_in_every_slot(void **state)
+{
+	static const struct kvw_buf blk[] = {
+		{ .layer_id = 0, .role = KVW_ROLE_KVB, .offset = 0,
+		  .item_len = 512, .pages = 16 }, /* 2 x 4 slots of 64 */
+	};
+	const struct rtab_grant_target tg = {
+		.layer_count = 1, .slot_len = 64, .slice_off = 32,
+		.slice_len = 32, .flags = 0
+	};
+	const uint32_t pages[] = { 5 };
+	struct rtab_grant *g = NULL;
+	struct rtab_ref a = { 2, 1 };
+	char err[160];
+
+	(void)state;
+	assert_int_equal(rtab_grant_create(path, SLOTS, blk, 1, &g, err,
+					   sizeof err), 0);
+	assert_int_equal(rtab_grant_give_targets(g, a, 0x5a, &tg, 1, pages, 1,
+						 RTAB_GRANT_NO_AUX), 0);
+	for (uint32_t slot = 0; slot < 8; slot++) {
+		uint64_t o = 5 * 512 + 64 * slot;
+
+		assert_int_equal(check(g, a, 0x5a, o + 32, 32), 1);
+		assert_int_equal(check(g, a, 0x5a, o, 32), 0);
+		assert_int_equal(check(g, a, 0x5a, o + 32, 64), 0);
+	}
+	assert_int_equal(check(g, a, 0x5a, 5 * 512, 512), 0);
+	rtab_grant_close(&g);
+}
+
 /* A token of no target: an index past the room's targets, another
  * room's base, a flipped bit, 0. */
 static void test_a_token_of_no_target_is_not_live(void **state)
@@ -724,6 +760,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_pp_stage_writes_only_its_layers, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_a_tp_rank_writes_only_its_head_slice, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_whole_slot_buffers_are_not_sliced, fresh, gone),
+		cmocka_unit_test_setup_teardown(test_a_block_major_page_is_sliced_in_every_slot, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_a_token_of_no_target_is_not_live, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_rooms_of_one_topology_share_their_slices, fresh, gone),
 		cmocka_unit_test_setup_teardown(test_a_reader_process_never_sees_a_torn_grant, fresh, gone),

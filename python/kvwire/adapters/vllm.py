@@ -9,7 +9,10 @@ Load it with
     "kv_role": "kv_producer" | "kv_consumer",
     "kv_connector_extra_config": {"run_dir": DIR}}'
 A vLLM block is a kvwire page. The group runs --kv-layout vllm (per layer
-one [2, blocks, block_size, heads, head_dim] tensor, K then V).
+one [2, blocks, block_size, heads, head_dim] tensor, K then V: the flash
+attention backend's) or --kv-layout vllm-blocks (per layer one [blocks, 2,
+block_size, heads, head_dim] tensor, each block's K then its V: the
+block-major layout of FlashInfer), as the attention backend lays it.
 register_kv_caches takes vLLM's per-layer tensors where vLLM put them: on a
 GPU they are exported to the group by CUDA IPC (the cuda transport), in
 host memory they must come from kvwire's allocator (the manager's alloc()),
@@ -38,7 +41,7 @@ import random
 import numpy as np
 
 from .. import conn
-from ..layout import ROLE_AUX, ROLE_K, ROLE_V
+from ..layout import ROLE_AUX, ROLE_K, ROLE_KVB, ROLE_V
 
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -149,33 +152,42 @@ class KvwireConnector(KVConnectorBase_V1):
         return self.mgr
 
     def pool_tensors(self):
-        """The rank's per-layer KV cache as vLLM lays it out, one
-        [2, blocks, block_size, kv_heads, head_dim] view of the pool per
-        layer (K then V), by layer name: the memory to give vLLM's layers
-        (kvwire moves the pool's pages). Refused unless the group runs
-        --kv-layout vllm."""
+        """The rank's per-layer KV cache as vLLM lays it out, one view of
+        the pool per layer, by layer name: [2, blocks, block_size,
+        kv_heads, head_dim] (K then V) with --kv-layout vllm, [blocks, 2,
+        block_size, kv_heads, head_dim] (each block's K then its V) with
+        --kv-layout vllm-blocks: the memory to give vLLM's layers (kvwire
+        moves the pool's pages). Refused for any other layout."""
         m = self._manager()
-        if m.kv_args.shape.kv_layout != "vllm":
+        layout = m.kv_args.shape.kv_layout
+        if layout not in ("vllm", "vllm-blocks"):
             raise RuntimeError("kvwire: vLLM's per-layer KV tensors need a "
-                               "group started with --kv-layout vllm; this "
-                               "one's is %s" % m.kv_args.shape.kv_layout)
+                               "group started with --kv-layout vllm (or "
+                               "vllm-blocks for a block-major backend); "
+                               "this one's is %s" % layout)
         a, raw = m.kv_args, m.pool.raw
         out = {}
         for b in m.pool.buffers:
-            if b.role != ROLE_K or b.layer_id >= a.num_layers:
+            if b.role not in (ROLE_K, ROLE_KVB) or \
+                    b.layer_id >= a.num_layers:
                 continue
-            n = 2 * b.pages * b.item_len
+            # A layer's K and V (vllm) or its blocks (vllm-blocks): one
+            # run of pool bytes either way.
+            n = (1 if b.role == ROLE_KVB else 2) * b.pages * b.item_len
+            dims = (a.page_size, a.kv_head_num, a.head_dim)
             out["model.layers.%d.self_attn.attn" % b.layer_id] = \
                 raw[b.offset:b.offset + n].view(a.dtype).reshape(
-                    2, b.pages, a.page_size, a.kv_head_num, a.head_dim)
+                    (b.pages, 2) + dims if b.role == ROLE_KVB
+                    else (2, b.pages) + dims)
         return out
 
     def register_kv_caches(self, kv_caches):
-        """vLLM's per-layer tensors, in layer order, each [2, blocks,
-        block_size, kv_heads, head_dim] (K then V). The pool's own views
+        """vLLM's per-layer tensors, in layer order, each laid out as
+        pool_tensors() says for the group's --kv-layout. The pool's own views
         (pool_tensors()) are used as they are; other tensors are registered
         in place (KVManager.register_in_place), the K half and the V half
-        of each layer a buffer each: vLLM's GPU tensors on their device
+        of each layer a buffer each (vllm), or each layer's tensor one
+        buffer of whole blocks (vllm-blocks): vLLM's GPU tensors on their device
         (extra config "gpu_id" where a tensor does not say) by CUDA IPC,
         host tensors over memory from the manager's alloc(). Raises
         RuntimeError with the reason when they cannot be."""
@@ -189,7 +201,7 @@ class KvwireConnector(KVConnectorBase_V1):
             return
         m = self._manager()
         kv = [b for b in m.pool.buffers if b.role != ROLE_AUX]
-        layers = [b.layer_id for b in kv if b.role == ROLE_K]
+        layers = [b.layer_id for b in kv if b.role in (ROLE_K, ROLE_KVB)]
         tensor = dict(zip(layers, (t for _, t in got)))
         ptrs, lens, items = [], [], []
         for b in kv:
@@ -197,9 +209,13 @@ class KvwireConnector(KVConnectorBase_V1):
             if t is None:
                 raise RuntimeError("kvwire: no KV cache tensor for layer %d "
                                    "of this rank's layout" % b.layer_id)
-            half = _nbytes(t) // 2
-            ptrs.append(_addr(t) + (half if b.role == ROLE_V else 0))
-            lens.append(half)
+            if b.role == ROLE_KVB:  # the blocks, K and V together
+                ptrs.append(_addr(t))
+                lens.append(_nbytes(t))
+            else:
+                half = _nbytes(t) // 2
+                ptrs.append(_addr(t) + (half if b.role == ROLE_V else 0))
+                lens.append(half)
             items.append(b.item_len)
         t0 = got[0][1]
         dev = getattr(getattr(t0, "device", None), "index", None)
