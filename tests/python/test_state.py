@@ -5,6 +5,7 @@ page of drift, position rows that must match), and nothing else of any
 state buffer changes; a room that breaks a kind's rule, or names a row
 outside its component, fails with bad index before its last job moves;
 a TP 2 -> 1 group sends a replicated component from one prefill rank;
+with PP 2 -> 1 each stage sends its layers' rows;
 an engine with no state passes [] or None and nothing happens."""
 import glob
 import os
@@ -200,6 +201,58 @@ def test_tp2_to_1_a_replicated_component_comes_from_one_prefill_rank(
         r.clear()
     finally:
         for m in (p0, p1, dm):
+            m.close()
+
+
+def test_pp2_to_1_each_stage_sends_the_state_rows_of_its_layers(
+        group_factory):
+    """PP: each prefill stage holds the state buffers of its layers only
+    (layer 0 on stage 0, layer 1 on stage 1 here) and sends their rows
+    with its own last chunk; the decode, one stage, gets layer 0's rows
+    from stage 0 and layer 1's from stage 1 (different bytes on each
+    stage, so a row from the wrong stage shows), and the room succeeds
+    only once both stages' rows landed."""
+    from kvwire import KVArgs, KVManager
+    g = group_factory("--prefill-pp", 2, *SHAPE, "--state", STATE)
+    stages = [KVManager(KVArgs.from_run_dir(g.dir, "prefill", 0, pp),
+                        "prefill") for pp in (0, 1)]
+    dm = KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode")
+    try:
+        src = {}
+        for pp, m in enumerate(stages):
+            with pytest.raises(KeyError):
+                m.pool.state(0, 1 - pp)  # the other stage's layer
+            rng = np.random.default_rng(20 + pp)
+            for c in range(3):
+                b = m.pool.state(c, pp)
+                b[:] = rng.integers(0, 256, b.shape, dtype=np.uint8)
+                src[c, pp] = b.copy()
+        before = fill(dm.pool, 22)
+        rid = room_id()
+        r = KVReceiver(dm, dm.kv_args.bootstrap_addr, rid)
+        r.init(0)
+        r.send_metadata(np.array([10, 11], np.int32), 1,
+                        [[2], [5, 6], [0]])
+        senders = [KVSender(m, m.kv_args.bootstrap_addr, rid, [0], pp)
+                   for pp, m in enumerate(stages)]
+        for s in senders:
+            wait_for("prefill WaitingForInput",
+                     lambda: s.poll() == KVPoll.WaitingForInput)
+        senders[0].init(2, 2)
+        senders[0].send(np.array([3, 4], np.int32), [[1], [9, 10], [4]])
+        assert r.poll() != KVPoll.Success  # stage 1 has sent nothing
+        senders[1].init(2, 2)
+        senders[1].send(np.array([3, 4], np.int32), [[1], [9, 10], [4]])
+        wait_for("decode Success", lambda: r.poll() == KVPoll.Success)
+        for s in senders:
+            wait_for("prefill Success", lambda: s.poll() == KVPoll.Success)
+        moved(before, dm, src, [(0, 1, 2), (1, 9, 5), (1, 10, 6),
+                                (2, 4, 0)])
+        for s in senders:
+            s.clear()
+        r.clear()
+    finally:
+        for m in (*stages, dm):
             m.close()
 
 
