@@ -11,6 +11,12 @@ use them) and the attention outputs of all ranks are summed (the
 all-reduce), so a decode rank that received the wrong heads would produce
 wrong logits. A PP stage holds only its layers.
 
+With Config(hybrid=True) layer 1 is a Mamba-like recurrence (per-request
+state: a conv window and h, in a request slot row) and layer 2 a
+sliding-window attention layer (its K/V in SWA rows by page), as SGLang's
+hybrid models keep them: kvwire state components (kv-up --state), sent with
+the last chunk, the window's pages only.
+
 The prefill engine runs the prompt in chunks of whole pages (chunked
 prefill: each chunk attends to the cache the earlier chunks wrote), writes
 K/V straight into its kvwire pool pages (chosen by a page allocator) and
@@ -20,6 +26,7 @@ allocator (other indices), reads the first token from its aux slot and
 generates greedily, appending to the transferred cache.
 
 Usage: pd_model.py [--prefill-tp N --prefill-pp N --decode-tp N] [--tokens N]
+                   [--hybrid]
 starts its own group with kv-up, runs both engines, prints the tokens of
 both runs and the largest logit difference, and stops the group.
 """
@@ -40,7 +47,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "python"))
 from kvwire import (KVArgs, KVManager, KVPoll, KVReceiver,  # noqa: E402
                     KVSender, read_run_dir)
-from kvwire.layout import ROLE_AUX, ROLE_K, ROLE_V  # noqa: E402
+from kvwire.layout import ROLE_AUX, ROLE_K, ROLE_STATE, ROLE_V, \
+    state_layer  # noqa: E402
 
 F32 = np.float32
 
@@ -56,14 +64,43 @@ class Config:
     ffn: int = 256
     page_tokens: int = 4
     rope_theta: float = 10000.0
+    # Hybrid (issue 32 item 6): layer rec_layer is a Mamba-like recurrence
+    # (a depthwise causal conv of `conv` taps, then h = a * h + u, per
+    # request: state rows by request slot) and layer swa_layer attends to
+    # the last `window` tokens only (its K/V in pages of its own: state
+    # rows by page), as SGLang's hybrid models keep them. Both are
+    # replicated over TP (every rank computes them whole; one adds the
+    # output): kvwire sends replicated state from one prefill rank.
+    hybrid: bool = False
+    rec_layer: int = 1
+    swa_layer: int = 2
+    rec_dim: int = 32
+    conv: int = 4
+    window: int = 6
+    slots: int = 8
+    swa_pages: int = 32
 
     def shape_flags(self, pages=64):
         """The kv-up shape flags of this model's KV cache (float32)."""
-        return ["--layers", self.layers, "--heads", self.kv_heads,
-                "--head-dim", self.head_dim, "--page-tokens",
-                self.page_tokens, "--dtype-bytes", 4, "--pages", pages,
-                "--aux-slots", 16, "--aux-bytes",
-                ",".join(str(n) for n in self.metadata_bytes())]
+        flags = ["--layers", self.layers, "--heads", self.kv_heads,
+                 "--head-dim", self.head_dim, "--page-tokens",
+                 self.page_tokens, "--dtype-bytes", 4, "--pages", pages,
+                 "--aux-slots", 16, "--aux-bytes",
+                 ",".join(str(n) for n in self.metadata_bytes())]
+        if self.hybrid:
+            flags += ["--state", "slot:%d:%d:rep,paged:%d:%d:rep" % (
+                self.slots, self.rec_row_bytes(), self.swa_pages,
+                self.swa_row_bytes())]
+        return flags
+
+    def rec_row_bytes(self):
+        """A request slot's recurrent state: the conv's last conv - 1
+        inputs and h, rec_dim float32 each."""
+        return 4 * self.rec_dim * self.conv
+
+    def swa_row_bytes(self):
+        """An SWA page: K then V of page_tokens tokens, every KV head."""
+        return 4 * 2 * self.page_tokens * self.kv_heads * self.head_dim
 
     def metadata_bytes(self):
         """The request's metadata buffers, as SGLang's decode reads them
@@ -96,6 +133,12 @@ class Model:
             n1=(1 + 0.1 * rng.standard_normal(c.hidden)).astype(F32),
             n2=(1 + 0.1 * rng.standard_normal(c.hidden)).astype(F32))
             for _ in range(c.layers)]
+        if c.hybrid:
+            self.rec = dict(
+                w_in=w(c.hidden, c.rec_dim), w_out=w(c.rec_dim, c.hidden),
+                taps=(rng.standard_normal((c.conv, c.rec_dim)) /
+                      c.conv).astype(F32),
+                a=rng.uniform(0.5, 0.95, c.rec_dim).astype(F32))
         self.norm = np.ones(c.hidden, F32)
         self.lm_head = w(c.hidden, c.vocab)
         half = c.head_dim // 2
@@ -148,12 +191,61 @@ class Model:
             out += o @ L["wo"][qlo * d:qhi * d]
         return out
 
+    def recurrent(self, li, h, caches):
+        """The Mamba-like layer for normed inputs h (n, hidden), token by
+        token from the request's state (rank 0's; every rank's state is
+        written: replicated). Returns its output (n, hidden)."""
+        c, R = self.cfg, self.rec
+        past, state = caches[0].rec_get(li)
+        u = h @ R["w_in"]
+        ys = np.zeros((h.shape[0], c.rec_dim), F32)
+        for t in range(h.shape[0]):
+            win = np.concatenate([past, u[t:t + 1]])  # conv taps, oldest 1st
+            state = (R["a"] * state + (win * R["taps"]).sum(0)).astype(F32)
+            past = win[1:]
+            ys[t] = state
+        for cache in caches:
+            cache.rec_set(li, past, state)
+        return (ys @ R["w_out"]).astype(F32)
+
+    def window_attention(self, li, h, pos, caches):
+        """The sliding-window layer: every head on every rank (its K/V are
+        replicated state: each rank's store is written), queries attend to
+        the last `window` positions only."""
+        c, L = self.cfg, self.layer[li]
+        d, g = c.head_dim, c.q_heads // c.kv_heads
+        q = (h @ L["wq"]).reshape(-1, c.q_heads, d)
+        k = (h @ L["wk"]).reshape(-1, c.kv_heads, d)
+        v = (h @ L["wv"]).reshape(-1, c.kv_heads, d)
+        q, k = self.rope(q, pos), self.rope(k, pos)
+        for cache in caches:
+            cache.swa_write(li, pos, k, v)
+        K, V = caches[0].swa_read(li, int(pos[-1]) + 1)
+        K, V = np.repeat(K, g, axis=1), np.repeat(V, g, axis=1)
+        s = np.einsum("nhd,thd->hnt", q, K) * F32(1 / np.sqrt(d))
+        t = np.arange(K.shape[0])[None, :]
+        mask = (t > pos[:, None]) | (t <= pos[:, None] - c.window)
+        s = np.where(mask[None], F32(-np.inf), s)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p = (p / p.sum(-1, keepdims=True)).astype(F32)
+        o = np.einsum("hnt,thd->nhd", p, V).reshape(h.shape[0], -1)
+        return (o @ L["wo"]).astype(F32)
+
+    def mixer(self, li, h, pos, caches, tp):
+        """Layer li's token mixer: attention, or a hybrid layer."""
+        c = self.cfg
+        if c.hybrid and li == c.rec_layer:
+            return self.recurrent(li, h, caches)
+        if c.hybrid and li == c.swa_layer:
+            return self.window_attention(li, h, pos, caches)
+        return self.attention(li, h, pos, caches, tp)
+
     def layers(self, x, pos, first, count, caches, tp):
         """Runs x (n, hidden) through layers [first, first + count)."""
         for li in range(first, first + count):
             L = self.layer[li]
-            x = x + self.attention(li, self.rmsnorm(x, L["n1"]), pos, caches,
-                                   tp)
+            x = x + self.mixer(li, self.rmsnorm(x, L["n1"]), pos, caches,
+                               tp)
             h = self.rmsnorm(x, L["n2"])
             a, b = h @ L["w1"], h @ L["w3"]
             x = (x + ((a / (1 + np.exp(-a))) * b) @ L["w2"]).astype(F32)
@@ -164,12 +256,15 @@ class Model:
 
 
 class ContigCache:
-    """The one-process cache: a growing array per layer."""
+    """The one-process cache: a growing array per layer; the hybrid
+    layers' state in plain arrays."""
 
     def __init__(self, cfg, heads, maxlen=1024):
         self.k = {}
         self.v = {}
         self.shape = (maxlen, heads, cfg.head_dim)
+        self.cfg = cfg
+        self.rec = {}
 
     def write(self, li, pos, k, v):
         for d, x in ((self.k, k), (self.v, v)):
@@ -178,13 +273,65 @@ class ContigCache:
     def read(self, li, n):
         return self.k[li][:n], self.v[li][:n]
 
+    swa_write, swa_read = write, read
+
+    def rec_get(self, li):
+        c = self.cfg
+        return self.rec.get(li, (np.zeros((c.conv - 1, c.rec_dim), F32),
+                                 np.zeros(c.rec_dim, F32)))
+
+    def rec_set(self, li, past, state):
+        self.rec[li] = (past.copy(), state.copy())
+
 
 class PagedCache:
     """A cache in kvwire pool pages: token t of the sequence lives in page
-    pages[t // page_tokens], slot t % page_tokens."""
+    pages[t // page_tokens], slot t % page_tokens. With hybrid state
+    (`hs`, a HybridRows): the recurrent layer's state in its request slot
+    row, the window layer's K/V in SWA rows by page (state components 0
+    and 1 of the pool, or of the engine's own memory)."""
 
-    def __init__(self, pool, pages, page_tokens):
+    def __init__(self, pool, pages, page_tokens, hs=None):
         self.pool, self.pages, self.pt = pool, pages, page_tokens
+        self.hs = hs
+
+    def _rec_row(self, li):
+        c = self.hs.cfg
+        return self.pool.state(0, li)[self.hs.slot].view(F32).reshape(
+            c.conv, c.rec_dim)
+
+    def rec_get(self, li):
+        row = self._rec_row(li)
+        return row[:-1].copy(), row[-1].copy()
+
+    def rec_set(self, li, past, state):
+        row = self._rec_row(li)
+        row[:-1], row[-1] = past, state
+
+    def _swa_page(self, li, page):
+        c = self.hs.cfg
+        return self.pool.state(1, li)[page].view(F32).reshape(
+            2, c.page_tokens, c.kv_heads, c.head_dim)
+
+    def swa_write(self, li, pos, k, v):
+        for i, p in enumerate(pos):
+            page = self._swa_page(li, self.hs.swa_row(p // self.pt))
+            page[0, p % self.pt], page[1, p % self.pt] = k[i], v[i]
+
+    def swa_read(self, li, n):
+        """K and V of positions [0, n): the pages this engine holds (the
+        window at least), zeros elsewhere (outside the window, masked)."""
+        c = self.hs.cfg
+        K = np.zeros((n, c.kv_heads, c.head_dim), F32)
+        V = np.zeros_like(K)
+        for lp in range(-(-n // self.pt)):
+            row = self.hs.rows.get(lp)
+            if row is None:
+                continue
+            page = self._swa_page(li, row)
+            lo, hi = lp * self.pt, min(n, (lp + 1) * self.pt)
+            K[lo:hi], V[lo:hi] = page[0, :hi - lo], page[1, :hi - lo]
+        return K, V
 
     def write(self, li, pos, k, v):
         pg = np.asarray(self.pages)[pos // self.pt]
@@ -200,19 +347,24 @@ class PagedCache:
 class OwnKV:
     """An engine's KV cache in memory of its own, not kvwire's pool layout
     (issue 32 item 1): per layer one allocation holding the layer's V pages
-    and then its K pages, from KVManager.alloc (memory kvwire's workers can
-    map), registered in place with register_host_pool in the order the
-    rank's layout lists its buffers. k(li) and v(li) are this memory's
-    own arrays, as KVPool's are the pool's."""
+    and then its K pages, and one per state buffer (rows x row bytes),
+    from KVManager.alloc (memory kvwire's workers can map), registered in
+    place with register_host_pool in the order the rank's layout lists its
+    buffers. k(li), v(li) and state(c, li) are this memory's own arrays,
+    as KVPool's are the pool's."""
 
     def __init__(self, m):
         kv = [b for b in m.pool.buffers if b.role != ROLE_AUX]
         self._arrs = {}
         for b in kv:
+            n = b.item_len * b.pages
+            if b.role == ROLE_STATE:
+                self._arrs[(b.layer_id, b.role)] = \
+                    m.alloc(n).reshape(b.pages, b.item_len)
+                continue
             if b.role != ROLE_K:
                 continue
             shape = m.pool.k(b.layer_id).shape
-            n = b.item_len * b.pages
             block = m.alloc(2 * n)
             self._arrs[(b.layer_id, ROLE_V)] = \
                 block[:n].view(F32).reshape(shape)
@@ -227,6 +379,9 @@ class OwnKV:
 
     def v(self, li):
         return self._arrs[(li, ROLE_V)]
+
+    def state(self, c, li):
+        return self._arrs[(state_layer(c, li), ROLE_STATE)]
 
 
 def kv_memory(m, own):
@@ -248,6 +403,38 @@ class PageAllocator:
 
     def release(self, pages):
         self.free.extend(pages)
+
+
+class HybridRows:
+    """One engine's rows of a request's hybrid state (every rank uses the
+    same ones): its request slot (state component 0) and, by logical page
+    of the sequence, the SWA row that holds it (component 1), from an
+    allocator of SWA rows."""
+
+    def __init__(self, cfg, slot, alloc):
+        self.cfg, self.slot, self.alloc = cfg, slot, alloc
+        self.rows = {}
+
+    def swa_row(self, lp):
+        if lp not in self.rows:
+            self.rows[lp] = self.alloc.alloc(1)[0]
+        return self.rows[lp]
+
+    def window(self, n):
+        """The logical pages that hold the last `window` of n tokens: what
+        a decode needs to go on from position n."""
+        c = self.cfg
+        return list(range(max(0, n - c.window) // c.page_tokens,
+                          -(-n // c.page_tokens)))
+
+    def held_rows(self):
+        """Every SWA row this engine holds, in page order."""
+        return [self.rows[lp] for lp in sorted(self.rows)]
+
+    def state_indices(self, n):
+        """The room's state lists after n tokens (SGLang's
+        state_indices: one list per component)."""
+        return [[self.slot], [self.swa_row(lp) for lp in self.window(n)]]
 
 
 def one_process(model, prompt, new_tokens):
@@ -332,8 +519,14 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
     aux_slot = 3
     senders = {k: KVSender(mgrs[k], a0.bootstrap_addr, room, None, k[1])
                for k in ranks}
-    caches = {s: [PagedCache(kv_memory(mgrs[(r, s)], own_memory), pages,
-                             c.page_tokens)
+    hs = HybridRows(c, 5, PageAllocator(c.swa_pages)) if c.hybrid else None
+    mems = {k: kv_memory(mgrs[k], own_memory) for k in ranks}
+    if hs:  # the request's recurrent state starts at zero
+        for (r, s), mem in mems.items():
+            a = mgrs[(r, s)].kv_args
+            for li in range(a.prefill_start_layer, a.prefill_end_layer):
+                mem.state(0, li)[hs.slot] = 0
+    caches = {s: [PagedCache(mems[(r, s)], pages, c.page_tokens, hs)
                   for r in range(tp)] for s in range(pp)}
     try:
         decode_ready.wait(30)
@@ -362,12 +555,16 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
             # the pages after the decode's prefix are sent.
             chunk = np.array(pages[max(lo // c.page_tokens, skip):
                                    -(-hi // c.page_tokens)], np.int32)
+            # The hybrid layers' state goes with the last chunk: the
+            # request's slot and the SWA rows of the window's pages.
+            state = None
             if hi == len(prompt):
                 logits = model.logits(x)
                 for m in mgrs.values():  # every rank's rows are the same
                     write_metadata(m.pool, aux_slot, room, x[-1], logits)
+                state = hs.state_indices(hi) if hs else None
             for snd in senders.values():
-                snd.send(chunk)
+                snd.send(chunk, state)
         for k, snd in senders.items():
             wait_for("prefill %s done" % (k,), lambda: snd.poll()
                      in (KVPoll.Success, KVPoll.Failed))
@@ -376,7 +573,7 @@ def prefill_engine(model, run_dir, tp, pp, room, prompt, chunk_pages,
             snd.clear()
         return logits
     finally:
-        del caches
+        del caches, mems
         for m in mgrs.values():
             m.close()
 
@@ -390,7 +587,8 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
     of the prompt already (its prefix cache: computed here before the
     request, and said to the prefill, which sends only the rest).
     tamper(pools, pages, aux_slot), when given, may change the received
-    cache and metadata first. bootstrap: the prefill instance's (default:
+    cache and metadata first (with a hybrid model, tamper(pools, pages,
+    aux_slot, rows): rows the decode's HybridRows). bootstrap: the prefill instance's (default:
     the decode group's own). own_memory: the KV cache in the engine's own
     memory (OwnKV), not the pool. Returns (tokens, logits of every token:
     the first from the transferred hidden state)."""
@@ -406,19 +604,29 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
     n_pages = -(-prompt_len // c.page_tokens)
     pages = alloc.alloc(n_pages)
     aux_slot = 9
+    hs = HybridRows(c, 2, PageAllocator(
+        c.swa_pages, np.random.default_rng(seed + 1)
+        .permutation(c.swa_pages).tolist())) if c.hybrid else None
     held = prefix_pages * c.page_tokens
     if held:  # an earlier request left the prompt's first pages here
         pos = np.arange(held)
         model.layers(model.embed[prompt[:held]], pos, 0, c.layers,
-                     [PagedCache(kv, pages, c.page_tokens) for kv in kvs],
+                     [PagedCache(kv, pages, c.page_tokens, hs) for kv in kvs],
                      tp)
+    state = []
+    if hs:
+        # The window's pages come from the prefill, into rows of their
+        # own (a prefix page in the window is computed here too: replaced)
+        for lp in hs.window(prompt_len):
+            hs.rows.pop(lp, None)
+        state = hs.state_indices(prompt_len)
     recvs = [KVReceiver(m, bootstrap or a0.bootstrap_addr, room)
              for m in mgrs]
     try:
         for rv in recvs:
             rv.init(0)
             rv.send_metadata(np.array(pages[prefix_pages:], np.int32),
-                             aux_slot, [], decode_prefix_len=held)
+                             aux_slot, state, decode_prefix_len=held)
         decode_ready.set()
         for rv in recvs:
             wait_for("decode room", lambda: rv.poll()
@@ -426,13 +634,24 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
             if rv.poll() == KVPoll.Failed:
                 rv.failure_exception()
         if tamper:
-            tamper([m.pool for m in mgrs], pages, aux_slot)
+            tamper([m.pool for m in mgrs], pages, aux_slot,
+                   *([hs] if hs else []))
+        if hs and any(not np.array_equal(kv.state(0, li)[hs.slot],
+                                         kvs[0].state(0, li)[hs.slot]) or
+                      not np.array_equal(kv.state(1, li)[hs.held_rows()],
+                                         kvs[0].state(1, li)[
+                                             hs.held_rows()])
+                      for kv in kvs[1:] for li in (c.rec_layer,
+                                                   c.swa_layer)):
+            # Replicated state: rank 0's is computed with, so the others
+            # must hold the same rows.
+            raise RuntimeError("decode ranks received different state")
         firsts = [read_metadata(model, m.pool, aux_slot, room) for m in mgrs]
         if any(t != firsts[0][0] or not np.array_equal(lg, firsts[0][1])
                for t, lg in firsts):
             raise RuntimeError("decode ranks received different metadata")
         toks = [firsts[0][0]]
-        caches = [PagedCache(kv, pages, c.page_tokens) for kv in kvs]
+        caches = [PagedCache(kv, pages, c.page_tokens, hs) for kv in kvs]
         logits = [firsts[0][1]]
         for i in range(new_tokens):
             p = prompt_len + i
@@ -494,6 +713,9 @@ def main():
     ap.add_argument("--prefill-pp", type=int, default=1)
     ap.add_argument("--decode-tp", type=int, default=1)
     ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--hybrid", action="store_true",
+                    help="a recurrent and a sliding-window layer, their "
+                    "state moved as kvwire state components")
     ap.add_argument("--prompt-len", type=int, default=23)
     ap.add_argument("--own-memory", choices=("prefill", "decode", "both"),
                     default="", help="engines that keep their KV cache in "
@@ -501,7 +723,7 @@ def main():
     o = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     kv_up = os.path.join(here, "..", "bin", "kv-up")
-    cfg = Config()
+    cfg = Config(hybrid=o.hybrid)
     model = Model(cfg)
     prompt = np.random.default_rng(5).integers(0, cfg.vocab, o.prompt_len)
     run_dir = tempfile.mkdtemp(prefix="kvwm.", dir="/tmp")

@@ -60,6 +60,27 @@ def test_decode_from_transferred_kv_equals_one_process(group_factory,
     assert diff <= TOL
 
 
+def own_memory_run(group_factory, reference, label, ptp, ppp, dtp,
+                   transport, own, prefix_pages):
+    """A group of the reference's model, one room through it with the
+    engines' memory their own where `own` says and a decode prefix;
+    (tokens, max |logit diff|), reported."""
+    model, prompt, ref_toks, ref_logits = reference
+    g = group_factory("--prefill-tp", ptp, "--prefill-pp", ppp,
+                      "--decode-tp", dtp, "--workers", 1, "--transport",
+                      transport, *model.cfg.shape_flags())
+    toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, ptp,
+                                   ppp, dtp, prefix_pages=prefix_pages,
+                                   own_memory=own)
+    diff = float(np.abs(logits - ref_logits).max())
+    REPORT.append("model: %sprefill tp %d pp %d -> decode tp %d (%s, own "
+                  "memory: %s, prefix %d pages): %d tokens equal: %s, max "
+                  "|logit diff| %.3g" % (label, ptp, ppp, dtp, transport,
+                                         own or "none", prefix_pages,
+                                         len(toks), toks == ref_toks, diff))
+    return toks, diff
+
+
 @pytest.mark.parametrize("ptp,ppp,dtp,transport,own,prefix_pages", [
     (1, 1, 1, "shm", "both", 0), (2, 1, 1, "tcp", "prefill", 2),
     (1, 1, 2, "shm", "decode", 0), (1, 2, 1, "tcp", "both", 3)])
@@ -71,20 +92,9 @@ def test_engines_own_memory_gives_the_same_output(group_factory, reference,
     before its K pages: neither the pool's layout nor its memory),
     registered in place, and compute and read it there; the decode's
     output is the one-process output."""
-    model, prompt, ref_toks, ref_logits = reference
-    g = group_factory("--prefill-tp", ptp, "--prefill-pp", ppp,
-                      "--decode-tp", dtp, "--workers", 1, "--transport",
-                      transport, *model.cfg.shape_flags())
-    toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, ptp,
-                                   ppp, dtp, prefix_pages=prefix_pages,
-                                   own_memory=own)
-    diff = float(np.abs(logits - ref_logits).max())
-    REPORT.append("model: prefill tp %d pp %d -> decode tp %d (%s, own "
-                  "memory: %s, prefix %d pages): %d tokens equal: %s, max "
-                  "|logit diff| %.3g" % (ptp, ppp, dtp, transport, own,
-                                         prefix_pages, len(toks),
-                                         toks == ref_toks, diff))
-    assert toks == ref_toks
+    toks, diff = own_memory_run(group_factory, reference, "", ptp, ppp,
+                                dtp, transport, own, prefix_pages)
+    assert toks == reference[2]
     assert diff <= TOL
 
 
@@ -136,6 +146,72 @@ def test_engines_of_two_kv_layouts_exchange_kv(group_factory, reference,
                      diff))
     assert toks == ref_toks
     assert diff <= TOL
+
+
+@pytest.fixture(scope="module")
+def hybrid_reference():
+    cfg = pd_model.Config(hybrid=True)
+    model = pd_model.Model(cfg)
+    prompt = np.random.default_rng(5).integers(0, cfg.vocab, 23)
+    toks, logits = pd_model.one_process(model, prompt, NEW_TOKENS)
+    plain = pd_model.one_process(pd_model.Model(pd_model.Config()), prompt,
+                                 NEW_TOKENS)[0]
+    assert toks != plain  # the hybrid layers change the output
+    return model, prompt, toks, logits
+
+
+@pytest.mark.parametrize("ptp,ppp,dtp,transport,own,prefix_pages", [
+    (1, 1, 1, "shm", "both", 3), (2, 1, 1, "tcp", "prefill", 0),
+    (1, 1, 2, "shm", "decode", 2), (1, 2, 1, "tcp", "both", 1),
+    (1, 1, 1, "tcp", "", 0), (2, 1, 1, "shm", "", 4)])
+def test_hybrid_model_with_state_equals_one_process(
+        group_factory, hybrid_reference, ptp, ppp, dtp, transport, own,
+        prefix_pages):
+    """Issue 32 item 6: the hybrid model (a Mamba-like recurrent layer
+    whose per-request state sits in a request slot row, a sliding-window
+    layer whose K/V sit in SWA rows by page, three metadata buffers), the
+    engines' memory their own where `own` says, a decode prefix of some
+    pages: the decode goes on from the moved state and gives the
+    one-process output, exactly where nothing changes the order of float
+    sums (equal TP: TP 1 -> 1, PP 2 -> 1), within 1e-5 elsewhere."""
+    toks, diff = own_memory_run(group_factory, hybrid_reference,
+                                "hybrid, ", ptp, ppp, dtp, transport, own,
+                                prefix_pages)
+    assert toks == hybrid_reference[2]
+    assert diff == 0.0 if ptp == dtp else diff <= 1e-5
+
+
+@pytest.mark.parametrize("component,dtp", [(0, 1), (1, 1), (1, 2)])
+def test_one_changed_state_byte_is_caught(group_factory, hybrid_reference,
+                                          component, dtp):
+    """The hybrid runs can fail: one byte of the received recurrent state
+    (component 0, the request's slot row) or of an SWA row of the window
+    (component 1) changed after it landed, on the last decode rank, and
+    the run does not pass: with one decode rank the output is not the
+    exact one-process output (one high mantissa bit); with
+    two, the ranks' replicated rows differ and the decode refuses them."""
+    model, prompt, ref_toks, ref_logits = hybrid_reference
+    c = model.cfg
+    g = group_factory("--decode-tp", dtp, "--workers", 1,
+                      *c.shape_flags())
+
+    def flip(pools, pages, aux_slot, rows):
+        if component == 0:
+            row = pools[-1].state(0, c.rec_layer)[rows.slot]
+        else:
+            last = rows.window(len(prompt))[-1]
+            row = pools[-1].state(1, c.swa_layer)[rows.rows[last]]
+        row[2] ^= 0x40  # a high mantissa bit of the row's first float32
+
+    if dtp > 1:
+        with pytest.raises(RuntimeError, match="different state"):
+            pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, 1, 1, dtp,
+                            tamper=flip)
+        return
+    toks, logits = pd_model.run_pd(model, g.dir, prompt, NEW_TOKENS, 1, 1,
+                                   dtp, tamper=flip)
+    # TP 1 -> 1 is exactly equal untampered (above): any change shows.
+    assert toks != ref_toks or float(np.abs(logits - ref_logits).max()) > 0
 
 
 def test_a_wrong_head_changes_the_logits(group_factory, reference):
