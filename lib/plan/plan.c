@@ -184,7 +184,9 @@ static int pair_make(const struct plan *p, const struct kvw_buf *s,
 		    !(h->src_head_start == 0 && h->dst_head_start == 0 &&
 		      width == src_slot && width == dst_slot);
 	}
-	if (!pr->sliced && s->item_len != d->item_len) {
+	/* (STATE rows of two sizes are one row split over TP: state_pairs.) */
+	if (!pr->sliced && s->item_len != d->item_len &&
+	    s->role != KVW_ROLE_STATE) {
 		kvw_seterr(err, errlen,
 			   "layer %u role %s: item length %u on source, %u on "
 			   "destination",
@@ -214,18 +216,59 @@ static int heads_check(const struct plan_side *src, const struct plan_heads *h,
 	return 0;
 }
 
+/* The part of a row a sharded state component's pair copies under a TP
+ * mismatch (SGLang slices Mamba rows so, by the sharded dim, outermost in
+ * a row): rank r of tp holds part r of every row. With more prefill ranks
+ * (k = ptp / dtp of them per decode rank) a prefill rank's whole row is
+ * part (prank % k) of the decode's; with more decode ranks a decode rank's
+ * whole row is part (drank % k) of the prefill's. Rows that do not split
+ * so are an error. */
+static int state_row_part(struct pair *pr, const struct plan_heads *h,
+			  char *err, size_t errlen)
+{
+	uint32_t s = pr->src_item, d = pr->dst_item, k;
+
+	if (h == NULL || h->src_tp == 0 || h->dst_tp == 0)
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"state component %u: rows of %u bytes on "
+				"source, %u on destination, and no TP sizes "
+				"to split them by", KVW_STATE_OF(pr->layer_id),
+				s, d);
+	if (h->src_tp > h->dst_tp && h->src_tp % h->dst_tp == 0 &&
+	    (uint64_t)s * (k = h->src_tp / h->dst_tp) == d) {
+		pr->row_dst_off = h->src_rank % k * s;
+		pr->row_len = s;
+		return 0;
+	}
+	if (h->dst_tp > h->src_tp && h->dst_tp % h->src_tp == 0 &&
+	    (uint64_t)d * (k = h->dst_tp / h->src_tp) == s) {
+		pr->row_src_off = h->dst_rank % k * d;
+		pr->row_len = d;
+		return 0;
+	}
+	return kvw_errf(err, errlen, KVW_EINVAL,
+			"state component %u: rows of %u bytes on source "
+			"(tp %u), %u on destination (tp %u) are not one row "
+			"split over TP", KVW_STATE_OF(pr->layer_id), s,
+			h->src_tp, d, h->dst_tp);
+}
+
 /* Pairs STATE buffers by (layer id, role) like K and V, never head-sliced,
  * after the page-indexed pairs (p->npairs grows by p->nstate): a state
  * component's rows are indexed by the room's state lists, not its pages.
  * Rows of different sizes are a TP mismatch of a sharded component (each
- * rank holds 1/tp of a row), which no copy of whole rows can serve. */
+ * rank holds 1/tp of a row): the pair copies this rank pair's part of a
+ * row (state_row_part). */
 static int state_pairs(struct plan *p, const struct plan_side *src,
 		       const struct plan_side *dst, const struct keyed *dtab,
-		       uint32_t nd, char *err, size_t errlen)
+		       uint32_t nd, const struct plan_heads *h, char *err,
+		       size_t errlen)
 {
 	for (uint32_t i = 0; i < src->nbufs; i++) {
 		const struct kvw_buf *s = &src->bufs[i];
 		const struct keyed *f;
+		struct pair *pr;
+		int rc;
 
 		if (s->role != KVW_ROLE_STATE)
 			continue;
@@ -235,16 +278,15 @@ static int state_pairs(struct plan *p, const struct plan_side *src,
 					"state component %u layer %u has no "
 					"destination", KVW_STATE_OF(s->layer_id),
 					s->layer_id & 0xFFFFu);
-		if (s->item_len != dst->bufs[f->idx].item_len)
-			return kvw_errf(err, errlen, KVW_EINVAL,
-					"state component %u: rows of %u bytes "
-					"on source, %u on destination (a TP "
-					"mismatch of a sharded component is "
-					"not supported)",
-					KVW_STATE_OF(s->layer_id), s->item_len,
-					dst->bufs[f->idx].item_len);
-		pair_make(p, s, &dst->bufs[f->idx], NULL,
-			  &p->pairs[p->npairs++], err, errlen);
+		pr = &p->pairs[p->npairs];
+		if ((rc = pair_make(p, s, &dst->bufs[f->idx], NULL, pr, err,
+				    errlen)) < 0)
+			return rc;
+		pr->row_len = s->item_len;
+		if (s->item_len != dst->bufs[f->idx].item_len &&
+		    (rc = state_row_part(pr, h, err, errlen)) < 0)
+			return rc;
+		p->npairs++;
 		p->nstate++;
 	}
 	return 0;
@@ -369,7 +411,8 @@ int plan_build(const struct plan_side *src, const struct plan_side *dst,
 		}
 		p->npairs++;
 	}
-	if ((rc = state_pairs(p, src, dst, dtab, nd, err, errlen)) < 0 ||
+	if ((rc = state_pairs(p, src, dst, dtab, nd, heads, err, errlen)) <
+		0 ||
 	    (rc = aux_pairs(p, src, dst, err, errlen)) < 0)
 		goto fail;
 	p->npairs += p->naux;

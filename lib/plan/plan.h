@@ -45,12 +45,15 @@ struct plan_side {
 /* TP-mismatch head slice (PROTOCOL-NOTES 12.7), per token slot: the
  * n_heads heads starting at src_head_start of the source slot go to the
  * destination slot starting at dst_head_start. head_bytes is the bytes of
- * one head of one token. Applies to K and V buffers only. */
+ * one head of one token. Applies to K and V buffers only. The TP sizes and
+ * ranks of the pair (plan_heads_compute fills them) split a sharded state
+ * component's rows: each rank holds its part of a row, part r of tp. */
 struct plan_heads {
 	uint32_t src_head_start;
 	uint32_t n_heads;
 	uint32_t dst_head_start;
 	uint32_t head_bytes;
+	uint32_t src_tp, src_rank, dst_tp, dst_rank;
 };
 
 /* Built plan: opaque, immutable after plan_build, so one plan may be used

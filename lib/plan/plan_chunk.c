@@ -292,9 +292,9 @@ int plan_state(const struct plan *p, uint32_t comp, const uint32_t *src_rows,
 						comp, src_rows[r], dst_rows[r],
 						(unsigned long long)((pr->src_end - pr->src_base) / pr->src_item),
 						(unsigned long long)((pr->dst_end - pr->dst_base) / pr->dst_item));
-			out[k++] = (struct plan_copy){ so, dof, pr->src_item,
-						       pr->src_pool,
-						       pr->dst_pool };
+			out[k++] = (struct plan_copy){
+				so + pr->row_src_off, dof + pr->row_dst_off,
+				pr->row_len, pr->src_pool, pr->dst_pool };
 		}
 	}
 	*n = k;

@@ -16,6 +16,9 @@ struct pair {
 	uint32_t src_item, dst_item;
 	uint32_t layer_id;
 	uint32_t slots; /* token slots per page (2 x page_tokens for KVB) */
+	/* STATE: the bytes of a row copied, from and to where in the rows
+	 * (a sharded component under a TP mismatch: one rank's part). */
+	uint32_t row_src_off, row_dst_off, row_len;
 	uint8_t role, sliced, src_pool, dst_pool;
 };
 

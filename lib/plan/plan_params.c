@@ -111,6 +111,10 @@ int plan_heads_compute(const struct kvw_model *m, uint32_t ptp, uint32_t prank,
 		h.dst_head_start = 0;
 	}
 	h.head_bytes = m->head_bytes;
+	h.src_tp = ptp;
+	h.src_rank = prank;
+	h.dst_tp = dtp;
+	h.dst_rank = drank;
 	if (h.src_head_start + h.n_heads > src_heads ||
 	    h.dst_head_start + h.n_heads > dst_heads) {
 		kvw_seterr(err, errlen,

@@ -564,6 +564,18 @@ static int slice_covers(const struct rtab_grant_target *t,
 	layer = b->aux == RTAB_GRANT_STATE ? b->layer_id & 0xFFFFu : b->layer_id;
 	if (layer < t->layer_first || layer - t->layer_first >= t->layer_count)
 		return 0;
+	if (b->aux == RTAB_GRANT_STATE) {
+		uint64_t part;
+
+		if (t->state_parts <= 1 || b->reserved0 >= 32 ||
+		    !(t->state_sharded >> b->reserved0 & 1))
+			return 1; /* whole rows */
+		/* Its part of the row, within one row. */
+		part = b->item_len / t->state_parts;
+		pos = (off - b->offset) % b->item_len;
+		return part != 0 && pos >= t->state_part * part &&
+		       len <= part && pos - t->state_part * part <= part - len;
+	}
 	if ((b->role != KVW_ROLE_K && b->role != KVW_ROLE_V &&
 	     b->role != KVW_ROLE_KVB) ||
 	    t->slice_len == 0 ||

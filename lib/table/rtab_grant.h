@@ -58,7 +58,7 @@
 #include "rtab.h"
 
 #define RTAB_GRANT_MAGIC 0x544e524757564b00ull /* "\0KVWGRNT" */
-#define RTAB_GRANT_VERSION 3u /* 3: state-row maps */
+#define RTAB_GRANT_VERSION 4u /* 3: state-row maps; 4: state row parts */
 #define RTAB_GRANT_HDR 64u
 #define RTAB_GRANT_NO_AUX UINT32_MAX /* rtab_grant_give: no aux slot */
 #define RTAB_GRANT_MAX_TARGETS 256u  /* targets of one room (index: 8 bits) */
@@ -99,7 +99,11 @@ struct rtab_grant_buf {
  * aux slot when RTAB_GRANT_T_AUX is set, and in K and V buffers, when
  * slice_len != 0, only bytes [slice_off, slice_off + slice_len) of each
  * token slot of slot_len bytes (a slice that is the whole slot is no
- * slice). Anything else in the room's pages is another target's. */
+ * slice); in the rows of the state components whose bit is set in
+ * state_sharded, when state_parts > 1, only part state_part of state_parts
+ * equal parts of each row (a sharded component under a TP mismatch: each
+ * prefill rank writes its part of the decode's row). Anything else in the
+ * room's pages is another target's. */
 struct rtab_grant_target {
 	uint32_t layer_first;
 	uint32_t layer_count;
@@ -107,6 +111,10 @@ struct rtab_grant_target {
 	uint32_t slice_off;
 	uint32_t slice_len;
 	uint32_t flags;
+	uint32_t state_sharded; /* bit c: component c's rows are split */
+	uint32_t state_part;
+	uint32_t state_parts;   /* 0 or 1: whole rows */
+	uint32_t reserved;      /* 0 (targets compare whole: slices_find) */
 };
 #define RTAB_GRANT_T_AUX 1u
 
@@ -124,7 +132,7 @@ struct rtab_grant_room {
 _Static_assert(sizeof(struct rtab_grant_hdr) == RTAB_GRANT_HDR, "grant hdr");
 _Static_assert(offsetof(struct rtab_grant_hdr, nslots) == 16, "nslots");
 _Static_assert(sizeof(struct rtab_grant_buf) == 32, "grant buf");
-_Static_assert(sizeof(struct rtab_grant_target) == 24, "grant target");
+_Static_assert(sizeof(struct rtab_grant_target) == 40, "grant target");
 _Static_assert(sizeof(struct rtab_grant_room) == 32, "grant room");
 _Static_assert(offsetof(struct rtab_grant_room, token) == 16, "token");
 

@@ -4,7 +4,8 @@ named, by the component's kind (a Mamba-like slot, SWA-like pages with a
 page of drift, position rows that must match), and nothing else of any
 state buffer changes; a room that breaks a kind's rule, or names a row
 outside its component, fails with bad index before its last job moves;
-a TP 2 -> 1 group sends a replicated component from one prefill rank;
+a TP 2 -> 1 group sends a replicated component from one prefill rank, and
+a sharded one each rank's part of a row (TP 2 -> 1 and 1 -> 2);
 with PP 2 -> 1 each stage sends its layers' rows;
 an engine with no state passes [] or None and nothing happens."""
 import glob
@@ -256,32 +257,74 @@ def test_pp2_to_1_each_stage_sends_the_state_rows_of_its_layers(
             m.close()
 
 
-def test_tp2_to_1_a_sharded_component_is_refused_not_stuck(group_factory):
-    """Each rank holds half a row: no copy of whole rows serves a TP
-    mismatch (SGLang slices Mamba rows by their dims: not yet here). The
-    members say so when the decode registers; its rooms fail once the
-    prefill engine sends."""
+def sharded_room(g, ptp, dtp):
+    """One room of a group whose components are sharded over TP (each
+    rank holds its part of a row, part r of tp: SGLang's Mamba state
+    sliced by its sharded dim): every prefill rank's rows random, the
+    decode names slot row 2 and paged rows 5, 6; returns (the prefill
+    rows by rank, the decode's rows before, by rank, the decode
+    managers) once the room succeeded."""
     from kvwire import KVArgs, KVManager
-    g = group_factory("--prefill-tp", 2, *SHAPE, "--state", "slot:4:24")
-    p0 = KVManager(KVArgs.from_run_dir(g.dir, "prefill", 0), "prefill")
-    dm = KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode")
+    pms = [KVManager(KVArgs.from_run_dir(g.dir, "prefill", r), "prefill")
+           for r in range(ptp)]
+    dms = [KVManager(KVArgs.from_run_dir(g.dir, "decode", r), "decode")
+           for r in range(dtp)]
     try:
+        src = [fill(m.pool, 30 + r, 2) for r, m in enumerate(pms)]
+        before = [fill(m.pool, 40 + r, 2) for r, m in enumerate(dms)]
         rid = room_id()
-        r = KVReceiver(dm, dm.kv_args.bootstrap_addr, rid)
-        r.init(0)
-        r.send_metadata(np.array([10], np.int32), 1, [[2]])
-        s = KVSender(p0, p0.kv_args.bootstrap_addr, rid, [0], 0)
-        wait_for("prefill WaitingForInput",
-                 lambda: s.poll() == KVPoll.WaitingForInput)
-        s.init(1, 0)
-        s.send(np.array([3], np.int32), [[1]])
-        wait_for("prefill fails", lambda: s.poll() == KVPoll.Failed)
-        wait_for("decode fails", lambda: r.poll() == KVPoll.Failed)
-        s.clear()
-        r.clear()
+        rs = [KVReceiver(m, m.kv_args.bootstrap_addr, rid) for m in dms]
+        for r in rs:
+            r.init(0)
+            r.send_metadata(np.array([10, 11], np.int32), 1, [[2], [5, 6]])
+        ss = [KVSender(m, m.kv_args.bootstrap_addr, rid, None, 0)
+              for m in pms]
+        for s in ss:
+            wait_for("prefill WaitingForInput",
+                     lambda: s.poll() == KVPoll.WaitingForInput)
+            s.init(2, 2)
+            s.send(np.array([3, 4], np.int32), [[1], [9, 10]])
+        for r in rs:
+            wait_for("decode Success", lambda: r.poll() == KVPoll.Success)
+        for s in ss:
+            wait_for("prefill Success", lambda: s.poll() == KVPoll.Success)
+        after = [{k: m.pool.state(*k).copy() for k in before[0]}
+                 for m in dms]
+        for x in (*ss, *rs):
+            x.clear()
+        return src, before, after
     finally:
-        p0.close()
-        dm.close()
+        for m in (*pms, *dms):
+            m.close()
+
+
+@pytest.mark.parametrize("ptp,dtp,transport", [
+    (2, 1, "shm"), (2, 1, "tcp"), (1, 2, "shm"), (1, 2, "tcp")])
+def test_a_sharded_component_moves_each_ranks_part_of_a_row_under_tp_mismatch(
+        group_factory, ptp, dtp, transport):
+    """Issue 32 item 3, TP-sharded state: rank r of tp holds part r of
+    every row. Prefill TP 2 -> decode TP 1: the decode's row is prefill
+    rank 0's row then rank 1's; TP 1 -> 2: decode rank r gets part r of
+    the prefill's row; every other byte of every state buffer stays (on
+    tcp each prefill rank may write only its part: the grant)."""
+    g = group_factory("--prefill-tp", ptp, "--decode-tp", dtp,
+                      *SHAPE, "--state", "slot:4:48,paged:32:32",
+                      "--transport", transport)
+    src, before, after = sharded_room(g, ptp, dtp)
+    moves = [(0, 1, 2), (1, 9, 5), (1, 10, 6)]
+    for d in range(dtp):
+        for (c, layer), got in after[d].items():
+            want = before[d][c, layer].copy()
+            for mc, srow, drow in moves:
+                if mc != c:
+                    continue
+                if ptp > dtp:  # the decode row: every prefill rank's part
+                    want[drow] = np.concatenate(
+                        [src[p][c, layer][srow] for p in range(ptp)])
+                else:  # this decode rank's part of the prefill's row
+                    n = want.shape[1]
+                    want[drow] = src[0][c, layer][srow][d * n:(d + 1) * n]
+            assert np.array_equal(got, want), (d, c, layer)
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])

@@ -2,8 +2,10 @@
  * test_state.c - state components (issue 32 item 3) below the roles: the
  * shape option and the per-rank layout it implies, the planner's rows of
  * a component (plan_state: the right rows of the right buffers, nothing
- * else, every row bounds-checked) and the codec's optional state part
- * (round trip, and every malformed part refused).
+ * else, every row bounds-checked; a sharded component's part of a row
+ * under a TP mismatch), the codec's optional state part (round trip, and
+ * every malformed part refused) and the tcp grant's state rows (given
+ * rows only; a prefill rank's part of a sharded row only).
  */
 /* cmocka.h needs these first, in this order */
 /* clang-format off */
@@ -230,16 +232,50 @@ static void test_plan_state_copies_the_rows_of_one_component(void **st)
 			 0);
 	assert_int_equal(n, 0);
 	plan_free(&p);
-	/* TP 2 -> 1 of a sharded component: rows of 48 and 96 bytes */
+	/* TP 2 -> 1 of a sharded component (rows of 48 and 96 bytes):
+	 * prefill rank 1's whole row is the second half of the decode's;
+	 * TP 1 -> 2: decode rank 1's row is the second half of the
+	 * prefill's. */
+	for (int way = 0; way < 2; way++) {
+		/* way 0: TP 2 (rank 1) -> 1; way 1: TP 1 -> 2 (rank 1) */
+		side_of(&src, "slot:4:96", way ? 1 : 2);
+		side_of(&dst, "slot:4:96", way ? 2 : 1);
+		assert_int_equal(plan_heads_compute(way ? &dst.m : &src.m,
+						    way ? 1 : 2, way ? 0 : 1,
+						    way ? 2 : 1, way ? 1 : 0,
+						    &h, err, sizeof err),
+				 0);
+		assert_int_equal(plan_build(&src.ps, &dst.ps, &h, &p, err,
+					    sizeof err),
+				 0);
+		assert_int_equal(plan_state(p, 0, sr, dr, 1, out, 16, &n, err,
+					    sizeof err),
+				 0);
+		assert_int_equal(n, 2); /* a row of each layer */
+		for (uint32_t l = 0; l < 2; l++) {
+			const struct kvw_buf *sb = find(&src, KVW_STATE_LAYER(0, l));
+			const struct kvw_buf *db = find(&dst, KVW_STATE_LAYER(0, l));
+
+			assert_int_equal(out[l].src_off,
+					 sb->offset + 1 * sb->item_len +
+					     (way ? 48 : 0));
+			assert_int_equal(out[l].dst_off,
+					 db->offset + 3 * db->item_len +
+					     (way ? 0 : 48));
+			assert_int_equal(out[l].len, 48);
+		}
+		plan_free(&p);
+	}
+	/* rows that are not one row split over the TP sizes */
 	side_of(&src, "slot:4:96", 2);
-	side_of(&dst, "slot:4:96", 1);
+	side_of(&dst, "slot:4:64", 1);
 	assert_int_equal(plan_heads_compute(&src.m, 2, 0, 1, 0, &h, err,
 					    sizeof err),
 			 0);
 	assert_int_equal(plan_build(&src.ps, &dst.ps, &h, &p, err,
 				    sizeof err),
 			 KVW_EINVAL);
-	assert_non_null(strstr(err, "TP mismatch of a sharded component"));
+	assert_non_null(strstr(err, "not one row split over TP"));
 	/* a replicated one pairs */
 	side_of(&src, "slot:4:96:rep", 2);
 	side_of(&dst, "slot:4:96:rep", 1);
@@ -343,6 +379,22 @@ static void test_state_part_round_trips_and_bad_ones_are_refused(void **st)
 	}
 }
 
+/* A decode layout with two components (slot:4:96, paged:16:32) in *d and
+ * a grant of 8 slots made for it at path (/dev/shm/kvwire.TAG-PID.grant). */
+static struct rtab_grant *grant_of(struct side *d, char *path, size_t len,
+				   const char *tag)
+{
+	struct rtab_grant *g = NULL;
+	char err[256];
+
+	side_of(d, "slot:4:96,paged:16:32", 1);
+	snprintf(path, len, "/dev/shm/kvwire.%s-%d.grant", tag, (int)getpid());
+	assert_int_equal(rtab_grant_create(path, 8, d->b, d->n, &g, err,
+					   sizeof err),
+			 0);
+	return g;
+}
+
 /* The tcp sinks' grant (rtab_grant.h): a state row is writable only
  * while the room owns it, and only the rows given; rows of two
  * components are separate maps. */
@@ -357,12 +409,7 @@ static void test_grant_covers_state_rows_given_and_no_other(void **st)
 	char path[128], err[256];
 
 	(void)st;
-	side_of(&d, "slot:4:96,paged:16:32", 1);
-	snprintf(path, sizeof path, "/dev/shm/kvwire.tstate-%d.grant",
-		 (int)getpid());
-	assert_int_equal(rtab_grant_create(path, 8, d.b, d.n, &g, err,
-					   sizeof err),
-			 0);
+	g = grant_of(&d, path, sizeof path, "tstate");
 	assert_int_equal(rtab_grant_open(path, &rg, err, sizeof err), 0);
 	assert_int_equal(rtab_grant_give(g, ref, 77, NULL, 0,
 					 RTAB_GRANT_NO_AUX),
@@ -391,6 +438,45 @@ static void test_grant_covers_state_rows_given_and_no_other(void **st)
 	unlink(path);
 }
 
+/* Under a TP mismatch (two prefill ranks, one decode rank) a prefill
+ * rank's grant target covers only its part of each row of a sharded
+ * component (component 0 here), whole rows of a replicated one
+ * (component 1, not in state_sharded). */
+static void test_grant_covers_a_ranks_part_of_a_sharded_row(void **st)
+{
+	struct side d;
+	struct rtab_grant *g = NULL;
+	struct rtab_grant_read rd;
+	struct rtab_ref ref = { 2, 1 };
+	const struct kvw_buf *s0, *s1;
+	const uint32_t rows[1] = { 1 };
+	struct rtab_grant_target tg = {
+		.layer_count = UINT32_MAX, .state_sharded = 1u << 0,
+		.state_part = 1, .state_parts = 2
+	};
+	char path[128];
+
+	(void)st;
+	g = grant_of(&d, path, sizeof path, "tstate2");
+	assert_int_equal(rtab_grant_give_targets(g, ref, 55, &tg, 1, NULL, 0,
+						 RTAB_GRANT_NO_AUX),
+			 0);
+	assert_int_equal(rtab_grant_give_rows(g, ref, 0, rows, 1), 0);
+	assert_int_equal(rtab_grant_give_rows(g, ref, 1, rows, 1), 0);
+	assert_int_equal(rtab_grant_begin(g, ref, rtab_grant_token(g, 55, 0),
+					  &rd),
+			 RTAB_GRANT_OK);
+	s0 = find(&d, KVW_STATE_LAYER(0, 0));
+	s1 = find(&d, KVW_STATE_LAYER(1, 1));
+	assert_true(rtab_grant_covers(g, &rd, s0->offset + 96 + 48, 48));
+	assert_false(rtab_grant_covers(g, &rd, s0->offset + 96, 48));
+	assert_false(rtab_grant_covers(g, &rd, s0->offset + 96, 96));
+	assert_false(rtab_grant_covers(g, &rd, s0->offset + 96 + 40, 16));
+	assert_true(rtab_grant_covers(g, &rd, s1->offset + 32, 32));
+	rtab_grant_close(&g);
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -399,6 +485,7 @@ int main(void)
 		cmocka_unit_test(test_plan_state_copies_the_rows_of_one_component),
 		cmocka_unit_test(test_state_part_round_trips_and_bad_ones_are_refused),
 		cmocka_unit_test(test_grant_covers_state_rows_given_and_no_other),
+		cmocka_unit_test(test_grant_covers_a_ranks_part_of_a_sharded_row),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

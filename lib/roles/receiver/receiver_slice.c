@@ -6,8 +6,11 @@
  * PP stage (shape_layers; never the decode's draft layers, which no
  * prefill rank sends), the room's aux slot, and under a TP mismatch only
  * its head slice of each K/V token slot (plan_heads_compute, the call the
- * sender makes). Where the sender could not plan a slice, the grant does
- * not narrow the slot either: an honest plan is never refused.
+ * sender makes), and, with more prefill ranks than decode ranks, only its
+ * part of each row of a sharded state component (plan.c's
+ * state_row_part: part prank % (ptp / dtp)). Where the sender could not
+ * plan a slice, the grant does not narrow the slot either: an honest plan
+ * is never refused.
  */
 #include "receiver_impl.h"
 
@@ -30,6 +33,14 @@ void receiver_target_slice(const struct receiver *r,
 	shape_layers(&r->shape, &room->ptopo, &t->coord, &out->layer_first,
 		     &out->layer_count);
 	out->flags = RTAB_GRANT_T_AUX; /* every real rank's last job */
+	if (room->ptopo.tp > r->topo.tp && r->topo.tp &&
+	    room->ptopo.tp % r->topo.tp == 0) {
+		for (uint32_t c = 0; c < r->shape.nstate; c++)
+			if (!r->shape.state[c].replicated)
+				out->state_sharded |= 1u << c;
+		out->state_parts = room->ptopo.tp / r->topo.tp;
+		out->state_part = t->coord.tp % out->state_parts;
+	}
 	if (r->shape.mla || room->ptopo.tp == r->topo.tp ||
 	    r->shape.page_tokens == 0)
 		return; /* whole slots */
