@@ -15,7 +15,10 @@ With Config(hybrid=True) layer 1 is a Mamba-like recurrence (per-request
 state: a conv window and h, in a request slot row) and layer 2 a
 sliding-window attention layer (its K/V in SWA rows by page), as SGLang's
 hybrid models keep them: kvwire state components (kv-up --state), sent with
-the last chunk, the window's pages only.
+the last chunk, the window's pages only; and the decode has a speculative
+draft layer (--draft-layers 1: the decode holds draft KV, the prefill none)
+that guesses each next token from the target's last hidden state, the first
+time from the metadata row that moved.
 
 The prefill engine runs the prompt in chunks of whole pages (chunked
 prefill: each chunk attends to the cache the earlier chunks wrote), writes
@@ -51,6 +54,7 @@ from kvwire.layout import ROLE_AUX, ROLE_K, ROLE_STATE, ROLE_V, \
     state_layer  # noqa: E402
 
 F32 = np.float32
+DRAFT = 1000000  # the draft layer's id (LAYOUT_DRAFT_BASE)
 
 
 @dataclasses.dataclass
@@ -79,6 +83,14 @@ class Config:
     window: int = 6
     slots: int = 8
     swa_pages: int = 32
+    # A speculative draft layer (EAGLE-like, with the hybrid model): on the
+    # decode only (kvwire's rule: the decode has draft KV, the prefill
+    # none), its KV in the decode's draft buffers (layer DRAFT), its first
+    # input the prompt's last hidden state from the metadata row.
+
+    @property
+    def draft_layers(self):
+        return 1 if self.hybrid else 0
 
     def shape_flags(self, pages=64):
         """The kv-up shape flags of this model's KV cache (float32)."""
@@ -88,6 +100,7 @@ class Config:
                  "--aux-slots", 16, "--aux-bytes",
                  ",".join(str(n) for n in self.metadata_bytes())]
         if self.hybrid:
+            flags += ["--draft-layers", self.draft_layers]
             flags += ["--state", "slot:%d:%d:rep,paged:%d:%d:rep" % (
                 self.slots, self.rec_row_bytes(), self.swa_pages,
                 self.swa_row_bytes())]
@@ -134,6 +147,12 @@ class Model:
             n2=(1 + 0.1 * rng.standard_normal(c.hidden)).astype(F32))
             for _ in range(c.layers)]
         if c.hybrid:
+            self.draft = dict(
+                fc=w(c.hidden, c.hidden), wq=w(c.hidden, c.q_heads * c.head_dim),
+                wk=w(c.hidden, c.kv_heads * c.head_dim),
+                wv=w(c.hidden, c.kv_heads * c.head_dim),
+                wo=w(c.q_heads * c.head_dim, c.hidden),
+                n1=np.ones(c.hidden, F32))
             self.rec = dict(
                 w_in=w(c.hidden, c.rec_dim), w_out=w(c.rec_dim, c.hidden),
                 taps=(rng.standard_normal((c.conv, c.rec_dim)) /
@@ -170,7 +189,8 @@ class Model:
         positions pos: each TP rank writes its heads' K/V into its cache,
         reads the whole prefix back and adds its share of the output
         projection (the all-reduce is the sum over ranks)."""
-        c, L = self.cfg, self.layer[li]
+        c = self.cfg
+        L = self.draft if li == DRAFT else self.layer[li]
         d, g = c.head_dim, c.q_heads // c.kv_heads
         out = np.zeros((h.shape[0], c.hidden), F32)
         for r in range(tp):
@@ -253,6 +273,16 @@ class Model:
 
     def logits(self, x):
         return self.rmsnorm(x[-1:], self.norm)[0] @ self.lm_head
+
+    def propose(self, hidden, tok, p, caches, tp):
+        """The draft layer's guess at the token after tok (at position p),
+        from the target's hidden state before it: its own K/V (layer
+        DRAFT of caches) hold its earlier guesses' positions."""
+        D = self.draft
+        x = ((hidden + self.embed[tok]) @ D["fc"]).astype(F32)[None]
+        x = x + self.attention(DRAFT, self.rmsnorm(x, D["n1"]),
+                               np.array([p]), caches, tp)
+        return int(np.argmax(self.logits(x)))
 
 
 class ContigCache:
@@ -446,8 +476,12 @@ def one_process(model, prompt, new_tokens):
     x = model.layers(model.embed[prompt], pos, 0, c.layers, caches, 1)
     logits = [model.logits(x)]
     toks = [int(np.argmax(logits[-1]))]
+    model.proposals = []  # the draft's guesses (hybrid), for comparison
     for i in range(new_tokens):
         p = np.array([len(prompt) + i])
+        if c.draft_layers:
+            model.proposals.append(model.propose(x[-1], toks[-1], p[0],
+                                                 caches, 1))
         x = model.layers(model.embed[[toks[-1]]], p, 0, c.layers, caches, 1)
         logits.append(model.logits(x))
         toks.append(int(np.argmax(logits[-1])))
@@ -653,12 +687,20 @@ def decode_engine(model, run_dir, tp, room, prompt, new_tokens,
         toks = [firsts[0][0]]
         caches = [PagedCache(kv, pages, c.page_tokens, hs) for kv in kvs]
         logits = [firsts[0][1]]
+        # The draft starts from the prompt's last hidden state: the
+        # metadata row the prefill wrote.
+        last = mgrs[0].pool.aux_buffers[2][aux_slot].view(F32).copy()
+        model.pd_proposals = []
         for i in range(new_tokens):
             p = prompt_len + i
             if p // c.page_tokens >= len(pages):
                 pages.extend(alloc.alloc(1))  # caches share the list
+            if c.draft_layers:
+                model.pd_proposals.append(
+                    model.propose(last, toks[-1], p, caches, tp))
             x = model.layers(model.embed[[toks[-1]]], np.array([p]), 0,
                              c.layers, caches, tp)
+            last = x[-1]
             logits.append(model.logits(x))
             toks.append(int(np.argmax(logits[-1])))
         del caches
@@ -679,7 +721,9 @@ def run_pd(model, run_dir, prompt, new_tokens, prefill_tp=1, prefill_pp=1,
     same --cluster, reaching run_dir's prefill by its bootstrap;
     own_memory: "prefill", "decode" or "both" keep their KV cache in
     memory of their own, OwnKV). Returns (tokens, logits) like
-    one_process, both as the decode side has them."""
+    one_process, both as the decode side has them; with a draft layer,
+    model.pd_proposals holds the decode's draft guesses (one_process's are
+    model.proposals)."""
     ready, out, errs = threading.Event(), {}, queue.Queue()
 
     def side(name, fn, *args):
@@ -747,6 +791,9 @@ def main():
           % (o.prefill_tp, o.prefill_pp, o.decode_tp, toks))
     print("tokens equal: %s; max |logit difference|: %.3g"
           % (toks == ref_toks, diff))
+    if cfg.draft_layers:
+        print("draft guesses equal: %s"
+              % (model.pd_proposals == model.proposals))
     return 0 if toks == ref_toks else 1
 
 

@@ -169,15 +169,22 @@ def test_hybrid_model_with_state_equals_one_process(
         prefix_pages):
     """Issue 32 item 6: the hybrid model (a Mamba-like recurrent layer
     whose per-request state sits in a request slot row, a sliding-window
-    layer whose K/V sit in SWA rows by page, three metadata buffers), the
+    layer whose K/V sit in SWA rows by page, a speculative draft layer on
+    the decode, three metadata buffers), the
     engines' memory their own where `own` says, a decode prefix of some
     pages: the decode goes on from the moved state and gives the
     one-process output, exactly where nothing changes the order of float
     sums (equal TP: TP 1 -> 1, PP 2 -> 1), within 1e-5 elsewhere."""
+    model = hybrid_reference[0]
     toks, diff = own_memory_run(group_factory, hybrid_reference,
                                 "hybrid, ", ptp, ppp, dtp, transport, own,
                                 prefix_pages)
     assert toks == hybrid_reference[2]
+    # The decode's draft layer (its KV in the decode's draft buffers, its
+    # first input the hidden state row that moved) guesses as in one
+    # process.
+    assert len(model.pd_proposals) == NEW_TOKENS
+    assert model.pd_proposals == model.proposals
     assert diff == 0.0 if ptp == dtp else diff <= 1e-5
 
 
