@@ -117,15 +117,14 @@ static uint64_t page(uint8_t *w, const uint8_t *r, const struct bench_geom *g,
 		     const struct kvw_buf *b, uint64_t key)
 {
 	uint64_t seg_len = g->head_bytes, bad = 0;
-	/* A KVB page (a block-major layer) is a block's K token slots then
-	 * its V slots: twice the slots, each keyed apart. */
-	uint32_t slots = g->page_tokens * (b->role == KVW_ROLE_KVB ? 2 : 1);
+	/* A KVB page (a block-major layer) has twice the slots, each keyed
+	 * apart. */
+	uint64_t slots = layout_page_slots(b->role, g->page_tokens);
 
-	if (seg_len == 0 ||
-	    (uint64_t)slots * g->rank_heads * seg_len != b->item_len)
+	if (seg_len == 0 || slots * g->rank_heads * seg_len != b->item_len)
 		/* Not a token x head page: one segment. */
 		return seg(w, r, b->item_len, mix(key));
-	for (uint32_t t = 0; t < slots; t++)
+	for (uint32_t t = 0; t < (uint32_t)slots; t++)
 		for (uint32_t h = 0; h < g->rank_heads; h++) {
 			uint64_t o = ((uint64_t)t * g->rank_heads + h) * seg_len;
 			uint64_t k = mix(key ^ ((uint64_t)t << 32 |

@@ -43,6 +43,14 @@ struct layout_spec {
  * UINT32_MAX. */
 uint32_t layout_item_len(const struct kvw_model *m);
 
+/* Token slots in one page of a buffer of role `role`: page_tokens, or
+ * twice that for a KVB page (a block's K slots, then its V slots). 64
+ * bits: the product never wraps. */
+static inline uint64_t layout_page_slots(unsigned role, uint32_t page_tokens)
+{
+	return (role == KVW_ROLE_KVB ? 2ull : 1ull) * page_tokens;
+}
+
 /* Fills out[0..*n) in this order: target K (or KV) by layer, target V by
  * layer (MHA; with per_layer, K0 V0 K1 V1 ...; with block_major one KVB
  * per layer), draft K (or KV), draft V

@@ -8,6 +8,8 @@
  */
 #include "plan_impl.h"
 
+#include "layout.h"
+
 #include <stdlib.h>
 
 const char *plan_role_str(unsigned role)
@@ -127,11 +129,10 @@ static int pair_make(const struct plan *p, const struct kvw_buf *s,
 		     const struct kvw_buf *d, const struct plan_heads *h,
 		     struct pair *pr, char *err, size_t errlen)
 {
-	/* A KVB page is a block's K slots then its V slots: twice the
-	 * token slots of a K or V page, each sliced the same way (64 bits:
-	 * a slot count over 32 bits divides no item length). */
-	uint64_t pt = s->role == KVW_ROLE_KVB ? 2ull * p->page_tokens
-					      : p->page_tokens;
+	/* A KVB page has twice the token slots of a K or V page, each
+	 * sliced the same way (a slot count over 32 bits divides no item
+	 * length). */
+	uint64_t pt = layout_page_slots(s->role, p->page_tokens);
 	int sliceable = h != NULL && (s->role == KVW_ROLE_K ||
 				      s->role == KVW_ROLE_V ||
 				      s->role == KVW_ROLE_KVB);
