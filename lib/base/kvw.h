@@ -145,21 +145,41 @@ enum kvw_state_kind {
 	KVW_NSTATE_KINDS = 3,
 };
 
-/* One state component: `rows` rows of `bytes` bytes per layer of a rank's
- * PP stage (its buffers: role KVW_ROLE_STATE, layer id
- * KVW_STATE_LAYER(component, layer)). TP-sharded (a shape's bytes are the
+/* One state component: `rows` rows of `bytes` bytes in each of its
+ * buffers: one per layer of a rank's PP stage, or, when `layers` is not 0,
+ * `layers` buffers of its own split over the PP stages as the layers are
+ * (an engine's state lives in layers of their own: SGLang's Mamba conv and
+ * SSM tensors per Mamba layer, SWA K and V per SWA layer; shape_layers'
+ * rule). Buffer i of it has role KVW_ROLE_STATE, layer id
+ * KVW_STATE_LAYER(component, i). TP-sharded (a shape's bytes are the
  * whole row, each rank holds bytes / tp of it and sends its part rank to
- * rank; TP sizes must then be equal) unless `replicated` (every rank of a
- * TP group holds the whole row: one prefill rank sends it to each decode
- * rank). */
+ * rank) unless `replicated` (every rank of a TP group holds the whole
+ * row: one prefill rank sends it to each decode rank). */
 struct kvw_state_spec {
 	uint32_t kind; /* enum kvw_state_kind */
 	uint32_t rows;
 	uint32_t bytes;
 	uint32_t replicated; /* 0 or 1 */
+	uint32_t layers;     /* 0: a buffer per model layer; else its own */
 };
 #define KVW_STATE_LAYER(c, layer) ((uint32_t)(c) << 16 | (uint32_t)(layer))
 #define KVW_STATE_OF(layer_id) ((uint32_t)(layer_id) >> 16)
+
+/* The share [*first, *first + *count) of n layers that PP stage r of pp
+ * holds: an even split, the first (n % pp) stages one more (every side's
+ * rule: a stage's layers, a state component's own layers). */
+static inline void kvw_pp_share(uint32_t n, uint32_t pp, uint32_t r,
+				uint32_t *first, uint32_t *count)
+{
+	uint32_t base, rem;
+
+	pp = pp ? pp : 1;
+	r = r < pp ? r : pp - 1;
+	base = n / pp;
+	rem = n % pp;
+	*first = r * base + (r < rem ? r : rem);
+	*count = base + (r < rem);
+}
 
 #define KVW_MODEL_MLA 0x1u
 

@@ -58,6 +58,18 @@ static int put_layers(const struct layout_spec *s, struct kvw_buf *out,
 	return rc;
 }
 
+/* Component c's buffers: its own layers where the spec gives them, else
+ * one per target layer. */
+static uint32_t state_first(const struct layout_spec *s, uint32_t c)
+{
+	return s->state_first ? s->state_first[c] : s->first_layer;
+}
+
+static uint32_t state_count(const struct layout_spec *s, uint32_t c)
+{
+	return s->state_count ? s->state_count[c] : s->layers;
+}
+
 int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 		uint32_t *n, uint64_t *end, char *err, size_t errlen)
 {
@@ -103,11 +115,13 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 				   "rows and bytes must be > 0, kind known", i);
 			return KVW_EINVAL;
 		}
-	if (s->nstate && (uint64_t)s->first_layer + s->layers > 0x10000u) {
-		kvw_seterr(err, errlen, "layout: state components need layer "
-			   "ids below 65536");
-		return KVW_EINVAL;
-	}
+	for (uint32_t c = 0; c < s->nstate; c++)
+		if ((uint64_t)state_first(s, c) + state_count(s, c) >
+		    0x10000u) {
+			kvw_seterr(err, errlen, "layout: state components "
+				   "need layer ids below 65536");
+			return KVW_EINVAL;
+		}
 	if ((uint64_t)s->first_layer + s->layers > LAYOUT_DRAFT_BASE ||
 	    s->draft_layers > UINT32_MAX - LAYOUT_DRAFT_BASE) {
 		kvw_seterr(err, errlen,
@@ -138,9 +152,9 @@ int layout_make(const struct layout_spec *s, struct kvw_buf *out, uint32_t cap,
 		rc = put_layers(s, out, cap, &k, &off, LAYOUT_DRAFT_BASE,
 				s->draft_layers, r0, nroles, item);
 	for (uint32_t c = 0; c < s->nstate && rc == 0; c++)
-		for (uint32_t l = 0; l < s->layers && rc == 0; l++)
+		for (uint32_t l = 0; l < state_count(s, c) && rc == 0; l++)
 			rc = put(out, cap, &k, &off,
-				 KVW_STATE_LAYER(c, s->first_layer + l),
+				 KVW_STATE_LAYER(c, state_first(s, c) + l),
 				 KVW_ROLE_STATE, s->pool, s->state[c].bytes,
 				 s->state[c].rows);
 	for (uint32_t i = 0; s->aux_slots && i < s->naux && rc == 0; i++)

@@ -33,6 +33,9 @@ struct layout_spec {
 	uint32_t nstate;       /* state components, each a buffer per
 				* target layer (layer id KVW_STATE_LAYER) */
 	const struct kvw_state_spec *state;
+	/* Where given, component c's buffers are its own layers
+	 * [state_first[c], + state_count[c]) instead (shape_state_layers). */
+	const uint32_t *state_first, *state_count;
 	uint8_t pool;	       /* pool every buffer lives in */
 	uint64_t base;	       /* byte offset of the first buffer */
 };
@@ -54,8 +57,8 @@ static inline uint64_t layout_page_slots(unsigned role, uint32_t page_tokens)
 /* Fills out[0..*n) in this order: target K (or KV) by layer, target V by
  * layer (MHA; with per_layer, K0 V0 K1 V1 ...; with block_major one KVB
  * per layer), draft K (or KV), draft V
- * (MHA; likewise), state component 0's buffer of each target layer,
- * component 1's, ..., AUX 0..naux-1 (layer id =
+ * (MHA; likewise), state component 0's buffer of each target layer (or
+ * of each of its own layers), component 1's, ..., AUX 0..naux-1 (layer id =
  * its index: they pair by it, in order); buffers back to back
  * from s->base. *end gets the byte just past the last buffer (the pool size
  * it needs). Returns 0, KVW_ENOMEM when cap is too small (*n = needed), or

@@ -3,6 +3,7 @@
  */
 #include "shape.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,33 +103,51 @@ static const char *const state_kinds[KVW_NSTATE_KINDS] = {
 };
 #define STATE_MAX_ROWS (1u << 22)
 #define STATE_MAX_BYTES (1u << 30)
+#define STATE_MAX_LAYERS 0xFFFFu /* a buffer's index: KVW_STATE_LAYER */
 
-/* One "KIND:ROWS:BYTES[:rep]" of --state into specs[i]; 0 or -1. */
+/* One "KIND:ROWS:BYTES[:rep][:layers=N]" of --state into specs[i]; 0 or
+ * -1. */
 static int state_item(const char *item, uint32_t i, void *specs)
 {
 	char kind[8];
-	unsigned long long rows, bytes;
-	int used = 0;
+	unsigned long long rows, bytes, layers = 0;
+	int used = 0, rep;
 
 	if (sscanf(item, "%7[a-z]:%llu:%llu%n", kind, &rows, &bytes,
 		   &used) != 3 || rows == 0 || rows > STATE_MAX_ROWS ||
-	    bytes == 0 || bytes > STATE_MAX_BYTES ||
-	    (item[used] != '\0' && strcmp(item + used, ":rep") != 0))
+	    bytes == 0 || bytes > STATE_MAX_BYTES)
 		return -1;
+	rep = strncmp(item + used, ":rep", 4) == 0 &&
+	      (item[used + 4] == '\0' || item[used + 4] == ':');
+	used += rep ? 4 : 0;
+	if (item[used] != '\0') {
+		const char *d = item + used + 8;
+		char *end;
+
+		if (strncmp(item + used, ":layers=", 8) != 0 ||
+		    !isdigit((unsigned char)*d))
+			return -1;
+		errno = 0;
+		layers = strtoull(d, &end, 10);
+		if (*end != '\0' || errno || layers == 0 ||
+		    layers > STATE_MAX_LAYERS)
+			return -1;
+	}
 	for (uint32_t k = 0; k < KVW_NSTATE_KINDS; k++)
 		if (strcmp(kind, state_kinds[k]) == 0) {
 			((struct kvw_state_spec *)specs)[i] =
 				(struct kvw_state_spec){
 					.kind = k, .rows = (uint32_t)rows,
 					.bytes = (uint32_t)bytes,
-					.replicated = item[used] != '\0' };
+					.replicated = (uint32_t)rep,
+					.layers = (uint32_t)layers };
 			return 0;
 		}
 	return -1;
 }
 
-/* "--state none" or "--state KIND:ROWS:BYTES[:rep],...": the state
- * components; *s is changed only when the whole list is good. */
+/* "--state none" or "--state KIND:ROWS:BYTES[:rep][:layers=N],...": the
+ * state components; *s is changed only when the whole list is good. */
 static int state_option(struct shape *s, const char *value, char *err,
 			size_t errlen)
 {
@@ -139,10 +158,11 @@ static int state_option(struct shape *s, const char *value, char *err,
 	if (n < 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"--state: want none, or 1 to %u components "
-				"KIND:ROWS:BYTES[:rep] separated by commas "
-				"(KIND slot, paged or exact; ROWS in [1, %u], "
-				"BYTES in [1, %u]), got '%s'", KVW_MAX_STATE,
-				STATE_MAX_ROWS, STATE_MAX_BYTES,
+				"KIND:ROWS:BYTES[:rep][:layers=N] separated "
+				"by commas (KIND slot, paged or exact; ROWS in "
+				"[1, %u], BYTES in [1, %u], N in [1, %u]), got "
+				"'%s'", KVW_MAX_STATE, STATE_MAX_ROWS,
+				STATE_MAX_BYTES, STATE_MAX_LAYERS,
 				value ? value : "");
 	s->nstate = (uint32_t)n;
 	memcpy(s->state, c, sizeof c);
@@ -237,7 +257,7 @@ const char *shape_state_kind_str(uint32_t kind)
 	return kind < KVW_NSTATE_KINDS ? state_kinds[kind] : "?";
 }
 
-/* "--state KIND:ROWS:BYTES[:rep],..." into buf[len] ("" without state
+/* "--state KIND:ROWS:BYTES[:rep][:layers=N],..." into buf[len] ("" without state
  * components): its length, or -1 when it does not fit. */
 static int state_flag(const struct shape *s, const char *sep, char *buf,
 		      size_t len)
@@ -252,6 +272,11 @@ static int state_flag(const struct shape *s, const char *sep, char *buf,
 				 c->rows, c->bytes, c->replicated ? ":rep" : "");
 
 		n = m < 0 ? -1 : n + m;
+		if (c->layers && n >= 0 && (size_t)n < len) {
+			m = snprintf(buf + n, len - (size_t)n, ":layers=%u",
+				     c->layers);
+			n = m < 0 ? -1 : n + m;
+		}
 	}
 	return n;
 }
@@ -294,7 +319,7 @@ const char *shape_usage(void)
 	return "model shape: --layers N --draft-layers N --page-tokens N "
 	       "--heads N --head-dim N --dtype-bytes N --pages N "
 	       "--aux-slots N --aux-bytes N[,N...] "
-	       "--state none|KIND:ROWS:BYTES[:rep][,...] "
+	       "--state none|KIND:ROWS:BYTES[:rep][:layers=N][,...] "
 	       "--kv-layout sglang|vllm|vllm-blocks --mla";
 }
 
@@ -317,11 +342,18 @@ void shape_model(const struct shape *s, const struct kvw_topo *t,
 void shape_layers(const struct shape *s, const struct kvw_topo *t,
 		  const struct kvw_coord *c, uint32_t *first, uint32_t *count)
 {
-	uint32_t pp = t->pp ? t->pp : 1, base = s->layers / pp;
-	uint32_t rem = s->layers % pp, r = c->pp < pp ? c->pp : pp - 1;
+	kvw_pp_share(s->layers, t->pp, c->pp, first, count);
+}
 
-	*first = r * base + (r < rem ? r : rem);
-	*count = base + (r < rem);
+void shape_state_layers(const struct shape *s, uint32_t comp,
+			const struct kvw_topo *t, const struct kvw_coord *c,
+			uint32_t *first, uint32_t *count)
+{
+	kvw_pp_share(comp < s->nstate && comp < KVW_MAX_STATE &&
+				     s->state[comp].layers
+			     ? s->state[comp].layers
+			     : s->layers,
+		     t->pp, c->pp, first, count);
 }
 
 int shape_layout(const struct shape *s, const struct kvw_topo *t,
@@ -332,6 +364,7 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 	struct kvw_model m;
 	struct layout_spec spec;
 	struct kvw_state_spec st[KVW_MAX_STATE];
+	uint32_t st_first[KVW_MAX_STATE], st_count[KVW_MAX_STATE];
 
 	shape_model(s, t, c, &m);
 	/* A member refuses a shape that no peer could exchange with. */
@@ -357,6 +390,7 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 		uint32_t tp = t->tp ? t->tp : 1;
 
 		st[i] = s->state[i];
+		shape_state_layers(s, i, t, c, &st_first[i], &st_count[i]);
 		if (st[i].replicated)
 			continue;
 		if (st[i].bytes % tp)
@@ -369,6 +403,8 @@ int shape_layout(const struct shape *s, const struct kvw_topo *t,
 	}
 	spec.nstate = s->nstate;
 	spec.state = st;
+	spec.state_first = st_first;
+	spec.state_count = st_count;
 	if (spec.item_len == 0)
 		return kvw_errf(err, errlen, KVW_EINVAL,
 				"page of %u tokens x %u heads x %u bytes "

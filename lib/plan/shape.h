@@ -27,8 +27,9 @@ struct shape {
 	 * one row of every one. */
 	uint32_t naux;
 	uint32_t aux_bytes[KVW_MAX_AUX];
-	/* State components (--state KIND:ROWS:BYTES[:rep],...): none, or
-	 * nstate of them, each one buffer per layer (shape_layout). */
+	/* State components (--state KIND:ROWS:BYTES[:rep][:layers=N],...):
+	 * none, or nstate of them, each one buffer per layer or N of its
+	 * own (shape_layout). */
 	uint32_t nstate;
 	struct kvw_state_spec state[KVW_MAX_STATE];
 	int mla;               /* 1: one latent KV buffer per layer */
@@ -61,7 +62,8 @@ void shape_default(struct shape *s);
  * "aux-bytes" (a row's bytes of each metadata buffer: "N" or "N,N,..." up
  * to KVW_MAX_AUX), "state" ("none", or up to KVW_MAX_STATE components
  * "KIND:ROWS:BYTES" separated by commas, KIND slot, paged or exact, each
- * with ":rep" when replicated over TP), "kv-layout" ("sglang", "vllm" or
+ * with ":rep" when replicated over TP and ":layers=N" for N buffers of its
+ * own), "kv-layout" ("sglang", "vllm" or
  * "vllm-blocks"),
  * "mla" (value
  * ignored, may be NULL)). Returns 1 when `name`
@@ -100,6 +102,13 @@ void shape_model(const struct shape *s, const struct kvw_topo *t,
  * holds: an even split, the first (layers % pp) stages one layer more. */
 void shape_layers(const struct shape *s, const struct kvw_topo *t,
 		  const struct kvw_coord *c, uint32_t *first, uint32_t *count);
+
+/* The buffers [*first, *first + *count) of state component comp that PP
+ * stage c->pp holds: its own layers (kvw_state_spec.layers) split by the
+ * same rule, or the stage's layers (shape_layers) when it has none. */
+void shape_state_layers(const struct shape *s, uint32_t comp,
+			const struct kvw_topo *t, const struct kvw_coord *c,
+			uint32_t *first, uint32_t *count);
 
 /* Fills out[0..*n) with the layout of rank c (its PP stage's layers, draft
  * layers when with_draft, its layers' state buffers, the AUX buffers), all

@@ -30,6 +30,7 @@ struct rtab_grant {
 	 * are state_owner[state_base[c] .. + state_rows[c]). */
 	uint32_t state_base[KVW_MAX_STATE], state_rows[KVW_MAX_STATE];
 	uint32_t nstate_rows;
+	uint16_t state_layers[KVW_MAX_STATE]; /* the header's */
 	struct rtab_grant_buf *bufs;    /* private copy, sorted by offset */
 	struct rtab_grant_room *rooms;  /* in the map */
 	struct rtab_grant_target *slices; /* in the map; appended only */
@@ -138,6 +139,7 @@ static int map_fd(int fd, size_t len, int writable,
 	g->npages = h->npages;
 	g->naux = h->naux;
 	memcpy(g->key, h->key, sizeof g->key);
+	memcpy(g->state_layers, h->state_layers, sizeof g->state_layers);
 	base = (char *)g->map + RTAB_GRANT_HDR +
 	       (size_t)h->nbufs * sizeof(struct rtab_grant_buf);
 	g->rooms = (struct rtab_grant_room *)(void *)base;
@@ -155,6 +157,7 @@ static int map_fd(int fd, size_t len, int writable,
 
 int rtab_grant_create(const char *path, uint32_t nslots,
 		      const struct kvw_buf *bufs, uint32_t nbufs,
+		      const uint32_t *state_layers,
 		      struct rtab_grant **out, char *err, size_t errlen)
 {
 	struct rtab_grant_hdr h = { .magic = RTAB_GRANT_MAGIC,
@@ -170,6 +173,13 @@ int rtab_grant_create(const char *path, uint32_t nslots,
 	    nbufs > KVW_MAX_BUFFERS || (nbufs && !bufs))
 		return kvw_errf(err, errlen, KVW_EINVAL, "grant: %u slots, "
 				"%u buffers: out of range", nslots, nbufs);
+	for (uint32_t c = 0; state_layers && c < KVW_MAX_STATE; c++) {
+		if (state_layers[c] > UINT16_MAX)
+			return kvw_errf(err, errlen, KVW_EINVAL, "grant: state "
+					"component %u: %u layers", c,
+					state_layers[c]);
+		h.state_layers[c] = (uint16_t)state_layers[c];
+	}
 	b = calloc(nbufs ? nbufs : 1, sizeof *b);
 	if (!b)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
@@ -551,18 +561,23 @@ static const struct rtab_grant_buf *buf_at(const struct rtab_grant *g,
 /* 1 when [off, off + len) of buffer b (inside it) is target t's to write:
  * the aux slot when t may, a buffer of its layers, and under a head slice
  * the bytes of one token slot of a K, V or KVB page that the slice names. */
-static int slice_covers(const struct rtab_grant_target *t,
+static int slice_covers(const struct rtab_grant *g,
+			const struct rtab_grant_target *t,
 			const struct rtab_grant_buf *b, uint64_t off,
 			uint64_t len)
 {
 	uint64_t pos;
-	uint32_t layer;
+	uint32_t layer, first = t->layer_first, count = t->layer_count;
 
 	if (b->aux == 1)
 		return (t->flags & RTAB_GRANT_T_AUX) != 0;
 	/* A state buffer's layer is the low half of its id. */
 	layer = b->aux == RTAB_GRANT_STATE ? b->layer_id & 0xFFFFu : b->layer_id;
-	if (layer < t->layer_first || layer - t->layer_first >= t->layer_count)
+	if (b->aux == RTAB_GRANT_STATE && b->reserved0 < KVW_MAX_STATE &&
+	    g->state_layers[b->reserved0])
+		kvw_pp_share(g->state_layers[b->reserved0], t->stage >> 16,
+			     t->stage & 0xFFFFu, &first, &count);
+	if (layer < first || layer - first >= count)
 		return 0;
 	if (b->aux == RTAB_GRANT_STATE) {
 		uint64_t part;
@@ -600,7 +615,7 @@ int rtab_grant_covers(const struct rtab_grant *g,
 	uint64_t end, first, last, n;
 
 	if (!b || __builtin_add_overflow(off, len ? len : 1, &end) ||
-	    end > b->end || !slice_covers(&rd->t, b, off, end - off))
+	    end > b->end || !slice_covers(g, &rd->t, b, off, end - off))
 		return 0;
 	first = (off - b->offset) / b->item_len;
 	last = (end - 1 - b->offset) / b->item_len;

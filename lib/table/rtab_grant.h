@@ -58,7 +58,8 @@
 #include "rtab.h"
 
 #define RTAB_GRANT_MAGIC 0x544e524757564b00ull /* "\0KVWGRNT" */
-#define RTAB_GRANT_VERSION 4u /* 3: state-row maps; 4: state row parts */
+#define RTAB_GRANT_VERSION 5u /* 3: state-row maps; 4: state row parts;
+				* 5: state components of their own layers */
 #define RTAB_GRANT_HDR 64u
 #define RTAB_GRANT_NO_AUX UINT32_MAX /* rtab_grant_give: no aux slot */
 #define RTAB_GRANT_MAX_TARGETS 256u  /* targets of one room (index: 8 bits) */
@@ -76,7 +77,10 @@ struct rtab_grant_hdr {
 	uint32_t naux;      /* aux-owner words */
 	uint32_t reserved0;
 	uint8_t key[16];    /* rtab_grant_token's key (random at create) */
-	uint8_t pad[RTAB_GRANT_HDR - 48];
+	/* Component c's own layers (kvw_state_spec.layers), 0 for a buffer
+	 * per model layer: a target's share of them is its PP stage's
+	 * (shape_state_layers' split). */
+	uint16_t state_layers[KVW_MAX_STATE];
 };
 
 /* One buffer of the decode layout; written before the file appears. */
@@ -102,7 +106,9 @@ struct rtab_grant_buf {
  * slice); in the rows of the state components whose bit is set in
  * state_sharded, when state_parts > 1, only part state_part of state_parts
  * equal parts of each row (a sharded component under a TP mismatch: each
- * prefill rank writes its part of the decode's row). Anything else in the
+ * prefill rank writes its part of the decode's row). A state component
+ * of its own layers (the header's state_layers) is its PP stage's share
+ * of them instead of [layer_first, + layer_count). Anything else in the
  * room's pages is another target's. */
 struct rtab_grant_target {
 	uint32_t layer_first;
@@ -114,7 +120,8 @@ struct rtab_grant_target {
 	uint32_t state_sharded; /* bit c: component c's rows are split */
 	uint32_t state_part;
 	uint32_t state_parts;   /* 0 or 1: whole rows */
-	uint32_t reserved;      /* 0 (targets compare whole: slices_find) */
+	uint32_t stage;         /* pp << 16 | its PP stage (targets compare
+				 * whole: slices_find) */
 };
 #define RTAB_GRANT_T_AUX 1u
 
@@ -158,11 +165,14 @@ struct rtab_grant;
 /* Receiver: creates a fresh grant file at path (mode 0600, written in a
  * private file and renamed over any old one, so no sink of an earlier
  * receiver shares it) for a table of nslots slots and the decode layout
- * bufs[nbufs] (AUX buffers are indexed by aux slot, the others by page).
- * Nothing is granted. 0, KVW_EINVAL (sizes out of range, overlapping
- * buffers) or KVW_ESYS, with text in err; *out is the caller's to close. */
+ * bufs[nbufs] (AUX buffers are indexed by aux slot, the others by page)
+ * whose state component c has state_layers[c] layers of its own (0: one
+ * buffer per model layer; state_layers NULL: none has). Nothing is
+ * granted. 0, KVW_EINVAL (sizes out of range, overlapping buffers) or
+ * KVW_ESYS, with text in err; *out is the caller's to close. */
 int rtab_grant_create(const char *path, uint32_t nslots,
 		      const struct kvw_buf *bufs, uint32_t nbufs,
+		      const uint32_t *state_layers,
 		      struct rtab_grant **out, char *err, size_t errlen);
 
 /* Sink: maps the grant file at path read-only. 0, KVW_ENOENT,

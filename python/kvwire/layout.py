@@ -54,7 +54,7 @@ STATE_KINDS = ("slot", "paged", "exact")
 class _StateSpec(ctypes.Structure):
     """struct kvw_state_spec."""
     _fields_ = [(f, ctypes.c_uint32)
-                for f in ("kind", "rows", "bytes", "replicated")]
+                for f in ("kind", "rows", "bytes", "replicated", "layers")]
 
 
 class _Shape(ctypes.Structure):
@@ -83,7 +83,8 @@ class _Shape(ctypes.Structure):
                 raise ValueError("state kind: %s, not %r"
                                  % (" or ".join(STATE_KINDS), c.kind))
             specs.append(_StateSpec(STATE_KINDS.index(c.kind), int(c.rows),
-                                    int(c.bytes), int(bool(c.replicated))))
+                                    int(c.bytes), int(bool(c.replicated)),
+                                    int(c.layers)))
         return cls(*(int(getattr(shape, f)) for f in _SHAPE_FIELDS),
                    len(aux), (ctypes.c_uint32 * MAX_AUX)(*aux),
                    KV_LAYOUTS.index(shape.kv_layout), len(specs),
@@ -124,6 +125,9 @@ class State:
     rows: int
     bytes: int        # the whole row; each TP rank holds bytes / tp
     replicated: bool = False   # every TP rank holds the whole row
+    # Buffers of its own (an engine's Mamba or SWA layers), split over PP
+    # as the layers are; 0: one per model layer.
+    layers: int = 0
 
 
 @dataclasses.dataclass
@@ -198,7 +202,7 @@ def read_run_dir(run_dir):
         if shape.kv_layout < len(KV_LAYOUTS) else "?"
     fields["state"] = tuple(
         State(STATE_KINDS[c.kind] if c.kind < len(STATE_KINDS) else "?",
-              c.rows, c.bytes, bool(c.replicated))
+              c.rows, c.bytes, bool(c.replicated), c.layers)
         for c in shape.state[:min(shape.nstate, MAX_STATE)])
     return members, Shape(**fields)
 

@@ -6,7 +6,8 @@ state buffer changes; a room that breaks a kind's rule, or names a row
 outside its component, fails with bad index before its last job moves;
 a TP 2 -> 1 group sends a replicated component from one prefill rank, and
 a sharded one each rank's part of a row (TP 2 -> 1 and 1 -> 2);
-with PP 2 -> 1 each stage sends its layers' rows;
+with PP 2 -> 1 each stage sends its layers' rows, and its share of a
+component's own layers (:layers=N);
 an engine with no state passes [] or None and nothing happens."""
 import glob
 import os
@@ -54,6 +55,16 @@ def room(pm, dm, dst_state, src_state, pages=(3, 4), dst=(10, 11)):
     wait_for("prefill ends", lambda: s.poll() in (KVPoll.Success,
                                                   KVPoll.Failed))
     return s, r
+
+
+def succeeded(r, senders):
+    """Waits until the decode room r ends, asserts Success, then waits for
+    every prefill sender's Success."""
+    wait_for("decode ends", lambda: r.poll() in (KVPoll.Success,
+                                                 KVPoll.Failed))
+    assert r.poll() == KVPoll.Success
+    for s in senders:
+        wait_for("prefill Success", lambda: s.poll() == KVPoll.Success)
 
 
 def moved(dm_before, dm, pm_rows, moves):
@@ -193,13 +204,10 @@ def test_tp2_to_1_a_replicated_component_comes_from_one_prefill_rank(
         # its bytes would land
         senders[1].init(2, 2)
         senders[1].send(np.array([3, 4], np.int32), [[999], [30, 31]])
-        wait_for("decode Success", lambda: r.poll() == KVPoll.Success)
-        for s in senders:
-            wait_for("prefill Success", lambda: s.poll() == KVPoll.Success)
+        succeeded(r, senders)
         moved(before, dm, src0, [(0, 1, 2), (1, 9, 5), (1, 10, 6)])
-        for s in senders:
-            s.clear()
-        r.clear()
+        for x in (*senders, r):
+            x.clear()
     finally:
         for m in (p0, p1, dm):
             m.close()
@@ -244,14 +252,74 @@ def test_pp2_to_1_each_stage_sends_the_state_rows_of_its_layers(
         assert r.poll() != KVPoll.Success  # stage 1 has sent nothing
         senders[1].init(2, 2)
         senders[1].send(np.array([3, 4], np.int32), [[1], [9, 10], [4]])
-        wait_for("decode Success", lambda: r.poll() == KVPoll.Success)
-        for s in senders:
-            wait_for("prefill Success", lambda: s.poll() == KVPoll.Success)
+        succeeded(r, senders)
         moved(before, dm, src, [(0, 1, 2), (1, 9, 5), (1, 10, 6),
                                 (2, 4, 0)])
+        for x in (*senders, r):
+            x.clear()
+    finally:
+        for m in (*stages, dm):
+            m.close()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_components_of_their_own_layers_split_over_the_pp_stages(
+        group_factory, transport):
+    """--state KIND:ROWS:BYTES:layers=N: a component of N buffers of its
+    own (a hybrid model's Mamba or SWA layers are not its attention
+    layers: SGLang lists them apart), split over the PP stages by the
+    layers' rule: 3 slot buffers and 5 paged ones over 2 stages are
+    2 + 1 and 3 + 2. The decode (one stage) holds all eight and gets each
+    buffer's rows from the stage that holds it (different bytes on each
+    stage, so a row from the wrong stage shows); on tcp the grant lets a
+    stage write its share of them (stage 1's buffers 2 and 3, 4 lie past
+    its one model layer)."""
+    from kvwire import KVArgs, KVManager
+    own = (3, 5)
+    g = group_factory("--prefill-pp", 2, *SHAPE, "--state",
+                      "slot:4:24:layers=3,paged:32:16:layers=5",
+                      "--transport", transport)
+    stages = [KVManager(KVArgs.from_run_dir(g.dir, "prefill", 0, pp),
+                        "prefill") for pp in (0, 1)]
+    dm = KVManager(KVArgs.from_run_dir(g.dir, "decode"), "decode")
+    shares = ({0: (0, 1), 1: (0, 1, 2)}, {0: (2,), 1: (3, 4)})
+    try:
+        src = {}
+        for pp, m in enumerate(stages):
+            rng = np.random.default_rng(50 + pp)
+            for c, n in enumerate(own):
+                for i in range(n):
+                    if i not in shares[pp][c]:
+                        with pytest.raises(KeyError):
+                            m.pool.state(c, i)  # the other stage's
+                        continue
+                    b = m.pool.state(c, i)
+                    b[:] = rng.integers(0, 256, b.shape, dtype=np.uint8)
+                    src[c, i] = b.copy()
+        rng = np.random.default_rng(52)
+        before = {}
+        for c, n in enumerate(own):
+            with pytest.raises(KeyError):
+                dm.pool.state(c, n)
+            for i in range(n):
+                b = dm.pool.state(c, i)
+                b[:] = rng.integers(0, 256, b.shape, dtype=np.uint8)
+                before[c, i] = b.copy()
+        rid = room_id()
+        r = KVReceiver(dm, dm.kv_args.bootstrap_addr, rid)
+        r.init(0)
+        r.send_metadata(np.array([10, 11], np.int32), 1, [[2], [5, 6]])
+        senders = [KVSender(m, m.kv_args.bootstrap_addr, rid, [0], pp)
+                   for pp, m in enumerate(stages)]
         for s in senders:
-            s.clear()
-        r.clear()
+            wait_for("prefill WaitingForInput",
+                     lambda: s.poll() == KVPoll.WaitingForInput)
+            s.init(2, 2)
+            s.send(np.array([3, 4], np.int32), [[1], [9, 10]])
+        succeeded(r, senders)
+        moved(before, dm, src, [(0, 1, 2), (1, 9, 5), (1, 10, 6)])
+        for x in (*senders, r):
+            x.clear()
     finally:
         for m in (*stages, dm):
             m.close()

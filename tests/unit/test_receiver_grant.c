@@ -76,7 +76,7 @@ static int open_fix(void **state, uint32_t pages)
 		if (b[i].role != KVW_ROLE_AUX)
 			b[i].pages = pages;
 	if (sink_grant_path(f->table, path, sizeof path) ||
-	    rtab_grant_create(path, rtab_capacity(f->r->tab), b, f->r->nbufs,
+	    rtab_grant_create(path, rtab_capacity(f->r->tab), b, f->r->nbufs, NULL,
 			      &f->r->grant, err, sizeof err) ||
 	    rtab_grant_open(path, &f->sink, err, sizeof err)) {
 		fprintf(stderr, "grant: %s\n", err);
@@ -280,7 +280,7 @@ static void slices_cover_the_plans(const struct shape *s, struct kvw_topo pt,
 	assert_int_equal(receiver_room_set_targets(room, &map, pt.tp), 0);
 	snprintf(path, sizeof path, "/dev/shm/kvwire.trgs-%d.grant",
 		 (int)getpid());
-	assert_int_equal(rtab_grant_create(path, 4, db, dn, &g, err,
+	assert_int_equal(rtab_grant_create(path, 4, db, dn, NULL, &g, err,
 					   sizeof err), 0);
 	for (uint32_t i = 0; i < room->ntargets; i++)
 		receiver_target_slice(&r, room, &room->targets[i], &tg[i]);
@@ -383,6 +383,77 @@ static void each_prefill_rank_is_granted_what_its_plan_writes(void **state)
 	slices_cover_the_plans(&s, t4, t2, 0, 0);
 }
 
+/* A state component of its own layers (5 Mamba-like buffers, 4 model
+ * layers) over prefill PP 2 -> decode PP 1: each stage's target may write
+ * the rows of its share of the five (0-2, 3-4: the split the prefill
+ * stage lays its pool out by), and no other stage's. */
+static void each_pp_stage_is_granted_its_share_of_own_state_layers(void **st)
+{
+	static const uint32_t pages[] = { 5, 6 }, row[] = { 1 };
+	struct shape s = small_shape();
+	const struct kvw_topo pp2 = { 1, 2, 1, 1 }, t1 = { 1, 1, 1, 1 };
+	struct receiver r = { 0 };
+	struct kvw_buf db[64];
+	struct rtab_grant_target tg[RANKMAP_MAX_TARGETS];
+	struct rankmap_in in = { .prefill = pp2, .decode = t1 };
+	struct rankmap map;
+	struct rx_room *room;
+	struct rtab_grant *g;
+	uint32_t dn, own[KVW_MAX_STATE] = { 0 }, seen = 0;
+	uint64_t dsize;
+	char err[200], path[96];
+
+	(void)st;
+	assert_int_equal(shape_option(&s, "state", "slot:2:16:layers=5", err,
+				      sizeof err), 1);
+	own[0] = 5;
+	r.shape = s;
+	r.topo = t1;
+	shape_model(&s, &t1, &r.rank, &r.model);
+	assert_int_equal(shape_layout(&s, &t1, &r.rank, 1, db, 64, &dn, &dsize,
+				      err, sizeof err), 0);
+	assert_int_equal(rankmap_compute(&in, &map, err, sizeof err), 0);
+	room = receiver_room_new(1, pages, 2);
+	assert_non_null(room);
+	assert_int_equal(receiver_room_set_targets(room, &map, 1), 0);
+	assert_int_equal(room->ntargets, 2);
+	snprintf(path, sizeof path, "/dev/shm/kvwire.trgo-%d.grant",
+		 (int)getpid());
+	assert_int_equal(rtab_grant_create(path, 4, db, dn, own, &g, err,
+					   sizeof err), 0);
+	for (uint32_t i = 0; i < room->ntargets; i++)
+		receiver_target_slice(&r, room, &room->targets[i], &tg[i]);
+	assert_int_equal(rtab_grant_give_targets(g, (struct rtab_ref){ 1, 1 },
+						 0x78, tg, room->ntargets,
+						 pages, 2, 3), 0);
+	assert_int_equal(rtab_grant_give_rows(g, (struct rtab_ref){ 1, 1 }, 0,
+					      row, 1), 0);
+	for (uint32_t j = 0; j < room->ntargets; j++) {
+		uint32_t stage = room->targets[j].coord.pp;
+		struct rtab_grant_read rd;
+
+		assert_int_equal(rtab_grant_begin(g, (struct rtab_ref){ 1, 1 },
+						  rtab_grant_token(g, 0x78, j),
+						  &rd),
+				 RTAB_GRANT_OK);
+		for (uint32_t k = 0; k < dn; k++) {
+			uint32_t l = db[k].layer_id & 0xFFFFu;
+
+			if (db[k].role != KVW_ROLE_STATE)
+				continue;
+			seen++;
+			assert_int_equal(rtab_grant_covers(g, &rd,
+							   db[k].offset + 16,
+							   16),
+					 stage ? l >= 3 : l <= 2);
+		}
+	}
+	assert_int_equal(seen, 10); /* five buffers, two targets */
+	rtab_grant_close(&g);
+	unlink(path);
+	receiver_room_free(room);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -391,6 +462,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(the_release_of_an_aborted_room_withdraws_its_grant, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_grant_that_cannot_be_written_sends_no_xfer_info, setup_short, teardown),
 		cmocka_unit_test(each_prefill_rank_is_granted_what_its_plan_writes),
+		cmocka_unit_test(each_pp_stage_is_granted_its_share_of_own_state_layers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

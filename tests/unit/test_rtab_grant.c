@@ -96,7 +96,7 @@ static struct rtab_grant *make(void)
 	struct rtab_grant *g = NULL;
 	char err[160];
 
-	assert_int_equal(rtab_grant_create(path, SLOTS, bufs, NBUFS, &g, err,
+	assert_int_equal(rtab_grant_create(path, SLOTS, bufs, NBUFS, NULL, &g, err,
 					   sizeof err), 0);
 	assert_int_equal(rtab_grant_slots(g), SLOTS);
 	assert_int_equal(rtab_grant_pages(g), PAGES);
@@ -322,10 +322,10 @@ static void test_files_and_layouts_that_are_not_grants_are_refused(void **state)
 	(void)state;
 	overlap[1].offset += ITEM; /* starts inside the first */
 	overlap[1].layer_id = 7;
-	assert_int_equal(rtab_grant_create(path, SLOTS, overlap, 2, &g, err,
+	assert_int_equal(rtab_grant_create(path, SLOTS, overlap, 2, NULL, &g, err,
 					   sizeof err), KVW_EINVAL);
 	assert_null(g);
-	assert_int_equal(rtab_grant_create(path, 0, bufs, NBUFS, &g, err,
+	assert_int_equal(rtab_grant_create(path, 0, bufs, NBUFS, NULL, &g, err,
 					   sizeof err), KVW_EINVAL);
 	assert_int_equal(rtab_grant_open(path, &g, err, sizeof err), KVW_ENOENT);
 	fp = fopen(path, "w");
@@ -365,7 +365,7 @@ static void test_rooms_of_thousands_of_pages(void **state)
 		pa[i] = i;
 	for (uint32_t i = 0; i < 3192; i++)
 		pb[i] = 5000 + i;
-	assert_int_equal(rtab_grant_create(path, SLOTS, big, 1, &g, err,
+	assert_int_equal(rtab_grant_create(path, SLOTS, big, 1, NULL, &g, err,
 					   sizeof err), 0);
 	assert_int_equal(rtab_grant_pages(g), 8192);
 	assert_int_equal(rtab_grant_give(g, a, 1, pa, 5000, RTAB_GRANT_NO_AUX), 0);
@@ -607,7 +607,7 @@ static void test_whole_slot_buffers_are_not_sliced(void **state)
 	char err[160];
 
 	(void)state;
-	assert_int_equal(rtab_grant_create(path, SLOTS, mla, 2, &g, err,
+	assert_int_equal(rtab_grant_create(path, SLOTS, mla, 2, NULL, &g, err,
 					   sizeof err), 0);
 	assert_int_equal(rtab_grant_give_targets(g, a, 0x7a, &tg, 1, pages, 2,
 						 1), 0);
@@ -637,7 +637,7 @@ static void test_a_block_major_page_is_sliced_in_every_slot(void **state)
 	char err[160];
 
 	(void)state;
-	assert_int_equal(rtab_grant_create(path, SLOTS, blk, 1, &g, err,
+	assert_int_equal(rtab_grant_create(path, SLOTS, blk, 1, NULL, &g, err,
 					   sizeof err), 0);
 	assert_int_equal(rtab_grant_give_targets(g, a, 0x5a, &tg, 1, pages, 1,
 						 RTAB_GRANT_NO_AUX), 0);
@@ -685,7 +685,7 @@ static void test_a_token_of_no_target_is_not_live(void **state)
 		char err[160], p2[160];
 
 		snprintf(p2, sizeof p2, "%s.2", path);
-		assert_int_equal(rtab_grant_create(p2, SLOTS, bufs, NBUFS, &h,
+		assert_int_equal(rtab_grant_create(p2, SLOTS, bufs, NBUFS, NULL, &h,
 						   err, sizeof err), 0);
 		assert_true(rtab_grant_token(h, 0x8a, 1) != t1);
 		rtab_grant_close(&h);

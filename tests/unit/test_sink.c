@@ -72,7 +72,7 @@ static int setup(void **state)
 	    rtab_create(f->table, 16, 4, 1, &f->owner, &existed, err,
 			sizeof err) ||
 	    rtab_fence_create(f->fence, 1, 4, &f->rf, err, sizeof err) ||
-	    rtab_grant_create(f->grant, 16, bufs, 2, &f->rg, err, sizeof err) ||
+	    rtab_grant_create(f->grant, 16, bufs, 2, NULL, &f->rg, err, sizeof err) ||
 	    rtab_open(f->table, 1, &f->h.t, err, sizeof err) ||
 	    rtab_fence_open(f->fence, &f->h.f, err, sizeof err) ||
 	    rtab_grant_open(f->grant, &f->h.g, err, sizeof err) ||

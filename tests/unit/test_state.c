@@ -86,6 +86,92 @@ static void test_state_option_parses_and_round_trips(void **st)
 	assert_int_equal(s.state[0].rows, 4);
 }
 
+/* ":layers=N": a component of N buffers of its own, with or without
+ * ":rep", read back from the flags as written; bad counts refused. */
+static void test_state_of_its_own_layers_parses_and_round_trips(void **st)
+{
+	struct shape s, back;
+	char flags[1024], v[256];
+	const char *at;
+
+	(void)st;
+	shape_default(&s);
+	assert_int_equal(opt(&s, "slot:16:4096:layers=36,paged:64:512:rep:"
+				 "layers=7,exact:8:64"),
+			 1);
+	assert_int_equal(s.state[0].layers, 36);
+	assert_int_equal(s.state[0].replicated, 0);
+	assert_int_equal(s.state[1].layers, 7);
+	assert_int_equal(s.state[1].replicated, 1);
+	assert_int_equal(s.state[2].layers, 0);
+	assert_true(shape_flags(&s, flags, sizeof flags) > 0);
+	assert_non_null(strstr(flags, "--state slot:16:4096:layers=36,"
+				      "paged:64:512:rep:layers=7,exact:8:64"));
+	at = strstr(flags, "--state ") + 8;
+	memcpy(v, at, strcspn(at, " "));
+	v[strcspn(at, " ")] = '\0';
+	shape_default(&back);
+	assert_int_equal(opt(&back, v), 1);
+	assert_memory_equal(back.state, s.state, sizeof s.state);
+	assert_int_equal(opt(&s, "slot:4:64:layers=0"), KVW_EINVAL);
+	assert_int_equal(opt(&s, "slot:4:64:layers=65536"), KVW_EINVAL);
+	assert_int_equal(opt(&s, "slot:4:64:layers="), KVW_EINVAL);
+	assert_int_equal(opt(&s, "slot:4:64:layers=-1"), KVW_EINVAL);
+	assert_int_equal(opt(&s, "slot:4:64:layers=3x"), KVW_EINVAL);
+	assert_int_equal(opt(&s, "slot:4:64:layers=3:rep"), KVW_EINVAL);
+	assert_int_equal(opt(&s, "slot:4:64:lay=3"), KVW_EINVAL);
+	assert_int_equal(s.state[0].layers, 36); /* unchanged */
+}
+
+/* A component of its own layers is split over PP by the layers' rule,
+ * whatever the model's layers: 5 over 2 stages are 0-2 and 3-4, with 2
+ * model layers (1 a stage); one of none keeps a buffer per stage layer. */
+static void test_layout_splits_a_components_own_layers_over_pp(void **st)
+{
+	struct shape s;
+	struct kvw_topo t = { 1, 2, 1, 1 };
+	struct kvw_buf b[MAXB];
+	uint32_t n, first, count;
+	uint64_t pool;
+	char err[256];
+
+	(void)st;
+	shape_default(&s);
+	s.layers = 2;
+	s.pages = 8;
+	assert_int_equal(opt(&s, "slot:3:16:layers=5,paged:8:64"), 1);
+	for (uint32_t stage = 0; stage < 2; stage++) {
+		struct kvw_coord c = { 0, stage, 0, 0 };
+		uint32_t own = 0, per_layer = 0;
+
+		shape_state_layers(&s, 0, &t, &c, &first, &count);
+		assert_int_equal(first, stage ? 3 : 0);
+		assert_int_equal(count, stage ? 2 : 3);
+		shape_state_layers(&s, 1, &t, &c, &first, &count);
+		assert_int_equal(first, stage);
+		assert_int_equal(count, 1);
+		assert_int_equal(shape_layout(&s, &t, &c, 0, b, MAXB, &n, &pool,
+					      err, sizeof err),
+				 0);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t l = b[i].layer_id & 0xFFFFu;
+
+			if (b[i].role != KVW_ROLE_STATE)
+				continue;
+			if (KVW_STATE_OF(b[i].layer_id) == 0) {
+				assert_in_range(l, stage ? 3 : 0,
+						stage ? 4 : 2);
+				own++;
+			} else {
+				assert_int_equal(l, stage);
+				per_layer++;
+			}
+		}
+		assert_int_equal(own, stage ? 2 : 3);
+		assert_int_equal(per_layer, 1);
+	}
+}
+
 /* The layout of rank c of tp: state buffers after the K/V buffers, one
  * per layer of the stage and component, sharded rows split over tp. */
 static void test_layout_has_a_state_buffer_per_layer_and_component(void **st)
@@ -389,7 +475,7 @@ static struct rtab_grant *grant_of(struct side *d, char *path, size_t len,
 
 	side_of(d, "slot:4:96,paged:16:32", 1);
 	snprintf(path, len, "/dev/shm/kvwire.%s-%d.grant", tag, (int)getpid());
-	assert_int_equal(rtab_grant_create(path, 8, d->b, d->n, &g, err,
+	assert_int_equal(rtab_grant_create(path, 8, d->b, d->n, NULL, &g, err,
 					   sizeof err),
 			 0);
 	return g;
@@ -477,6 +563,59 @@ static void test_grant_covers_a_ranks_part_of_a_sharded_row(void **st)
 	unlink(path);
 }
 
+/* A component of its own layers (the grant's state_layers): a target
+ * may write the buffers of its PP stage's share of them (t.stage), not
+ * those of the model layers its stage holds, nor another stage's. */
+static void test_grant_gives_a_stage_its_share_of_own_layers(void **st)
+{
+	struct shape s;
+	struct kvw_topo t = { 1, 1, 1, 1 };
+	struct kvw_coord c = { 0, 0, 0, 0 };
+	struct kvw_buf b[MAXB];
+	struct rtab_grant *g = NULL;
+	struct rtab_grant_read rd;
+	struct rtab_ref ref = { 4, 1 };
+	const uint32_t own[KVW_MAX_STATE] = { 5 }, rows[1] = { 1 };
+	/* stage 1 of 2: model layer 1, own layers 3 and 4 of 5 */
+	struct rtab_grant_target tg = { .layer_first = 1, .layer_count = 1,
+					.stage = 2u << 16 | 1 };
+	uint32_t n;
+	uint64_t pool;
+	char path[128], err[256];
+
+	(void)st;
+	shape_default(&s);
+	s.layers = 2;
+	s.pages = 8;
+	assert_int_equal(opt(&s, "slot:3:16:layers=5"), 1);
+	assert_int_equal(shape_layout(&s, &t, &c, 0, b, MAXB, &n, &pool, err,
+				      sizeof err),
+			 0);
+	snprintf(path, sizeof path, "/dev/shm/kvwire.town-%d.grant",
+		 (int)getpid());
+	assert_int_equal(rtab_grant_create(path, 8, b, n, own, &g, err,
+					   sizeof err),
+			 0);
+	assert_int_equal(rtab_grant_give_targets(g, ref, 66, &tg, 1, NULL, 0,
+						 RTAB_GRANT_NO_AUX),
+			 0);
+	assert_int_equal(rtab_grant_give_rows(g, ref, 0, rows, 1), 0);
+	assert_int_equal(rtab_grant_begin(g, ref, rtab_grant_token(g, 66, 0),
+					  &rd),
+			 RTAB_GRANT_OK);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t l = b[i].layer_id & 0xFFFFu;
+
+		if (b[i].role != KVW_ROLE_STATE)
+			continue;
+		assert_int_equal(rtab_grant_covers(g, &rd, b[i].offset + 16,
+						   16),
+				 l == 3 || l == 4);
+	}
+	rtab_grant_close(&g);
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -486,6 +625,9 @@ int main(void)
 		cmocka_unit_test(test_state_part_round_trips_and_bad_ones_are_refused),
 		cmocka_unit_test(test_grant_covers_state_rows_given_and_no_other),
 		cmocka_unit_test(test_grant_covers_a_ranks_part_of_a_sharded_row),
+		cmocka_unit_test(test_state_of_its_own_layers_parses_and_round_trips),
+		cmocka_unit_test(test_layout_splits_a_components_own_layers_over_pp),
+		cmocka_unit_test(test_grant_gives_a_stage_its_share_of_own_layers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -88,6 +88,7 @@ static int spawn(struct receiver *r, uint32_t k, int fd)
 int receiver_sinks_start(struct receiver *r, char *err, size_t errlen)
 {
 	uint8_t secret[16];
+	uint32_t own[KVW_MAX_STATE] = { 0 };
 	char path[4096];
 	int fd, rc;
 
@@ -102,11 +103,13 @@ int receiver_sinks_start(struct receiver *r, char *err, size_t errlen)
 		rc = rtab_fence_create(path, r->nsinks, SINK_MAX_CONNS, &r->fence,
 				       err, errlen);
 	/* Fresh grants (none given), for this receiver's sinks only. */
+	for (uint32_t c = 0; c < r->shape.nstate && c < KVW_MAX_STATE; c++)
+		own[c] = r->shape.state[c].layers;
 	if (rc == 0)
 		rc = sink_grant_path(r->table_path, path, sizeof path);
 	if (rc == 0)
 		rc = rtab_grant_create(path, rtab_capacity(r->tab), r->bufs,
-				       r->nbufs, &r->grant, err, errlen);
+				       r->nbufs, own, &r->grant, err, errlen);
 	if (rc)
 		return rc;
 	for (uint32_t k = 0; k < r->nsinks; k++)

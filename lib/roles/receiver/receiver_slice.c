@@ -4,7 +4,7 @@
  * against. It follows what the prefill rank's own plan writes
  * (sender_peer.c builds it from the same shape flags): the layers of its
  * PP stage (shape_layers; never the decode's draft layers, which no
- * prefill rank sends), the room's aux slot, and under a TP mismatch only
+ * prefill rank sends; its share of a state component's own layers), the room's aux slot, and under a TP mismatch only
  * its head slice of each K/V token slot (plan_heads_compute, the call the
  * sender makes), and, with more prefill ranks than decode ranks, only its
  * part of each row of a sharded state component (plan.c's
@@ -32,6 +32,10 @@ void receiver_target_slice(const struct receiver *r,
 		return; /* sends no data: writes nothing */
 	shape_layers(&r->shape, &room->ptopo, &t->coord, &out->layer_first,
 		     &out->layer_count);
+	/* Its share of a state component's own layers (the grant's
+	 * kvw_pp_share of them, as shape_state_layers splits them). */
+	out->stage = (room->ptopo.pp ? room->ptopo.pp : 1) << 16 |
+		     (t->coord.pp & 0xFFFFu);
 	out->flags = RTAB_GRANT_T_AUX; /* every real rank's last job */
 	if (room->ptopo.tp > r->topo.tp && r->topo.tp &&
 	    room->ptopo.tp % r->topo.tp == 0) {
