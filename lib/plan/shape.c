@@ -257,8 +257,8 @@ const char *shape_state_kind_str(uint32_t kind)
 	return kind < KVW_NSTATE_KINDS ? state_kinds[kind] : "?";
 }
 
-/* "--state KIND:ROWS:BYTES[:rep][:layers=N],..." into buf[len] ("" without state
- * components): its length, or -1 when it does not fit. */
+/* "--state KIND:ROWS:BYTES[:rep][:layers=N],..." into buf[len] ("" without
+ * state components): its length, or -1 when it does not fit. */
 static int state_flag(const struct shape *s, const char *sep, char *buf,
 		      size_t len)
 {

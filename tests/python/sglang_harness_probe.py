@@ -193,8 +193,10 @@ def prefill(me, backend):
 
     # The forward pass writes this rank's heads of the KV;
     # process_batch_result sets the metadata row (the same on every rank)
-    # before the last chunk; chunks carry state_indices=[]. 1003 is
-    # aborted by its decode first.
+    # before the last chunk. send_kv_chunk (prefill.py at 000c2b942308)
+    # asks should_send_kv_chunk first; a chunk that is not the last has
+    # state_indices None, the last one a list per state type ([] here).
+    # 1003 is aborted by its decode first.
     a, pool = m.kw.kv_args, m.kw.pool
     full = full_kv(a, pool)
     h = a.total_kv_head_num // PTP
@@ -206,9 +208,11 @@ def prefill(me, backend):
     for room in DONE:
         meta.set_buf(PAUX[room], token=room % 97, seed=room)
         ids = np.array(SRC[room], np.int32)
-        send[room].send(ids[:1], [])  # a chunk
+        assert send[room].should_send_kv_chunk(1, False)
+        send[room].send(ids[:1], None)  # a chunk
         # the last one, as newer SGLang calls it (its tokens: a partial
         # last page)
+        assert send[room].should_send_kv_chunk(len(ids) - 1, True)
         send[room].send(ids[1:], [], num_kv_tokens=2 * len(ids) - 1)
     me.done("prefill_send_kv_chunks")
 

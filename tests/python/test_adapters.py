@@ -257,6 +257,27 @@ def test_sglang_gpu_kv_cache_is_registered_where_it_is():
                   "sglang gpu: ok", env={"KVW_CUDART": fake})
 
 
+def test_sglang_state_types_move_where_sglang_keeps_them():
+    """Issue 33 item 2's state: a hybrid model's Mamba (conv and SSM rows
+    per Mamba layer, a slot per request) and SWA (K and V pages per SWA
+    layer) state in GPU buffers of SGLang's own, as SGLang's KVArgs lists
+    them (a list of buffers per state type), mapped by the adapter onto
+    kvwire components of their own layers and registered in place with
+    the KV cache; one room moves the pages and the rows SGLang's
+    send_kv_chunk and prealloc queue name (sglang_state_probe.py, over
+    the CPU stand-in runtime); a group whose --state does not fit is
+    refused naming the one that would."""
+    fake = os.path.join(ROOT, "build", "default", "tests", "libfakecudart.so")
+    assert os.path.exists(fake), "make builds %s" % fake
+    with Group("--layers", 2, "--heads", 2, "--head-dim", 8, "--page-tokens",
+               4, "--pages", 8, "--dtype-bytes", 4, "--aux-slots", 4,
+               "--state", "slot:4:96:layers=3,slot:4:256:layers=3,"
+               "paged:6:64:layers=4", "--workers", 1, "--transport", "cuda",
+               env={"KVW_CUDART": fake}) as g:
+        run_probe("sglang_state_probe.py", "sglang_pinned", g.dir,
+                  "sglang state: ok", env={"KVW_CUDART": fake})
+
+
 def test_sglang_kv_cache_kvwire_cannot_reach_is_refused_with_why(
         monkeypatch):
     """kv_data_ptrs in host memory kvwire did not give, on a machine

@@ -4,11 +4,12 @@
  * against. It follows what the prefill rank's own plan writes
  * (sender_peer.c builds it from the same shape flags): the layers of its
  * PP stage (shape_layers; never the decode's draft layers, which no
- * prefill rank sends; its share of a state component's own layers), the room's aux slot, and under a TP mismatch only
- * its head slice of each K/V token slot (plan_heads_compute, the call the
- * sender makes), and, with more prefill ranks than decode ranks, only its
- * part of each row of a sharded state component (plan.c's
- * state_row_part: part prank % (ptp / dtp)). Where the sender could not
+ * prefill rank sends; its share of a state component's own layers), the
+ * room's aux slot, and under a TP mismatch only its head slice of each
+ * K/V token slot (plan_heads_compute, the call the sender makes), and,
+ * with more prefill ranks than decode ranks, only its part of each row of
+ * a sharded state component (plan.c's state_row_part: part prank % (ptp /
+ * dtp)). Where the sender could not
  * plan a slice, the grant does not narrow the slot either: an honest plan
  * is never refused.
  */

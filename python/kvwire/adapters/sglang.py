@@ -13,8 +13,11 @@ ids, logprobs, hidden states...) stay where SGLang allocated them: the
 prefill copies the request's row of each into the pool before its last
 chunk, and the decode copies the row back before poll() first says
 Success (SGLang's metadata gate reads them then); the group's --aux-bytes
-must be SGLang's row lengths. The run directory of the rank's kvwire group
-comes from $KVW_RUN_DIR (kv-up --run-dir).
+must be SGLang's row lengths. SGLang's state buffers (state_types and
+their lists) map onto kvwire's state components of their own layers
+(_state_components) and are registered in place with the KV cache. The
+run directory of the rank's kvwire group comes from $KVW_RUN_DIR (kv-up
+--run-dir).
 
 Loading: the plugin entry point (sglang_plugin.py) where SGLang has its
 plugin framework; else a fork adds `KVWIRE = "kvwire"` to TransferBackend
@@ -29,8 +32,11 @@ import shutil
 import subprocess
 import types
 
+import numpy as np
+
 from .. import conn
 from ..bootstrap import KVBootstrapServer, _bin_dir
+from ..layout import ROLE_STATE
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +73,59 @@ class KvwireKVManager(BaseKVManager):
             run_dir, mode, tp, getattr(args, "pp_rank", 0) or 0), mode)
         self.kv_args = args
         self.prefill_info_table = {}  # SGLang's decode reads it by address
-        want = self.kw.kv_args.kv_data_ptrs
-        have = list(getattr(args, "kv_data_ptrs", None) or [])
-        if have and have != want[:len(have)]:
-            try:
-                # SGLang's GPU buffers are on args.gpu_id.
-                self.kw.register_in_place(
-                    have, list(args.kv_data_lens), list(args.kv_item_lens),
-                    device=int(getattr(args, "gpu_id", 0) or 0))
-            except (conn.KVWireError, ValueError) as e:
-                self.kw.close()
-                raise RuntimeError("kvwire: SGLang's KV cache "
-                                   "(kv_data_ptrs) is not in kvwire's pool "
-                                   "and cannot be registered where it is: "
-                                   "%s" % e) from None
         try:
+            # kvwire's state component c takes its rows from SGLang's
+            # state type self.state_of[c]; sptrs... its buffers, in order.
+            self.state_of, sptrs, slens, sitems = _state_components(
+                args, self.kw)
             self.meta = _metadata_rows(args, self.kw.kv_args)
         except RuntimeError:
             self.kw.close()
             raise
+        want = self.kw.kv_args.kv_data_ptrs  # its KV, then its state
+        have = list(getattr(args, "kv_data_ptrs", None) or [])
+        if not have and sptrs and \
+                sptrs != want[len(want) - len(sptrs):]:
+            self.kw.close()
+            raise RuntimeError("kvwire: SGLang's state buffers are its "
+                               "own and its KV cache is kvwire's pool: "
+                               "give both where SGLang keeps them "
+                               "(kv_data_ptrs and state_data_ptrs), or "
+                               "neither")
+        if have and have + sptrs != want[:len(have) + len(sptrs)]:
+            try:
+                # SGLang's KV cache and then its state buffers, in the
+                # rank's layout order; its GPU buffers are on args.gpu_id.
+                self.kw.register_in_place(
+                    have + sptrs, list(args.kv_data_lens) + slens,
+                    list(args.kv_item_lens) + sitems,
+                    device=int(getattr(args, "gpu_id", 0) or 0))
+            except (conn.KVWireError, ValueError) as e:
+                self.kw.close()
+                raise RuntimeError("kvwire: SGLang's KV cache "
+                                   "(kv_data_ptrs%s) is not in kvwire's "
+                                   "pool and cannot be registered where it "
+                                   "is: %s" % (" and state_data_ptrs"
+                                               if sptrs else "", e)) \
+                    from None
+
+    def state_rows(self, state_indices):
+        """SGLang's state_indices (one entry per state type, as
+        send_kv_chunk and the decode's prealloc queue build them: a Mamba
+        slot as a one-element list or array, SWA/NSA page indices, None for
+        a type the room does not name) as kvwire's, one list per
+        component; None stays None (not the last chunk)."""
+        if state_indices is None:
+            return None
+        lists = list(state_indices)
+        if len(lists) != len(getattr(self.kv_args, "state_types", None)
+                             or []):
+            raise ValueError("kvwire: %d state lists for %d state types"
+                             % (len(lists), len(getattr(
+                                 self.kv_args, "state_types", None) or [])))
+        flat = [np.asarray([] if x is None else x).reshape(-1)
+                for x in lists]
+        return [flat[t] for t in self.state_of]
 
     def register_to_bootstrap(self):
         """kv-sender registers itself at its kv-bootstrap: nothing to do."""
@@ -148,6 +188,98 @@ def _lookup_prefill(bootstrap_addr):
         page_size=page, follow_bootstrap_room=True)
 
 
+# How kvwire indexes the rows of each of SGLang's state types (base/conn.py
+# StateType at 0094505da741): a Mamba slot per request, pool pages for the
+# sliding-window, NSA/DSA indexer and MiniMax index-K pools.
+_STATE_KINDS = {"mamba": "slot", "swa": "paged", "nsa": "paged",
+                "dsa": "paged", "minimax_index_k": "paged"}
+
+
+def _state_components(args, mgr):
+    """SGLang's state buffers against this rank's kvwire layout. SGLang
+    lists a component per state type (kv_args.state_types, with
+    state_data_ptrs / state_data_lens / state_item_lens a list per type:
+    setup_state_kv_args in disaggregation/utils.py at 000c2b942308; an
+    older SGLang: one state_type and flat lists); one type's buffers may
+    have rows of several sizes (a Mamba type lists its conv tensor's
+    buffer of each Mamba layer, then its SSM tensor's). Each run of
+    buffers of one row size is a kvwire component of that many layers of
+    its own (kv-up --state KIND:ROWS:BYTES:layers=N), in SGLang's order.
+    Returns (the SGLang type of each kvwire component, and the state
+    buffers' ptrs, lens and item lens in kvwire's layout order); raises
+    RuntimeError naming the --state this rank needs when the group's
+    components are not these."""
+    types_, ptrs, lens, items = _sglang_state_lists(args)
+    runs = []  # (type index, kind, rows, item, [(ptr, len)])
+    for t, (ty, ps, ls, its) in enumerate(zip(types_, ptrs, lens, items)):
+        name = str(getattr(ty, "value", ty)).lower()
+        if name not in _STATE_KINDS:
+            raise RuntimeError("kvwire: SGLang's state type %r has no "
+                               "kvwire kind (known: %s)"
+                               % (name, ", ".join(sorted(_STATE_KINDS))))
+        if not len(ps) == len(ls) == len(its) or 0 in its:
+            raise RuntimeError("kvwire: state type %s: %d ptrs, %d lens, "
+                               "%d item lens" % (name, len(ps), len(ls),
+                                                 len(its)))
+        for p, ln, it in zip(ps, ls, its):
+            rows = ln // it
+            if runs and runs[-1][0] == t and runs[-1][2:4] == (rows, it):
+                runs[-1][4].append((p, ln))
+            else:
+                runs.append((t, _STATE_KINDS[name], rows, it, [(p, ln)]))
+    have = [[b for b in mgr.pool.buffers
+             if b.role == ROLE_STATE and b.layer_id >> 16 == c]
+            for c in range(len(mgr.kv_args.shape.state))]
+    ok = len(have) == len(runs) and all(
+        mgr.kv_args.shape.state[c].kind == kind and len(bs) == len(bufs) and
+        all((b.pages, b.item_len) == (rows, it) for b in bs)
+        for c, ((_, kind, rows, it, bufs), bs) in enumerate(zip(runs, have)))
+    if not ok:
+        tp = mgr.kv_args.tp_size
+        raise RuntimeError(
+            "kvwire: SGLang's state buffers (%s) need a group started with "
+            "--state %s (sharded over TP %d; layers: this PP stage's "
+            "buffers, of all stages in the flag); this group has --state %s"
+            % (", ".join(str(getattr(x, "value", x)) for x in types_) or
+               "none",
+               ",".join("%s:%d:%d:layers=%d" % (k, r, it * tp, len(b))
+                        for _, k, r, it, b in runs) or "none", tp,
+               ",".join("%s:%d:%d%s%s" % (
+                   c.kind, c.rows, c.bytes, ":rep" if c.replicated else "",
+                   ":layers=%d" % c.layers if c.layers else "")
+                   for c in mgr.kv_args.shape.state) or "none"))
+    flat = [b for run in runs for b in run[4]]
+    return ([run[0] for run in runs], [p for p, _ in flat],
+            [ln for _, ln in flat],
+            [run[3] for run in runs for _ in run[4]])
+
+
+def _sglang_state_lists(args):
+    """(types, ptr lists, len lists, item-len lists) of SGLang's KVArgs in
+    its state_types form; ([], [], [], []) for none. An older SGLang's one
+    state_type with flat lists (and flat state_indices) is refused."""
+    ptrs = list(getattr(args, "state_data_ptrs", None) or [])
+    lens = list(getattr(args, "state_data_lens", None) or [])
+    items = list(getattr(args, "state_item_lens", None) or [])
+    types_ = getattr(args, "state_types", None)
+    if types_ is None:
+        one = getattr(args, "state_type", "none") or "none"
+        if one == "none" or not ptrs:
+            return [], [], [], []
+        raise RuntimeError("kvwire: this SGLang hands its %s state as one "
+                           "state_type with flat lists; kvwire takes the "
+                           "state_types form (a list per type: SGLang at "
+                           "000c2b942308 or later)" % one)
+    types_ = list(types_)
+    if not len(types_) == len(ptrs) == len(lens) == len(items):
+        raise RuntimeError("kvwire: %d state types, %d ptr lists, %d len "
+                           "lists, %d item-len lists" % (
+                               len(types_), len(ptrs), len(lens),
+                               len(items)))
+    return types_, [list(x) for x in ptrs], [list(x) for x in lens], \
+        [list(x) for x in items]
+
+
 def _metadata_rows(args, kw):
     """SGLang's metadata buffers (kv_args.aux_data_ptrs / lens /
     item_lens: output ids, logprobs, top-k, hidden states, ...), which
@@ -192,12 +324,21 @@ class KvwireKVSender(conn.KVSender, BaseKVSender):
                  pp_rank, req_has_disagg_prefill_dp_rank=False):
         conn.KVSender.__init__(self, mgr.kw, bootstrap_addr, bootstrap_room,
                                dest_tp_ranks, pp_rank)
+        self._mgr = mgr
         self._meta = mgr.meta
         self._aux = None
 
     def init(self, num_kv_indices, aux_index=None):
         conn.KVSender.init(self, num_kv_indices, aux_index)
         self._aux = int(aux_index)
+
+    def should_send_kv_chunk(self, num_pages, last_chunk):
+        """SGLang asks before each send (send_kv_chunk); its base's answer
+        (num_pages > 0) would skip the last chunk of a request whose pages
+        the decode holds whole (a full prefix hit), and the room would
+        never end: kvwire's last chunk carries the metadata row and the
+        state rows, so it always goes."""
+        return num_pages > 0 or bool(last_chunk)
 
     def send(self, kv_indices, state_indices=None, num_kv_tokens=None,
              token_position_offset=None):
@@ -216,7 +357,8 @@ class KvwireKVSender(conn.KVSender, BaseKVSender):
         if self._meta and self.num_kv_indices is not None and \
                 self.sent + len(kv_indices) == self.num_kv_indices:
             _copy_rows(self._meta, self._aux, True)
-        conn.KVSender.send(self, kv_indices, state_indices)
+        conn.KVSender.send(self, kv_indices, self._mgr.state_rows(
+            state_indices))
 
     def get_transfer_metric(self):
         return _sglang_metric(conn.KVSender.get_transfer_metric(self))
@@ -226,6 +368,7 @@ class KvwireKVReceiver(conn.KVReceiver, BaseKVReceiver):
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None, *args,
                  **kwargs):
         conn.KVReceiver.__init__(self, mgr.kw, bootstrap_addr, bootstrap_room)
+        self._mgr = mgr
         self._meta = mgr.meta
         self._aux = None
         self._landed = False
@@ -234,7 +377,8 @@ class KvwireKVReceiver(conn.KVReceiver, BaseKVReceiver):
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None,
                       decode_prefix_len=None):
         conn.KVReceiver.send_metadata(self, kv_indices, aux_index,
-                                      state_indices, decode_prefix_len)
+                                      self._mgr.state_rows(state_indices),
+                                      decode_prefix_len)
         self._aux = int(aux_index)
 
     def poll(self, st=conn._UNREAD):
