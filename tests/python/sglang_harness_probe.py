@@ -15,7 +15,21 @@ across an engine's rank processes (a shared array and a barrier standing
 for the gloo group). The router's order between the two engines (the
 decode's abort before the prefill's chunks, say) is a barrier of every
 rank. Each step prints "step NAME: ok" once every rank has done it; the
-last line is "harness: ok"."""
+last line is "harness: ok".
+
+KVW_HARNESS_MEM=sglang (a group started with test_sglang_harness.py's
+STATE_FLAG for MAMBA and SWA below, --transport cuda, KVW_CUDART naming
+the CPU stand-in runtime): each rank's KV cache
+and its state are SGLang's, in (stand-in) GPU buffers it allocated, and
+KVArgs names them as prefill.py's _init_kv_manager fills it at
+000c2b942308: kv_data_ptrs per layer and K/V, state_types [MAMBA, SWA]
+with a list of buffers per type as setup_state_kv_args builds them (the
+Mamba type's conv buffer per Mamba layer, then its SSM buffer's; the SWA
+type's K then V per SWA layer), each rank holding its TP part of every
+state row; the last chunk and the decode's metadata carry a Mamba slot
+and SWA pages per request, as send_kv_chunk and the prealloc queue do.
+Otherwise the KV cache is kvwire's pool and there is no state type."""
+import ctypes
 import multiprocessing
 import os
 import sys
@@ -31,12 +45,14 @@ load_plugins()
 
 from sglang.srt import server_args  # noqa: E402
 from sglang.srt.disaggregation.base.conn import (  # noqa: E402
-    KVPoll, KVTransferMetric)
+    KVPoll, KVTransferMetric, StateType)
 from sglang.srt.disaggregation.utils import (  # noqa: E402
     DisaggregationMode, KVClassType, TransferBackend, get_kv_class,
     poll_and_all_reduce)
 
 RUN = os.environ["KVW_RUN_DIR"]
+CUDA = ctypes.CDLL(os.environ["KVW_CUDART"]) \
+    if os.environ.get("KVW_HARNESS_MEM") == "sglang" else None
 DEADLINE = time.monotonic() + 60
 
 
@@ -73,16 +89,106 @@ class MetadataBuffers:
         return [b[idx].copy() for b in self.bufs]
 
 
-def kv_args(meta, rank):
+def kv_args(meta, rank, mem=None):
     """KVArgs as SGLang's prefill and decode modules fill it for TP rank
-    `rank`; the KV pointers are left to kvwire's pool, the metadata buffers
-    are SGLang's own, no state types."""
+    `rank`: the metadata buffers are SGLang's own; the KV pointers and the
+    state types are `mem`'s (SGLang's own memory), or kvwire's pool and
+    none."""
     ptrs, lens, items = meta.get_buf_infos()
     a = types.SimpleNamespace(engine_rank=rank, pp_rank=0, kv_data_ptrs=[],
                               aux_data_ptrs=ptrs, aux_data_lens=lens,
                               aux_item_lens=items, state_types=[],
                               state_data_ptrs=[], ib_device=None, gpu_id=0)
+    if mem is not None:
+        mem.fill_args(a)
     return a
+
+
+MEM = os.environ.get("KVW_HARNESS_MEM", "pool")
+# The state of a hybrid model in SGLang's memory (MEM sglang), whole rows
+# by type: (rows, row bytes of the whole model, buffers) of each run.
+MAMBA = [(8, 64, 2), (8, 128, 2)]   # conv, then SSM, of 2 Mamba layers
+SWA = [(8, 32, 4)]                  # K, then V, of 2 SWA layers
+# Each request's Mamba slot and SWA pages, prefill's and decode's.
+SSLOT, DSLOT = {1001: 1, 1002: 3, 1003: 4}, {1001: 5, 1002: 2, 1003: 0}
+SSWA = {1001: [0, 2], 1002: [5], 1003: [1]}
+DSWA = {1001: [6, 7], 1002: [1], 1003: [3]}
+
+
+def device(n):
+    """n bytes of (stand-in) GPU memory, and a numpy view of them (the
+    stand-in's device memory is host memory, mapped shared)."""
+    p = ctypes.c_void_p()
+    assert CUDA.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+    return p.value, np.ctypeslib.as_array(
+        (ctypes.c_uint8 * n).from_address(p.value))
+
+
+class SGLangMemory:
+    """A rank's KV cache and state in GPU buffers SGLang allocated: k[l],
+    v[l] shaped like kvwire's pool views, state[t][i] (rows, this rank's
+    part of a row) of type t's buffer i."""
+
+    def __init__(self, mode, rank, tp):
+        from kvwire import KVArgs, KVManager
+        from kvwire.layout import ROLE_AUX, ROLE_STATE
+        probe = KVManager(KVArgs.from_run_dir(RUN, mode, rank), mode)
+        shape, dtype = probe.pool.k(0).shape, probe.pool.k(0).dtype
+        kv = [(b.item_len * b.pages, b.item_len) for b in probe.pool.buffers
+              if b.role not in (ROLE_AUX, ROLE_STATE)]
+        layers = probe.kv_args.num_layers
+        probe.close()
+        self.ptrs, self.lens, self.items, views = [], [], [], []
+        for n, it in kv:
+            p, v = device(n)
+            self.ptrs.append(p)
+            self.lens.append(n)
+            self.items.append(it)
+            views.append(v.view(dtype).reshape(shape))
+        self.k, self.v = views[:layers], views[layers:2 * layers]
+        self.state, self.sptrs, self.slens, self.sitems = [], [], [], []
+        for runs in (MAMBA, SWA):
+            bufs, ps, ls, its = [], [], [], []
+            for rows, whole, count in runs:
+                it = whole // tp
+                for _ in range(count):
+                    p, v = device(rows * it)
+                    v[:] = 0xEE
+                    bufs.append(v.reshape(rows, it))
+                    ps.append(p)
+                    ls.append(rows * it)
+                    its.append(it)
+            self.state.append(bufs)
+            self.sptrs.append(ps)
+            self.slens.append(ls)
+            self.sitems.append(its)
+
+    def fill_args(self, a):
+        a.kv_data_ptrs, a.kv_data_lens = self.ptrs, self.lens
+        a.kv_item_lens = self.items
+        a.state_types = [StateType.MAMBA, StateType.SWA]
+        a.state_data_ptrs, a.state_data_lens = self.sptrs, self.slens
+        a.state_item_lens = self.sitems
+        a.state_dim_per_tensor = [[0] * len(x) for x in self.sptrs]
+
+
+def full_state():
+    """Every whole row of every state buffer (the forward pass's state,
+    the same in every process: seeded), by (type, buffer)."""
+    rng = np.random.default_rng(5)
+    return {(t, i): rng.integers(0, 256, (rows, whole), dtype=np.uint8)
+            for t, runs in enumerate((MAMBA, SWA))
+            for i, (rows, whole) in enumerate(
+                (r, w) for r, w, c in runs for _ in range(c))}
+
+
+def state_indices(slot, swa, room):
+    """A request's state_indices as SGLang builds them, a list per state
+    type (send_kv_chunk's _mamba_payload: the slot as a one-element list of
+    an array; _swa_payload: page indices); [] without state types."""
+    if MEM != "sglang":
+        return []
+    return [[np.array(slot[room])], np.array(swa[room], np.int64)]
 
 
 PTP, DTP = (int(x) for x in os.environ.get("KVW_HARNESS_TP", "1,1")
@@ -156,21 +262,38 @@ SRC = {1001: [7, 0, 3], 1002: [2, 6], 1003: [5]}    # prefill's
 PAUX = {1001: 0, 1002: 1, 1003: 6}
 
 
-def full_kv(args, pool):
+def full_kv(args, k0):
     """Every head of every page of each (layer, K/V): the forward pass's
-    output, the same in every process (seeded)."""
+    output, the same in every process (seeded); k0 a rank's layer 0."""
     rng = np.random.default_rng(3)
-    shape = pool.k(0).shape
+    shape = k0.shape
     heads = args.total_kv_head_num
     return {(layer, kv): rng.standard_normal(
-        shape[:2] + (heads,) + shape[3:]).astype(pool.k(0).dtype)
+        shape[:2] + (heads,) + shape[3:]).astype(k0.dtype)
         for layer in range(args.num_layers) for kv in (0, 1)}
+
+
+def kv_views(m, mem):
+    """A rank's K and V of each layer: SGLang's buffers, or the pool's."""
+    if mem is not None:
+        return mem.k, mem.v
+    n = m.kw.kv_args.num_layers
+    return [m.kw.pool.k(x) for x in range(n)], \
+        [m.kw.pool.v(x) for x in range(n)]
+
+
+def state_part(rows, rank, b):
+    """This rank's part of whole state rows (the columns its buffer b
+    holds: part `rank` of a row split over TP)."""
+    n = b.shape[1]
+    return rows[:, rank * n:(rank + 1) * n]
 
 
 def prefill(me, backend):
     meta = MetadataBuffers(8)
+    mem = SGLangMemory("prefill", me.rank, PTP) if MEM == "sglang" else None
     m = get_kv_class(backend, KVClassType.MANAGER)(
-        kv_args(meta, me.rank), P, server("prefill", PTP), False)
+        kv_args(meta, me.rank, mem), P, server("prefill", PTP), False)
     assert m.kw.kv_args.engine_rank == me.rank
     addr = m.kw.kv_args.bootstrap_addr
     Sender = get_kv_class(backend, KVClassType.SENDER)
@@ -195,15 +318,21 @@ def prefill(me, backend):
     # process_batch_result sets the metadata row (the same on every rank)
     # before the last chunk. send_kv_chunk (prefill.py at 000c2b942308)
     # asks should_send_kv_chunk first; a chunk that is not the last has
-    # state_indices None, the last one a list per state type ([] here).
-    # 1003 is aborted by its decode first.
-    a, pool = m.kw.kv_args, m.kw.pool
-    full = full_kv(a, pool)
+    # state_indices None, the last one a list per state type (its Mamba
+    # slot and SWA pages; [] with no state type). 1003 is aborted by its
+    # decode first.
+    a = m.kw.kv_args
+    k, v = kv_views(m, mem)
+    full = full_kv(a, k[0])
     h = a.total_kv_head_num // PTP
     mine = slice(me.rank * h, (me.rank + 1) * h)
     for layer in range(a.num_layers):
-        pool.k(layer)[...] = full[layer, 0][:, :, mine]
-        pool.v(layer)[...] = full[layer, 1][:, :, mine]
+        k[layer][...] = full[layer, 0][:, :, mine]
+        v[layer][...] = full[layer, 1][:, :, mine]
+    if mem is not None:
+        for (t, i), rows in full_state().items():
+            b = mem.state[t][i]
+            b[...] = state_part(rows, me.rank, b)
     me.done()  # the decode aborted 1003
     for room in DONE:
         meta.set_buf(PAUX[room], token=room % 97, seed=room)
@@ -213,7 +342,8 @@ def prefill(me, backend):
         # the last one, as newer SGLang calls it (its tokens: a partial
         # last page)
         assert send[room].should_send_kv_chunk(len(ids) - 1, True)
-        send[room].send(ids[1:], [], num_kv_tokens=2 * len(ids) - 1)
+        send[room].send(ids[1:], state_indices(SSLOT, SSWA, room),
+                        num_kv_tokens=2 * len(ids) - 1)
     me.done("prefill_send_kv_chunks")
 
     # The inflight queue: poll_and_all_reduce until every rank agrees.
@@ -229,8 +359,9 @@ def prefill(me, backend):
 
 def decode(me, backend):
     meta = MetadataBuffers(8)
+    mem = SGLangMemory("decode", me.rank, DTP) if MEM == "sglang" else None
     m = get_kv_class(backend, KVClassType.MANAGER)(
-        kv_args(meta, me.rank), D, server("decode", DTP), False)
+        kv_args(meta, me.rank, mem), D, server("decode", DTP), False)
     assert m.kw.kv_args.engine_rank == me.rank
     Receiver = get_kv_class(backend, KVClassType.RECEIVER)
     addr = m.kw.kv_args.bootstrap_addr  # the router's: the prefill's
@@ -258,7 +389,9 @@ def decode(me, backend):
     me.until([recv[x] for x in ROOMS], [KVPoll.WaitingForInput] * 3)
     for room in ROOMS:
         recv[room].send_metadata(np.array(PAGES[room], np.int32),
-                                 AUX[room], [], decode_prefix_len=0)
+                                 AUX[room],
+                                 state_indices(DSLOT, DSWA, room),
+                                 decode_prefix_len=0)
     me.done("decode_pop_preallocated")
     me.done("prefill_pop_bootstrapped")
     recv[1003].abort()
@@ -268,13 +401,16 @@ def decode(me, backend):
     # The transfer queue: poll_and_all_reduce, then each rank's heads and
     # the metadata gate (each decode rank reads its own buffers' row).
     me.until([recv[x] for x in DONE], [KVPoll.Success] * 2)
-    a, pool = m.kw.kv_args, m.kw.pool
-    full = full_kv(a, pool)
+    a = m.kw.kv_args
+    k, v = kv_views(m, mem)
+    full = full_kv(a, k[0])
     h = a.total_kv_head_num // DTP
     sent = MetadataBuffers(8)  # the prefill's rows, as it set them
+    if mem is not None:
+        check_state(mem, me.rank)
     for room in DONE:
         for layer in range(a.num_layers):
-            for kv, t in ((0, pool.k(layer)), (1, pool.v(layer))):
+            for kv, t in ((0, k[layer]), (1, v[layer])):
                 want = full[layer, kv][SRC[room]][
                     :, :, me.rank * h:(me.rank + 1) * h]
                 assert (t[PAGES[room]] == want).all(), (me.rank, room, layer)
@@ -295,6 +431,22 @@ def decode(me, backend):
     assert not any(b[AUX[1003]].any() for b in meta.bufs)
     me.done("abort_failure_exception_then_clear")
     m.kw.close()
+
+
+def check_state(mem, rank):
+    """The decode rank's part of each state row its requests named holds
+    the prefill's row of that request (every prefill rank's part of it);
+    no other row changed (the aborted 1003's neither)."""
+    for (t, i), rows in full_state().items():
+        b = mem.state[t][i]
+        part = state_part(rows, rank, b)
+        moved = {}
+        for room in DONE:
+            moved.update({DSLOT[room]: SSLOT[room]} if t == 0 else
+                         dict(zip(DSWA[room], SSWA[room])))
+        for dst, src in moved.items():
+            assert (b[dst] == part[src]).all(), (rank, t, i, dst)
+        assert (np.delete(b, list(moved), axis=0) == 0xEE).all(), (t, i)
 
 
 def metric_and_clear(rooms):

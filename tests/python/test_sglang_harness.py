@@ -12,18 +12,22 @@ across the rank processes) one answer on every rank. Each step is named
 in the output. And issue 33 item 3:
 pd_model's transformer served through that loop (sglang_model_probe.py)
 over TP 2 -> 1 and 1 -> 2, with a retracted, an aborted and a
-killed-member request among plain ones."""
+killed-member request among plain ones. And item 2: the same calls on
+KV and state in SGLang's own (stand-in GPU) memory."""
 import os
 import sys
 
 import pytest
 
-from conftest import Group, run_probe
+from conftest import ROOT, Group, run_probe
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_sglang_plugin import entry_point_dist  # noqa: E402
 import pd_model  # noqa: E402
 
+# The state components of sglang_harness_probe.py's hybrid model (its
+# MAMBA and SWA runs: rows, whole row bytes, buffers).
+STATE_FLAG = "slot:8:64:layers=2,slot:8:128:layers=2,paged:8:32:layers=4"
 # SGLang's MetadataBuffers rows (utils.py): output ids, token logprob
 # value and index, top-128 logprob values and indices, top-k p and index,
 # a hidden-state row (32 float32 here).
@@ -42,6 +46,31 @@ def test_sglang_scheduler_calls_replayed(tmp_path, ptp, dtp):
         run_probe("sglang_harness_probe.py", "sglang_pinned", g.dir,
                   "harness: ok", [entry_point_dist(tmp_path)],
                   env={"KVW_HARNESS_TP": "%d,%d" % (ptp, dtp)})
+
+
+@pytest.mark.parametrize("ptp,dtp", [(1, 1), (2, 1), (1, 2)])
+def test_sglang_scheduler_calls_replayed_on_sglangs_own_memory(
+        tmp_path, ptp, dtp):
+    """The same calls with each rank's KV cache and its state where SGLang
+    keeps them (KVW_HARNESS_MEM=sglang): KVArgs with kv_data_ptrs and
+    state_types [MAMBA, SWA] and their buffer lists, in GPU buffers of
+    each rank's own over the CPU stand-in runtime; the last chunk and the
+    decode's metadata name a Mamba slot and SWA pages per request. Each
+    decode rank's heads and its part of each named state row byte-exact,
+    every other state row untouched."""
+    fake = os.path.join(ROOT, "build", "default", "tests",
+                        "libfakecudart.so")
+    assert os.path.exists(fake), "make builds %s" % fake
+    env = {"KVW_CUDART": fake}
+    with Group("--prefill-tp", ptp, "--decode-tp", dtp, "--layers", 2,
+               "--heads", 2, "--head-dim", 4, "--page-tokens", 2,
+               "--pages", 8, "--aux-slots", 8, "--aux-bytes", AUX_BYTES,
+               "--state", STATE_FLAG, "--transport", "cuda",
+               "--workers", 1, env=env) as g:
+        run_probe("sglang_harness_probe.py", "sglang_pinned", g.dir,
+                  "harness: ok", [entry_point_dist(tmp_path)],
+                  env=dict(env, KVW_HARNESS_TP="%d,%d" % (ptp, dtp),
+                           KVW_HARNESS_MEM="sglang"))
 
 
 @pytest.mark.parametrize("ptp,dtp", [(2, 1), (1, 2)])
