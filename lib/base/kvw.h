@@ -165,6 +165,8 @@ struct kvw_state_spec {
 #define KVW_STATE_LAYER(c, layer) ((uint32_t)(c) << 16 | (uint32_t)(layer))
 #define KVW_STATE_OF(layer_id) ((uint32_t)(layer_id) >> 16)
 
+/* kvwire-internal: begin (not exported: see the first such mark). */
+
 /* The share [*first, *first + *count) of n layers that PP stage r of pp
  * holds: an even split, the first (n % pp) stages one more (every side's
  * rule: a stage's layers, a state component's own layers). */
@@ -180,6 +182,8 @@ static inline void kvw_pp_share(uint32_t n, uint32_t pp, uint32_t r,
 	*first = r * base + (r < rem ? r : rem);
 	*count = base + (r < rem);
 }
+
+/* kvwire-internal: end */
 
 #define KVW_MODEL_MLA 0x1u
 
