@@ -31,7 +31,10 @@ unset b
 # stress-ng --cpu 4: the --daemon parent then waited its whole timeout for
 # a READY it had read). So a timed-out read's text is kept, and it is the
 # whole line when nothing more waits in the fifo (one write: what was
-# read of it and an empty fifo mean all of it was read).
+# read of it and an empty fifo mean all of it was read). The reads keep
+# every byte (IFS=): a line read in two parts that split at a space lost
+# it ("FAILED 100kv-receiver: ...", taken for no code: exit 111, not 100,
+# seen under stress-ng --cpu 2).
 
 # await_line FD PID SECS: waits for a line on FD (a fifo this shell holds
 # both ends of) while PID lives, for at most SECS and while $stopping is 0.
@@ -42,7 +45,7 @@ await_line() {
 	local fd=$1 who=$2 end=$((SECONDS + $3)) gone=0 part
 	line=""
 	while :; do
-		if read -r -t 0.1 -u "$fd" part; then
+		if IFS= read -r -t 0.1 -u "$fd" part; then
 			line=$line$part
 			return 0
 		fi

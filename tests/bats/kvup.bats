@@ -418,6 +418,22 @@ SH
 	chmod +x "$RUN/bin/$1"
 }
 
+@test "await_line keeps every byte of a line it read in parts, the spaces where the parts meet included" {
+	# A timed-out read of a part of a line, as bash's read -t leaves it
+	# under load: the fifo holds "FAILED 100 " (the rest not yet there).
+	# The --daemon parent once took "FAILED 100kv-receiver: ..." for a
+	# line without a code (exit 111, not 100).
+	run bash -c 'source "$1/bin/kv-up-lib.bash"
+		mkfifo "$2/half" && exec {fd}<>"$2/half" && rm "$2/half"
+		printf "FAILED 100 " >&$fd
+		await_line "$fd" $$ 5 && printf "[%s]" "$line"
+		printf "kv-receiver: fatal: x\n" >&$fd
+		await_line "$fd" $$ 5 && printf "[%s]" "$line"' _ "$KVW_ROOT" "$RUN"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "[FAILED 100 ][kv-receiver: fatal: x]" ]
+}
+
 @test "a member that exits 100 at start ends the start with its code and line, no restart, nothing left (also --daemon)" {
 	fake_bin kv-receiver
 	touch "$RUN/refuse"
