@@ -176,6 +176,32 @@ for pv, dv in zip(p_state[0], d_state[0]):
 s.clear()
 r.clear()
 step("a full prefix hit: no page, its Mamba row")
+
+# A prefill of another TP size (as its kv-bootstrap told the decode's
+# try_ensure_parallel_info), and SGLang's SWA tensors split over TP along
+# another dimension than their rows' first: kvwire cannot slice them, so
+# the request fails at send_metadata with why, and its prefill is told.
+assert dm.state_split is None  # every dim 0 here
+dm.state_split = sglang._state_split_whole(types.SimpleNamespace(
+    state_dim_per_tensor=[[0] * 6, [1] * 4]))
+dm.prefill_info_table[addr] = types.SimpleNamespace(attn_tp_size=2)
+s = sglang.get_kv_class("sender")(pm, addr, 93, [0], 0)
+r = sglang.get_kv_class("receiver")(dm, addr, 93)
+r.init(0)
+r.send_metadata(np.array([4], np.int32), 2,
+                [[np.array(1)], np.array([2], np.int64)])
+until("the decode's room settles", lambda: r.poll() == KVPoll.Failed)
+until("its prefill is told", lambda: s.poll() == KVPoll.Failed)
+try:
+    r.failure_exception()
+    raise AssertionError("no exception")
+except Exception as e:
+    assert "split over TP along dimension 1" in str(e), e
+s.clear()
+r.clear()
+del dm.prefill_info_table[addr]
+dm.state_split = None
+step("state kvwire cannot slice between TP sizes: the request fails, why")
 pm.kw.close()
 dm.kw.close()
 

@@ -78,6 +78,7 @@ class KvwireKVManager(BaseKVManager):
             # state type self.state_of[c]; sptrs... its buffers, in order.
             self.state_of, sptrs, slens, sitems = _state_components(
                 args, self.kw)
+            self.state_split = _state_split_whole(args)
             self.meta = _metadata_rows(args, self.kw.kv_args)
         except RuntimeError:
             self.kw.close()
@@ -254,6 +255,29 @@ def _state_components(args, mgr):
             [run[3] for run in runs for _ in run[4]])
 
 
+def _state_split_whole(args):
+    """None when every state tensor is split over TP along its row's first
+    dimension (state_dim_per_tensor 0, no conv shard groups): kvwire's
+    rule for a sharded row under a TP mismatch (rank r holds contiguous
+    part r of it) is then SGLang's. Else why not: a row split along another
+    dimension, or in sub-blocks (state_conv_shard_groups: GDN's conv state
+    [key_dim, key_dim, value_dim]), is not one contiguous part per rank,
+    and kvwire would move wrong bytes between different TP sizes."""
+    for t, dims in enumerate(getattr(args, "state_dim_per_tensor", None)
+                             or []):
+        for i, d in enumerate(dims or []):
+            if d:
+                return "state type %d's tensor %d is split over TP along " \
+                    "dimension %d of its row" % (t, i, d)
+    for t, groups in enumerate(getattr(args, "state_conv_shard_groups",
+                                       None) or []):
+        for i, g in enumerate(groups or []):
+            if g:
+                return "state type %d's tensor %d is split over TP in " \
+                    "sub-blocks %s" % (t, i, list(g))
+    return None
+
+
 def _sglang_state_lists(args):
     """(types, ptr lists, len lists, item-len lists) of SGLang's KVArgs in
     its state_types form; ([], [], [], []) for none. An older SGLang's one
@@ -376,10 +400,32 @@ class KvwireKVReceiver(conn.KVReceiver, BaseKVReceiver):
 
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None,
                       decode_prefix_len=None):
+        """SGLang's; a request whose state kvwire cannot slice between the
+        prefill's TP size and this decode's (_state_split_whole) fails now,
+        with the reason, and its prefill ranks are told: it never lands
+        wrong state as Success."""
+        why = self._unsliceable(state_indices)
+        if why:
+            self._fail(why)
+            conn.KVReceiver.abort(self)
+            self._aux = int(aux_index)
+            return
         conn.KVReceiver.send_metadata(self, kv_indices, aux_index,
                                       self._mgr.state_rows(state_indices),
                                       decode_prefix_len)
         self._aux = int(aux_index)
+
+    def _unsliceable(self, state_indices):
+        m = self._mgr
+        info = m.prefill_info_table.get(self.bootstrap_addr)
+        tp = m.kw.kv_args.tp_size
+        if not m.state_split or not state_indices or info is None or \
+                info.attn_tp_size == tp:
+            return None
+        return ("kvwire: the prefill's TP %d and this decode's TP %d split "
+                "SGLang's state rows differently, and %s: kvwire moves a "
+                "sharded row as one contiguous part per rank"
+                % (info.attn_tp_size, tp, m.state_split))
 
     def poll(self, st=conn._UNREAD):
         """SGLang reads its metadata buffers once poll() says Success: the
