@@ -574,9 +574,12 @@ static int slice_covers(const struct rtab_grant *g,
 	/* A state buffer's layer is the low half of its id. */
 	layer = b->aux == RTAB_GRANT_STATE ? b->layer_id & 0xFFFFu : b->layer_id;
 	if (b->aux == RTAB_GRANT_STATE && b->reserved0 < KVW_MAX_STATE &&
-	    g->state_layers[b->reserved0])
+	    g->state_layers[b->reserved0]) {
+		if (t->stage >> 16 == 0)
+			return 0; /* no stage: a target that writes nothing */
 		kvw_pp_share(g->state_layers[b->reserved0], t->stage >> 16,
 			     t->stage & 0xFFFFu, &first, &count);
+	}
 	if (layer < first || layer - first >= count)
 		return 0;
 	if (b->aux == RTAB_GRANT_STATE) {

@@ -120,7 +120,8 @@ struct rtab_grant_target {
 	uint32_t state_sharded; /* bit c: component c's rows are split */
 	uint32_t state_part;
 	uint32_t state_parts;   /* 0 or 1: whole rows */
-	uint32_t stage;         /* pp << 16 | its PP stage (targets compare
+	uint32_t stage;         /* pp << 16 | its PP stage; 0: none, no
+				 * share of own layers (targets compare
 				 * whole: slices_find) */
 };
 #define RTAB_GRANT_T_AUX 1u

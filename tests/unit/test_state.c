@@ -612,6 +612,22 @@ static void test_grant_gives_a_stage_its_share_of_own_layers(void **st)
 						   16),
 				 l == 3 || l == 4);
 	}
+	/* A target of no stage (a dummy: nothing of the decode's to write)
+	 * gets no share of them. */
+	tg = (struct rtab_grant_target){ .layer_first = 0,
+					 .layer_count = UINT32_MAX };
+	ref.gen++;
+	assert_int_equal(rtab_grant_give_targets(g, ref, 67, &tg, 1, NULL, 0,
+						 RTAB_GRANT_NO_AUX),
+			 0);
+	assert_int_equal(rtab_grant_give_rows(g, ref, 0, rows, 1), 0);
+	assert_int_equal(rtab_grant_begin(g, ref, rtab_grant_token(g, 67, 0),
+					  &rd),
+			 RTAB_GRANT_OK);
+	for (uint32_t i = 0; i < n; i++)
+		if (b[i].role == KVW_ROLE_STATE)
+			assert_false(rtab_grant_covers(g, &rd,
+						       b[i].offset + 16, 16));
 	rtab_grant_close(&g);
 	unlink(path);
 }
