@@ -241,6 +241,59 @@ static void a_grant_that_cannot_be_written_sends_no_xfer_info(void **state)
 
 #define SL_CAP 1024u
 
+/* Every copy of target i's plan (out[0..n)) lies in i's grant, and one
+ * below `alone` (the bytes only i writes) in no other target's. */
+static void copies_granted_to(struct rtab_grant *g, const struct rx_room *room,
+			      uint32_t i, const struct plan_copy *out, size_t n,
+			      uint64_t alone)
+{
+	for (uint32_t j = 0; j < room->ntargets; j++) {
+		struct rtab_grant_read rd;
+
+		assert_int_equal(rtab_grant_begin(g, (struct rtab_ref){ 1, 1 },
+						  rtab_grant_token(g, 0x77, j),
+						  &rd),
+				 RTAB_GRANT_OK);
+		for (size_t k = 0; k < n; k++) {
+			int in_j = rtab_grant_covers(g, &rd, out[k].dst_off,
+						     out[k].len);
+
+			if (j == i)
+				assert_true(in_j);
+			else if (out[k].dst_off < alone)
+				assert_false(in_j);
+		}
+	}
+}
+
+/* The room's row of every state component (the decode's), and the
+ * prefill's row it comes from. */
+static const uint32_t SL_ROW = 1, SL_SRC_ROW = 0;
+
+/* Target i's honest plan of the room's state rows (plan_state, as
+ * sender_state.c plans them) lies in i's grant; a sharded component's
+ * part of a row, where `split`, in no other real target's (each prefill
+ * rank writes its own part: receiver_slice.c narrows the grant to it). */
+static void state_rows_cover_the_plan(struct rtab_grant *g,
+				      const struct shape *s,
+				      const struct rx_room *room, uint32_t i,
+				      const struct plan *p, int split)
+{
+	static struct plan_copy out[SL_CAP];
+
+	for (uint32_t c = 0; c < s->nstate; c++) {
+		size_t n = 0;
+		char err[200];
+
+		assert_int_equal(plan_state(p, c, &SL_SRC_ROW, &SL_ROW, 1, out,
+					    SL_CAP, &n, err, sizeof err), 0);
+		assert_true(n > 0); /* a row in each layer's buffer */
+		copies_granted_to(g, room, i, out, n,
+				  split && !s->state[c].replicated ? UINT64_MAX
+								    : 0);
+	}
+}
+
 /* Decode rank drank (tp) of dt, a room of pages {5, 6} and aux slot 3
  * whose targets rankmap gives over pt: every copy of each real target's
  * honest plan lies in the slice granted for that target's token; where
@@ -287,6 +340,9 @@ static void slices_cover_the_plans(const struct shape *s, struct kvw_topo pt,
 	assert_int_equal(rtab_grant_give_targets(g, (struct rtab_ref){ 1, 1 },
 						 0x77, tg, room->ntargets,
 						 pages, 2, 3), 0);
+	for (uint32_t c = 0; c < s->nstate; c++)
+		assert_int_equal(rtab_grant_give_rows(g, (struct rtab_ref){ 1, 1 },
+						      c, &SL_ROW, 1), 0);
 	for (uint32_t i = 0; i < room->ntargets; i++) {
 		const struct rx_target *t = &room->targets[i];
 		struct kvw_model pm;
@@ -316,24 +372,8 @@ static void slices_cover_the_plans(const struct shape *s, struct kvw_topo pt,
 		assert_int_equal(plan_chunk(p, pages, pages, 2, 1, 0, 3, out,
 					    SL_CAP, &n, err, sizeof err), 0);
 		assert_true(n > 0);
-		for (uint32_t j = 0; j < room->ntargets; j++) {
-			struct rtab_grant_read rd;
-
-			assert_int_equal(rtab_grant_begin(
-				g, (struct rtab_ref){ 1, 1 },
-				rtab_grant_token(g, 0x77, j), &rd),
-				RTAB_GRANT_OK);
-			for (size_t k = 0; k < n; k++) {
-				int in_j = rtab_grant_covers(g, &rd,
-							     out[k].dst_off,
-							     out[k].len);
-
-				if (j == i)
-					assert_true(in_j);
-				else if (split && out[k].dst_off < aux_at)
-					assert_false(in_j);
-			}
-		}
+		copies_granted_to(g, room, i, out, n, split ? aux_at : 0);
+		state_rows_cover_the_plan(g, s, room, i, p, split);
 		plan_free(&p);
 	}
 	/* A token of no target. */
@@ -381,6 +421,29 @@ static void each_prefill_rank_is_granted_what_its_plan_writes(void **state)
 	s.kv_heads = 8;
 	s.mla = 1; /* one real target, whole slots; the dummy nothing */
 	slices_cover_the_plans(&s, t4, t2, 0, 0);
+}
+
+/* State rows under a TP mismatch: a sharded component's row is written
+ * part by part (prefill TP 4 -> decode TP 2: each decode row of two
+ * parts, one per prefill rank of the decode rank's pair), and each rank's
+ * grant holds its part only; a replicated one's whole row; TP 2 -> 4 and
+ * equal TP, whole decode rows. */
+static void each_prefill_rank_is_granted_its_part_of_a_state_row(void **st)
+{
+	struct shape s = small_shape();
+	const struct kvw_topo t1 = { 1, 1, 1, 1 }, t2 = { 2, 1, 1, 1 },
+			      t4 = { 4, 1, 1, 1 };
+	char err[200];
+
+	(void)st;
+	assert_int_equal(shape_option(&s, "state",
+				      "slot:3:64,paged:8:32:rep", err,
+				      sizeof err), 1);
+	slices_cover_the_plans(&s, t4, t2, 0, 1);
+	slices_cover_the_plans(&s, t4, t2, 1, 1);
+	slices_cover_the_plans(&s, t2, t1, 0, 1);
+	slices_cover_the_plans(&s, t2, t4, 3, 0);
+	slices_cover_the_plans(&s, t2, t2, 1, 0);
 }
 
 /* A state component of its own layers (5 Mamba-like buffers, 4 model
@@ -463,6 +526,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_grant_that_cannot_be_written_sends_no_xfer_info, setup_short, teardown),
 		cmocka_unit_test(each_prefill_rank_is_granted_what_its_plan_writes),
 		cmocka_unit_test(each_pp_stage_is_granted_its_share_of_own_state_layers),
+		cmocka_unit_test(each_prefill_rank_is_granted_its_part_of_a_state_row),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

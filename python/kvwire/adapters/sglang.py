@@ -201,7 +201,8 @@ def _state_components(args, mgr):
     lists a component per state type (kv_args.state_types, with
     state_data_ptrs / state_data_lens / state_item_lens a list per type:
     setup_state_kv_args in disaggregation/utils.py at 000c2b942308; an
-    older SGLang: one state_type and flat lists); one type's buffers may
+    older SGLang's one state_type with flat lists is refused by
+    _sglang_state_lists); one type's buffers may
     have rows of several sizes (a Mamba type lists its conv tensor's
     buffer of each Mamba layer, then its SSM tensor's). Each run of
     buffers of one row size is a kvwire component of that many layers of
