@@ -8,6 +8,7 @@
 #include "bench_stream.h"
 
 #include "bench_cpu.h"
+#include "netns.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -72,17 +73,41 @@ static int pass(int fd, const uint8_t *buf, uint64_t bytes)
 	return recv(fd, &b, 1, 0) == 1 ? 0 : -1;
 }
 
+/* A socket made in namespace i of ns (none: this thread's own): the
+ * namespace a socket is made in is its own for good. */
+static int socket_in(const struct bench_netns *ns, int i)
+{
+	int saved = -1, fd;
+
+	if (ns && netns_enter(ns, i, &saved) != 0)
+		return -1;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (ns)
+		netns_leave(saved);
+	return fd;
+}
+
 double bench_stream_gibs(uint64_t bytes, double min_s, double *cpu_gb)
+{
+	return bench_stream_gibs_ns(bytes, min_s, cpu_gb, NULL);
+}
+
+double bench_stream_gibs_ns(uint64_t bytes, double min_s, double *cpu_gb,
+			    const struct bench_netns *ns)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	socklen_t al = sizeof a;
 	uint8_t *buf = malloc(2 * CHUNK);
 	uint64_t t0, t = 0, moved = 0;
-	int lfd = socket(AF_INET, SOCK_STREAM, 0), fd = -1, one = 1;
+	int lfd = socket_in(ns, 1), fd = -1, one = 1;
 	double gibs = 0, cpu0;
 	pid_t kid = -1;
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	/* Across namespaces: from A to B's end of the link; else loopback. */
+	if (ns)
+		inet_pton(AF_INET, NETNS_ADDR_B, &a.sin_addr);
+	else
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (!buf || lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) ||
 	    listen(lfd, 1) || getsockname(lfd, (struct sockaddr *)&a, &al))
 		goto out;
@@ -90,7 +115,7 @@ double bench_stream_gibs(uint64_t bytes, double min_s, double *cpu_gb)
 	kid = fork();
 	if (kid == 0)
 		_exit(reader(lfd, bytes));
-	fd = socket(AF_INET, SOCK_STREAM, 0);
+	fd = socket_in(ns, 0);
 	if (kid < 0 || fd < 0 ||
 	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) ||
 	    connect(fd, (struct sockaddr *)&a, sizeof a))

@@ -1,6 +1,6 @@
 /*
- * bench_stream.h - a raw TCP stream over loopback, the limit kv-bench copy
- * --transport tcp divides its figure by (bench_stream.c).
+ * bench_stream.h - a raw TCP stream over loopback (or between kv-bench's two
+ * namespaces), the limit a tcp figure is divided by (bench_stream.c).
  */
 #ifndef KVW_BENCH_STREAM_H
 #define KVW_BENCH_STREAM_H
@@ -12,5 +12,13 @@
  * cpu_gb (may be NULL): CPU seconds per GB (1e9 bytes) moved, of both
  * processes. */
 double bench_stream_gibs(uint64_t bytes, double min_s, double *cpu_gb);
+
+struct bench_netns;
+
+/* The same between two namespaces (netns.h): the reader listens on B's end
+ * of their link and the stream comes from a socket in A; ns NULL:
+ * loopback, as bench_stream_gibs. */
+double bench_stream_gibs_ns(uint64_t bytes, double min_s, double *cpu_gb,
+			    const struct bench_netns *ns);
 
 #endif

@@ -17,6 +17,7 @@
 #include "flags.h"
 #include "history.h"
 #include "modes.h"
+#include "netns.h"
 #include "plot.h"
 #include "spawn.h"
 #include "base/kvw.h"
@@ -33,13 +34,29 @@ static int one_group(struct kvb_flags *fl, char *const *up,
 		     const struct kvb_opts *mo, struct bench_config cfg,
 		     struct kvb_progress *prog)
 {
+	static struct bench_netns ns;
+	struct kvb_opts m = *mo;
 	struct spawn sp = { 0 };
 	struct runinfo *ri = NULL;
 	const char *run_dir = fl->run_dir;
 	char err[512];
 	int rc;
 
-	if (fl->spawn) {
+	if (m.netns) {
+		if (!fl->kv_up[0])
+			spawn_default_kv_up(fl->kv_up, sizeof fl->kv_up);
+		if (netns_make(&ns, err, sizeof err))
+			return cli_fatal(PROG, KVW_EXIT_SYS, "%s", err);
+		if (netns_group_start(&ns, fl->kv_up, up, err, sizeof err)) {
+			netns_free(&ns);
+			return cli_fatal(PROG, KVW_EXIT_SYS,
+					 "unable to start the group across "
+					 "two namespaces: %s", err);
+		}
+		run_dir = ns.dir;
+		m.ns = &ns;
+		mo = &m;
+	} else if (fl->spawn) {
 		if (!fl->kv_up[0])
 			spawn_default_kv_up(fl->kv_up, sizeof fl->kv_up);
 		if (spawn_start(&sp, fl->kv_up, up, 120, err, sizeof err))
@@ -65,6 +82,7 @@ static int one_group(struct kvb_flags *fl, char *const *up,
 				     sizeof err);
 	if (rc < 0) {
 		spawn_stop(&sp);
+		netns_free(&ns);
 		runinfo_free(&ri);
 		return cli_fatal(PROG, cli_exit_code(rc),
 				 "unable to read the group: %s", err);
@@ -73,6 +91,7 @@ static int one_group(struct kvb_flags *fl, char *const *up,
 	rc = kvb_run(mo, ri, &cfg, kvb_progress_cb, prog);
 	plot_free(prog);
 	spawn_stop(&sp);
+	netns_free(&ns);
 	runinfo_free(&ri);
 	return rc;
 }
@@ -145,6 +164,9 @@ static int run(int argc, char **argv, const struct kvb_opts *m)
 	if ((rc = kvb_flags_parse(argc, argv, &fl, &cfg)) >= 0)
 		return rc;
 	mo.stream_limit = fl.transport && strcmp(fl.transport, "tcp") == 0;
+	if (mo.netns && !mo.stream_limit)
+		return cli_fatal(PROG, KVW_EXIT_USAGE, "--netns moves the bytes "
+				 "between two hosts: with --transport tcp");
 	cli_log_init(&fl.cl, "bench", -1);
 	if (proc_signals_init() < 0)
 		return cli_fatal(PROG, KVW_EXIT_SYS, "unable to set signals");

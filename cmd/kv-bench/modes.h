@@ -45,6 +45,10 @@ struct kvb_opts {
 	int stream_limit;   /* demo: the group moves its bytes over tcp
 			     * (--transport tcp): a raw loopback stream of
 			     * the same bytes is its limit too */
+	int netns;          /* demo --spawn --transport tcp: --netns, the
+			     * group split over two namespaces (netns.h) */
+	const struct bench_netns *ns; /* those namespaces, once made: the
+				       * stream runs between them */
 };
 
 /* Takes the mode word (argv[1]) and the mode flags out of argv, in place

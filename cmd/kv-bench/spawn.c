@@ -32,9 +32,12 @@ static int rm_one(const char *path, const struct stat *st, int flag,
 	return 0;
 }
 
-/* Runs argv[0] with argv, waits up to timeout_s; returns its exit status,
- * 124 when it ran too long (then killed), -1 when it could not start. */
-static int run_wait(char *const *argv, double timeout_s)
+void spawn_remove_dir(const char *dir)
+{
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int spawn_run_wait(char *const *argv, double timeout_s)
 {
 	uint64_t end = proc_now_ns() + (uint64_t)(timeout_s * 1e9);
 	struct timespec ts = { 0, 20000000 };
@@ -72,14 +75,14 @@ void spawn_stop(struct spawn *s)
 		return;
 	if (s->up) {
 		char *argv[] = { s->kv_up, "--stop", s->dir, NULL };
-		int rc = run_wait(argv, 30);
+		int rc = spawn_run_wait(argv, 30);
 
 		if (rc != 0)
 			fprintf(stderr, "kv-bench: kv-up --stop %s: exit %d\n",
 				s->dir, rc);
 		s->up = 0;
 	}
-	nftw(s->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	spawn_remove_dir(s->dir);
 	s->dir[0] = '\0';
 }
 
@@ -106,7 +109,7 @@ int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
 	argv[n] = NULL;
 	/* From here on --stop cleans up whatever part of the group started. */
 	s->up = 1;
-	rc = run_wait(argv, timeout_s);
+	rc = spawn_run_wait(argv, timeout_s);
 	s->up_rc = rc;
 	if (rc == 0)
 		return 0;
@@ -124,7 +127,7 @@ int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
 	{
 		char *stop[] = { s->kv_up, "--stop", s->dir, NULL };
 
-		run_wait(stop, 30);
+		spawn_run_wait(stop, 30);
 	}
 	s->up = 0;
 	s->dir[0] = '\0';

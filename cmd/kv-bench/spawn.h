@@ -28,6 +28,14 @@ int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
  * Accepts a struct that was never started (all zero). */
 void spawn_stop(struct spawn *s);
 
+/* Runs argv[0] with argv (a path: no PATH search), waits up to timeout_s;
+ * returns its exit status, 124 when it ran too long (then killed), 128 for
+ * a signal, -1 when it could not start. */
+int spawn_run_wait(char *const *argv, double timeout_s);
+
+/* Removes dir and everything under it (not following links). */
+void spawn_remove_dir(const char *dir);
+
 /* Writes the kv-up that sits beside this program (/proc/self/exe's
  * directory) into buf, or "bin/kv-up" when that cannot be read. */
 void spawn_default_kv_up(char *buf, size_t len);

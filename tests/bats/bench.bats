@@ -125,6 +125,33 @@ assert d["stream_gib_per_s"] is None and d["ratio_all"] > 0, d
 '
 }
 
+@test "kv-bench demo --netns: the group split over two namespaces it makes (prefill in one, decode in the other), the stream from one to the other; both removed after" {
+	[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
+	ip netns add "kvwprobe$$" 2>/dev/null || skip "ip netns does not work here"
+	ip netns del "kvwprobe$$"
+	run env -u KVW_BENCH_NO_REFERENCE timeout 300 kv-bench demo --spawn \
+		--transport tcp --netns --rooms 6 --pages-per-room 2 \
+		--chunk-pages 1 --verify
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"rooms=6 success=6 failed=0"* ]]
+	[[ $output == *"corrupt=0"* ]]
+	[[ $output =~ demo\ GiB/s\ vs\ a\ tcp\ stream\ +[0-9.]+\ +([0-9.]+)\ +[0-9.]+\ +\(limit:\ raw\ A-to-B\ \(namespaces\)\ tcp\ stream\ GiB/s ]]
+	# The stream ran: a limit above zero.
+	awk -v x="${BASH_REMATCH[1]}" 'BEGIN { exit !(x > 0) }'
+	# Nothing of it is left: its namespaces are gone.
+	[ -z "$(ip netns list | grep '^kvwbench')" ]
+	# --netns is a demo with its own tcp group.
+	run kv-bench demo --netns --rooms 1
+	[ "$status" -eq 100 ]
+	[[ $output == *"--netns starts its own group"* ]]
+	run kv-bench demo --spawn --netns --rooms 1
+	[ "$status" -eq 100 ]
+	[[ $output == *"with --transport tcp"* ]]
+	run kv-bench rooms --spawn --netns
+	[ "$status" -eq 100 ]
+}
+
 @test "kv-bench rooms --spawn: starts its own tiny-room group" {
 	run timeout 180 kv-bench rooms --spawn --up-arg --workers --up-arg 2 \
 		--rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
