@@ -380,6 +380,9 @@ static uint8_t nonce[TCP_NONCE_LEN]; /* the last challenge dial read */
 static struct tcp_mac raw_out, raw_in;
 static uint64_t raw_seq;
 static uint64_t raw_flags; /* the header's flags and reserved word */
+static uint64_t raw_part;  /* nonzero: raw_batch sends this many payload
+			    * bytes (once raw_ready says so) and no tag */
+static int (*raw_ready)(void); /* raw_part's bytes wait for it to say 1 */
 
 /* A raw connection to the sink, its challenge read (into nonce). */
 static int dial(const struct fx *f)
@@ -472,7 +475,13 @@ static int raw_batch(int fd, uint32_t ncopies, uint64_t total,
 	if (copylen)
 		(void)send(fd, copies, copylen, MSG_NOSIGNAL);
 	(void)send(fd, tag, sizeof tag, MSG_NOSIGNAL);
-	if (pay) {
+	if (pay && raw_part) {
+		for (int i = 0; raw_ready && !raw_ready(); i++) {
+			assert_true(i < 10000); /* 10 s */
+			poll(NULL, 0, 1);
+		}
+		(void)send(fd, pay, (size_t)raw_part, MSG_NOSIGNAL);
+	} else if (pay) {
 		tcp_mac_begin(&raw_out, seq, TCP_TAG_BODY);
 		tcp_mac_add(&raw_out, tag, sizeof tag);
 		tcp_mac_add(&raw_out, pay, (size_t)total);
@@ -1143,6 +1152,55 @@ static void test_a_peer_that_stops_inside_a_batch_is_closed(void **state)
 	close(fd);
 }
 
+/* The SO_RCVLOWAT of the sink's one connection (the sink runs on a
+ * thread here: its accepted socket is ours), or 0. */
+static const struct fx *lowat_fx;
+
+static int sink_waits_for_more(void)
+{
+	for (int fd = 3; fd < 1024; fd++) {
+		struct sockaddr_in me;
+		socklen_t ml = sizeof me, ol = sizeof(int);
+		int v = 0;
+
+		if (getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
+		    me.sin_family == AF_INET &&
+		    ntohs(me.sin_port) == lowat_fx->port &&
+		    getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &ol) == 0 &&
+		    v > 1)
+			return 1;
+	}
+	return 0;
+}
+
+/* A payload that comes slower than its low-water mark: the sink reads
+ * what waits before it judges the connection stalled (bytes that came
+ * are progress), then, nothing more coming, closes it. The 10 KiB are
+ * sent only once the sink waits for more than that. */
+static void test_a_slow_payloads_bytes_are_read_before_it_is_judged(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t pay[65536];
+	uint8_t cp[TCP_COPY_LEN];
+	uint64_t bytes = f->st.bytes, refused = f->st.refused;
+	int fd = dial(f);
+
+	assert_true(hello_ok(f, fd, NULL));
+	le_put(cp, 0, 8);
+	le_put(cp + 8, sizeof pay, 8);
+	memset(pay, 0x5c, sizeof pay);
+	lowat_fx = f;
+	raw_ready = sink_waits_for_more;
+	raw_part = 10240;
+	assert_int_equal(raw_batch(fd, 1, sizeof pay, cp, sizeof cp, pay, 0, 0),
+			 -1); /* no ACK: closed */
+	raw_part = 0;
+	raw_ready = NULL;
+	assert_true(f->st.refused == refused + 1); /* as stalled ... */
+	assert_true(f->st.bytes == bytes + 10240); /* ... once it read them */
+	close(fd);
+}
+
 static void test_a_client_without_the_groups_data_key_is_refused(void **state)
 {
 	struct fx *f = *state;
@@ -1263,6 +1321,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_jobs_in_flight_on_one_connection_each_hear_their_own_outcome, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_jobs_in_flight_to_a_decode_gone_for_good_each_fail, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_peer_that_stops_inside_a_batch_is_closed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_slow_payloads_bytes_are_read_before_it_is_judged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_client_without_the_groups_data_key_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copies_outside_either_side_are_refused_before_sending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peers_are_refused_and_the_sink_keeps_serving, setup, teardown),

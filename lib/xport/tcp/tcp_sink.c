@@ -284,8 +284,21 @@ int tcp_sink_run(const struct tcp_sink_cfg *cfg, struct tcp_sink_stats *st,
 		 * that stops inside a batch is one too, or a link that went
 		 * down under it. */
 		for (uint32_t i = s->n; i-- > 0;) {
-			const struct conn *c = &s->c[i];
+			struct conn *c = &s->c[i];
 			int mid = c->state != C_HDR || c->have > 0;
+
+			/* Bytes of a slow payload may wait under its
+			 * low-water mark: they are progress, read them
+			 * before judging the connection. */
+			if (c->state == C_PAYLOAD && !c->ack_left &&
+			    c->lowat > 1 && now > c->last_ns + stall) {
+				tcp_sink_lowat(c, 1);
+				if (tcp_sink_serve(s, c) < 0) {
+					drop(s, i);
+					continue;
+				}
+				mid = c->state != C_HDR || c->have > 0;
+			}
 
 			if (c->state == C_HELLO && now > c->deadline_ns) {
 				tcp_sink_handshake_failed(s, c, "connection without a "

@@ -380,6 +380,13 @@ static int to_device(struct sink *s, struct conn *c)
 	return rc;
 }
 
+void tcp_sink_lowat(struct conn *c, int v)
+{
+	if (c->lowat != v &&
+	    setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0)
+		c->lowat = v;
+}
+
 static int payload(struct sink *s, struct conn *c)
 {
 	while (c->left > 0) {
@@ -412,8 +419,14 @@ static int payload(struct sink *s, struct conn *c)
 		k = readv(c->fd, iov, n);
 		if (k < 0 && errno == EINTR)
 			continue;
-		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			/* Wake for the next big piece, not for each segment:
+			 * never for more than the batch has left (its body
+			 * tag follows it only once it is read). */
+			tcp_sink_lowat(c, c->left < SINK_LOWAT ? (int)c->left
+							       : (int)SINK_LOWAT);
 			return 0;
+		}
 		if (k <= 0)
 			return -1;
 		c->left -= (uint64_t)k;
@@ -453,6 +466,7 @@ static int payload(struct sink *s, struct conn *c)
 			}
 		}
 	}
+	tcp_sink_lowat(c, 1);
 	c->state = C_TRAILER;
 	c->have = 0;
 	return 1;
