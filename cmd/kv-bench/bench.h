@@ -104,8 +104,8 @@ struct bench_config {
 	int verify;               /* check every destination byte */
 	int zero_last;            /* full chunks then an empty last chunk */
 	int no_fill;              /* leave source pages as they are (rooms
-				   * mode: the engine's work, not kvwire's);
-				   * ignored with verify */
+				   * mode, and --no-fill: the engine's work,
+				   * not kvwire's); ignored with verify */
 	int eager;                /* send chunks right after SEND_BEGIN instead
 				   * of first polling for WaitingForInput: the
 				   * sender queues them until the room's

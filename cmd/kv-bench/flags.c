@@ -44,6 +44,13 @@ void kvb_flags_usage(FILE *f)
 		"  --concurrency N      rooms in flight (default 8)\n"
 		"  --verify             check every destination byte (K, V, "
 		"aux)\n"
+		"  --no-fill            the prefill engines do not write their "
+		"pages before\n"
+		"                       sending them (the engine's work, not "
+		"kvwire's, as in\n"
+		"                       rooms mode: on a GPU engine the host CPU "
+		"never does it);\n"
+		"                       not with --verify\n"
 		"  --seed N             room ids from N (default: random)\n"
 		"  --room-timeout S     per-room deadline in seconds (default "
 		"60)\n"
@@ -123,7 +130,7 @@ void kvb_flags_usage(FILE *f)
 enum { O_RUN = 256, O_SPAWN, O_KVUP, O_UPARG, O_ROOMS, O_PPR, O_CHUNK,
        O_ZERO, O_CONC, O_VERIFY, O_SEED, O_TIMEOUT, O_PRANKS, O_DRANKS,
        O_PPP, O_DPP, O_ABORT, O_XPORT, O_DGPU, O_GPUPOOLS, O_ENGMEM, O_ROLE, O_PEER,
-       O_PEERS, O_ROUTE };
+       O_PEERS, O_ROUTE, O_NOFILL };
 
 /* --transport NAME: known, available here (else kv-probe's line and 77),
  * and handed to kv-up. -1 to go on, or the exit code. */
@@ -187,6 +194,7 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		{ "zero-last", 0, NULL, O_ZERO },
 		{ "concurrency", 1, NULL, O_CONC },
 		{ "verify", 0, NULL, O_VERIFY }, { "seed", 1, NULL, O_SEED },
+		{ "no-fill", 0, NULL, O_NOFILL },
 		{ "room-timeout", 1, NULL, O_TIMEOUT },
 		{ "prefill-ranks", 1, NULL, O_PRANKS }, { "prefill-pp", 1, NULL, O_PPP },
 		{ "decode-ranks", 1, NULL, O_DRANKS }, { "decode-pp", 1, NULL, O_DPP },
@@ -201,7 +209,7 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		{ NULL, 0, NULL, 0 },
 	};
 	struct cli *cl = &f->cl;
-	int c;
+	int c, no_fill = 0;
 
 	cli_init(cl, "kv-bench", CLI_LOG_LEVEL | CLI_SHAPE | CLI_AUTH, LOG_WARN,
 		 NULL);
@@ -229,6 +237,7 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 		case O_DPP: u32 = &f->topo[3]; break;
 		case O_ZERO: cfg->zero_last = 1; break;
 		case O_VERIFY: cfg->verify = 1; break;
+		case O_NOFILL: cfg->no_fill = no_fill = 1; break;
 		case O_SEED:
 			if (cli_u64(v, 0, UINT64_MAX, &cfg->seed))
 				return cli_bad(cl, "bad --seed: %s", v);
@@ -291,6 +300,9 @@ int kvb_flags_parse(int argc, char **argv, struct kvb_flags *f,
 	}
 	if (!!f->run_dir + f->spawn != 1)
 		return cli_bad(cl, "give exactly one of --run-dir and --spawn");
+	if (no_fill && cfg->verify)
+		return cli_bad(cl, "--no-fill leaves the pages unwritten: there "
+			       "is nothing to --verify");
 	if (!cfg->role != !cfg->peer)
 		return cli_bad(cl, "--role and --peer go together");
 	if (cfg->role && f->spawn)

@@ -161,6 +161,32 @@ assert d["stream_gib_per_s"] is None and d["ratio_all"] > 0, d
 	[ "$status" -eq 100 ]
 }
 
+# pool_zero MEMBER: the member's pool file holds only zero bytes.
+pool_zero() {
+	local pool
+	pool=$(sed -n "s/^member=$1 .* pool=\([^ ]*\).*/\1/p" "$RUN/endpoints")
+	[ -n "$pool" ] && cmp -s -n "$(stat -c %s "$pool")" "$pool" /dev/zero
+}
+
+@test "kv-bench demo --no-fill: the prefill engines leave their pages unwritten (both pools stay zero); without it they write them; not with --verify" {
+	kv_up "${TINY[@]}"
+	run timeout 120 kv-bench --run-dir "$RUN" --no-fill --no-reference \
+		--rooms 8 --pages-per-room 2 --chunk-pages 1
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"rooms=8 success=8 failed=0"* ]]
+	pool_zero p0
+	pool_zero d0
+	run timeout 120 kv-bench --run-dir "$RUN" --no-reference --rooms 8 \
+		--pages-per-room 2 --chunk-pages 1
+	[ "$status" -eq 0 ]
+	refute pool_zero p0
+	refute pool_zero d0
+	run kv-bench --run-dir "$RUN" --no-fill --verify --rooms 1
+	[ "$status" -eq 100 ]
+	[[ $output == *"nothing to --verify"* ]]
+}
+
 @test "kv-bench rooms --spawn: starts its own tiny-room group" {
 	run timeout 180 kv-bench rooms --spawn --up-arg --workers --up-arg 2 \
 		--rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
