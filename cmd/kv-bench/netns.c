@@ -57,16 +57,15 @@ static int link_up(const struct bench_netns *n)
 	char *argv[] = { "/bin/sh", "-c", cmd, NULL };
 
 	snprintf(cmd, sizeof cmd,
-		 "%s -n %s -br link show kvb%da | grep -q ' UP ' && "
-		 "%s -n %s -br link show kvb%db | grep -q ' UP '",
-		 ip_path(), n->ns[0], (int)getpid(), ip_path(), n->ns[1],
-		 (int)getpid());
+		 "%s -n %s -br link show %s | grep -q ' UP ' && "
+		 "%s -n %s -br link show %s | grep -q ' UP '",
+		 ip_path(), n->ns[0], n->veth[0], ip_path(), n->ns[1],
+		 n->veth[1]);
 	return spawn_run_wait(argv, 10) == 0;
 }
 
 int netns_make(struct bench_netns *n, char *err, size_t errlen)
 {
-	char va[16], vb[16];
 	uint64_t end;
 	int rc = 0;
 
@@ -77,9 +76,9 @@ int netns_make(struct bench_netns *n, char *err, size_t errlen)
 	if (!ip_path())
 		return kvw_errf(err, errlen, -1, "--netns needs iproute2's ip "
 				"(apt-get install iproute2)");
-	snprintf(va, sizeof va, "kvb%da", (int)getpid());
-	snprintf(vb, sizeof vb, "kvb%db", (int)getpid());
 	for (int i = 0; i < 2; i++) {
+		snprintf(n->veth[i], sizeof n->veth[i], "kvb%d%c",
+			 (int)getpid(), 'a' + i);
 		snprintf(n->ns[i], sizeof n->ns[i], "kvwbench%d%c",
 			 (int)getpid(), 'a' + i);
 		if (ip("netns", "add", n->ns[i], NULL) != 0) {
@@ -90,14 +89,14 @@ int netns_make(struct bench_netns *n, char *err, size_t errlen)
 					"here?)");
 		}
 	}
-	rc |= ip("link", "add", va, "netns", n->ns[0], "type", "veth", "peer",
-		 "name", vb, "netns", n->ns[1], NULL);
+	rc |= ip("link", "add", n->veth[0], "netns", n->ns[0], "type", "veth",
+		 "peer", "name", n->veth[1], "netns", n->ns[1], NULL);
 	for (int i = 0; i < 2 && rc == 0; i++) {
 		rc |= ip("-n", n->ns[i], "link", "set", "lo", "up", NULL);
 		rc |= ip("-n", n->ns[i], "addr", "add",
 			 i ? NETNS_ADDR_B "/30" : NETNS_ADDR_A "/30", "dev",
-			 i ? vb : va, NULL);
-		rc |= ip("-n", n->ns[i], "link", "set", i ? vb : va, "up",
+			 n->veth[i], NULL);
+		rc |= ip("-n", n->ns[i], "link", "set", n->veth[i], "up",
 			 NULL);
 	}
 	end = proc_now_ns() + 10000000000ull;

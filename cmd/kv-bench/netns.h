@@ -21,6 +21,7 @@
 
 struct bench_netns {
 	char ns[2][32];   /* A (prefill), B (decode); "" when not made */
+	char veth[2][16]; /* the link's end in each */
 	char dir[256];    /* run directory: keys, endpoints, p/ and d/ */
 	char kv_up[4096];
 	int up[2];        /* that side's kv-up --daemon was run */

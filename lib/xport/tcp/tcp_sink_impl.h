@@ -23,8 +23,9 @@
 #define SINK_DISCARD 65536u
 /* Inside a payload the loop is woken once this much waits (or the rest
  * of the batch, if less): fewer wake-ups, polls and readv calls per byte.
- * 0.46-0.50 CPU s/GB at 64 KiB and 1 MiB copies against 0.58-0.59 when
- * woken by each segment (kv-bench tcp, bench/README.md). */
+ * kv-bench tcp at 64 KiB and 1 MiB copies: 0.46-0.49 CPU s/GB and 12-13 %
+ * more GiB/s than when woken by each segment (0.51-0.54; bench/README.md,
+ * the A/B of 2026-12-07). */
 #define SINK_LOWAT (256u << 10)
 /* Bytes a refused connection may still send before it is cut. */
 #define SINK_LINGER_BYTES (64ull << 20)
