@@ -42,9 +42,9 @@ static int one_group(struct kvb_flags *fl, char *const *up,
 	char err[512];
 	int rc;
 
+	if ((m.netns || fl->spawn) && !fl->kv_up[0])
+		spawn_default_kv_up(fl->kv_up, sizeof fl->kv_up);
 	if (m.netns) {
-		if (!fl->kv_up[0])
-			spawn_default_kv_up(fl->kv_up, sizeof fl->kv_up);
 		if (netns_make(&ns, err, sizeof err))
 			return cli_fatal(PROG, KVW_EXIT_SYS, "%s", err);
 		if (netns_group_start(&ns, fl->kv_up, up, err, sizeof err)) {
@@ -57,8 +57,6 @@ static int one_group(struct kvb_flags *fl, char *const *up,
 		m.ns = &ns;
 		mo = &m;
 	} else if (fl->spawn) {
-		if (!fl->kv_up[0])
-			spawn_default_kv_up(fl->kv_up, sizeof fl->kv_up);
 		if (spawn_start(&sp, fl->kv_up, up, 120, err, sizeof err))
 			return cli_fatal(PROG, sp.up_rc == KVW_EXIT_SKIP
 						       ? KVW_EXIT_SKIP

@@ -226,16 +226,18 @@ static int teardown(void **state)
 
 /* Connected TCP sockets of this process whose local port is the sink's
  * (the sink runs on a thread here, so its accepted sockets are ours); of
- * those, how many have TCP_NODELAY into *nodelay. */
-static int sink_sockets(const struct fx *f, int *nodelay)
+ * those, how many have TCP_NODELAY into *nodelay, and the largest
+ * SO_RCVLOWAT into *lowat. */
+static int sink_sockets(const struct fx *f, int *nodelay, int *lowat)
 {
 	int n = 0;
 
 	*nodelay = 0;
+	*lowat = 0;
 	for (int fd = 3; fd < 1024; fd++) {
 		struct sockaddr_in me, peer;
 		socklen_t ml = sizeof me, pl = sizeof peer, ol = sizeof(int);
-		int type = 0, on = 0;
+		int type = 0, on = 0, lw = 0;
 
 		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &ol) != 0 ||
 		    type != SOCK_STREAM ||
@@ -247,6 +249,10 @@ static int sink_sockets(const struct fx *f, int *nodelay)
 		ol = sizeof on;
 		if (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, &ol) == 0 && on)
 			(*nodelay)++;
+		ol = sizeof lw;
+		if (getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lw, &ol) == 0 &&
+		    lw > *lowat)
+			*lowat = lw;
 	}
 	return n;
 }
@@ -311,7 +317,7 @@ static void test_the_sinks_connections_send_acks_without_delay(void **state)
 	struct fx *f = *state;
 	struct xport_copy c = { .src_off = 0, .dst_off = 0, .len = 4096,
 				.src = f->src_id };
-	int nodelay = 0;
+	int nodelay = 0, lowat;
 
 	assert_int_equal(xport_connect(f->px, f->desc, f->desclen, &c.dst,
 				       f->err, sizeof f->err), 0);
@@ -320,7 +326,7 @@ static void test_the_sinks_connections_send_acks_without_delay(void **state)
 					   sizeof f->err), 0);
 	/* Acked: the sink has accepted the connection by now. */
 	assert_int_equal(xport_wait(f->px, -1, f->err, sizeof f->err), 0);
-	assert_int_equal(sink_sockets(f, &nodelay), 1);
+	assert_int_equal(sink_sockets(f, &nodelay, &lowat), 1);
 	assert_int_equal(nodelay, 1);
 }
 
@@ -1152,25 +1158,16 @@ static void test_a_peer_that_stops_inside_a_batch_is_closed(void **state)
 	close(fd);
 }
 
-/* The SO_RCVLOWAT of the sink's one connection (the sink runs on a
- * thread here: its accepted socket is ours), or 0. */
+/* The sink waits in a payload for more than one byte (its connection's
+ * SO_RCVLOWAT is set). */
 static const struct fx *lowat_fx;
 
 static int sink_waits_for_more(void)
 {
-	for (int fd = 3; fd < 1024; fd++) {
-		struct sockaddr_in me;
-		socklen_t ml = sizeof me, ol = sizeof(int);
-		int v = 0;
+	int nodelay, lowat;
 
-		if (getsockname(fd, (struct sockaddr *)&me, &ml) == 0 &&
-		    me.sin_family == AF_INET &&
-		    ntohs(me.sin_port) == lowat_fx->port &&
-		    getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &ol) == 0 &&
-		    v > 1)
-			return 1;
-	}
-	return 0;
+	(void)sink_sockets(lowat_fx, &nodelay, &lowat);
+	return lowat > 1;
 }
 
 /* A payload that comes slower than its low-water mark: the sink reads
