@@ -138,8 +138,10 @@ cited=$(mktemp)
 trap 'rm -f "$libfiles" "$names" "$sys" "$cited"' EXIT
 { git ls-files 2>/dev/null || find . -type f; } |
 	sed 's|.*/||' | sort -u >"$names"
-# System headers: <zmq.h>, <infiniband/verbs.h>, <sys/mman.h> ...
-find /usr/include -printf '%f\n' 2>/dev/null | sort -u >"$sys"
+# System headers: <zmq.h>, <infiniband/verbs.h>, <sys/mman.h> ..., and
+# the compiler's own (<emmintrin.h>, <stdatomic.h>).
+find /usr/include "$(cc -print-file-name=include 2>/dev/null)" \
+	-printf '%f\n' 2>/dev/null | sort -u >"$sys"
 { git ls-files 'lib/*' 'cmd/*' 'tests/*' 'docs/*' 'bin/*' 'mk/*' \
 	'README.md' 'Makefile' 2>/dev/null; } | grep -v '^tests/fuzz/corpus/' |
 	while read -r f; do [ -f "$f" ] && printf '%s\n' "$f"; done |

@@ -21,6 +21,7 @@
 
 #include "base/proc.h"
 #include "mem/cuda_rt.h"
+#include "xport/xcopy.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define ECHO_WAIT_MS 2000
@@ -57,20 +58,35 @@ void bench_limit_machine(struct bench_limit_machine *m)
 	}
 }
 
-double bench_limit_memcpy(const struct bench_limit_span *spans, size_t n,
-			double min_s)
+/* Passes over spans[0..n) for at least min_s (at least one): GiB/s. A
+ * streaming pass is drained before the clock is read. */
+static double copy_timed(const struct bench_limit_span *spans, size_t n,
+			 double min_s, int streaming)
 {
 	uint64_t t0 = proc_now_ns(), t, bytes = 0;
 	uint64_t need = (uint64_t)(min_s * 1e9);
 
 	do {
 		for (size_t i = 0; i < n; i++) {
-			memcpy(spans[i].dst, spans[i].src, spans[i].len);
+			if (streaming)
+				xcopy_stream(spans[i].dst, spans[i].src,
+					     spans[i].len);
+			else
+				memcpy(spans[i].dst, spans[i].src,
+				       spans[i].len);
 			bytes += spans[i].len;
 		}
+		if (streaming)
+			xcopy_drain();
 		t = proc_now_ns() - t0;
 	} while (t < need && bytes);
 	return bytes && t ? (double)bytes / GIB / ((double)t / 1e9) : 0;
+}
+
+double bench_limit_memcpy(const struct bench_limit_span *spans, size_t n,
+			double min_s)
+{
+	return copy_timed(spans, n, min_s, 0);
 }
 
 /* The start of bench_limit_memcpy_cores: go 1 (copy) or -1 (give up). */
@@ -85,14 +101,16 @@ struct core_copy {
 	struct core_start *st;
 	uint8_t *src, *dst;
 	size_t bytes;
+	struct bench_limit_span *spans; /* its pages, in a shuffled order */
+	size_t n;
 	double min_s;
+	int streaming;
 	uint64_t copied, ns;
 };
 
 static void *core_copy_main(void *arg)
 {
 	struct core_copy *c = arg;
-	struct bench_limit_span s = { c->dst, c->src, c->bytes };
 	uint64_t t0;
 	double g;
 	int go;
@@ -105,13 +123,42 @@ static void *core_copy_main(void *arg)
 	if (go < 0)
 		return NULL;
 	t0 = proc_now_ns();
-	g = bench_limit_memcpy(&s, 1, c->min_s);
+	g = copy_timed(c->spans, c->n, c->min_s, c->streaming);
 	c->ns = proc_now_ns() - t0;
 	c->copied = (uint64_t)(g * GIB * ((double)c->ns / 1e9));
 	return NULL;
 }
 
-double bench_limit_memcpy_cores(unsigned threads, size_t bytes, double min_s)
+/* c's buffers as pages of `page` bytes, page k of src to page k of dst,
+ * visited in a shuffled order (as a room's pages lie in a pool): 0, or -1
+ * without memory. */
+static int core_pages(struct core_copy *c, size_t page, uint64_t seed)
+{
+	c->n = c->bytes / page;
+	c->spans = malloc(c->n * sizeof *c->spans);
+	if (!c->spans)
+		return -1;
+	for (size_t k = 0; k < c->n; k++)
+		c->spans[k] = (struct bench_limit_span){ c->dst + k * page,
+							 c->src + k * page,
+							 page };
+	for (size_t k = c->n; k > 1; k--) {
+		struct bench_limit_span t;
+		size_t j;
+
+		seed ^= seed << 13;
+		seed ^= seed >> 7;
+		seed ^= seed << 17;
+		j = (size_t)(seed % k);
+		t = c->spans[k - 1];
+		c->spans[k - 1] = c->spans[j];
+		c->spans[j] = t;
+	}
+	return 0;
+}
+
+double bench_limit_memcpy_cores(unsigned threads, size_t bytes, size_t page,
+				double min_s, int streaming)
 {
 	struct core_start st = { PTHREAD_MUTEX_INITIALIZER,
 				 PTHREAD_COND_INITIALIZER, 0 };
@@ -123,8 +170,10 @@ double bench_limit_memcpy_cores(unsigned threads, size_t bytes, double min_s)
 
 	for (unsigned i = 0; ok && i < threads; i++) {
 		c[i] = (struct core_copy){ &st, malloc(bytes), malloc(bytes),
-					   bytes, min_s, 0, 0 };
-		ok = c[i].src && c[i].dst;
+					   bytes, NULL, 0, min_s, streaming,
+					   0, 0 };
+		ok = c[i].src && c[i].dst &&
+		     core_pages(&c[i], page ? page : bytes, 0x9e37u + i) == 0;
 		if (ok) { /* touched first: no page fault is timed */
 			memset(c[i].src, 1, bytes);
 			memset(c[i].dst, 2, bytes);
@@ -146,6 +195,7 @@ double bench_limit_memcpy_cores(unsigned threads, size_t bytes, double min_s)
 	for (unsigned i = 0; c && i < threads; i++) {
 		free(c[i].src);
 		free(c[i].dst);
+		free(c[i].spans);
 	}
 	free(c);
 	free(th);

@@ -38,11 +38,16 @@ double bench_limit_memcpy(const struct bench_limit_span *spans, size_t n,
 			double min_s);
 
 /* The all-core limit (issue 35): `threads` threads at once (one per
- * core), each copying a private pair of `bytes` buffers with memcpy again
- * and again for at least min_s seconds after they all started. Returns the
- * GiB/s of all of them together, 0 when a buffer or a thread could not be
- * had. The machine's limit for a group whose workers run on every core. */
-double bench_limit_memcpy_cores(unsigned threads, size_t bytes, double min_s);
+ * core), each copying a private pair of `bytes` buffers as pages of `page`
+ * bytes (0: the whole buffer at once; page <= bytes) in a shuffled order,
+ * with memcpy (or, streaming, with the transports' streaming copy,
+ * xport/xcopy.h: stores that bypass the cache) again and again
+ * for at least min_s seconds after they all started. Returns the GiB/s of
+ * all of them together, 0 when a buffer or a thread could not be had. The
+ * machine's limit for a group whose workers run on every core, with the
+ * page size and scatter of its rooms. */
+double bench_limit_memcpy_cores(unsigned threads, size_t bytes, size_t page,
+				double min_s, int streaming);
 
 /* The same list on a GPU (spans hold device addresses): one
  * cudaMemcpyAsync device-to-device per span on one stream, then one

@@ -100,6 +100,8 @@ for k in ("rooms_per_s", "rtt_per_s", "rtt_us", "rate_ratio", "p50_us",
 	[[ $output =~ machine:\ cores=([0-9]+) ]]
 	cores=${BASH_REMATCH[1]}
 	[[ $output == *"demo GiB/s vs all cores"*"(limit: all-core memcpy GiB/s, $cores threads, before "* ]]
+	# ...and the stricter one: the streaming copy the shm transport makes.
+	[[ $output =~ demo\ GiB/s\ vs\ all\ cores,\ streaming\ +[0-9.]+\ +[0-9]*[1-9][0-9]*\.[0-9]+\ +[0-9.]+\ +\(limit:\ all-core\ streaming-store\ copy\ GiB/s,\ $cores\ threads ]]
 	# --no-reference: the same rooms, the limit left out, said so.
 	run env -u KVW_BENCH_NO_REFERENCE timeout 120 kv-bench demo \
 		--run-dir "$RUN" --rooms 6 --pages-per-room 2 --chunk-pages 1 \
@@ -110,7 +112,8 @@ import json, sys
 d = json.load(sys.stdin)
 assert d["success"] == 6 and d["gib_per_s"] > 0, d
 for k in ("memcpy_gib_per_s", "memcpy_before", "memcpy_after", "ratio",
-          "memcpy_all_gib_per_s", "memcpy_all_threads", "ratio_all"):
+          "memcpy_all_gib_per_s", "memcpy_all_threads", "ratio_all",
+          "streaming_all_gib_per_s", "ratio_streaming_all"):
     assert d[k] is None, (k, d)
 '
 }
@@ -130,6 +133,7 @@ for k in ("memcpy_gib_per_s", "memcpy_before", "memcpy_after", "ratio",
 import json, sys
 d = json.load(sys.stdin)
 assert d["stream_gib_per_s"] is None and d["ratio_all"] > 0, d
+assert d["streaming_all_gib_per_s"] > 0 and d["ratio_streaming_all"] > 0, d
 '
 }
 

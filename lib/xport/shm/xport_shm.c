@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 
 #include "mem/pool.h"
+#include "xport/xcopy.h"
 
 #define SHM_MAGIC "KVSH"
 #define SHM_VERSION 1u
@@ -363,8 +364,9 @@ static int xshm_copy(struct xshm_xport *s, const struct xport_copy *c,
 		xshm_guard_x = s;
 	}
 	for (size_t i = 0; i < n; i++)
-		memcpy(s->rmt[c[i].dst].base + c[i].dst_off,
-		       s->loc[c[i].src].base + c[i].src_off, c[i].len);
+		xcopy_stream(s->rmt[c[i].dst].base + c[i].dst_off,
+			     s->loc[c[i].src].base + c[i].src_off, c[i].len);
+	xcopy_drain();
 	xshm_guard_x = NULL;
 	return 0;
 }
