@@ -1,5 +1,5 @@
 /*
- * xhash.c - xhash.h's dispatch: the AVX-512 or AVX2 build of xxh3
+ * xhash.c - xhash.h's dispatch: the AVX-512 or AVX2 build of XXH3-128
  * (xhash_avx512.c, xhash_avx2.c) when the CPU has it, else libxxhash.
  * KVW_XHASH=lib forces libxxhash and KVW_XHASH=avx2 the AVX2 path where
  * the CPU has both (to compare, or to rule a fast path out).
@@ -13,22 +13,22 @@ struct path {
 	const char *name;
 	void (*reset)(void *s);
 	void (*update)(void *s, const void *p, size_t n);
-	uint64_t (*digest)(const void *s);
+	XXH128_hash_t (*digest)(const void *s);
 };
 
 static void lib_reset(void *s)
 {
-	XXH3_64bits_reset(s);
+	XXH3_128bits_reset(s);
 }
 
 static void lib_update(void *s, const void *p, size_t n)
 {
-	XXH3_64bits_update(s, p, n);
+	XXH3_128bits_update(s, p, n);
 }
 
-static uint64_t lib_digest(const void *s)
+static XXH128_hash_t lib_digest(const void *s)
 {
-	return XXH3_64bits_digest(s);
+	return XXH3_128bits_digest(s);
 }
 
 static const struct path lib = { "libxxhash", lib_reset, lib_update,
@@ -78,7 +78,7 @@ void xhash_update(XXH3_state_t *s, const void *p, size_t n)
 	pick()->update(s, p, n);
 }
 
-uint64_t xhash_digest(const XXH3_state_t *s)
+XXH128_hash_t xhash_digest(const XXH3_state_t *s)
 {
 	return pick()->digest(s);
 }

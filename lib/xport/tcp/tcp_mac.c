@@ -3,7 +3,8 @@
  * code where the CPU has it) under a one-time key per tag, the first 32
  * bytes of ChaCha20 keystream under the direction's key with the nonce
  * (seq, kind) - the construction of RFC 8439 -, and AES-256-GCM for an
- * ENCRYPT body; without keys libxxhash's XXH3-128. No hand-made crypto.
+ * ENCRYPT body; without keys XXH3-128 (xhash.h: libxxhash's algorithm,
+ * compiled for the CPU's widest vectors). No hand-made crypto.
  */
 #include "tcp_mac.h"
 
@@ -12,11 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
-
 #include "base/kvw.h"
 #include "base/le.h"
+#include "xport/xhash.h"
 
 enum { M_XXH, M_POLY, M_GCM };
 
@@ -68,7 +67,7 @@ void tcp_mac_begin(struct tcp_mac *m, uint64_t seq, enum tcp_tag_kind kind)
 
 	if (!m->poly) {
 		m->mode = M_XXH;
-		XXH3_128bits_reset(m->xs);
+		xhash_reset(m->xs);
 		return;
 	}
 	/* OpenSSL's ChaCha20 IV: block counter u32 (0) || nonce 12. */
@@ -94,7 +93,7 @@ void tcp_mac_add(struct tcp_mac *m, const void *p, size_t n)
 	int ol;
 
 	if (m->mode == M_XXH) {
-		XXH3_128bits_update(m->xs, p, n);
+		xhash_update(m->xs, p, n);
 		return;
 	}
 	if (m->mode == M_POLY) {
@@ -136,7 +135,7 @@ void tcp_mac_final(struct tcp_mac *m, uint8_t tag[TCP_TAG_LEN])
 	if (m->mode == M_XXH) {
 		XXH128_canonical_t c;
 
-		XXH128_canonicalFromHash(&c, XXH3_128bits_digest(m->xs));
+		XXH128_canonicalFromHash(&c, xhash_digest(m->xs));
 		memcpy(tag, c.digest, TCP_TAG_LEN);
 	} else if (m->mode == M_POLY) {
 		(void)EVP_MAC_final(m->poly, tag, &tl, TCP_TAG_LEN);
