@@ -14,7 +14,7 @@ static double tv_s(struct timeval tv)
 	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
 }
 
-static double child_s(pid_t child)
+double bench_cpu_proc_s(pid_t child)
 {
 	char path[64], buf[1024], *p;
 	unsigned long ut = 0, st = 0;
@@ -45,5 +45,5 @@ double bench_cpu_s(pid_t child)
 
 	if (getrusage(RUSAGE_SELF, &ru) == 0)
 		s = tv_s(ru.ru_utime) + tv_s(ru.ru_stime);
-	return s + (child > 0 ? child_s(child) : 0);
+	return s + (child > 0 ? bench_cpu_proc_s(child) : 0);
 }

@@ -13,4 +13,8 @@
  * a child that cannot be read counts 0). Resolution: the clock tick. */
 double bench_cpu_s(pid_t child);
 
+/* Seconds of CPU used so far by process pid, all its threads (0 when it
+ * cannot be read: gone, or not ours to read). Resolution: the clock tick. */
+double bench_cpu_proc_s(pid_t pid);
+
 #endif

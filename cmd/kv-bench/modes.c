@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "bench_cost.h"
+#include "bench_cpu.h"
+#include "bench_gcpu.h"
 #include "bench_hops.h"
 #include "bench_limit.h"
 #include "bench_rooms.h"
@@ -353,6 +355,65 @@ static void demo_limits_take(struct demo_limits *l, int after,
 							NULL, o->ns);
 }
 
+/* The group's processes (--run-dir's or --spawn's, and --peers') and this
+ * process's CPU, one look (bench_gcpu.h); nothing when s is NULL. */
+static void group_cpu_take(struct gcpu_snap *s, double *self,
+			   const struct runinfo *ri,
+			   const struct bench_config *cfg)
+{
+	if (!s)
+		return;
+	s->n = 0;
+	if (cfg->run_dir)
+		gcpu_take(s, ri, cfg->run_dir);
+	for (uint32_t i = 0; i < cfg->npeers; i++) {
+		struct runinfo *pr = NULL;
+		char e[256];
+
+		if (runinfo_load(cfg->peers[i], &pr, e, sizeof e) == 0)
+			gcpu_take(s, pr, cfg->peers[i]);
+		runinfo_free(&pr);
+	}
+	*self = bench_cpu_s(0);
+}
+
+/* CPU seconds and seconds per GiB moved, per kind of process and in all
+ * (issue 35), as table lines or as the JSON object "cpu". */
+static void group_cpu_print(const struct gcpu_sum *g, double self, double gib,
+			    int json)
+{
+	double all = self;
+
+	if (json)
+		printf("\"cpu\":{");
+	for (unsigned k = 0; k <= GCPU_NKINDS; k++) {
+		const char *name = k < GCPU_NKINDS ? gcpu_kind_name(k)
+						   : "kv-bench";
+		double v = k < GCPU_NKINDS ? g->s[k] : self;
+		uint32_t n = k < GCPU_NKINDS ? g->procs[k] : 1;
+		char label[64];
+
+		if (k < GCPU_NKINDS)
+			all += v;
+		if (json) {
+			printf("\"%s\":{\"procs\":%u,\"s\":%.3f,"
+			       "\"s_per_gib\":%.4f},", name, n, v,
+			       gib > 0 ? v / gib : 0);
+			continue;
+		}
+		snprintf(label, sizeof label, "cpu %s (%u)", name, n);
+		printf("%-34s %12.3f s %10.4f s/GiB\n", label, v,
+		       gib > 0 ? v / gib : 0);
+	}
+	if (json)
+		printf("\"all\":{\"s\":%.3f,\"s_per_gib\":%.4f}},", all,
+		       gib > 0 ? all / gib : 0);
+	else
+		printf("%-34s %12.3f s %10.4f s/GiB   (utime+stime over the "
+		       "run, /proc; kv-bench runs the engines)\n", "cpu all",
+		       all, gib > 0 ? all / gib : 0);
+}
+
 static double best(const double v[2])
 {
 	return v[0] > v[1] ? v[0] : v[1];
@@ -396,6 +457,10 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	struct bench_config c = *cfg;
 	struct bench_result res;
 	struct demo_limits l = { { 0, 0 }, { 0, 0 }, { 0, 0 }, 0, { 0, 0 } };
+	struct gcpu_snap *cpu0 = calloc(1, sizeof *cpu0);
+	struct gcpu_snap *cpu1 = calloc(1, sizeof *cpu1);
+	struct gcpu_sum gsum = { { 0 }, { 0 } };
+	double self0 = 0, self1 = 0;
 	char err[512];
 	double lim, all, all_st, stream, secs, gibs;
 	int rc, drc;
@@ -412,7 +477,13 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 	if (o->hops && c.lat_ns)
 		c.hop_ns = calloc((size_t)cfg->rooms * BENCH_NHOPS,
 				  sizeof *c.hop_ns);
+	group_cpu_take(cpu0, &self0, ri, cfg);
 	rc = bench_run(ri, &c, progress, arg, &res, err, sizeof err);
+	group_cpu_take(cpu1, &self1, ri, cfg);
+	if (cpu0 && cpu1)
+		gcpu_diff(cpu0, cpu1, &gsum);
+	free(cpu0);
+	free(cpu1);
 	if (!o->no_reference)
 		demo_limits_take(&l, 1, o, kv_page_bytes(&cfg->shape));
 	lim = best(l.one);
@@ -440,6 +511,8 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 		       res.success, res.failed, res.stuck, res.corrupt,
 		       (unsigned long long)res.bytes, res.seconds,
 		       res.rooms / secs, gibs);
+		group_cpu_print(&gsum, self1 - self0, (double)res.bytes / GIB,
+				1);
 		if (o->no_reference)
 			printf("\"memcpy_gib_per_s\":null,\"memcpy_before\":null,"
 			       "\"memcpy_after\":null,\"ratio\":null,"
@@ -506,6 +579,8 @@ static int run_demo(const struct kvb_opts *o, const struct runinfo *ri,
 				       l.stream[0], l.stream[1]);
 		}
 		printf("%-34s %12.1f\n", "demo rooms/s", res.rooms / secs);
+		group_cpu_print(&gsum, self1 - self0, (double)res.bytes / GIB,
+				0);
 		if (c.hop_ns)
 			bench_hops_print(stdout, c.hop_ns, res.nhops,
 					 res.nlat, 0);
