@@ -177,8 +177,8 @@ reg_live() {
 }
 
 # ---- manifest ----------------------------------------------------------------
-# What the group created, in memory (owned[]: "file PATH" or "dir PATH",
-# in creation order) and in DIR/manifest for `--stop` after a kill -9 of
+# What the group created, in memory (owned[]: "file PATH", "dir PATH" or
+# "mount PATH" (kv-up --huge-pages' tmpfs), in creation order) and in DIR/manifest for `--stop` after a kill -9 of
 # the supervisor. An entry is written before the thing is created, so a
 # crash in between leaks nothing; removing an absent entry is harmless.
 
@@ -194,14 +194,17 @@ own() {
 # (the supervisor keeps it in memory too).
 own_proc() { echo "proc $1 $2 $3 $4" >>"$dir/manifest" 2>/dev/null; }
 
-# remove_owned: removes what owned[] lists, files first, then folders
-# (rmdir: only if empty, so nothing the group did not make goes with them).
+# remove_owned: removes what owned[] lists, files first, then mounts
+# (lazily: an engine that still maps a pool keeps its memory until it lets
+# go), then folders (rmdir: only if empty, so nothing the group did not
+# make goes with them).
 remove_owned() {
-	local i e files=() dirs=()
+	local i e files=() mounts=() dirs=()
 	for ((i = ${#owned[@]} - 1; i >= 0; i--)); do
 		e=${owned[i]}
 		case ${e%% *} in
 		file) files+=("${e#* }") ;;
+		mount) mounts+=("${e#* }") ;;
 		dir) dirs+=("${e#* }") ;;
 		esac
 	done
@@ -210,13 +213,16 @@ remove_owned() {
 	local f g
 	for f in "${files[@]}"; do
 		case $f in
-		/dev/shm/kvwire.*.pool)
+		*/kvwire.*.pool)
 			for g in "$f".m[0-9a-f]*; do
 				[ -e "$g" ] && files+=("$g")
 			done ;;
 		esac
 	done
 	[ ${#files[@]} -eq 0 ] || rm -f -- "${files[@]}"
+	for f in "${mounts[@]}"; do
+		mountpoint -q -- "$f" && umount -l -- "$f"
+	done
 	[ ${#dirs[@]} -eq 0 ] || rmdir -- "${dirs[@]}" 2>/dev/null
 	owned=()
 }
@@ -251,6 +257,9 @@ stop_from_manifest() {
 			mp[$a]=$b ms[$a]=$c me[$a]=$e ;;
 		file | dir) manifest_path_ok "$d" "$kind" "$a" &&
 			owned+=("$kind $a") ;;
+		mount) case $a in # only the run directory's own pools/
+			"$d"/pools) owned+=("$kind $a") ;;
+			esac ;;
 		esac
 	done <"$d/manifest"
 	for a in "${names[@]}"; do

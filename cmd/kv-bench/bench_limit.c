@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -129,6 +130,27 @@ static void *core_copy_main(void *arg)
 	return NULL;
 }
 
+/* A buffer of the all-core limit: the streaming limit's (the machine's
+ * best copy) asks for 2 MiB pages, as kv-up --huge-pages gives the pools;
+ * NULL without memory. */
+static uint8_t *core_buf(size_t bytes, int huge)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	if (huge)
+		(void)madvise(p, bytes, MADV_HUGEPAGE); /* best effort */
+	return p;
+}
+
+static void core_buf_free(uint8_t *p, size_t bytes)
+{
+	if (p)
+		munmap(p, bytes);
+}
+
 /* c's buffers as pages of `page` bytes, page k of src to page k of dst,
  * visited in a shuffled order (as a room's pages lie in a pool): 0, or -1
  * without memory. */
@@ -169,7 +191,8 @@ double bench_limit_memcpy_cores(unsigned threads, size_t bytes, size_t page,
 	int ok = c && th && threads;
 
 	for (unsigned i = 0; ok && i < threads; i++) {
-		c[i] = (struct core_copy){ &st, malloc(bytes), malloc(bytes),
+		c[i] = (struct core_copy){ &st, core_buf(bytes, streaming),
+					   core_buf(bytes, streaming),
 					   bytes, NULL, 0, min_s, streaming,
 					   0, 0 };
 		ok = c[i].src && c[i].dst &&
@@ -193,8 +216,8 @@ double bench_limit_memcpy_cores(unsigned threads, size_t bytes, size_t page,
 		ns = c[i].ns > ns ? c[i].ns : ns;
 	}
 	for (unsigned i = 0; c && i < threads; i++) {
-		free(c[i].src);
-		free(c[i].dst);
+		core_buf_free(c[i].src, bytes);
+		core_buf_free(c[i].dst, bytes);
 		free(c[i].spans);
 	}
 	free(c);

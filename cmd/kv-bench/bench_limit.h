@@ -41,7 +41,8 @@ double bench_limit_memcpy(const struct bench_limit_span *spans, size_t n,
  * core), each copying a private pair of `bytes` buffers as pages of `page`
  * bytes (0: the whole buffer at once; page <= bytes) in a shuffled order,
  * with memcpy (or, streaming, with the transports' streaming copy,
- * xport/xcopy.h: stores that bypass the cache) again and again
+ * xport/xcopy.h: stores that bypass the cache, on buffers that ask for 2
+ * MiB pages: the machine's best copy) again and again
  * for at least min_s seconds after they all started. Returns the GiB/s of
  * all of them together, 0 when a buffer or a thread could not be had. The
  * machine's limit for a group whose workers run on every core, with the

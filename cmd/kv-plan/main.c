@@ -30,6 +30,8 @@ static void usage(FILE *f)
 		"  --runid ID           names the /dev/shm tables and pools:\n"
 		"                       kvwire.ID.<member>.{rooms,pool} (default:\n"
 		"                       DIR's last part); CLUSTER+ID in a cluster\n"
+		"  --pool-dir PDIR      the pools in PDIR instead of /dev/shm (an\n"
+		"                       absolute path; the tables stay)\n"
 		"  --role R             prefill, decode or both (default)\n"
 		"  --prefill-tp N       prefill TP size, 1..64 (default 1)\n"
 		"  --prefill-pp N       prefill PP stages, 1..64 (default 1)\n"
@@ -50,7 +52,7 @@ static void usage(FILE *f)
 }
 
 enum { O_DIR = 1, O_RUNID, O_ROLE, O_PTP, O_PPP, O_DTP, O_DPP, O_ADV,
-       O_PORT, O_BOOT };
+       O_PORT, O_BOOT, O_POOLDIR };
 
 /* The run directory's last part as a run id: [A-Za-z0-9_-], 24 bytes. */
 static void default_runid(const char *dir, char *out, size_t cap)
@@ -91,6 +93,7 @@ int main(int argc, char **argv)
 		{ "advertise", required_argument, NULL, O_ADV },
 		{ "port-base", required_argument, NULL, O_PORT },
 		{ "bootstrap", required_argument, NULL, O_BOOT },
+		{ "pool-dir", required_argument, NULL, O_POOLDIR },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct group_spec g = { .side = GROUP_BOTH, .ptp = 1, .ppp = 1,
@@ -114,6 +117,9 @@ int main(int argc, char **argv)
 			break;
 		case O_RUNID:
 			g.runid = cl.arg;
+			break;
+		case O_POOLDIR:
+			g.pool_dir = cl.arg;
 			break;
 		case O_ROLE:
 			if (group_side_parse(cl.arg, &g.side))

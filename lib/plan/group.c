@@ -146,6 +146,14 @@ static int check_places(const struct group_spec *g, char *err,
 				"run directory '%s': use only A-Z a-z 0-9 . _ "
 				"+ - and / in its path (an absolute one)",
 				g->dir ? g->dir : "");
+	if (g->pool_dir &&
+	    (g->pool_dir[0] != '/' || strlen(g->pool_dir) > GROUP_POOL_DIR_MAX ||
+	     !all_of(g->pool_dir, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
+				  "qrstuvwxyz0123456789._+/-")))
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"pool directory '%s': want an absolute path "
+				"of at most %u of A-Z a-z 0-9 . _ + - and /",
+				g->pool_dir, GROUP_POOL_DIR_MAX);
 	if (!g->runid || strlen(g->runid) > GROUP_RUNID_MAX ||
 	    !all_of(g->runid, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrst"
 			      "uvwxyz0123456789_-+") ||
@@ -238,10 +246,14 @@ static int endpoint(const struct group_spec *g, const char *file,
 	return 0;
 }
 
+/* A table in /dev/shm, a pool in the pool directory (the same unless
+ * kv-up --pool-dir). */
 static int shm_path(const struct group_spec *g, const char *name,
 		    const char *kind, char *out, size_t cap)
 {
-	int n = snprintf(out, cap, "/dev/shm/kvwire.%s.%s.%s", g->runid, name,
+	const char *dir = g->pool_dir && !strcmp(kind, "pool") ? g->pool_dir
+							      : "/dev/shm";
+	int n = snprintf(out, cap, "%s/kvwire.%s.%s.%s", dir, g->runid, name,
 			 kind);
 
 	return n < 0 || (size_t)n >= cap ? KVW_EINVAL : 0;
@@ -297,7 +309,8 @@ static int rank_member(const struct group_spec *g, unsigned role,
 		return rc;
 	if (shm_path(g, m->name, "rooms", m->table, sizeof m->table) ||
 	    shm_path(g, m->name, "pool", m->pool, sizeof m->pool))
-		return kvw_errf(err, errlen, KVW_EINVAL, "run id too long");
+		return kvw_errf(err, errlen, KVW_EINVAL,
+				"run id or pool directory too long");
 	return 0;
 }
 

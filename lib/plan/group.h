@@ -39,6 +39,7 @@ enum group_side {
 #define GROUP_MAX_SIZE 64u      /* TP size, PP stages: each 1..64 */
 #define GROUP_DECODE_PORTS 512u /* decode rank i at port base + 512 + i */
 #define GROUP_RUNID_MAX 64u
+#define GROUP_POOL_DIR_MAX 128u
 #define GROUP_MAX_BOOTSTRAPS 64u /* prefill instances a decode side names */
 
 struct group_spec {
@@ -49,6 +50,11 @@ struct group_spec {
 	const char *runid;        /* names the /dev/shm files: [A-Za-z0-9_-],
 				   * "CLUSTER+..." in a cluster (kv-up
 				   * --cluster, lib/roles/sender/sender_authz.c) */
+	const char *pool_dir;     /* where the pools go (the tables stay in
+				   * /dev/shm): NULL for /dev/shm; an
+				   * absolute path, the run directory's
+				   * alphabet (kv-up --pool-dir, e.g. a tmpfs
+				   * mounted with huge=within_size) */
 	const char *advertise;    /* numeric IP: control sockets on tcp://
 				   * there; NULL or "": ipc:// in dir */
 	uint32_t port_base;       /* with advertise: 1..64000 */

@@ -34,6 +34,8 @@ teardown() {
 		[ -n "$p" ] && kill -TERM "$p" 2>/dev/null
 	done
 	rm -rf "${DECOYS[@]:-/nonexistent}"
+	# --huge-pages: a failed test (or a mutant) leaves no mount behind.
+	mountpoint -q "$RUN/pools" 2>/dev/null && umount -l "$RUN/pools"
 	kvw_teardown
 }
 
@@ -167,6 +169,53 @@ stop() { timeout 60 "$KVW_ROOT/bin/kv-up" --stop "$RUN"; }
 	[ "$status" -eq 0 ]
 	decoys_alive
 	group_gone
+}
+
+# huge_pools_checked: the group's pools lie on DIR/pools, a tmpfs mounted
+# with huge=within_size, and a verified run over them succeeds.
+huge_pools_checked() {
+	local pool
+	grep -q "^kvwire-pools $RUN/pools tmpfs .*huge=within_size" /proc/mounts
+	pool=$(sed -n 's/^member=d0 .* pool=\([^ ]*\).*/\1/p' "$RUN/endpoints")
+	[ "$pool" = "$RUN/pools/${SHM##*/}.d0.pool" ]
+	[ -f "$pool" ]
+	run timeout 120 "$KVW_ROOT/bin/kv-bench" --run-dir "$RUN" --rooms 8 \
+		--pages-per-room 4 --chunk-pages 2 --verify
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"rooms=8 success=8 failed=0"* ]]
+}
+
+@test "--huge-pages: the pools on DIR/pools (tmpfs, huge=within_size), bytes land; --stop, also after kill -9 of kv-up, unmounts it and leaves nothing" {
+	[ "$(id -u)" = 0 ] || skip "--huge-pages mounts a tmpfs: needs root"
+	[ -e /sys/kernel/mm/transparent_hugepage/enabled ] ||
+		skip "no transparent huge pages in this kernel"
+	kv_up --workers 2 --huge-pages $SHAPE
+	note_group
+	huge_pools_checked
+	run stop
+	[ "$status" -eq 0 ]
+	group_gone
+	refute grep -q " $RUN/pools " /proc/mounts
+	[ ! -e "$RUN/pools" ]
+	# The supervisor killed: --stop reads the mount from the manifest.
+	kv_up --workers 2 --huge-pages $SHAPE
+	note_group
+	huge_pools_checked
+	sup=$(cat "$RUN/pids/kv-up.pid")
+	kill -KILL "$sup"
+	wait_for 10 gone "$sup"
+	run stop
+	[ "$status" -eq 0 ]
+	group_gone
+	refute grep -q " $RUN/pools " /proc/mounts
+	[ ! -e "$RUN/pools" ]
+	# Not root: refused before anything is made.
+	run timeout 10 setpriv --reuid=65534 --regid=65534 --clear-groups \
+		"$KVW_ROOT/bin/kv-up" --daemon --run-dir "$RUN/nr" --huge-pages $SHAPE
+	[ "$status" -eq 100 ]
+	[[ $output == *"kv-up: fatal: --huge-pages mounts a tmpfs (huge=within_size) for the pools and needs root"* ]]
+	[ ! -e "$RUN/nr" ]
 }
 
 @test "a stale pid file (dead pid, or one reused by an unrelated process) does not block a start" {

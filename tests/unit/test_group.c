@@ -217,6 +217,26 @@ static void refused(const struct group_spec *g, const char *what)
 		fail_msg("got '%s', want '%s'", err, what);
 }
 
+/* kv-up --huge-pages: the pools in the pool directory, the tables (the
+ * lock-free room tables, small) still in /dev/shm. */
+static void pools_go_to_the_pool_directory_tables_stay(void **state)
+{
+	struct group_spec g = spec();
+	uint32_t n;
+
+	(void)state;
+	g.pool_dir = "/tmp/g/pools";
+	(void)plan_text(&g, &n);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!plan[i].pool[0])
+			continue;
+		assert_true(!strncmp(plan[i].pool, "/tmp/g/pools/kvwire.g-1.",
+				     24));
+		assert_true(!strncmp(plan[i].table, "/dev/shm/kvwire.g-1.", 20));
+	}
+	assert_string_equal(plan[1].pool, "/tmp/g/pools/kvwire.g-1.p0.pool");
+}
+
 static void every_bad_spec_is_refused_with_its_reason(void **state)
 {
 	char longdir[128];
@@ -239,6 +259,10 @@ static void every_bad_spec_is_refused_with_its_reason(void **state)
 	refused(&g, "use only A-Z a-z 0-9");
 	g = spec(), g.runid = "a.b";
 	refused(&g, "run id 'a.b'");
+	g = spec(), g.pool_dir = "pools";
+	refused(&g, "pool directory 'pools': want an absolute path");
+	g = spec(), g.pool_dir = "/mnt/a b";
+	refused(&g, "pool directory '/mnt/a b'");
 	g = spec(), g.advertise = "host.example";
 	refused(&g, "--advertise: want a numeric IP address, got "
 		    "'host.example'");
@@ -425,6 +449,7 @@ int main(void)
 		cmocka_unit_test(pipeline_stages_number_ranks_stage_by_stage),
 		cmocka_unit_test(split_group_has_tcp_ports_on_both_sides),
 		cmocka_unit_test(decode_side_names_any_number_of_prefill_instances),
+		cmocka_unit_test(pools_go_to_the_pool_directory_tables_stay),
 		cmocka_unit_test(every_bad_spec_is_refused_with_its_reason),
 		cmocka_unit_test(small_cap_says_how_many),
 		cmocka_unit_test(a_line_the_parser_would_refuse_is_never_written),
