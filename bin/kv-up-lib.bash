@@ -178,9 +178,10 @@ reg_live() {
 
 # ---- manifest ----------------------------------------------------------------
 # What the group created, in memory (owned[]: "file PATH", "dir PATH" or
-# "mount PATH" (kv-up --huge-pages' tmpfs), in creation order) and in DIR/manifest for `--stop` after a kill -9 of
-# the supervisor. An entry is written before the thing is created, so a
-# crash in between leaks nothing; removing an absent entry is harmless.
+# "mount PATH" (kv-up --huge-pages' tmpfs), in creation order) and in
+# DIR/manifest for `--stop` after a kill -9 of the supervisor. An entry is
+# written before the thing is created, so a crash in between leaks nothing;
+# removing an absent entry is harmless.
 
 owned=()
 
