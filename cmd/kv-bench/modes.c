@@ -316,8 +316,10 @@ static double demo_memcpy(void)
  * the caches, at most 1 GiB in all, copied a KV page of the run's shape at
  * a time in a shuffled order, as issue 35 asks): the limit for a group
  * whose workers run on every core. streaming: the copy the shm transport
- * makes (xport/xcopy.h), which is faster than memcpy into memory past the
- * caches: the stricter limit, printed beside memcpy's. */
+ * makes (xport/xcopy.h), on buffers that ask for 2 MiB pages (as kv-up
+ * --huge-pages gives the pools), faster than memcpy into memory past the
+ * caches: the machine's best copy, the stricter limit, printed beside
+ * memcpy's. */
 static double demo_memcpy_all(unsigned *threads, uint64_t page, int streaming)
 {
 	struct bench_limit_machine m;
