@@ -48,6 +48,24 @@ static int setup(void **state)
 
 static pid_t child; /* a heartbeat a failed test left running */
 
+#define ANSWERERS_MAX 2000u /* the most answering peers a test makes */
+
+/* The sockets and log of a test that failed before it closed them (in
+ * /tmp, named by this process): a failed test leaves nothing behind. */
+static void remove_leftovers(void)
+{
+	char f[128];
+
+	snprintf(f, sizeof f, "/tmp/kvw-thbeat-%d.mute", (int)getpid());
+	unlink(f);
+	snprintf(f, sizeof f, "/tmp/kvw-thb%d.log", (int)getpid());
+	unlink(f);
+	for (uint32_t i = 0; i < ANSWERERS_MAX; i++) {
+		snprintf(f, sizeof f, "/tmp/kvw-thb%d.%u", (int)getpid(), i);
+		unlink(f);
+	}
+}
+
 static int teardown(void **state)
 {
 	(void)state;
@@ -59,6 +77,7 @@ static int teardown(void **state)
 		child = 0;
 	}
 	rtab_unlink(path);
+	remove_leftovers();
 	return 0;
 }
 
@@ -295,6 +314,7 @@ static void test_every_unanswered_ping_is_counted_before_the_next(void **state)
 /* ---- many peers (issue 34 item 4) ---------------------------------- */
 
 #define MANY 2000u     /* peers of one heartbeat */
+_Static_assert(MANY <= ANSWERERS_MAX, "teardown removes every answerer's socket");
 #define EPOCH 7u
 
 /* Peers that answer every PING: one ROUTER bound at n ipc endpoints (a
