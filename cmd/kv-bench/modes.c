@@ -379,8 +379,25 @@ static void group_cpu_take(struct gcpu_snap *s, double *self,
 	*self = bench_cpu_s(0);
 }
 
-/* CPU seconds and seconds per GiB moved, per kind of process and in all
- * (issue 35), as table lines or as the JSON object "cpu". */
+/* One process kind's CPU, as a table line or a JSON member. */
+static void group_cpu_line(const char *name, uint32_t n, double v, double gib,
+			   int json)
+{
+	char label[64];
+
+	if (json) {
+		printf("\"%s\":{\"procs\":%u,\"s\":%.3f,\"s_per_gib\":%.4f},",
+		       name, n, v, gib > 0 ? v / gib : 0);
+		return;
+	}
+	snprintf(label, sizeof label, "cpu %s (%u)", name, n);
+	printf("%-34s %12.3f s %10.4f s/GiB\n", label, v,
+	       gib > 0 ? v / gib : 0);
+}
+
+/* CPU seconds and seconds per GiB moved, per kind of process, kv-bench
+ * (the engines) and in all (issue 35), as table lines or as the JSON
+ * object "cpu". */
 static void group_cpu_print(const struct gcpu_sum *g, double self, double gib,
 			    int json)
 {
@@ -388,25 +405,12 @@ static void group_cpu_print(const struct gcpu_sum *g, double self, double gib,
 
 	if (json)
 		printf("\"cpu\":{");
-	for (unsigned k = 0; k <= GCPU_NKINDS; k++) {
-		const char *name = k < GCPU_NKINDS ? gcpu_kind_name(k)
-						   : "kv-bench";
-		double v = k < GCPU_NKINDS ? g->s[k] : self;
-		uint32_t n = k < GCPU_NKINDS ? g->procs[k] : 1;
-		char label[64];
-
-		if (k < GCPU_NKINDS)
-			all += v;
-		if (json) {
-			printf("\"%s\":{\"procs\":%u,\"s\":%.3f,"
-			       "\"s_per_gib\":%.4f},", name, n, v,
-			       gib > 0 ? v / gib : 0);
-			continue;
-		}
-		snprintf(label, sizeof label, "cpu %s (%u)", name, n);
-		printf("%-34s %12.3f s %10.4f s/GiB\n", label, v,
-		       gib > 0 ? v / gib : 0);
+	for (unsigned k = 0; k < GCPU_NKINDS; k++) {
+		group_cpu_line(gcpu_kind_name(k), g->procs[k], g->s[k], gib,
+			       json);
+		all += g->s[k];
 	}
+	group_cpu_line("kv-bench", 1, self, gib, json);
 	if (json)
 		printf("\"all\":{\"s\":%.3f,\"s_per_gib\":%.4f}},", all,
 		       gib > 0 ? all / gib : 0);

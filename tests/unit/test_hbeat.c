@@ -50,19 +50,36 @@ static pid_t child; /* a heartbeat a failed test left running */
 
 #define ANSWERERS_MAX 2000u /* the most answering peers a test makes */
 
-/* The sockets and log of a test that failed before it closed them (in
- * /tmp, named by this process): a failed test leaves nothing behind. */
+/* The files a test makes in /tmp, named by this process: the mute peer's
+ * and answerer i's ipc:// endpoints, and the heartbeat's log. */
+static void mute_ep(char *buf, size_t len)
+{
+	snprintf(buf, len, "ipc:///tmp/kvw-thbeat-%d.mute", (int)getpid());
+}
+
+static void answer_ep(char *buf, size_t len, uint32_t i)
+{
+	snprintf(buf, len, "ipc:///tmp/kvw-thb%d.%u", (int)getpid(), i);
+}
+
+static void log_path(char *buf, size_t len)
+{
+	snprintf(buf, len, "/tmp/kvw-thb%d.log", (int)getpid());
+}
+
+/* The sockets and log of a test that failed before it closed them: a
+ * failed test leaves nothing behind. */
 static void remove_leftovers(void)
 {
 	char f[128];
 
-	snprintf(f, sizeof f, "/tmp/kvw-thbeat-%d.mute", (int)getpid());
-	unlink(f);
-	snprintf(f, sizeof f, "/tmp/kvw-thb%d.log", (int)getpid());
+	mute_ep(f, sizeof f);
+	unlink(f + strlen("ipc://"));
+	log_path(f, sizeof f);
 	unlink(f);
 	for (uint32_t i = 0; i < ANSWERERS_MAX; i++) {
-		snprintf(f, sizeof f, "/tmp/kvw-thb%d.%u", (int)getpid(), i);
-		unlink(f);
+		answer_ep(f, sizeof f, i);
+		unlink(f + strlen("ipc://"));
 	}
 }
 
@@ -193,8 +210,7 @@ static struct rtab *table_with_mute_peer(struct mute *m, uint32_t *id)
 
 	assert_int_equal(rtab_create(path, 64, 4, 0x3333, &t, NULL, err,
 				     sizeof err), 0);
-	snprintf(m->ep, sizeof m->ep, "ipc:///tmp/kvw-thbeat-%d.mute",
-		 (int)getpid());
+	mute_ep(m->ep, sizeof m->ep);
 	m->ctx = zmq_ctx_new();
 	assert_non_null(m->ctx);
 	m->sock = zmq_socket(m->ctx, ZMQ_ROUTER);
@@ -332,11 +348,6 @@ struct answerer {
 	atomic_uint muted, after;
 	atomic_int verdict;
 };
-
-static void answer_ep(char *buf, size_t len, uint32_t i)
-{
-	snprintf(buf, len, "ipc:///tmp/kvw-thb%d.%u", (int)getpid(), i);
-}
 
 static void *answer_main(void *arg)
 {
@@ -613,7 +624,7 @@ static void test_out_of_open_files_is_an_error_naming_the_limit_not_a_death(
 	pid_t pid;
 
 	(void)state;
-	snprintf(log, sizeof log, "/tmp/kvw-thb%d.log", (int)getpid());
+	log_path(log, sizeof log);
 	if (!fds_for(OVER))
 		skip();
 	pid = start_heartbeat_as(&r, &go);
