@@ -42,43 +42,15 @@ void chan_close(struct chan *c)
 {
 	if (c->fd >= 0)
 		close(c->fd);
-	free(c->in);
-	free(c->out);
+	byteq_free(&c->in);
+	byteq_free(&c->out);
 	memset(c, 0, sizeof *c);
 	c->fd = -1;
 }
 
 int chan_pending(const struct chan *c)
 {
-	return c->out_off < c->out_len;
-}
-
-/* Room for `more` bytes at the end of the queue. */
-static int out_reserve(struct chan *c, size_t more)
-{
-	size_t cap = c->out_cap ? c->out_cap : 4096;
-	uint8_t *p;
-
-	if (c->out_off && c->out_off == c->out_len)
-		c->out_off = c->out_len = 0;
-	if (c->out_len + more <= c->out_cap)
-		return 0;
-	if (c->out_off) {
-		/* Slide the unsent tail to the front first. */
-		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
-		c->out_len -= c->out_off;
-		c->out_off = 0;
-		if (c->out_len + more <= c->out_cap)
-			return 0;
-	}
-	while (cap < c->out_len + more)
-		cap *= 2;
-	p = realloc(c->out, cap);
-	if (!p)
-		return KVW_ENOMEM;
-	c->out = p;
-	c->out_cap = cap;
-	return 0;
+	return c->out.off < c->out.len;
 }
 
 static int gone(int e)
@@ -88,23 +60,20 @@ static int gone(int e)
 
 int chan_flush(struct chan *c)
 {
-	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off,
-				 c->out_len - c->out_off,
+	while (c->out.off < c->out.len) {
+		ssize_t n = send(c->fd, c->out.p + c->out.off,
+				 c->out.len - c->out.off,
 				 MSG_NOSIGNAL | MSG_DONTWAIT);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			return gone(errno) ? KVW_ESYS : 1;
-		c->out_off += (size_t)n;
+		c->out.off += (size_t)n;
 	}
-	c->out_off = c->out_len = 0;
-	if (c->out_cap > KEEP_MAX) {
-		free(c->out);
-		c->out = NULL;
-		c->out_cap = 0;
-	}
+	c->out.off = c->out.len = 0;
+	if (c->out.cap > KEEP_MAX)
+		byteq_free(&c->out);
 	return 0;
 }
 
@@ -156,7 +125,7 @@ int chan_send(struct chan *c, const struct frame_msg *m, char *err,
 			return 0;
 	}
 	/* Queue what the kernel did not take, in order. */
-	if (out_reserve(c, total - sent) < 0)
+	if (byteq_reserve(&c->out, total - sent) < 0)
 		return kvw_errf(err, errlen, KVW_ENOMEM, "out of memory");
 	for (size_t i = 0; i <= o.nparts; i++) {
 		size_t len = iov[i].iov_len;
@@ -166,8 +135,8 @@ int chan_send(struct chan *c, const struct frame_msg *m, char *err,
 			sent -= len;
 			continue;
 		}
-		memcpy(c->out + c->out_len, p + sent, len - sent);
-		c->out_len += len - sent;
+		memcpy(c->out.p + c->out.len, p + sent, len - sent);
+		c->out.len += len - sent;
 		sent = 0;
 	}
 	rc = chan_flush(c);
@@ -177,38 +146,22 @@ int chan_send(struct chan *c, const struct frame_msg *m, char *err,
 		   : 0;
 }
 
-/* Room to hold `need` unread bytes from the start of the buffer, and at
- * least READ_MIN free after them. */
+/* Room for the rest of a record of `need` bytes from in.off, and at
+ * least READ_MIN more to read into. */
 static int in_reserve(struct chan *c, size_t need)
 {
-	size_t avail = c->in_len - c->in_off, cap = c->in_cap ? c->in_cap : READ_MIN;
-	uint8_t *p;
+	size_t avail = c->in.len - c->in.off;
 
-	if (c->in_off) {
-		memmove(c->in, c->in + c->in_off, avail);
-		c->in_len = avail;
-		c->in_off = 0;
-	}
-	if (need < avail + READ_MIN)
-		need = avail + READ_MIN;
-	if (need <= c->in_cap)
-		return 0;
-	while (cap < need)
-		cap *= 2;
-	p = realloc(c->in, cap);
-	if (!p)
-		return KVW_ENOMEM;
-	c->in = p;
-	c->in_cap = cap;
-	return 0;
+	return byteq_reserve(&c->in, (need > avail ? need - avail : 0) +
+					     READ_MIN);
 }
 
-/* Takes the whole record at in_off (its length L already checked) and
+/* Takes the whole record at in.off (its length L already checked) and
  * decodes it. */
 static int take(struct chan *c, uint32_t L, struct frame_msg *m, char *err,
 		size_t errlen)
 {
-	const uint8_t *r = c->in + c->in_off + 4;
+	const uint8_t *r = c->in.p + c->in.off + 4;
 	unsigned n = r[0];
 	size_t off, sum = 0;
 
@@ -231,18 +184,18 @@ static int take(struct chan *c, uint32_t L, struct frame_msg *m, char *err,
 		return kvw_errf(err, errlen, KVW_ESYS,
 				"channel broken: parts of %zu bytes in a record of %u",
 				sum, L);
-	c->in_off += 4 + (size_t)L;
+	c->in.off += 4 + (size_t)L;
 	return frame_decode(c->parts, n, m, err, errlen);
 }
 
 int chan_recv(struct chan *c, struct frame_msg *m, char *err, size_t errlen)
 {
 	for (;;) {
-		size_t avail = c->in_len - c->in_off, need = 4;
+		size_t avail = c->in.len - c->in.off, need = 4;
 		ssize_t n;
 
 		if (avail >= 4) {
-			uint32_t L = frame_le32(c->in + c->in_off);
+			uint32_t L = frame_le32(c->in.p + c->in.off);
 
 			if (L < 5 || L > CHAN_RECORD_MAX)
 				return kvw_errf(err, errlen, KVW_ESYS,
@@ -251,19 +204,17 @@ int chan_recv(struct chan *c, struct frame_msg *m, char *err, size_t errlen)
 			if (avail >= 4 + (size_t)L)
 				return take(c, L, m, err, errlen);
 			need = 4 + (size_t)L;
-		} else if (avail == 0 && c->in_cap > KEEP_MAX) {
-			free(c->in);
-			c->in = NULL;
-			c->in_cap = c->in_off = c->in_len = 0;
+		} else if (avail == 0 && c->in.cap > KEEP_MAX) {
+			byteq_free(&c->in);
 		}
 		if (c->fd < 0)
 			return kvw_errf(err, errlen, KVW_ESYS,
 					"channel closed");
 		if (in_reserve(c, need) < 0)
 			return kvw_errf(err, errlen, KVW_ESYS, "out of memory");
-		n = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
+		n = read(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len);
 		if (n > 0) {
-			c->in_len += (size_t)n;
+			c->in.len += (size_t)n;
 			continue;
 		}
 		if (n == 0)

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/byteq.h"
 #include "frame.h"
 
 /* The largest record: a JOB of KVW_MAX_COPIES copies plus its header and
@@ -36,10 +37,8 @@
 
 struct chan {
 	int fd; /* -1: closed */
-	uint8_t *in;  /* received bytes: [in_off, in_len) not yet taken */
-	size_t in_off, in_len, in_cap;
-	uint8_t *out; /* bytes to write: [out_off, out_len) */
-	size_t out_off, out_len, out_cap;
+	struct byteq in;  /* received bytes not yet taken */
+	struct byteq out; /* bytes to write */
 	struct frame_part parts[KVW_MAX_FRAMES];
 };
 
