@@ -17,6 +17,7 @@ pools by rooms that succeeded: pages x page bytes over K and V buffers, plus
 the aux slot).
 """
 import argparse
+import contextlib
 import os
 import queue
 import sys
@@ -109,6 +110,7 @@ def prefill(run_dir, inbox, stats, o, stop):
     # A room its decode aborted before telling the prefill ends here.
     args.bootstrap_timeout = o.room_timeout / 2
     mgr = KVManager(args, "prefill")
+    step = mgr.batch if o.batch else contextlib.nullcontext
     pat = Pages(mgr)
     free = list(range(mgr.kv_args.pages))
     slots = list(range(mgr.kv_args.aux_slots))
@@ -116,44 +118,45 @@ def prefill(run_dir, inbox, stats, o, stop):
     try:
         while not (stop.is_set() and not live and inbox.empty()):
             progress = False
-            while len(free) >= n and slots:
-                try:
-                    room = inbox.get_nowait()
-                except queue.Empty:
-                    break
-                pages, free = free[:n], free[n:]
-                aux = slots.pop()
-                pat.fill(room, pages, aux)  # the engine writes its KV
-                live.append(dict(s=KVSender(mgr, mgr.kv_args.bootstrap_addr,
-                                            room, None, 0), room=room,
-                                 pages=np.array(pages, np.int32), aux=aux,
-                                 sent=-1, t=time.monotonic()))
-                progress = True
-            # Every live room polled in one read of the table per pass, as
-            # SGLang's scheduler polls its queue (poll_and_all_reduce).
-            for x, st in zip(list(live), poll_many([x["s"] for x in live])):
-                s = x["s"]
-                if x["sent"] < 0 and st == KVPoll.WaitingForInput:
-                    s.init(n, x["aux"])
-                    x["sent"] = 0
-                while x["sent"] >= 0 and x["sent"] < n and \
-                        s.conclude_state is None:
-                    s.send(x["pages"][x["sent"]:x["sent"] + o.chunk_pages])
-                    x["sent"] += o.chunk_pages
+            with step():
+                while len(free) >= n and slots:
+                    try:
+                        room = inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    pages, free = free[:n], free[n:]
+                    aux = slots.pop()
+                    pat.fill(room, pages, aux)  # the engine writes its KV
+                    live.append(dict(s=KVSender(mgr, mgr.kv_args.bootstrap_addr,
+                                                room, None, 0), room=room,
+                                     pages=np.array(pages, np.int32), aux=aux,
+                                     sent=-1, t=time.monotonic()))
                     progress = True
-                stuck = time.monotonic() - x["t"] > o.room_timeout
-                if st in DONE or stuck:
-                    if st == KVPoll.Failed:
-                        try:
-                            s.failure_exception()  # clears the room
-                        except KVTransferError:
-                            pass
-                    else:
-                        s.clear()
-                    live.remove(x)
-                    free.extend(x["pages"].tolist())
-                    slots.append(x["aux"])
-                    progress = True
+                # Every live room polled in one read of the table per pass, as
+                # SGLang's scheduler polls its queue (poll_and_all_reduce).
+                for x, st in zip(list(live), poll_many([x["s"] for x in live])):
+                    s = x["s"]
+                    if x["sent"] < 0 and st == KVPoll.WaitingForInput:
+                        s.init(n, x["aux"])
+                        x["sent"] = 0
+                    while x["sent"] >= 0 and x["sent"] < n and \
+                            s.conclude_state is None:
+                        s.send(x["pages"][x["sent"]:x["sent"] + o.chunk_pages])
+                        x["sent"] += o.chunk_pages
+                        progress = True
+                    stuck = time.monotonic() - x["t"] > o.room_timeout
+                    if st in DONE or stuck:
+                        if st == KVPoll.Failed:
+                            try:
+                                s.failure_exception()  # clears the room
+                            except KVTransferError:
+                                pass
+                        else:
+                            s.clear()
+                        live.remove(x)
+                        free.extend(x["pages"].tolist())
+                        slots.append(x["aux"])
+                        progress = True
             if progress:
                 last = time.monotonic()
             else:
@@ -165,6 +168,7 @@ def prefill(run_dir, inbox, stats, o, stop):
 
 def decode(run_dir, outbox, stats, o, seed):
     mgr = KVManager(KVArgs.from_run_dir(run_dir, "decode"), "decode")
+    step = mgr.batch if o.batch else contextlib.nullcontext
     pat = Pages(mgr)
     rng = np.random.default_rng(seed)
     free = list(range(mgr.kv_args.pages))
@@ -187,58 +191,59 @@ def decode(run_dir, outbox, stats, o, seed):
     try:
         while started < o.rooms or live:
             progress = False
-            if started < o.rooms and (len(free) < n or not slots):
-                flush_canaries()
-            while started < o.rooms and len(live) < o.concurrency and \
-                    len(free) >= n and slots:
-                room = int(rng.integers(1, 2 ** 63))
-                pages, free = free[:n], free[n:]
-                aux = slots.pop()
-                r = KVReceiver(mgr, mgr.kv_args.bootstrap_addr, room)
-                r.init(0)
-                r.send_metadata(np.array(pages, np.int32), aux)
-                abort_at = int(rng.integers(0, 4)) \
-                    if rng.random() < o.abort_frac else -1
-                live.append(dict(r=r, room=room, pages=pages, aux=aux,
-                                 abort_at=abort_at, polls=0,
-                                 t=time.monotonic()))
-                outbox.put(room)
-                started += 1
-                progress = True
-            for x in live:
-                r = x["r"]
-                if x["abort_at"] >= 0 and r.conclude_state is None and \
-                        x["polls"] >= x["abort_at"]:
-                    r.abort()
-            for x, st in zip(list(live), poll_many([x["r"] for x in live])):
-                r = x["r"]
-                x["polls"] += 1
-                timed_out = time.monotonic() - x["t"] > o.room_timeout
-                if x["abort_at"] >= 0:
-                    if not (r.releasable or timed_out):
+            with step():
+                if started < o.rooms and (len(free) < n or not slots):
+                    flush_canaries()
+                while started < o.rooms and len(live) < o.concurrency and \
+                        len(free) >= n and slots:
+                    room = int(rng.integers(1, 2 ** 63))
+                    pages, free = free[:n], free[n:]
+                    aux = slots.pop()
+                    r = KVReceiver(mgr, mgr.kv_args.bootstrap_addr, room)
+                    r.init(0)
+                    r.send_metadata(np.array(pages, np.int32), aux)
+                    abort_at = int(rng.integers(0, 4)) \
+                        if rng.random() < o.abort_frac else -1
+                    live.append(dict(r=r, room=room, pages=pages, aux=aux,
+                                     abort_at=abort_at, polls=0,
+                                     t=time.monotonic()))
+                    outbox.put(room)
+                    started += 1
+                    progress = True
+                for x in live:
+                    r = x["r"]
+                    if x["abort_at"] >= 0 and r.conclude_state is None and \
+                            x["polls"] >= x["abort_at"]:
+                        r.abort()
+                for x, st in zip(list(live), poll_many([x["r"] for x in live])):
+                    r = x["r"]
+                    x["polls"] += 1
+                    timed_out = time.monotonic() - x["t"] > o.room_timeout
+                    if x["abort_at"] >= 0:
+                        if not (r.releasable or timed_out):
+                            continue
+                        stats.add("stuck" if timed_out else "aborted")
+                        if not timed_out:  # its pages wait under a canary
+                            pat.fill(x["room"] ^ 0x5555, x["pages"], x["aux"])
+                            canary.append((x["room"] ^ 0x5555, x["pages"],
+                                           x["aux"]))
+                    elif st == KVPoll.Success:
+                        ok = not o.verify or pat.check(x["room"], x["pages"],
+                                                       x["aux"])
+                        stats.add("success" if ok else "corrupt")
+                        landed += room_bytes if ok else 0
+                        free.extend(x["pages"])
+                        slots.append(x["aux"])
+                    elif st == KVPoll.Failed:
+                        stats.add("failed")  # its pages stay out of use
+                    elif timed_out:
+                        stats.add("stuck")
+                    else:
                         continue
-                    stats.add("stuck" if timed_out else "aborted")
-                    if not timed_out:  # its pages wait under a canary
-                        pat.fill(x["room"] ^ 0x5555, x["pages"], x["aux"])
-                        canary.append((x["room"] ^ 0x5555, x["pages"],
-                                       x["aux"]))
-                elif st == KVPoll.Success:
-                    ok = not o.verify or pat.check(x["room"], x["pages"],
-                                                   x["aux"])
-                    stats.add("success" if ok else "corrupt")
-                    landed += room_bytes if ok else 0
-                    free.extend(x["pages"])
-                    slots.append(x["aux"])
-                elif st == KVPoll.Failed:
-                    stats.add("failed")  # its pages stay out of use
-                elif timed_out:
-                    stats.add("stuck")
-                else:
-                    continue
-                stats.add("rooms")
-                r.clear()
-                live.remove(x)
-                progress = True
+                    stats.add("rooms")
+                    r.clear()
+                    live.remove(x)
+                    progress = True
             if progress:
                 last = time.monotonic()
             else:
@@ -287,6 +292,9 @@ def options(argv=None):
     ap.add_argument("--abort-frac", type=float, default=0.0)
     ap.add_argument("--room-timeout", type=float, default=60.0)
     ap.add_argument("--verify", action="store_true")
+    ap.add_argument("--batch", action="store_true",
+                    help="each engine's commands of a pass held and sent "
+                    "together at its end (KVManager.batch)")
     return ap.parse_args(argv)
 
 

@@ -146,6 +146,8 @@ void kvw_engine_close(struct kvw_engine **ep)
 		return;
 	e = *ep;
 	if (e->sock) {
+		/* What is held goes now, as far as the queue takes it. */
+		(void)api_hold_send(&e->hold, e->sock, e->err, sizeof e->err);
 		wire_close(&e->sock);
 		ctx_put(); /* this handle held the context with its socket */
 	}
@@ -164,6 +166,7 @@ void kvw_engine_close(struct kvw_engine **ep)
 	if (e->inc)
 		api_inc_fini(e->inc);
 	free(e->inc);
+	api_hold_free(&e->hold);
 	free(e->table_path);
 	free(e);
 	*ep = NULL;
@@ -227,16 +230,55 @@ const char *kvw_engine_error(const struct kvw_engine *e)
 	return e->err;
 }
 
-/* Sends m; records the error text (or clears it). */
+/* Holds m behind the held commands (kvw_engine_hold); a full hold is
+ * sent first. */
+static int hold_msg(struct kvw_engine *e, const struct frame_msg *m)
+{
+	int rc = 0;
+
+	if (api_hold_bytes(&e->hold) >= API_HOLD_MAX)
+		rc = api_hold_send(&e->hold, e->sock, e->err, sizeof e->err);
+	return rc < 0 ? rc : api_hold_put(&e->hold, m, e->err, sizeof e->err);
+}
+
+/* Sends (or holds) m; records the error text (or clears it). */
 static int send_msg(struct kvw_engine *e, const struct frame_msg *m)
 {
 	int rc;
 
 	e->err[0] = '\0';
-	rc = wire_send(e->sock, m, NULL, 0, e->err, sizeof e->err);
+	rc = e->hold.on ? hold_msg(e, m)
+			: wire_send(e->sock, m, NULL, 0, e->err, sizeof e->err);
 	if (rc == 0)
 		e->err[0] = '\0';
 	return rc;
+}
+
+int kvw_engine_hold(struct kvw_engine *e, int on)
+{
+	int rc = 0;
+
+	if (!e)
+		return KVW_EINVAL;
+	e->err[0] = '\0';
+	if (!on)
+		rc = kvw_engine_flush(e);
+	if (rc == 0)
+		e->hold.on = on ? 1 : 0;
+	return rc;
+}
+
+int kvw_engine_flush(struct kvw_engine *e)
+{
+	if (!e)
+		return KVW_EINVAL;
+	e->err[0] = '\0';
+	return api_hold_send(&e->hold, e->sock, e->err, sizeof e->err);
+}
+
+uint32_t kvw_engine_held(const struct kvw_engine *e)
+{
+	return e ? e->hold.n : 0;
 }
 
 /* An api_inc error: nothing was queued. */

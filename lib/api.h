@@ -164,6 +164,31 @@ KVW_API int kvw_unregister_host(struct kvw_engine *e);
 /* The last send error's text ("" after a success); owned by e. */
 KVW_API const char *kvw_engine_error(const struct kvw_engine *e);
 
+/* Commands held back, sent in one burst: an engine that gives its
+ * commands one at a time (a scheduler step's SEND_CHUNKs, BEGINs and
+ * CLEARs over many rooms) wakes its ZMQ I/O thread and the control
+ * process for each; held and flushed together they cross in one wake-up
+ * of each. With on = 1 every later command (kvw_send_*, kvw_recv_*,
+ * kvw_abort, kvw_clear) is checked and encoded as now (its page list
+ * copied: the caller's arrays are free again on return) and held, in
+ * order, until kvw_engine_flush or kvw_engine_hold(e, 0); its return is
+ * then 0 (held), a refusal as without the hold, or KVW_EAGAIN (nothing
+ * queued) when API_HOLD_MAX bytes are held and the control's queue takes
+ * none of them. A held command is not sent: no poll shows its effect and
+ * its room's deadlines do not start until it is flushed. on = 0 flushes
+ * and ends the hold; where the flush cannot finish the hold stays on
+ * and its error is returned. kvw_engine_close sends what is held as far
+ * as the queue takes it. 0, or KVW_EAGAIN / KVW_ESYS as kvw_engine_flush. */
+KVW_API int kvw_engine_hold(struct kvw_engine *e, int on);
+
+/* Sends every held command, oldest first: 0, KVW_EAGAIN (the control's
+ * queue is full: the rest stays held, in order; flush again) or KVW_ESYS
+ * (err says why; the rest stays held). 0 when nothing is held. */
+KVW_API int kvw_engine_flush(struct kvw_engine *e);
+
+/* How many commands are held. */
+KVW_API uint32_t kvw_engine_held(const struct kvw_engine *e);
+
 /* ---- prefill side (kv-sender) ---------------------------------------- */
 
 /* SEND_BEGIN: the room will send num_pages pages and aux slot aux_slot. */

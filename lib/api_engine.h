@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "api_hold.h"
 #include "api_inc.h"
 #include "mem/pool.h"
 #include "table/rtab.h"
@@ -25,6 +26,7 @@ struct kvw_engine {
 	uint32_t nallocs, capallocs;
 	struct api_inc *inc; /* what each BEGIN replaced (kvw_poll hides it;
 			     * behind a pointer: poll takes its lock) */
+	struct api_hold hold; /* kvw_engine_hold's commands */
 	char err[256]; /* last send error */
 };
 

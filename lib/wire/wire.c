@@ -147,12 +147,12 @@ void wire_close(void **sock)
 
 /* zmq_send / zmq_msg_recv without waiting, again when a signal
  * interrupted them: EINTR is not a dead socket (issue 12, item 9). */
-static int send_part(void *sock, const void *p, size_t len, int flags)
+int wire_send_part(void *sock, const void *p, size_t len, int more)
 {
 	int rc;
 
 	do
-		rc = zmq_send(sock, p, len, flags | ZMQ_DONTWAIT);
+		rc = zmq_send(sock, p, len, more | ZMQ_DONTWAIT);
 	while (rc < 0 && errno == EINTR);
 	return rc;
 }
@@ -175,15 +175,13 @@ int wire_send(void *sock, const struct frame_msg *m, const void *id,
 
 	if (rc)
 		return rc;
-	if (id && send_part(sock, id, idlen, ZMQ_SNDMORE) < 0)
+	if (id && wire_send_part(sock, id, idlen, ZMQ_SNDMORE) < 0)
 		goto fail;
 	for (size_t i = 0; i < out.nparts; i++) {
 		int more = i + 1 < out.nparts ? ZMQ_SNDMORE : 0;
 
-		/* libzmq accepts a whole multipart message or none of it:
-		 * once the first part is queued the rest cannot block. */
-		if (send_part(sock, out.parts[i].data, out.parts[i].len,
-			      more) < 0)
+		if (wire_send_part(sock, out.parts[i].data, out.parts[i].len,
+				   more) < 0)
 			goto fail;
 	}
 	return 0;

@@ -66,6 +66,12 @@ int wire_connect(void *sock, const char *endpoint, char *err, size_t errlen);
 /* Closes the socket (LINGER was set at creation) and NULLs *sock. */
 void wire_close(void **sock);
 
+/* One part of a message, non-blocking (ZMQ_DONTWAIT, retried on EINTR);
+ * more: ZMQ_SNDMORE or 0. zmq_send's return (errno kept). libzmq takes a
+ * whole multipart message or none of it: once the first part is queued
+ * the rest cannot be refused. */
+int wire_send_part(void *sock, const void *p, size_t len, int more);
+
 /* Encodes m and sends it; id/idlen address a ROUTER peer (NULL for other
  * socket types). Non-blocking: KVW_EAGAIN when the peer's queue is full
  * or it is unreachable, KVW_EINVAL if m does not encode, KVW_ESYS

@@ -120,6 +120,9 @@ def _load():
         "kvw_pool_base": (P, [P]),
         "kvw_pool_size": (U64, [P]),
         "kvw_engine_error": (ctypes.c_char_p, [P]),
+        "kvw_engine_hold": (I, [P, I]),
+        "kvw_engine_flush": (I, [P]),
+        "kvw_engine_held": (U32, [P]),
         "kvw_send_begin": (I, [P, U64, U32, U32]),
         # Page lists go as addresses (c_void_p): a numpy array's
         # .ctypes.data costs a fifth of .ctypes.data_as(POINTER) (issue 33

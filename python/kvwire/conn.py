@@ -9,6 +9,7 @@ KV cache lives in kvwire's pool, exposed as numpy views (zero copy).
 Senders and receivers never block on the network: init/send/send_metadata
 queue one command each, poll() reads shared memory.
 """
+import contextlib
 import dataclasses
 import os
 import sys
@@ -187,6 +188,7 @@ class KVManager:
         self._gone_at = 0.0      # when control_gone last looked
         self._gone = None        # what it found
         self._allocs = {}        # kvw_alloc's memory objects, by address
+        self._batch_depth = 0    # batch() blocks open
         err = _lib.ctypes.create_string_buffer(256)
         e = _lib.ctypes.c_void_p()
         rc = lib.kvw_engine_open(args.engine_endpoint.encode(),
@@ -282,6 +284,24 @@ class KVManager:
             raise KVWireError("%s on %s" % (what, self.kv_args.member), rc,
                               detail)
         return rc
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Holds this manager's commands (kvw_engine_hold) for the block and
+        sends them in one burst at its end: a scheduler step's BEGINs,
+        chunks and clears over many rooms then wake the control process
+        once, not once each (bench/README.md). A held command has no
+        effect until the block ends: poll after it. Nested blocks send at
+        the outermost end."""
+        self._batch_depth += 1
+        if self._batch_depth == 1:
+            self.call("kvw_engine_hold", lib.kvw_engine_hold, 1)
+        try:
+            yield self
+        finally:
+            self._batch_depth -= 1
+            if self._batch_depth == 0:
+                self.call("kvw_engine_hold", lib.kvw_engine_hold, 0)
 
     def register_gpu_pool(self, kv_data_ptrs, kv_data_lens, kv_item_lens,
                           device=0):

@@ -143,6 +143,50 @@ def test_prefill_abort_fails_the_decode(mgrs):
         s.failure_exception()
 
 
+def test_batch_holds_commands_until_its_end(mgrs):
+    """KVManager.batch: inside the block the commands are held (none has
+    reached the control: the rooms are not in its table); at its end they
+    go, in order, and every room moves its bytes to Success on both sides,
+    as without the block."""
+    pm, dm = mgrs
+    pages = [(12, 28), (13, 29), (14, 30)]
+    for i, (src, _) in enumerate(pages):
+        pm.pool.k(0)[src] = 100.0 + i
+        pm.pool.v(1)[src] = -100.0 - i
+    senders, receivers = [], []
+    with dm.batch():
+        for src, dst in pages:
+            room = room_id()
+            senders.append(KVSender(pm, pm.kv_args.bootstrap_addr, room,
+                                    [0], 0))
+            r = KVReceiver(dm, dm.kv_args.bootstrap_addr, room)
+            r.init(0)
+            r.send_metadata(np.array([dst], np.int32), 1)
+            receivers.append(r)
+        assert lib.kvw_engine_held(dm._e) == 3
+        assert dm.statuses([r.bootstrap_room for r in receivers]) == \
+            [None] * 3
+    assert lib.kvw_engine_held(dm._e) == 0
+    wait_for("prefill WaitingForInput", lambda: poll_many(senders) ==
+             [KVPoll.WaitingForInput] * 3)
+    with pm.batch():
+        with pm.batch():  # nested: sent at the outer end
+            for s, (src, _) in zip(senders, pages):
+                s.init(1, 0)
+                s.send(np.array([src], np.int32))
+        assert lib.kvw_engine_held(pm._e) == 6
+        assert poll_many(senders) == [KVPoll.WaitingForInput] * 3
+    wait_for("all Success", lambda: poll_many(senders + receivers) ==
+             [KVPoll.Success] * 6)
+    for src, dst in pages:
+        assert np.array_equal(dm.pool.k(0)[dst], pm.pool.k(0)[src])
+        assert np.array_equal(dm.pool.v(1)[dst], pm.pool.v(1)[src])
+    with dm.batch():
+        for x in senders + receivers:
+            x.clear()
+    assert lib.kvw_engine_held(dm._e) == 0
+
+
 def test_poll_many_is_each_rooms_poll(mgrs):
     """Issue 33 item 6: poll_many (one table read per manager) answers for
     every room what its own poll() answers, in every state, over rooms of

@@ -4,6 +4,8 @@ with a third of them aborted at random moments: every room ends (nothing
 stuck), every successful room's pages and aux slot hold exactly what its
 prefill wrote, and no byte lands in an aborted room's pages after they
 were released (canaries)."""
+import pytest
+
 import py_bench
 from conftest import REPORT
 
@@ -11,14 +13,17 @@ SHAPE = ["--layers", 2, "--heads", 2, "--head-dim", 8, "--page-tokens", 4,
          "--pages", 2048, "--aux-slots", 1024]
 
 
-def test_hundreds_of_rooms_a_third_aborted(group_factory):
+@pytest.mark.parametrize("batch", [[], ["--batch"]], ids=["each", "batch"])
+def test_hundreds_of_rooms_a_third_aborted(group_factory, batch):
+    """Also with each engine's commands of a pass held and sent together
+    (KVManager.batch): the same outcomes."""
     g = group_factory(*SHAPE)
     o = py_bench.options(["--run-dir", g.dir, "--rooms", "900",
                           "--concurrency", "300", "--pages-per-room", "3",
                           "--chunk-pages", "1", "--abort-frac", "0.33",
-                          "--verify", "--room-timeout", "30"])
+                          "--verify", "--room-timeout", "30"] + batch)
     res = py_bench.run(g.dir, o)
-    REPORT.append("stress: " + " ".join(
+    REPORT.append("stress%s: " % " ".join([""] + batch) + " ".join(
         "%s=%s" % (k, ("%.4g" % v) if isinstance(v, float) else v)
         for k, v in res.items()))
     assert res["rooms"] == 900

@@ -37,6 +37,11 @@ struct fx {
 	struct pool *p;   /* the owner's pool */
 	void *ctx, *router;
 	struct kvw_engine *e;
+	/* A second engine and the ROUTER it reaches late (a test that
+	 * fails midway leaves them to teardown, which must not hang). */
+	char ep2[168];
+	void *router2;
+	struct kvw_engine *e2;
 };
 
 static int setup(void **state)
@@ -76,7 +81,12 @@ static int teardown(void **state)
 	struct fx *f = *state;
 
 	kvw_engine_close(&f->e);
+	kvw_engine_close(&f->e2);
 	wire_close(&f->router);
+	if (f->router2) {
+		wire_close(&f->router2);
+		unlink(f->ep2 + 6);
+	}
 	zmq_ctx_term(f->ctx);
 	rtab_close(&f->t);
 	pool_close(&f->p);
@@ -494,6 +504,133 @@ static void commands_arrive_as_their_frames(void **state)
 	assert_string_equal(kvw_engine_error(f->e), "");
 }
 
+/* Held commands (kvw_engine_hold) reach the control only at the flush,
+ * all of them, in order, each the frame it would have been; the page list
+ * is copied when the command is given. */
+static void held_commands_go_at_the_flush_in_order(void **state)
+{
+	struct fx *f = *state;
+	uint32_t pages[2] = { 7, 8 };
+	struct frame_msg m;
+	struct wire_in in;
+
+	assert_int_equal(kvw_engine_held(f->e), 0);
+	assert_int_equal(kvw_engine_flush(f->e), 0); /* nothing: nothing */
+	assert_int_equal(kvw_engine_hold(f->e, 1), 0);
+	assert_int_equal(kvw_send_begin(f->e, 5, 2, 1), 0);
+	assert_int_equal(kvw_send_chunk(f->e, 5, pages, 2, 1), 0);
+	pages[0] = 0; /* the held command has its own copy */
+	assert_int_equal(kvw_clear(f->e, 6), 0);
+	/* Refused as without the hold, and nothing held for it. */
+	assert_int_equal(kvw_send_chunk(f->e, 5, NULL, 2, 0), KVW_EINVAL);
+	assert_int_equal(kvw_engine_held(f->e), 3);
+	nothing_waiting(f);
+	assert_int_equal(kvw_engine_flush(f->e), 0);
+	assert_int_equal(kvw_engine_held(f->e), 0);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, FRAME_SEND_BEGIN);
+	assert_int_equal(m.hdr.room, 5);
+	assert_int_equal(m.u.send_begin.num_pages, 2);
+	wire_in_release(&in);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, FRAME_SEND_CHUNK);
+	assert_int_equal(m.u.send_chunk.pages.n, 2);
+	assert_int_equal(frame_u32s_get(m.u.send_chunk.pages, 0), 7);
+	assert_int_equal(frame_u32s_get(m.u.send_chunk.pages, 1), 8);
+	assert_int_equal(m.u.send_chunk.is_last, 1);
+	wire_in_release(&in);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, FRAME_CLEAR);
+	assert_int_equal(m.hdr.room, 6);
+	wire_in_release(&in);
+	/* Still holding: the next one waits too; ending the hold sends it. */
+	assert_int_equal(kvw_abort(f->e, 9), 0);
+	nothing_waiting(f);
+	assert_int_equal(kvw_engine_hold(f->e, 0), 0);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.type, FRAME_RECV_ABORT);
+	assert_int_equal(m.hdr.room, 9);
+	wire_in_release(&in);
+	/* Not holding: a command goes at once. */
+	assert_int_equal(kvw_clear(f->e, 10), 0);
+	assert_int_equal(kvw_engine_held(f->e), 0);
+	recv_one(f, &in, &m);
+	assert_int_equal(m.hdr.room, 10);
+	wire_in_release(&in);
+	assert_int_equal(kvw_engine_hold(NULL, 1), KVW_EINVAL);
+	assert_int_equal(kvw_engine_flush(NULL), KVW_EINVAL);
+}
+
+/* A flush that meets a full queue (no control listening: libzmq queues
+ * up to its high-water mark, then refuses) keeps the rest held, in
+ * order; past API_HOLD_MAX bytes a command that cannot make room is
+ * refused with nothing held for it; once the control listens every held
+ * command arrives, once, in the order given. */
+static void a_full_queue_keeps_the_rest_held_in_order(void **state)
+{
+	struct fx *f = *state;
+	static uint32_t pages[KVW_MAX_PAGES];
+	struct kvw_engine *e;
+	struct frame_msg m;
+	struct wire_in in;
+	uint64_t next = 1, room = 1;
+	uint32_t held, chunks = 0;
+	void *router;
+	int rc;
+
+	snprintf(f->ep2, sizeof f->ep2, "%s.later", f->ep);
+	assert_int_equal(kvw_engine_open(f->ep2, f->table, f->pool, &f->e2,
+					 err, sizeof err), 0);
+	e = f->e2;
+	assert_int_equal(kvw_engine_hold(e, 1), 0);
+	do { /* CLEARs until the queue is full */
+		assert_int_equal(kvw_clear(e, room++), 0);
+		rc = kvw_engine_flush(e);
+		assert_true(room < 100000);
+	} while (rc == 0);
+	assert_int_equal(rc, KVW_EAGAIN);
+	assert_non_null(strstr(kvw_engine_error(e), "full"));
+	held = kvw_engine_held(e);
+	assert_true(held >= 1);
+	/* Whole page lists until the hold is past API_HOLD_MAX and the
+	 * queue takes none of it: that chunk is refused, nothing held. */
+	while ((rc = kvw_send_chunk(e, room, pages, KVW_MAX_PAGES, 0)) == 0) {
+		room++;
+		chunks++;
+		assert_true(chunks < 64);
+	}
+	assert_int_equal(rc, KVW_EAGAIN);
+	assert_int_equal(kvw_engine_held(e), held + chunks);
+	assert_int_equal(kvw_engine_hold(e, 0), KVW_EAGAIN); /* still held */
+	assert_int_equal(kvw_engine_held(e), held + chunks);
+
+	router = f->router2 = wire_socket(f->ctx, ZMQ_ROUTER, 0, err,
+					  sizeof err);
+	assert_non_null(router);
+	assert_int_equal(wire_bind(router, f->ep2, 0600, err, sizeof err), 0);
+	/* The queue reopens when libzmq's I/O thread tells the socket it
+	 * took messages, which can come after the ROUTER read them all:
+	 * flush again until everything arrived, within a bound. */
+	for (int tries = 0; next < room; tries++) {
+		zmq_pollitem_t it = { router, 0, ZMQ_POLLIN, 0 };
+
+		assert_true(tries < 10000);
+		rc = kvw_engine_flush(e);
+		assert_true(rc == 0 || rc == KVW_EAGAIN);
+		if (zmq_poll(&it, 1, 1) < 1)
+			continue;
+		while (wire_recv(router, 1, &in, &m, err, sizeof err) == 0) {
+			assert_true(m.hdr.room == next);
+			assert_int_equal(m.hdr.type, next <= room - 1 - chunks
+					 ? FRAME_CLEAR : FRAME_SEND_CHUNK);
+			next++;
+			wire_in_release(&in);
+		}
+	}
+	assert_int_equal(kvw_engine_held(e), 0);
+	assert_int_equal(kvw_engine_hold(e, 0), 0);
+}
+
 static void bad_arguments_are_einval_and_send_nothing(void **state)
 {
 	struct fx *f = *state;
@@ -559,6 +696,11 @@ int main(void)
 			teardown),
 		cmocka_unit_test_setup_teardown(cleared_ids_are_swept, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(
+			held_commands_go_at_the_flush_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			a_full_queue_keeps_the_rest_held_in_order, setup,
+			teardown),
 		cmocka_unit_test_setup_teardown(commands_arrive_as_their_frames,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(
