@@ -535,6 +535,41 @@ SH
 	[ -z "$(ls "$RUN")" ]
 }
 
+# demo_left: nothing of a kv-demo run is left in $RUN: no directory, no
+# mount, no process.
+demo_left() {
+	! ls "$RUN" | grep -q '^kvw-demo\.' &&
+		! grep -q " $RUN/kvw-demo" /proc/mounts &&
+		! pgrep -f "$RUN/kvw-demo" >/dev/null
+}
+
+@test "kv-demo as root puts the pools on 2 MiB pages; without CAP_SYS_ADMIN (no mount) it starts again on 4 KiB pages and says so; KVW_DEMO_HUGE=0 keeps 4 KiB pages; nothing left behind" {
+	[ "$(id -u)" = 0 ] || skip "2 MiB pools mount a tmpfs: needs root"
+	[ -e /sys/kernel/mm/transparent_hugepage/enabled ] ||
+		skip "no transparent huge pages in this kernel"
+	run env TMPDIR="$RUN" timeout 300 "$KVW_ROOT/bin/kv-demo" --rooms 4
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"kv-demo: pools on 2 MiB pages (tmpfs huge=within_size on $RUN/kvw-demo."* ]]
+	[[ $output == *"rooms=4 success=4 "* ]]
+	[[ $output == *"kv-demo: ok"* ]]
+	demo_left
+	run env TMPDIR="$RUN" timeout 300 setpriv --inh-caps=-sys_admin \
+		--bounding-set=-sys_admin "$KVW_ROOT/bin/kv-demo" --rooms 4
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"kv-up: fatal: unable to mount a tmpfs with huge=within_size"* ]]
+	[[ $output == *"kv-demo: 2 MiB pages unavailable here; starting again on 4 KiB pages"* ]]
+	[[ $output == *"kv-demo: pools on 4 KiB pages"* ]]
+	[[ $output == *"rooms=4 success=4 "* ]]
+	demo_left
+	run env TMPDIR="$RUN" KVW_DEMO_HUGE=0 timeout 300 "$KVW_ROOT/bin/kv-demo" --rooms 4
+	[ "$status" -eq 0 ]
+	[[ $output == *"kv-demo: pools on 4 KiB pages"* ]]
+	[[ $output != *"unavailable"* ]]
+	demo_left
+}
+
 @test "kv-demo on failure prints a log folder that exists after it exits" {
 	run env TMPDIR="$RUN" timeout 300 "$KVW_ROOT/bin/kv-demo" --rooms 2 --room-timeout 0.000001
 	echo "$output"
