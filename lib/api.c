@@ -231,14 +231,20 @@ const char *kvw_engine_error(const struct kvw_engine *e)
 }
 
 /* Holds m behind the held commands (kvw_engine_hold); a full hold is
- * sent first. */
+ * sent first. Without the hold (commands a flush could not send are
+ * still queued) m goes after them: as far as the queue takes them now,
+ * the rest with the next command or flush. */
 static int hold_msg(struct kvw_engine *e, const struct frame_msg *m)
 {
 	int rc = 0;
 
 	if (api_hold_bytes(&e->hold) >= API_HOLD_MAX)
 		rc = api_hold_send(&e->hold, e->sock, e->err, sizeof e->err);
-	return rc < 0 ? rc : api_hold_put(&e->hold, m, e->err, sizeof e->err);
+	if (rc == 0)
+		rc = api_hold_put(&e->hold, m, e->err, sizeof e->err);
+	if (rc == 0 && !e->hold.on)
+		(void)api_hold_send(&e->hold, e->sock, e->err, sizeof e->err);
+	return rc;
 }
 
 /* Sends (or holds) m; records the error text (or clears it). */
@@ -247,8 +253,9 @@ static int send_msg(struct kvw_engine *e, const struct frame_msg *m)
 	int rc;
 
 	e->err[0] = '\0';
-	rc = e->hold.on ? hold_msg(e, m)
-			: wire_send(e->sock, m, NULL, 0, e->err, sizeof e->err);
+	rc = e->hold.on || e->hold.n > 0
+		     ? hold_msg(e, m)
+		     : wire_send(e->sock, m, NULL, 0, e->err, sizeof e->err);
 	if (rc == 0)
 		e->err[0] = '\0';
 	return rc;
@@ -261,10 +268,9 @@ int kvw_engine_hold(struct kvw_engine *e, int on)
 	if (!e)
 		return KVW_EINVAL;
 	e->err[0] = '\0';
+	e->hold.on = on ? 1 : 0;
 	if (!on)
 		rc = kvw_engine_flush(e);
-	if (rc == 0)
-		e->hold.on = on ? 1 : 0;
 	return rc;
 }
 

@@ -175,10 +175,12 @@ KVW_API const char *kvw_engine_error(const struct kvw_engine *e);
  * then 0 (held), a refusal as without the hold, or KVW_EAGAIN (nothing
  * queued) when API_HOLD_MAX bytes are held and the control's queue takes
  * none of them. A held command is not sent: no poll shows its effect and
- * its room's deadlines do not start until it is flushed. on = 0 flushes
- * and ends the hold; where the flush cannot finish the hold stays on
- * and its error is returned. kvw_engine_close sends what is held as far
- * as the queue takes it. 0, or KVW_EAGAIN / KVW_ESYS as kvw_engine_flush. */
+ * its room's deadlines do not start until it is flushed. on = 0 ends the
+ * hold and flushes; what that flush cannot send stays queued, and every
+ * later command goes behind it (sent as far as the queue takes them, the
+ * rest with the next command or flush), so the order holds.
+ * kvw_engine_close sends what is queued as far as the queue takes it. 0,
+ * or KVW_EAGAIN / KVW_ESYS as kvw_engine_flush. */
 KVW_API int kvw_engine_hold(struct kvw_engine *e, int on);
 
 /* Sends every held command, oldest first: 0, KVW_EAGAIN (the control's

@@ -292,10 +292,13 @@ class KVManager:
         chunks and clears over many rooms then wake the control process
         once, not once each (bench/README.md). A held command has no
         effect until the block ends: poll after it. Nested blocks send at
-        the outermost end."""
-        self._batch_depth += 1
-        if self._batch_depth == 1:
+        the outermost end. What the end cannot send (the group gone, its
+        queue full past send_timeout: KVWireError) stays queued ahead of
+        later commands. One thread's blocks at a time, as SGLang's
+        scheduler runs a manager."""
+        if self._batch_depth == 0:
             self.call("kvw_engine_hold", lib.kvw_engine_hold, 1)
+        self._batch_depth += 1
         try:
             yield self
         finally:
