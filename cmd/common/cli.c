@@ -312,6 +312,13 @@ int cli_bad(const struct cli *c, const char *fmt, ...)
 	return cli_fatal(c->prog, KVW_EXIT_USAGE, "%s", msg);
 }
 
+const char *cli_tmpdir(void)
+{
+	const char *t = getenv("TMPDIR");
+
+	return t && *t ? t : "/tmp";
+}
+
 int cli_exit_code(int rc)
 {
 	switch (rc) {

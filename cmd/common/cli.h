@@ -118,6 +118,10 @@ int cli_fatal(const char *prog, int code, const char *fmt, ...)
 int cli_bad(const struct cli *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* Where a tool makes its temporary files: $TMPDIR when set and not
+ * empty, else /tmp (as mktemp(1) and kv-demo do). */
+const char *cli_tmpdir(void);
+
 /* The exit code for a library result: 0 -> 0, KVW_EINVAL -> 100 (usage),
  * KVW_ENODEV -> 77 (skip), KVW_ETIMEDOUT -> 99, KVW_EPEER -> 102 (peer or
  * group gone), any other -> 111. */

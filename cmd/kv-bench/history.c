@@ -229,7 +229,7 @@ static void print_series(const struct series *s, size_t ns)
  * after the fatal line. */
 static int draw(const struct series *s, size_t ns, const char *png)
 {
-	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	const char *tmp = cli_tmpdir();
 	char dir[512], dat[600], gp[600], err[256];
 	FILE *d, *g;
 	int rc = 0;

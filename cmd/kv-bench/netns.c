@@ -19,6 +19,8 @@
 
 #include "base/kvw.h"
 #include "base/proc.h"
+#include "common/cli.h"
+#include "spawn.h"
 
 /* iproute2's ip, where Debian puts it (spawn_run_wait does not search). */
 static const char *ip_path(void)
@@ -158,11 +160,10 @@ int netns_group_start(struct bench_netns *n, const char *kv_up,
 	int rc;
 
 	snprintf(n->kv_up, sizeof n->kv_up, "%s", kv_up);
-	snprintf(n->dir, sizeof n->dir, "/tmp/kvw-bench.XXXXXX");
-	if (mkdtemp(n->dir) == NULL) {
-		rc = errno;
+	if ((rc = spawn_mkdtemp(n->dir, sizeof n->dir)) != 0) {
 		n->dir[0] = '\0';
-		return kvw_errf(err, errlen, -1, "mkdtemp: %s", strerror(rc));
+		return kvw_errf(err, errlen, -1, "mkdtemp in %s: %s",
+				cli_tmpdir(), strerror(rc));
 	}
 	snprintf(keygen, sizeof keygen, "%s", kv_up);
 	slash = strrchr(keygen, '/');

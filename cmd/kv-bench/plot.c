@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/proc.h"
+#include "common/cli.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define BINS 40u
@@ -202,7 +203,7 @@ int plot_draw(const char *png, const struct kvb_progress *p,
 	      const uint64_t *lat_ns, uint32_t nlat, const char *title,
 	      char *err, size_t errlen)
 {
-	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	const char *tmp = cli_tmpdir();
 	char dir[512], f[3][600];
 	int rc;
 

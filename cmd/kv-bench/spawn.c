@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/proc.h"
+#include "common/cli.h"
 
 static int rm_one(const char *path, const struct stat *st, int flag,
 		  struct FTW *ftw)
@@ -86,6 +87,14 @@ void spawn_stop(struct spawn *s)
 	s->dir[0] = '\0';
 }
 
+int spawn_mkdtemp(char *dir, size_t len)
+{
+	if ((size_t)snprintf(dir, len, "%s/kvw-bench.XXXXXX", cli_tmpdir()) >=
+	    len)
+		return ENAMETOOLONG;
+	return mkdtemp(dir) ? 0 : errno;
+}
+
 int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
 		double timeout_s, char *err, size_t errlen)
 {
@@ -94,9 +103,9 @@ int spawn_start(struct spawn *s, const char *kv_up, char *const *args,
 
 	memset(s, 0, sizeof *s);
 	snprintf(s->kv_up, sizeof s->kv_up, "%s", kv_up);
-	snprintf(s->dir, sizeof s->dir, "/tmp/kvw-bench.XXXXXX");
-	if (mkdtemp(s->dir) == NULL) {
-		kvw_seterr(err, errlen, "mkdtemp: %s", strerror(errno));
+	if ((rc = spawn_mkdtemp(s->dir, sizeof s->dir)) != 0) {
+		kvw_seterr(err, errlen, "mkdtemp in %s: %s", cli_tmpdir(),
+			   strerror(rc));
 		s->dir[0] = '\0';
 		return -1;
 	}

@@ -1,8 +1,8 @@
 /*
  * spawn.h - kv-bench --spawn: start a private kvwire group through
- * `kv-up --daemon` in a fresh temporary run directory (kv-up returns once
- * every member is READY), and stop it with `kv-up --stop DIR` and remove
- * the directory at the end.
+ * `kv-up --daemon` in a fresh temporary run directory under $TMPDIR (else
+ * /tmp; kv-up returns once every member is READY), and stop it with
+ * `kv-up --stop DIR` and remove the directory at the end.
  */
 #ifndef KVBENCH_SPAWN_H
 #define KVBENCH_SPAWN_H
@@ -16,6 +16,11 @@ struct spawn {
 	int up_rc;        /* kv-up --daemon's exit status (77: a transport
 			   * this machine lacks) */
 };
+
+/* Makes a fresh directory $TMPDIR/kvw-bench.XXXXXX (/tmp without
+ * $TMPDIR) and writes its path into dir: 0, or an errno (ENAMETOOLONG
+ * when the path does not fit in len). */
+int spawn_mkdtemp(char *dir, size_t len);
 
 /* Runs `kv_up --daemon --run-dir DIR ARGS...` (args NULL-terminated) and
  * waits up to timeout_s for it to return. Returns 0, or -1 with err and

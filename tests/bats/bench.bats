@@ -277,6 +277,9 @@ print("listening", flush=True); time.sleep(120)' "$pb" >"$RUN/hold.out" &
 		--rooms 30 --concurrency 4 --latency-rooms 5 --rtt 20 --warmup 10
 	echo "$output"
 	[ "$status" -ne 0 ]
+	# The group that failed keeps its logs under $TMPDIR (the test's
+	# own directory), not in /tmp.
+	[[ $output == *"(logs kept in $RUN/kvw-bench."* ]]
 	# (the --insecure group at the base + 100 still runs)
 	[ "$(grep -c "rate run: rooms=30 success=30 " <<<"$output")" -eq 1 ]
 	# Without --auth-cost, --port-base is a usage error.
