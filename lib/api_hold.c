@@ -69,8 +69,7 @@ int api_hold_send(struct api_hold *h, void *sock, char *err, size_t errlen)
 		h->q.off += at;
 		h->n--;
 	}
-	h->q.off = h->q.len = 0;
-	return 0;
+	return 0; /* byteq_reserve starts the emptied queue over */
 }
 
 void api_hold_free(struct api_hold *h)
