@@ -188,12 +188,16 @@ class Model:
         """Attention of layer li for normed inputs h (n, hidden) at
         positions pos: each TP rank writes its heads' K/V into its cache,
         reads the whole prefix back and adds its share of the output
-        projection (the all-reduce is the sum over ranks)."""
+        projection (the all-reduce is the sum over ranks). caches: one
+        per rank; a RankCaches in a rank's own process (the other ranks'
+        entries None), whose group sums the ranks' shares."""
         c = self.cfg
         L = self.draft if li == DRAFT else self.layer[li]
         d, g = c.head_dim, c.q_heads // c.kv_heads
         out = np.zeros((h.shape[0], c.hidden), F32)
         for r in range(tp):
+            if caches[r] is None:
+                continue  # another process's rank
             lo, hi, qlo, qhi = self.heads_of(tp, r)
             q = (h @ L["wq"][:, qlo * d:qhi * d]).reshape(-1, qhi - qlo, d)
             k = (h @ L["wk"][:, lo * d:hi * d]).reshape(-1, hi - lo, d)
@@ -209,7 +213,8 @@ class Model:
             p = (p / p.sum(-1, keepdims=True)).astype(F32)
             o = np.einsum("hnt,thd->nhd", p, V).reshape(h.shape[0], -1)
             out += o @ L["wo"][qlo * d:qhi * d]
-        return out
+        return caches.all_reduce(out) if isinstance(caches, RankCaches) \
+            else out
 
     def recurrent(self, li, h, caches):
         """The Mamba-like layer for normed inputs h (n, hidden), token by
@@ -283,6 +288,21 @@ class Model:
         x = x + self.attention(DRAFT, self.rmsnorm(x, D["n1"]),
                                np.array([p]), caches, tp)
         return int(np.argmax(self.logits(x)))
+
+
+class RankCaches(list):
+    """The caches of one TP rank's process: its own at its rank's index,
+    None at the others'; group.all_reduce(rank, x) sums the ranks' float32
+    shares in rank order, 0 first (the order of the one-process loop in
+    attention, so every rank gets those very bits). Plain attention
+    layers only: the hybrid layers read rank 0's state."""
+
+    def __init__(self, tp, rank, cache, group):
+        super().__init__(cache if r == rank else None for r in range(tp))
+        self.rank, self.group = rank, group
+
+    def all_reduce(self, x):
+        return self.group.all_reduce(self.rank, x)
 
 
 class ContigCache:

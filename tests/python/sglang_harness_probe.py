@@ -34,7 +34,6 @@ import multiprocessing
 import os
 import sys
 import time
-import traceback
 import types
 
 import numpy as np
@@ -49,6 +48,8 @@ from sglang.srt.disaggregation.base.conn import (  # noqa: E402
 from sglang.srt.disaggregation.utils import (  # noqa: E402
     DisaggregationMode, KVClassType, TransferBackend, get_kv_class,
     poll_and_all_reduce)
+
+from ranks import WAIT, Group, rank_body, run_ranks  # noqa: E402
 
 RUN = os.environ["KVW_RUN_DIR"]
 CUDA = ctypes.CDLL(os.environ["KVW_CUDART"]) \
@@ -195,32 +196,12 @@ PTP, DTP = (int(x) for x in os.environ.get("KVW_HARNESS_TP", "1,1")
             .split(","))
 P = DisaggregationMode.PREFILL
 D = DisaggregationMode.DECODE
-WAIT = 60  # seconds any barrier waits before the run is given up
 
 
 def server(mode, tp):
     return server_args.parser().parse_args(
         ["--tp-size", str(tp), "--disaggregation-mode", mode,
          "--disaggregation-transfer-backend", "kvwire"])
-
-
-class Gloo:
-    """An engine's gloo group: all_reduce(op=MIN) of each rank's values,
-    every rank getting the same answer (a shared array, two barriers)."""
-
-    def __init__(self, ctx, tp, width):
-        self.tp, self.width = tp, width
-        self.vals = ctx.Array("i", tp * width, lock=False)
-        self.bar = ctx.Barrier(tp)
-
-    def all_reduce_min(self, rank, values):
-        w = self.width
-        self.vals[rank * w:rank * w + len(values)] = list(values)
-        self.bar.wait(WAIT)
-        out = [min(self.vals[k * w + i] for k in range(self.tp))
-               for i in range(len(values))]
-        self.bar.wait(WAIT)  # every rank read before the next round
-        return out
 
 
 class Rank:
@@ -467,18 +448,8 @@ def failure_then_clear(x):
 
 
 def rank_main(role, me, backend):
-    """A rank process: its scheduler's calls; exit 1 on any failure (the
-    barriers then break in the others, which exit too)."""
-    try:
-        role(me, backend)
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        me.router.abort()
-        me.gloo.bar.abort()
-        os._exit(1)
-    sys.stdout.flush()
-    os._exit(0)
+    """A rank process: its scheduler's calls (ranks.rank_body)."""
+    rank_body(lambda: role(me, backend), [me.router, me.gloo.bar])
 
 
 backend = TransferBackend(server("prefill", PTP)
@@ -486,19 +457,11 @@ backend = TransferBackend(server("prefill", PTP)
 step("load_plugins")
 ctx = multiprocessing.get_context("fork")  # before any kvwire object
 router = ctx.Barrier(PTP + DTP)
-gloo = {P: Gloo(ctx, PTP, 3), D: Gloo(ctx, DTP, 3)}
-procs = [ctx.Process(target=rank_main,
-                     args=(role, Rank(mode, r, gloo[mode], router), backend))
-         for mode, tp, role in ((P, PTP, prefill), (D, DTP, decode))
-         for r in range(tp)]
-for p in procs:
-    p.start()
-for p in procs:
-    p.join(2 * WAIT)
-codes = [p.exitcode for p in procs]
-for p in procs:
-    if p.exitcode is None:
-        p.kill()
-assert codes == [0] * len(procs), "rank processes exited %s" % codes
+gloo = {P: Group(ctx, PTP), D: Group(ctx, DTP)}
+run_ranks([ctx.Process(target=rank_main,
+                       args=(role, Rank(mode, r, gloo[mode], router),
+                             backend))
+           for mode, tp, role in ((P, PTP, prefill), (D, DTP, decode))
+           for r in range(tp)])
 print("harness: ok")
 sys.exit(0)

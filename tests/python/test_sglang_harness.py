@@ -12,7 +12,7 @@ across the rank processes) one answer on every rank. Each step is named
 in the output. And issue 33 item 3:
 pd_model's transformer served through that loop (sglang_model_probe.py)
 over TP 2 -> 1 and 1 -> 2, with a retracted, an aborted and a
-killed-member request among plain ones. And item 2: the same calls on
+killed-member request among plain ones, a process per rank there too. And item 2: the same calls on
 KV and state in SGLang's own (stand-in GPU) memory."""
 import os
 import sys
