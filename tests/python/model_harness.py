@@ -52,6 +52,16 @@ class Reference:
             MODEL, self.prompt, NEW_TOKENS)
         self.n_pages = -(-prompt_len // PT)
 
+    @staticmethod
+    def forward(caches, tokens, pos):
+        """The decode's forward of tokens at positions pos: the logits of
+        the last. caches: the DTP ranks' caches, or a function (tokens,
+        pos) -> logits that runs it in the rank processes."""
+        if callable(caches):
+            return caches(tokens, pos)
+        return MODEL.logits(MODEL.layers(MODEL.embed[tokens], pos, 0,
+                                         CFG.layers, caches, DTP))
+
     def decode_step(self, pages, alloc, caches):
         """One greedy decode step of the request (a running batch's
         forward) on the decode's DTP ranks: self.toks and self.logits
@@ -61,9 +71,8 @@ class Reference:
         p = len(self.prompt) + len(self.toks) - 1
         if p // PT >= len(pages):
             pages.extend(alloc.alloc(1))
-        x = MODEL.layers(MODEL.embed[[self.toks[-1]]], np.array([p]), 0,
-                         CFG.layers, caches, DTP)
-        self.logits.append(MODEL.logits(x))
+        self.logits.append(self.forward(caches, [self.toks[-1]],
+                                        np.array([p])))
         self.toks.append(int(np.argmax(self.logits[-1])))
         return len(self.toks) == len(self.ref_toks)
 
@@ -75,8 +84,7 @@ class Reference:
         seq = np.concatenate([self.prompt, self.toks[:-1]])
         pages = alloc.alloc(-(-len(seq) // PT))
         caches = make_caches(pages)
-        MODEL.layers(MODEL.embed[seq], np.arange(len(seq)), 0, CFG.layers,
-                     caches, DTP)
+        self.forward(caches, seq, np.arange(len(seq)))
         return pages, caches
 
     def equal(self, toks, logits):

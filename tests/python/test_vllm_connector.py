@@ -62,7 +62,8 @@ def test_the_model_served_through_vllms_engine_loop(ptp, dtp, layout):
     (a load error is recomputed, as vLLM does), one after that member's
     restart;
     each gives the one-process run's tokens; with the block-major layout
-    too (each block's K then its V), under a TP mismatch."""
+    too (each block's K then its V), under a TP mismatch. A worker
+    process per TP rank."""
     with Group("--kv-layout", layout, "--prefill-tp", ptp, "--decode-tp",
                dtp, "--workers", 1, *pd_model.Config().shape_flags()) as g:
         run_probe("vllm_model_probe.py", "vllm_pinned", g.dir,

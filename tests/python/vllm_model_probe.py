@@ -30,7 +30,17 @@ for a prompt it holds whole) and generates greedily. Requests:
            request still gives the one-process run's output;
   after    a request after kv-up restarted that member.
 Every request must give the one-process run's tokens, logits within 1e-4.
-Each outcome is a "step" line; the last line is "vllm model: ok"."""
+Each outcome is a "step" line; the last line is "vllm model: ok".
+
+As vLLM runs them, each engine's workers are processes of their own, one
+per TP rank (forked before any kvwire object exists), each with its
+worker-side connector, its KV tensors and its heads; here the engines'
+schedulers (and their scheduler-side connectors) share the main process,
+which hands every worker its step (the connector metadata, pickled, as
+vLLM's executor does) and its forward passes over a pipe. An engine's
+workers meet in a group of their own for the model's all-reduce
+(pd_model.RankCaches), so every worker computes the same logits."""
+import multiprocessing
 import pickle
 import sys
 import time
@@ -46,6 +56,9 @@ from kept import Kept
 from model_harness import (CFG, DEADLINE, DTP, MODEL, PT, PTP, RUN,
                            Blocks, Reference, kill_prefill_member, pd_model,
                            peer_rows, step, wait_restart_seen)
+from ranks import WAIT, Group, rank_body
+
+FLOATS = 64 * CFG.hidden  # a forward's rows
 
 
 def config(role, rank, tp):
@@ -73,46 +86,117 @@ class LayerKV:
         return self.half(self.t[li], 1)
 
 
-class Engine:
-    """One vLLM instance: its scheduler-side connector, a worker-side
-    connector and KV per TP rank, a block pool."""
+def worker(role, tp, rank, group, pipe):
+    """A worker process: its worker-side connector and KV tensors; runs
+    what the main process hands it, one command at a time, and answers
+    each: ("step", metadata, finished) -> (sent, loaded, load errors);
+    ("forward", tokens, pos, blocks) -> the logits of the last token, the
+    attention all-reduced with the engine's other workers; ("room", id)
+    -> (conclude_state, failure_reason) of a room it held; ("table",) ->
+    its room table's path; ("shutdown",) -> None, and it exits."""
+    w = KvwireConnector(config(role, rank, tp), KVConnectorRole.WORKER,
+                        None)
+    w.rooms = Kept()
+    t = w.pool_tensors()
+    w.register_kv_caches(t)  # once, before the first step
+    kv = LayerKV(t, w.args.shape.kv_layout == "vllm-blocks")
+    while True:
+        cmd = pipe.recv()
+        if cmd[0] == "step":
+            w.bind_connector_metadata(pickle.loads(cmd[1]))
+            w.start_load_kv(None)
+            w.wait_for_save()
+            s, r = w.get_finished(set(cmd[2]))
+            errors = w.get_block_ids_with_load_errors()
+            w.clear_connector_metadata()
+            pipe.send((s, r, errors))
+        elif cmd[0] == "forward":
+            tokens, pos, blocks = cmd[1:]
+            caches = pd_model.RankCaches(tp, rank, pd_model.PagedCache(
+                kv, blocks, PT), group)
+            pipe.send(MODEL.logits(MODEL.layers(
+                MODEL.embed[tokens], pos, 0, CFG.layers, caches, tp)))
+        elif cmd[0] == "room":
+            x = w.rooms.ever[cmd[1]]
+            pipe.send((x.conclude_state, x.failure_reason))
+        elif cmd[0] == "table":
+            pipe.send(w._manager().kv_args.table_path)
+        else:
+            w.shutdown()
+            pipe.send(None)
+            return
 
-    def __init__(self, role, tp, order):
-        self.tp = tp
-        self.sched = KvwireConnector(config(role, 0, tp),
+
+class Workers:
+    """One engine's worker processes, driven from the main process."""
+
+    def __init__(self, ctx, role, tp):
+        self.tp, self.pipes, self.procs = tp, [], []
+        group = Group(ctx, tp, FLOATS)
+        for r in range(tp):
+            mine, theirs = ctx.Pipe()
+            self.pipes.append(mine)
+            # daemon: a failure in the main process ends them with it
+            self.procs.append(ctx.Process(target=rank_body, daemon=True,
+                                          args=(lambda r=r, theirs=theirs:
+                                                worker(role, tp, r, group,
+                                                       theirs),
+                                                [group.bar])))
+        for p in self.procs:
+            p.start()
+
+    def call(self, *cmd):
+        """cmd to every worker (all at once: a forward meets in the
+        all-reduce), then each worker's answer, rank 0 first."""
+        for p in self.pipes:
+            p.send(cmd)
+        out = []
+        for p, proc in zip(self.pipes, self.procs):
+            while not p.poll(0.1):
+                assert proc.is_alive(), "worker exited %s" % proc.exitcode
+                assert time.monotonic() < DEADLINE, cmd[0]
+            out.append(p.recv())
+        return out
+
+    def stop(self):
+        self.call("shutdown")
+        for p in self.procs:
+            p.join(WAIT)
+        assert [p.exitcode for p in self.procs] == [0] * self.tp
+
+
+class Engine:
+    """One vLLM instance: its scheduler-side connector, its workers (a
+    process per TP rank), a block pool."""
+
+    def __init__(self, role, workers, order):
+        self.tp = workers.tp
+        self.sched = KvwireConnector(config(role, 0, self.tp),
                                      KVConnectorRole.SCHEDULER, None)
-        self.workers = [KvwireConnector(config(role, r, tp),
-                                        KVConnectorRole.WORKER, None)
-                        for r in range(tp)]
-        for w in self.workers:
-            w.rooms = Kept()
-        self.kv = []
-        for w in self.workers:
-            t = w.pool_tensors()
-            w.register_kv_caches(t)  # once, before the first step
-            self.kv.append(LayerKV(
-                t, w.args.shape.kv_layout == "vllm-blocks"))
+        self.workers = workers
         self.blocks = Blocks(64, order)
         self.reported = {}  # req id -> workers that reported it, per kind
 
     def caches(self, blocks):
-        return [pd_model.PagedCache(kv, blocks, PT) for kv in self.kv]
+        """The forward of tokens at pos over blocks in the workers: the
+        logits of the last token, the same on every worker."""
+        def forward(tokens, pos):
+            logits = self.workers.call("forward", np.asarray(tokens),
+                                       np.asarray(pos), list(blocks))
+            assert all(np.array_equal(x, logits[0]) for x in logits)
+            return logits[0]
+        return forward
 
     def step(self, finished=()):
         """One engine step of every worker; (sent, loaded, load errors):
         the request ids every worker reported, as vLLM's scheduler
         aggregates them across TP ranks."""
-        meta = self.sched.build_connector_meta(None)
+        meta = pickle.dumps(self.sched.build_connector_meta(None))
         out = {"sent": set(), "loaded": set()}
         errors = set()
-        for i, w in enumerate(self.workers):
-            # Pickled, as vLLM's executor hands it to worker processes.
-            w.bind_connector_metadata(pickle.loads(pickle.dumps(meta)))
-            w.start_load_kv(None)
-            w.wait_for_save()
-            s, r = w.get_finished(set(finished))
-            errors |= w.get_block_ids_with_load_errors()
-            w.clear_connector_metadata()
+        for i, (s, r, e) in enumerate(self.workers.call("step", meta,
+                                                        list(finished))):
+            errors |= e
             for kind, ids in (("sent", s), ("loaded", r)):
                 for rid in ids or ():
                     seen = self.reported.setdefault((kind, rid), set())
@@ -143,11 +227,10 @@ class Request(Reference):
     # ---- prefill (max_tokens=1: the prompt, then request_finished) ----
     def prefill(self):
         self.p_blocks = P.blocks.alloc(self.n_blocks)
-        caches = P.caches(self.p_blocks)
+        forward = P.caches(self.p_blocks)
         for lo in range(0, len(self.prompt), 2 * PT):  # chunked prefill
             hi = min(lo + 2 * PT, len(self.prompt))
-            MODEL.layers(MODEL.embed[self.prompt[lo:hi]], np.arange(lo, hi),
-                         0, CFG.layers, caches, PTP)
+            forward(self.prompt[lo:hi], np.arange(lo, hi))
             P.step()
         free, self.params = P.sched.request_finished(self.r(), self.p_blocks)
         assert free is True and "kvwire_room" in self.params
@@ -169,10 +252,8 @@ class Request(Reference):
         start = bad[0] * PT if bad else len(self.prompt) - 1
         self.recomputed = bool(bad)
         self.d_caches = D.caches(self.d_blocks)
-        pos = np.arange(start, len(self.prompt))
-        x = MODEL.layers(MODEL.embed[self.prompt[start:]], pos, 0, CFG.layers,
-                         self.d_caches, DTP)
-        self.logits = [MODEL.logits(x)]
+        self.logits = [self.forward(self.d_caches, self.prompt[start:],
+                                    np.arange(start, len(self.prompt)))]
         self.toks = [int(np.argmax(self.logits[0]))]
 
     def decode(self):
@@ -236,8 +317,11 @@ def serve(wave, resumed=()):
         time.sleep(0.0005)
 
 
-P = Engine("kv_producer", PTP, None)
-D = Engine("kv_consumer", DTP, range(63, -1, -1))
+ctx = multiprocessing.get_context("fork")  # before any kvwire object
+p_workers = Workers(ctx, "kv_producer", PTP)
+d_workers = Workers(ctx, "kv_consumer", DTP)
+P = Engine("kv_producer", p_workers, None)
+D = Engine("kv_consumer", d_workers, range(63, -1, -1))
 step("engines")
 ok, pre = Request("a", "ok", 23), Request("bb", "preempt", 17)
 serve([ok, pre])
@@ -268,7 +352,6 @@ while ab.rid not in done:
     time.sleep(0.0005)
 D.blocks.release(ab.d_blocks)
 P.step()  # every prefill worker begins the send the decode aborted
-p_rooms = [w.rooms.ever[ab.rid] for w in P.workers]
 nxt = Request("ggggggg", "ok", 22)
 serve([nxt])
 assert set(ab.d_blocks) & set(nxt.d_blocks), "the freed blocks went elsewhere"
@@ -279,15 +362,14 @@ while ab.rid not in done:
     done |= sent
     time.sleep(0.0005)
 P.blocks.release(ab.p_blocks)
-for x in p_rooms:
-    assert x.conclude_state == KVPoll.Failed and \
-        "abort" in (x.failure_reason or ""), (x.conclude_state,
-                                              x.failure_reason)
+p_rooms = P.workers.call("room", ab.rid)  # every prefill worker's room
+for state, why in p_rooms:
+    assert state == KVPoll.Failed and "abort" in (why or ""), (state, why)
 step("request %s (aborted while loading): prefill failed (%s), blocks "
-     "freed once settled" % (ab.rid, p_rooms[0].failure_reason))
+     "freed once settled" % (ab.rid, p_rooms[0][1]))
 step("request %s (ok, in the aborted one's blocks): %s"
      % (nxt.rid, nxt.outcome))
-tables = [w._manager().kv_args.table_path for w in D.workers]
+tables = D.workers.call("table")
 before = peer_rows(tables)
 killed = Request("dddd", "killed", 21)
 killed.prefill()
@@ -307,7 +389,9 @@ after = Request("eeeee", "after", 23)
 serve([after])
 assert not after.recomputed, after.outcome
 step("request %s (after): %s" % (after.rid, after.outcome))
-for c in [P.sched, D.sched] + P.workers + D.workers:
+for c in [P.sched, D.sched]:
     c.shutdown()
+p_workers.stop()
+d_workers.stop()
 print("vllm model: ok")
 sys.exit(0)
