@@ -1,8 +1,8 @@
-"""ranks.py - what the SGLang probes need to run an engine's TP ranks as
-processes of their own, as SGLang runs a scheduler per rank: a group per
-engine (its gloo and NCCL groups: all-reduce MIN of ints, all-gather and
-all-reduce SUM of float32 arrays, through shared memory and a barrier)
-and the run of the rank processes."""
+"""ranks.py - what the probes need to run an engine's TP ranks as processes
+of their own, as SGLang runs a scheduler per rank and vLLM a worker per
+rank: a group per engine (its gloo and NCCL groups: all-reduce MIN of
+ints, all-gather and all-reduce SUM of float32 arrays, through shared
+memory and a barrier), the run of the rank processes and a rank's exit."""
 import os
 import sys
 import traceback
@@ -55,8 +55,9 @@ class Group:
         return out
 
     def all_reduce(self, rank, x):
-        """The sum over the ranks, rank 0's share first (the order of
-        pd_model's one-process attention, so every rank gets its bits)."""
+        """The sum over the ranks, rank 0's share first: the order of
+        pd_model's one-process attention, so every rank gets the very
+        bits the one-process loop would."""
         out = np.zeros(x.shape, np.float32)
         for part in self.gather(rank, x):
             out += part
