@@ -460,7 +460,11 @@ slow_canary() {
 }
 
 @test "the prefill heartbeat declares a stopped decode dead mid-copy with slowed copies: releasable only after the batch in flight, nothing lands after" {
-	slow_up --heartbeat-interval 0.2 --max-failures 2
+	# 25 misses (5 s), as in the test without slowed copies: a stopped
+	# decode is dead, a live prefill that a loaded machine slows is not.
+	# With 2 (0.4 s) the decode's heartbeat once declared p0 dead under
+	# stress-ng while slow_canary's room was in flight (peer dead).
+	slow_up --heartbeat-interval 0.2 --max-failures 25
 	slow_room 121
 	D=$(cat "$RUN/pids/d0.pid")
 	kill -STOP "$D"
@@ -481,7 +485,10 @@ slow_canary() {
 }
 
 @test "prefill restart mid-copy with slowed copies: its worker dies with it, the decode is releasable within seconds, nothing lands after" {
-	slow_up --heartbeat-interval 0.2 --max-failures 2
+	# The restart shows as a new epoch on the next PONG (0.2 s); 25
+	# misses keep a loaded machine from declaring the live prefill dead
+	# under slow_canary's room.
+	slow_up --heartbeat-interval 0.2 --max-failures 25
 	slow_room 131
 	old=$(cat "$RUN/pids/p0.pid")
 	start=$SECONDS
