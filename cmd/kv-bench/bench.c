@@ -318,7 +318,7 @@ static int step_run(struct run *r, struct room *x, uint64_t now)
 		tell_stuck(r, x, at);
 	}
 	if (x->outcome == O_NONE && ok == x->di->nd && !x->t_done)
-		x->t_done = proc_now_ns(); /* the latency ends at decode */
+		x->t_done = at; /* the latency ends at decode (read above) */
 	for (k = 0; k < x->pi->np && ok == x->di->nd; k++)
 		if (!bench_prefill_ended(x, k))
 			ok = 0;
