@@ -138,9 +138,8 @@ def _load():
         "kvw_abort": (I, [P, U64]),
         "kvw_clear": (I, [P, U64]),
         "kvw_poll": (I, [P, U64, ctypes.POINTER(RoomStatus)]),
-        "kvw_poll_many": (I, [P, ctypes.POINTER(U64), U32,
-                              ctypes.POINTER(RoomStatus),
-                              ctypes.POINTER(ctypes.c_int32)]),
+        # Arrays as addresses: the manager keeps its own (poll_many).
+        "kvw_poll_many": (I, [P, P, U32, P, P]),
         "kvw_register_gpu_pool": (I, [P, I, ctypes.POINTER(U64),
                                       ctypes.POINTER(U64), U32P, U32,
                                       ctypes.c_char_p, ctypes.c_size_t]),

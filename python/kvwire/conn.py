@@ -189,6 +189,10 @@ class KVManager:
         self._gone = None        # what it found
         self._allocs = {}        # kvw_alloc's memory objects, by address
         self._batch_depth = 0    # batch() blocks open
+        # kvw_poll_many's arrays (_poll_rows), kept from call to call: an
+        # engine polls its live rooms every step.
+        self._poll_lock = threading.Lock()
+        self._poll_cap = 0
         err = _lib.ctypes.create_string_buffer(256)
         e = _lib.ctypes.c_void_p()
         rc = lib.kvw_engine_open(args.engine_endpoint.encode(),
@@ -470,26 +474,42 @@ class KVManager:
     def statuses(self, rooms):
         """status() of every room id in rooms, in one call of the library
         (kvw_poll_many): a list of RoomStatus or None."""
+        with self._poll_lock:
+            rcs, _, sts = self._poll_rows(rooms)
+            return [_row(rc, sts, i) for i, rc in enumerate(rcs)]
+
+    def _poll_rows(self, rooms):
+        """kvw_poll_many over the room ids in rooms, into this manager's
+        arrays: (rcs, states, sts), rcs and the rows' states as lists and
+        sts the RoomStatus array they index, good until the next call
+        (the caller holds _poll_lock). Raises for a code other than 0 and
+        ENOENT."""
         n = len(rooms)
-        c = _lib.ctypes
-        ids = (c.c_uint64 * n)(*rooms)
-        sts = (_lib.RoomStatus * n)()
-        rcs = (c.c_int32 * n)()
+        if n > self._poll_cap:
+            cap = max(n, 2 * self._poll_cap, 64)
+            self._poll_ids = np.empty(cap, np.uint64)
+            self._poll_sts = (_lib.RoomStatus * cap)()
+            self._poll_rcs = np.empty(cap, np.int32)
+            # Each row's state (its first uint32) as a numpy column.
+            self._poll_states = np.frombuffer(self._poll_sts, np.uint32) \
+                .reshape(cap, -1)[:, 0]
+            self._poll_args = (self._poll_ids.ctypes.data,
+                               _lib.ctypes.addressof(self._poll_sts),
+                               self._poll_rcs.ctypes.data)
+            self._poll_cap = cap
+        self._poll_ids[:n] = rooms
+        ids, sts, rcs = self._poll_args
         e = self._handle()
         for _ in range(16):  # kvw_poll_many reads a busy slot 64 times
             lib.kvw_poll_many(e, ids, n, sts, rcs)
-            if _lib.EAGAIN not in rcs:
+            codes = self._poll_rcs[:n].tolist()
+            if _lib.EAGAIN not in codes:
                 break
-        out = []
-        for i, rc in enumerate(rcs):
-            if rc == 0:
-                out.append(sts[i])
-            elif rc == _lib.ENOENT:
-                out.append(None)
-            else:
+        for rc in codes:
+            if rc != 0 and rc != _lib.ENOENT:
                 raise KVWireError("kvw_poll on %s" % self.kv_args.member,
                                   rc)
-        return out
+        return codes, self._poll_states[:n].tolist(), self._poll_sts
 
     def room_times(self, room):
         """When the room's incarnation (status()'s) entered each state:
@@ -626,23 +646,55 @@ def _ptr(a):
 _UNREAD = object()  # poll(): the room's row is not read yet
 
 
+def _row(rc, sts, i):
+    """Row i of a kvw_poll_many array as status() returns it: a copy, or
+    None for a room not there (rc ENOENT)."""
+    return _lib.RoomStatus.from_buffer_copy(sts, i * _ROW) if rc == 0 \
+        else None
+
+
+_ROW = _lib.ctypes.sizeof(_lib.RoomStatus)
+
+
 def poll_many(rooms):
     """[r.poll() for r in rooms], with one read of each manager's table for
     all of its rooms that need one (kvw_poll_many) instead of one call per
     room: for an engine that polls every live room each step (SGLang's
     poll_and_all_reduce). rooms: KVSender and KVReceiver objects, of any
-    managers, in any mix."""
+    managers, in any mix. While its group is up, a room still under way
+    in the table (its row there, Bootstrapping to Transferring) is
+    answered from the row's state alone, and one whose command its control
+    has not taken yet (no row, the same control epoch) from _absent(), as
+    poll() would answer them; every other room goes through poll() with
+    its row (issue 33 item 6: the per-room work of a step is most of a
+    Python engine's cost)."""
     rooms = list(rooms)
+    out = [None] * len(rooms)
     ask = {}  # manager -> indices into rooms of those that read the table
     for i, r in enumerate(rooms):
-        if r._needs_row():
+        if r.conclude_state is not None:
+            out[i] = r.conclude_state
+        elif r._needs_row():
             ask.setdefault(r.kv_mgr, []).append(i)
-    rows = [_UNREAD] * len(rooms)
+        else:
+            out[i] = r.poll()
     for mgr, idx in ask.items():
-        for i, st in zip(idx, mgr.statuses([rooms[i].bootstrap_room
-                                            for i in idx])):
-            rows[i] = st
-    return [r.poll(st) for r, st in zip(rooms, rows)]
+        with mgr._poll_lock:
+            rcs, states, sts = mgr._poll_rows([rooms[i].bootstrap_room
+                                               for i in idx])
+            up = mgr.control_gone() is None
+            epoch = now = None
+            for j, i in enumerate(idx):
+                s, r, rc, ans = states[j], rooms[i], rcs[j], None
+                if up and rc == 0 and 0 < s < _lib.SUCCESS:
+                    ans = r._UNDER_WAY[s]
+                elif up and rc == _lib.ENOENT:
+                    if epoch is None:
+                        epoch, now = mgr.epoch(), time.monotonic()
+                    if r._epoch is None or r._epoch == epoch:
+                        ans = r._absent(now)
+                out[i] = r.poll(_row(rc, sts, j)) if ans is None else ans
+    return out
 
 
 class _Room:
@@ -770,6 +822,9 @@ class KVSender(_Room):
     destinations from the decode's registration."""
 
     side = "prefill"
+    # poll()'s answer for a row Bootstrapping, WaitingForInput or
+    # Transferring while the group is up (poll_many's shortcut).
+    _UNDER_WAY = (None, _lib.BOOTSTRAPPING, _lib.WAITING, _lib.TRANSFERRING)
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room, dest_tp_ranks=None,
                  pp_rank=0, req_has_disagg_prefill_dp_rank=False):
@@ -856,6 +911,14 @@ class KVSender(_Room):
     def _needs_row(self):
         return self.conclude_state is None and not self._cleared
 
+    def _absent(self, now):
+        """poll()'s answer for a room not in the table under the control
+        epoch that took its command, the group up (poll_many's): None
+        once the bootstrap timeout has passed (poll() fails it)."""
+        if now - self._t0 > self.kv_mgr.kv_args.bootstrap_timeout:
+            return None
+        return KVPoll.Bootstrapping
+
     def poll(self, st=_UNREAD):
         """SGLang's poll(); st: the room's row when the caller read it
         already (poll_many)."""
@@ -896,6 +959,10 @@ class KVReceiver(_Room):
     SGLang's host:port."""
 
     side = "decode"
+    # poll()'s answer for a row under way (poll_many's): the decode waits
+    # for input until the transfer begins.
+    _UNDER_WAY = (None, KVPoll.WaitingForInput, KVPoll.WaitingForInput,
+                  _lib.TRANSFERRING)
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None,
                  prefill_dp_rank=None):
@@ -970,6 +1037,12 @@ class KVReceiver(_Room):
     def _needs_row(self):
         return self.conclude_state is None and not self._cleared and \
             self._begun
+
+    @staticmethod
+    def _absent(now):
+        """poll()'s answer for a begun room not in the table yet under the
+        epoch that took its RECV_BEGIN, the group up (poll_many's)."""
+        return KVPoll.WaitingForInput
 
     def poll(self, st=_UNREAD):
         """SGLang's poll(); st: the room's row when the caller read it

@@ -213,6 +213,18 @@ def test_poll_many_is_each_rooms_poll(mgrs):
                          KVPoll.Failed]
     assert many[8] == KVPoll.Bootstrapping
     assert poll_many([]) == []
+    # Past the bootstrap timeout, a prefill room that no decode asked for
+    # fails through poll_many (its shortcut for a room not in the table
+    # yet) as through poll().
+    late = KVSender(pm, pm.kv_args.bootstrap_addr, room_id(), [0], 0)
+    waited = pm.kv_args.bootstrap_timeout
+    pm.kv_args.bootstrap_timeout = 0.0
+    try:
+        assert poll_many([late, lone]) == [KVPoll.Failed] * 2
+        assert "no decode asked for the room" in late.failure_reason
+    finally:
+        pm.kv_args.bootstrap_timeout = waited
+    late.clear()
     s1.send(np.array([6, 7], np.int32))
     wait_for("room 1 done", lambda: poll_many([s1, r1]) ==
              [KVPoll.Success] * 2)
