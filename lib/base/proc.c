@@ -201,6 +201,24 @@ uint64_t proc_test_delay_us(const char *name)
 	return us;
 }
 
+uint32_t proc_test_room_capacity(uint32_t dflt)
+{
+	const char *d = getenv("KVW_TEST_ROOM_CAPACITY");
+	unsigned long long n;
+
+	if (!d || !*d)
+		return dflt;
+	n = strtoull(d, NULL, 10);
+	if (n < 16 || n > dflt || (n & (n - 1)) != 0) {
+		LOG(LOG_WARN, "test-only KVW_TEST_ROOM_CAPACITY=%s ignored: want "
+		    "a power of two from 16 to %u", d, dflt);
+		return dflt;
+	}
+	LOG(LOG_WARN, "test-only room table of %llu slots "
+	    "(KVW_TEST_ROOM_CAPACITY)", n);
+	return (uint32_t)n;
+}
+
 void proc_test_sleep_us(uint64_t us)
 {
 	struct timespec ts = { (time_t)(us / 1000000u),

@@ -71,4 +71,9 @@ uint64_t proc_test_delay_us(const char *name);
  * PROC_TEST_STOP: stops the process until SIGCONT. */
 void proc_test_sleep_us(uint64_t us);
 
+/* TEST ONLY: the room table's slots a control creates, dflt unless
+ * KVW_TEST_ROOM_CAPACITY asks for a power of two from 16 to dflt (its log
+ * says so), so a test can run many times a table's capacity in rooms. */
+uint32_t proc_test_room_capacity(uint32_t dflt);
+
 #endif

@@ -23,17 +23,6 @@ uint64_t rtab_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* splitmix64 finaliser: room ids are often sequential. */
-static uint32_t slot_of(const struct rtab *t, uint64_t room)
-{
-	room ^= room >> 30;
-	room *= 0xbf58476d1ce4e5b9ULL;
-	room ^= room >> 27;
-	room *= 0x94d049bb133111ebULL;
-	room ^= room >> 31;
-	return (uint32_t)room & t->mask;
-}
-
 static void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -91,7 +80,7 @@ int rtab_insert(struct rtab *t, uint64_t room, uint32_t peer,
 
 	if (!t->owner)
 		return KVW_EINVAL;
-	h = slot_of(t, room);
+	h = rtab_home(t, room);
 	for (uint32_t i = 0; i < t->cap; i++) {
 		uint32_t s = (h + i) & t->mask;
 		struct rtab_entry *e = &t->ent[s];
@@ -124,7 +113,7 @@ int rtab_insert(struct rtab *t, uint64_t room, uint32_t peer,
 
 int rtab_lookup(const struct rtab *t, uint64_t room, struct rtab_ref *out)
 {
-	uint32_t h = slot_of(t, room);
+	uint32_t h = rtab_home(t, room);
 	int skipped = 0;
 
 	for (uint32_t i = 0; i < t->cap; i++) {

@@ -128,6 +128,7 @@ void rtab_close(struct rtab **tp)
 		munmap(t->map, t->len);
 	if (t->lock_fd >= 0)
 		close(t->lock_fd); /* releases the owner's lock */
+	rtab_reclaim_free(t);
 	free(t);
 	*tp = NULL;
 }

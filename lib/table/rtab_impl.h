@@ -26,7 +26,24 @@ struct rtab {
 	dev_t dev; /* the mapped file, as mapped (rtab_is_at) */
 	ino_t ino;
 	int lock_fd; /* owner: the file, flock'ed for the owner's life; -1 */
+	struct rtab_reclaim *reclaim; /* owner: rtab_reclaim's memory, or NULL */
 };
+
+/* The home slot of a room id: splitmix64's finaliser (room ids are often
+ * sequential). A key lives at its home or after it on the probe path,
+ * which no EMPTY slot interrupts. */
+static inline uint32_t rtab_home(const struct rtab *t, uint64_t room)
+{
+	room ^= room >> 30;
+	room *= 0xbf58476d1ce4e5b9ULL;
+	room ^= room >> 27;
+	room *= 0x94d049bb133111ebULL;
+	room ^= room >> 31;
+	return (uint32_t)room & t->mask;
+}
+
+/* Frees rtab_reclaim's memory (rtab_close). Defined in rtab_reclaim.c. */
+void rtab_reclaim_free(struct rtab *t);
 
 /* ---- state word: gen (63..32) | reason (31..16) | state (15..8) | kind */
 

@@ -410,16 +410,16 @@ static void test_full_table_is_enomem_until_a_room_is_cleared(void **state)
 
 /* Random inserts, clears and reuses against a model on a small table with
  * more keys than slots: every lookup must name the model's incarnation, so
- * tombstones taken over by other keys never break a collision chain. */
-static void test_tombstone_reuse_keeps_collision_chains_correct(void **state)
+ * tombstones taken over by other keys (or forgotten by rtab_reclaim, when
+ * reclaim is set) never break a collision chain. */
+static void chains_against_a_model(int reclaim, uint32_t cap)
 {
-	enum { CAP = 16, NKEYS = 40, STEPS = 20000 };
-	struct fx *f = fx_new("chains", CAP, 1);
+	enum { NKEYS = 40, STEPS = 20000 };
+	struct fx *f = fx_new("chains", cap, 1);
 	struct { int present; struct rtab_ref ref; unsigned st; } m[NKEYS];
 	uint64_t x = 88172645463325252ULL;
-	unsigned live = 0;
+	unsigned live = 0, forgotten = 0;
 
-	(void)state;
 	memset(m, 0, sizeof(m));
 	for (unsigned step = 0; step < STEPS; step++) {
 		unsigned k;
@@ -433,12 +433,12 @@ static void test_tombstone_reuse_keeps_collision_chains_correct(void **state)
 
 		if (!m[k].present || m[k].st == KVW_CLEARED) {
 			rc = rtab_insert(f->t, key, 0, 0, &r);
-			if (live == CAP) {
+			if (live == cap) {
 				/* full of non-Cleared rooms */
 				assert_int_equal(rc, m[k].present ? 0 : KVW_ENOMEM);
 			}
 			if (rc == KVW_ENOMEM) {
-				assert_int_equal(live, CAP);
+				assert_int_equal(live, cap);
 				continue;
 			}
 			assert_int_equal(rc, 0);
@@ -455,7 +455,17 @@ static void test_tombstone_reuse_keeps_collision_chains_correct(void **state)
 		} else {
 			assert_int_equal(rtab_insert(f->t, key, 0, 0, &r), KVW_EEXIST);
 		}
-		/* A key whose tombstone was taken by another key is gone. */
+		/* Passes that forget old tombstones whenever they can (a
+		 * full table's worth of wanted EMPTY slots): every key that
+		 * stays must stay reachable through them. */
+		if (reclaim && (x & 0x600) == 0) {
+			int n = rtab_reclaim(f->t, cap);
+
+			assert_true(n >= 0);
+			forgotten += (unsigned)n;
+		}
+		/* A key whose tombstone was taken by another key, or forgotten,
+		 * is gone. */
 		for (unsigned j = 0; j < NKEYS; j++) {
 			uint64_t kj = j % 2 ? UINT64_MAX - j : (uint64_t)j * 0x9e3779b97f4a7c15ULL;
 			struct rtab_view v;
@@ -476,6 +486,116 @@ static void test_tombstone_reuse_keeps_collision_chains_correct(void **state)
 			assert_int_equal(v.state, m[j].st);
 		}
 	}
+	if (reclaim && cap > NKEYS) { /* the passes did forget, often */
+		print_message("%u slots, %u ids: %u tombstones forgotten\n",
+			      cap, NKEYS, forgotten);
+		assert_true(forgotten > STEPS / 100);
+	}
+	fx_free(f);
+}
+
+static void test_tombstone_reuse_keeps_collision_chains_correct(void **state)
+{
+	(void)state;
+	chains_against_a_model(0, 16);
+}
+
+static void test_forgetting_old_tombstones_keeps_collision_chains_correct(void **state)
+{
+	(void)state;
+	/* 16 slots for 40 ids: full most of the time, a tombstone is
+	 * nearly always on a kept path; 64: runs of tombstones to forget,
+	 * collisions and wraps all the same. */
+	chains_against_a_model(1, 16);
+	chains_against_a_model(1, 64);
+}
+
+/* rtab_reclaim: a Cleared tombstone is forgotten only at the second pass
+ * that sees it jobless (it stays visible as Cleared for a pass), only when
+ * the table wants EMPTY slots, never while a job is counted on it; a room
+ * in any other state is never forgotten; the slot's next incarnation
+ * has a later generation and the old ref is stale. */
+static void test_reclaim_forgets_old_jobless_tombstones_only(void **state)
+{
+	struct fx *f = fx_new("reclaim", 16, 1);
+	struct rtab_ref a = must_insert(f->t, 100), b = must_insert(f->t, 200);
+	struct rtab_ref live[4], x;
+	struct rtab_view v;
+	uint32_t c = 0, n = 0;
+
+	(void)state;
+	for (unsigned i = 0; i < 4; i++) {
+		live[i] = must_insert(f->t, 300 + i);
+		drive_to(f->t, live[i], i == 0 ? KVW_FAILED : i == 1 ? KVW_SUCCESS
+				      : i == 2 ? KVW_TRANSFERRING : KVW_BOOTSTRAPPING);
+	}
+	drive_to(f->t, a, KVW_CLEARED);
+	assert_int_equal(rtab_outstanding_add(f->t, b, 1), 1);
+	drive_to(f->t, b, KVW_CLEARED);
+	/* The first pass only ages a: it stays visible as Cleared. */
+	assert_int_equal(rtab_reclaim(f->t, 16), 0);
+	assert_int_equal(rtab_lookup(f->t, 100, &x), 0);
+	assert_int_equal(rtab_state(f->t, x), KVW_CLEARED);
+	/* A table with enough EMPTY slots forgets nothing. */
+	for (int pass = 0; pass < 3; pass++)
+		assert_int_equal(rtab_reclaim(f->t, 0), 0);
+	assert_int_equal(rtab_lookup(f->t, 100, &x), 0);
+	assert_int_equal(rtab_reclaim(f->t, 16), 1);
+	assert_int_equal(rtab_lookup(f->t, 100, &x), KVW_ENOENT);
+	assert_int_equal(rtab_state(f->t, a), KVW_ESTALE);
+	assert_int_equal(rtab_outstanding_add(f->t, a, 1), KVW_ESTALE);
+	/* b's job holds it; once it is done, two more passes. */
+	assert_int_equal(rtab_reclaim(f->t, 16), 0);
+	assert_int_equal(rtab_lookup(f->t, 200, &x), 0);
+	assert_int_equal(rtab_outstanding_add(f->t, b, -1), 0);
+	assert_int_equal(rtab_reclaim(f->t, 16), 0);
+	assert_int_equal(rtab_reclaim(f->t, 16), 1);
+	assert_int_equal(rtab_lookup(f->t, 200, &x), KVW_ENOENT);
+	/* The rooms in every other state stay, each found. */
+	for (int pass = 0; pass < 3; pass++)
+		assert_int_equal(rtab_reclaim(f->t, 16), 0);
+	while (rtab_next(f->t, &c, &v) == 0) {
+		assert_true(v.room >= 300 && v.room < 304);
+		assert_int_equal(rtab_lookup(f->t, v.room, &x), 0);
+		n++;
+	}
+	assert_int_equal(n, 4);
+	/* The id begins again: a later generation than the forgotten one. */
+	x = must_insert(f->t, 100);
+	if (x.slot == a.slot)
+		assert_true(x.gen > a.gen + 1);
+	fx_free(f);
+}
+
+/* The table's slots do not all end as tombstones: rooms begun and cleared
+ * under ever new ids, thirty times the capacity, with the controls' tick
+ * after each insert (its count trigger: the clock stands still here),
+ * leave most slots EMPTY, so a miss stays short. Without forgetting, every
+ * slot is a tombstone long before (the first check, on a twin table). */
+static void test_many_rooms_leave_the_table_mostly_empty(void **state)
+{
+	enum { CAP = 1024 };
+	struct fx *f = fx_new("many", CAP, 1), *g = fx_new("many-kept", CAP, 1);
+	uint32_t c = 0, filled = 0;
+	struct rtab_view v;
+
+	(void)state;
+	for (uint64_t k = 1; k <= 30 * CAP; k++) {
+		drive_to(f->t, must_insert(f->t, k * 7919), KVW_CLEARED);
+		drive_to(g->t, must_insert(g->t, k * 7919), KVW_CLEARED);
+		assert_true(rtab_reclaim_tick(f->t, 0) >= 0);
+	}
+	while (rtab_next(g->t, &c, &v) == 0)
+		filled++;
+	assert_int_equal(filled, CAP);
+	c = 0;
+	filled = 0;
+	while (rtab_next(f->t, &c, &v) == 0)
+		filled++;
+	print_message("tombstones left: %u of %u slots (%u without "
+		      "forgetting)\n", filled, CAP, CAP);
+	assert_true(filled <= CAP / 2 + CAP / 8);
+	fx_free(g);
 	fx_free(f);
 }
 
@@ -1008,6 +1128,7 @@ struct shared {
 	_Atomic uint64_t plus, minus;
 	_Atomic uint64_t inserts, transitions;
 	_Atomic uint64_t drained_waits, stale_plus; /* races that were hit */
+	_Atomic uint64_t forgotten; /* tombstones the owner's passes forgot */
 	char first_violation[200];
 };
 
@@ -1088,6 +1209,13 @@ static void stress_owner(struct shared *sh, struct rtab *t, uint64_t target)
 		struct rtab_ref r, n;
 		int st = -1, rc;
 
+		if (ops % 64 == 0) { /* forget what it can, as the controls do */
+			rc = rtab_reclaim(t, S_CAP);
+			if (rc < 0)
+				violation(sh, "reclaim failed", (unsigned)-rc, 0);
+			else
+				atomic_fetch_add(&sh->forgotten, (uint64_t)rc);
+		}
 		rc = rtab_lookup(t, key_of(k), &r);
 		ops++;
 		if (rc == KVW_ENOENT || (rc == 0 && (st = rtab_state(t, r)) == KVW_CLEARED)) {
@@ -1265,7 +1393,8 @@ static void test_multiprocess_stress_keeps_every_invariant(void **state)
 		sum += sh->ops[i];
 	print_message("stress: %llu ops in %.2f s: %llu inserts (%llu "
 		      "waited for jobs), %llu transitions, %llu job pairs "
-		      "(%llu stale), %llu violations\n",
+		      "(%llu stale), %llu tombstones forgotten, %llu "
+		      "violations\n",
 		      (unsigned long long)sum,
 		      (double)(rtab_now_ns() - t0) / 1e9,
 		      (unsigned long long)sh->inserts,
@@ -1273,6 +1402,7 @@ static void test_multiprocess_stress_keeps_every_invariant(void **state)
 		      (unsigned long long)sh->transitions,
 		      (unsigned long long)sh->plus,
 		      (unsigned long long)sh->stale_plus,
+		      (unsigned long long)sh->forgotten,
 		      (unsigned long long)sh->violations);
 	if (sh->violations != 0)
 		print_error("first violation: %s\n", sh->first_violation);
@@ -1282,6 +1412,7 @@ static void test_multiprocess_stress_keeps_every_invariant(void **state)
 	assert_true(sh->transitions > STRESS_MIN_HITS);
 	assert_true(sh->plus > STRESS_MIN_HITS);
 	assert_int_equal(sh->plus, sh->minus);
+	assert_true(sh->forgotten > 0);
 
 	/* Quiescent table: counts all zero, keys unique among LIVE slots. */
 	{
@@ -1355,6 +1486,9 @@ int main(void)
 		cmocka_unit_test(test_cleared_key_with_jobs_outstanding_is_not_reused),
 		cmocka_unit_test(test_full_table_is_enomem_until_a_room_is_cleared),
 		cmocka_unit_test(test_tombstone_reuse_keeps_collision_chains_correct),
+		cmocka_unit_test(test_forgetting_old_tombstones_keeps_collision_chains_correct),
+		cmocka_unit_test(test_reclaim_forgets_old_jobless_tombstones_only),
+		cmocka_unit_test(test_many_rooms_leave_the_table_mostly_empty),
 		cmocka_unit_test(test_create_refuses_foreign_or_damaged_files),
 		cmocka_unit_test(test_created_file_is_private_and_fully_initialised),
 		cmocka_unit_test(test_readonly_open_reads_and_cannot_write),

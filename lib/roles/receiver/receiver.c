@@ -43,7 +43,8 @@ static int open_state(struct receiver *r, const struct receiver_cfg *cfg,
 	uint32_t id;
 	int existed = 0, rc;
 
-	rc = rtab_create(cfg->table, ROOM_CAPACITY, PEER_CAPACITY, r->epoch,
+	rc = rtab_create(cfg->table, proc_test_room_capacity(ROOM_CAPACITY),
+			 PEER_CAPACITY, r->epoch,
 			 &r->tab, &existed, e2, sizeof e2);
 	if (rc)
 		return kvw_errf(err, errlen, rc, "table %s: %s", cfg->table,
@@ -484,6 +485,19 @@ static void ack_timers(struct receiver *r, uint64_t now)
 	r->next_ack_deadline = next;
 }
 
+/* Old Cleared rooms leave the table when it fills (rtab_reclaim_tick):
+ * without it, a long-lived table's misses walk every slot. */
+static void forget_cleared(struct receiver *r, uint64_t now)
+{
+	int n = rtab_reclaim_tick(r->tab, now);
+
+	if (n > 0)
+		LOG(LOG_DEBUG, "room table: %d old Cleared rooms forgotten", n);
+	else if (n < 0)
+		LOG_RL(LOG_WARN, "room table: old Cleared rooms kept: %s",
+		       kvw_strerror(n));
+}
+
 /* Runs due timers; returns the poll timeout in ms. */
 static long timers(struct receiver *r)
 {
@@ -496,6 +510,7 @@ static long timers(struct receiver *r)
 	}
 	if (r->next_ack_deadline && now >= r->next_ack_deadline)
 		ack_timers(r, now);
+	forget_cleared(r, now);
 	if ((r->npeers || r->nboots) && now >= r->next_sync_ns) {
 		receiver_peers_sync(r);
 		receiver_drain_scan(r);
