@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """py_bench.py - kv-bench's workload driven from Python through the kvwire
-package: a prefill engine and a decode engine, each a thread with its own
-managers, that share nothing but a queue standing in for the router
-(which room goes where) and the kvwire group. Rooms of --pages-per-room
+package: a prefill engine and a decode engine, each a scheduler loop with
+its own managers, that share nothing but a queue standing in for the
+router (which room goes where) and the kvwire group. One thread steps the
+two loops' passes in turn (as two engines in lockstep); --threads runs
+each in a thread of its own, as before (the two then hand the
+interpreter's lock back and forth around every pass). Rooms of --pages-per-room
 pages move in chunks of --chunk-pages; --abort-frac of them are aborted by
 the decode at a random moment (right after its metadata, or a few polls
 later, while the prefill sends); an aborted room's pages get a canary once
@@ -133,6 +136,8 @@ class Stats:
 
 
 def prefill(run_dir, inbox, stats, o, stop):
+    """The prefill engine's scheduler loop: a generator, one pass a step,
+    each yielding whether the pass made progress (drive())."""
     args = KVArgs.from_run_dir(run_dir, "prefill")
     # A room its decode aborted before telling the prefill ends here.
     args.bootstrap_timeout = o.room_timeout / 2
@@ -141,7 +146,7 @@ def prefill(run_dir, inbox, stats, o, stop):
     pat = Pages(mgr)
     free = list(range(mgr.kv_args.pages))
     slots = list(range(mgr.kv_args.aux_slots))
-    live, n, last = [], o.pages_per_room, time.monotonic()
+    live, n = [], o.pages_per_room
     try:
         while not (stop.is_set() and not live and inbox.empty()):
             progress = False
@@ -185,16 +190,15 @@ def prefill(run_dir, inbox, stats, o, stop):
                         free.extend(x["pages"].tolist())
                         slots.append(x["aux"])
                         progress = True
-            if progress:
-                last = time.monotonic()
-            else:
-                nap(time.monotonic() - last)
+            yield progress
     finally:
         pat = None  # drops its pool views before close
         mgr.close()
 
 
-def decode(run_dir, outbox, stats, o, seed):
+def decode(run_dir, outbox, stats, o, seed, stop):
+    """The decode engine's scheduler loop, as prefill(): returns (bytes
+    landed, seconds) and, ending, tells the prefill loop (stop)."""
     mgr = KVManager(KVArgs.from_run_dir(run_dir, "decode"), "decode")
     step = mgr.batch if o.batch else contextlib.nullcontext
     pat = Pages(mgr)
@@ -215,7 +219,7 @@ def decode(run_dir, outbox, stats, o, seed):
             slots.append(aux)
         canary.clear()
 
-    t0 = last = time.monotonic()
+    t0 = time.monotonic()
     try:
         while started < o.rooms or live:
             progress = False
@@ -273,15 +277,39 @@ def decode(run_dir, outbox, stats, o, seed):
                     r.clear()
                     live.remove(x)
                     progress = True
+            yield progress
+        flush_canaries()
+        return landed, time.monotonic() - t0
+    finally:
+        stop.set()
+        pat = None  # drops its pool views before close
+        mgr.close()
+
+
+def drive(loops):
+    """Steps scheduler loops (prefill(), decode()) in turn, a pass each,
+    until every one has ended; returns what each returned. When no pass
+    made progress it naps as kv-bench does. A loop that raises ends the
+    others (their managers close)."""
+    live, out = dict(enumerate(loops)), [None] * len(loops)
+    last = time.monotonic()
+    try:
+        while live:
+            progress = False
+            for k, g in list(live.items()):
+                try:
+                    progress |= next(g)
+                except StopIteration as e:
+                    out[k] = e.value
+                    del live[k]
             if progress:
                 last = time.monotonic()
             else:
                 nap(time.monotonic() - last)
-        flush_canaries()
-        return landed, time.monotonic() - t0
     finally:
-        pat = None  # drops its pool views before close
-        mgr.close()
+        for g in live.values():
+            g.close()
+    return out
 
 
 def run(run_dir, o, seed=None):
@@ -289,20 +317,24 @@ def run(run_dir, o, seed=None):
     kv-bench's output keys."""
     q, stats, stop, out, errs = queue.Queue(), Stats(), threading.Event(), \
         {}, []
+    pl = prefill(run_dir, q, stats, o, stop)
+    dl = decode(run_dir, q, stats, o, seed, stop)
+    if o.threads:
+        def p():
+            try:
+                drive([pl])
+            except BaseException as e:
+                errs.append(e)
 
-    def p():
+        tp = threading.Thread(target=p)
+        tp.start()
         try:
-            prefill(run_dir, q, stats, o, stop)
-        except BaseException as e:
-            errs.append(e)
-
-    tp = threading.Thread(target=p)
-    tp.start()
-    try:
-        out["bytes"], out["seconds"] = decode(run_dir, q, stats, o, seed)
-    finally:
-        stop.set()
-        tp.join()
+            (out["bytes"], out["seconds"]), = drive([dl])
+        finally:
+            stop.set()
+            tp.join()
+    else:
+        _, (out["bytes"], out["seconds"]) = drive([pl, dl])
     if errs:
         raise errs[0]
     res = dict(stats.c, **out)
@@ -324,6 +356,9 @@ def options(argv=None):
     ap.add_argument("--batch", action="store_true",
                     help="each engine's commands of a pass held and sent "
                     "together at its end (KVManager.batch)")
+    ap.add_argument("--threads", action="store_true",
+                    help="each engine's loop in a thread of its own, not "
+                    "both stepped in turn by one")
     return ap.parse_args(argv)
 
 

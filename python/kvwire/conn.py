@@ -521,6 +521,16 @@ class KVManager:
             return None
         return [x / 1e9 if x else None for x in t]
 
+    def _latency_ns(self, room):
+        """The room's WaitingForInput-to-Success time on this side's table
+        in ns, None where it is not known (room_times without its list of
+        floats: a room's success reads it)."""
+        t = (_lib.ctypes.c_uint64 * _lib.NSTATES)()
+        if not self._read_row("kvw_room_times", lib.kvw_room_times, room, t):
+            return None
+        done, began = t[_lib.SUCCESS], t[_lib.WAITING]
+        return max(0, done - began) if done and began else None
+
     def epoch(self):
         return lib.kvw_control_epoch(self._handle())
 
@@ -639,8 +649,14 @@ def _state_arg(state_indices, what):
 
 
 def _ptr(a):
-    """The address of a contiguous array's data, for a c_void_p argument."""
-    return a.ctypes.data
+    """The address of a contiguous array's data, for a c_void_p argument:
+    through a ctypes view of its buffer (a third of .ctypes.data's cost),
+    or .ctypes.data for an array that lends no writable bytes (read-only,
+    empty)."""
+    try:
+        return _lib.ctypes.addressof(_lib.ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
 
 
 _UNREAD = object()  # poll(): the room's row is not read yet
@@ -713,7 +729,9 @@ class _Room:
         self.conclude_state = None
         self.failure_reason = None
         self._cleared = False
-        self._metric = None  # KVTransferMetric, once Success is seen
+        # Once Success is seen: (latency ns, bytes), then the
+        # KVTransferMetric made of them (get_transfer_metric).
+        self._metric = None
         self._epoch = None  # the control's epoch when it took our command
         old = mgr._live.get(self.bootstrap_room)
         if old is not None and not old._cleared:
@@ -762,18 +780,15 @@ class _Room:
             self._fail(_lib.reason_str(st.reason) if st.reason else None)
         elif st.state == _lib.SUCCESS:
             self.conclude_state = KVPoll.Success
-            self._metric = self._measure(st)
+            self._measure(st)
         return st
 
     def _measure(self, st):
-        """The room's KVTransferMetric, read once as it succeeds (its row
-        is gone after clear())."""
-        t = self.kv_mgr.room_times(self.bootstrap_room)
-        lat = None
-        if t and t[_lib.SUCCESS] and t[_lib.WAITING]:
-            lat = max(0.0, t[_lib.SUCCESS] - t[_lib.WAITING])
-        return KVTransferMetric(transfer_latency_s=lat,
-                                transfer_total_bytes=self._bytes(st))
+        """What the room's KVTransferMetric needs, read once as it
+        succeeds (its row is gone after clear()); the metric itself is
+        made when asked for (most engines never ask)."""
+        self._metric = (self.kv_mgr._latency_ns(self.bootstrap_room),
+                        self._bytes(st))
 
     def get_transfer_metric(self):
         """SGLang's: the KVTransferMetric of a room that succeeded (latency
@@ -781,8 +796,14 @@ class _Room:
         room that failed."""
         if self.conclude_state is None and not self._cleared:
             self.poll()
-        return self._metric if self.conclude_state == KVPoll.Success \
-            else None
+        if self.conclude_state != KVPoll.Success:
+            return None
+        if isinstance(self._metric, tuple):
+            lat, nbytes = self._metric
+            self._metric = KVTransferMetric(
+                transfer_latency_s=None if lat is None else lat / 1e9,
+                transfer_total_bytes=nbytes)
+        return self._metric
 
     def failure_exception(self):
         """SGLang's: latches Failed, clears the room, raises

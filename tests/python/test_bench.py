@@ -3,7 +3,9 @@ group, first by kv-bench's C engines, then by the Python engines of
 examples/py_bench.py (tiny rooms for rooms/s, 8 MiB rooms for GiB/s). The
 figures and their ratio go to the run's output; the test asserts only that
 both moved every room. "tiny-batch" is the tiny run with the Python
-engines' commands of a pass held and sent together (KVManager.batch)."""
+engines' commands of a pass held and sent together (KVManager.batch);
+"tiny-threads" that run with each engine's loop in a thread of its own
+(py_bench steps both in one by default)."""
 import json
 import os
 import subprocess
@@ -19,6 +21,7 @@ TINY = (["--layers", 2, "--heads", 2, "--head-dim", 8, "--page-tokens", 4,
 WORKLOADS = {
     "tiny": TINY + ([],),
     "tiny-batch": TINY + (["--batch"],),
+    "tiny-threads": TINY + (["--batch", "--threads"],),
     "large": (["--layers", 8, "--heads", 8, "--head-dim", 128,
                "--page-tokens", 16, "--pages", 256],
               ["--rooms", "150", "--concurrency", "8", "--pages-per-room",
