@@ -2,7 +2,8 @@
  * fuzz_rtab.c - libFuzzer target for the room table. An input whose first
  * byte is even is a program of table operations (insert, lookup,
  * transition, clear, job counts, peers, deadlines, sweeps, owner restart,
- * stale refs) run on a fresh 16-slot table against a model; after every
+ * stale refs, passes that forget old Cleared rooms) run on a fresh
+ * 16-slot table against a model; after every
  * operation the result code and the whole table are checked against the
  * model, and any difference abort()s. An odd first byte makes the rest of
  * the input a table file (raw, or behind a valid header when bit 1 is set)
@@ -297,6 +298,29 @@ static void op_peer(struct rtab *t, struct model *m, struct in *in)
 		m->ep_epoch[i] = epoch;
 }
 
+/* A pass of rtab_reclaim, wanting every slot EMPTY (it forgets whatever
+ * it may) or none (it only ages): a key whose incarnation it forgot has
+ * a stale ref and is gone from the model, and only a jobless Cleared one
+ * may be; every key it kept stays found where it was (check_all). */
+static void op_reclaim(struct rtab *t, struct model *m, struct in *in)
+{
+	int rc = rtab_reclaim(t, next(in) % 2 ? CAP : 0);
+	unsigned gone = 0;
+
+	CHECK(rc >= 0);
+	for (unsigned j = 0; j < NK; j++) {
+		struct mkey *o = &m->k[j];
+
+		if (!o->has || rtab_state(t, o->ref) != KVW_ESTALE)
+			continue;
+		CHECK(o->st == KVW_CLEARED && o->out == 0);
+		add_stale(m, o->ref);
+		o->has = 0;
+		gone++;
+	}
+	CHECK(gone == (unsigned)rc);
+}
+
 static void run_ops(const uint8_t *data, size_t size, const char *path)
 {
 	struct model *m = calloc(1, sizeof(*m));
@@ -309,7 +333,7 @@ static void run_ops(const uint8_t *data, size_t size, const char *path)
 	unlink(path);
 	CHECK(rtab_create(path, CAP, PEERS, 1, &t, NULL, err, sizeof(err)) == 0);
 	while (in.n > 0 && steps++ < 512) {
-		switch (next(&in) % 10) {
+		switch (next(&in) % 11) {
 		case 0:
 		case 1:
 			op_insert(t, m, &in);
@@ -335,6 +359,9 @@ static void run_ops(const uint8_t *data, size_t size, const char *path)
 			break;
 		case 9:
 			op_restart(t, m, &in);
+			break;
+		case 10:
+			op_reclaim(t, m, &in);
 			break;
 		}
 		check_all(t, m);
