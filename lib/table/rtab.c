@@ -54,6 +54,8 @@ static int take_slot(struct rtab *t, uint32_t s, uint64_t room, uint32_t peer,
 		ow_cas(e, &o, ow_pack(gen, 0));
 		return KVW_EAGAIN;
 	}
+	if (sw_kind(w) == RTAB_K_EMPTY && t->nempty > 0)
+		t->nempty--;
 	atomic_thread_fence(memory_order_release);
 	FLD_STORE(&e->key, room);
 	FLD_STORE(&e->peer, peer);

@@ -418,9 +418,13 @@ int rtab_reclaim(struct rtab *t, uint32_t want_empty);
 
 /* Owner only: rtab_reclaim(t, capacity / 2) when a pass is due - rooms
  * were inserted since the last one and either RTAB_RECLAIM_NS have passed
- * or capacity / 8 rooms were inserted - else 0. A Cleared room stays
- * visible for at least one pass, and for good while the table has room:
- * the controls call this from their timers. */
+ * or capacity / 8 rooms were inserted - and fewer than half the slots are
+ * EMPTY (the owner counts them: the first pass, then every take of an
+ * EMPTY slot and every slot forgotten), else 0. A table with room is not
+ * read at all; under pressure the first pass ages its tombstones and the
+ * next forgets. A Cleared room stays visible for at least one pass, and
+ * for good while the table has room: the controls call this from their
+ * timers. */
 #define RTAB_RECLAIM_NS 2000000000ull
 int rtab_reclaim_tick(struct rtab *t, uint64_t now_ns);
 

@@ -27,6 +27,12 @@ struct rtab {
 	ino_t ino;
 	int lock_fd; /* owner: the file, flock'ed for the owner's life; -1 */
 	struct rtab_reclaim *reclaim; /* owner: rtab_reclaim's memory, or NULL */
+	/* Owner: the EMPTY slots, kept by the two moves that change them
+	 * (a take of an EMPTY slot, a reclaim), once a pass has counted
+	 * them (nempty_known): rtab_reclaim_tick passes only when they are
+	 * few. */
+	uint32_t nempty;
+	int nempty_known;
 };
 
 /* The home slot of a room id: splitmix64's finaliser (room ids are often

@@ -34,7 +34,8 @@ struct rtab_reclaim {
 	uint8_t *cand;    /* per slot, this pass: C_KEEP, C_OLD, C_CLAIMED */
 	uint8_t *filled;  /* per slot, this pass: not EMPTY */
 	uint64_t next_ns; /* rtab_reclaim_tick: the next pass by time */
-	uint64_t inserted; /* RTAB_C_INSERTED at the last pass */
+	uint64_t inserted; /* RTAB_C_INSERTED when a pass was last due */
+	uint64_t counted;  /* RTAB_C_INSERTED at the last pass */
 };
 
 void rtab_reclaim_free(struct rtab *t)
@@ -203,8 +204,10 @@ int rtab_reclaim(struct rtab *t, uint32_t want_empty)
 	m = memory(t);
 	if (m == NULL)
 		return KVW_ENOMEM;
-	if (read_slots(t, m, &old) >= want_empty || old == 0 ||
-	    !close_kept(t, m) || !claim_all(t, m))
+	t->nempty = read_slots(t, m, &old);
+	t->nempty_known = 1;
+	if (t->nempty >= want_empty || old == 0 || !close_kept(t, m) ||
+	    !claim_all(t, m))
 		return 0;
 	for (uint32_t s = 0; s < t->cap; s++) {
 		struct rtab_entry *e = &t->ent[s];
@@ -217,6 +220,7 @@ int rtab_reclaim(struct rtab *t, uint32_t want_empty)
 		m->aged[s] = 0;
 		if (sw_cas(e, &w, sw_pack(ng, KVW_R_NONE, 0, RTAB_K_EMPTY))) {
 			n++;
+			t->nempty++;
 		} else { /* not a tombstone of gen any more: left as it is */
 			uint64_t o = ow_pack(ng, 0);
 
@@ -242,5 +246,13 @@ int rtab_reclaim_tick(struct rtab *t, uint64_t now_ns)
 		return 0;
 	m->inserted = ins;
 	m->next_ns = now_ns + RTAB_RECLAIM_NS;
+	/* A table with room has nothing to forget: no pass (a pass of 65,536
+	 * slots reads 8 MiB, 1-3 ms of the control's loop). The first pass
+	 * under pressure only ages; the next forgets. A pass each 4 x the
+	 * capacity in inserts counts the EMPTY slots afresh all the same. */
+	if (t->nempty_known && t->nempty >= t->cap / 2 &&
+	    ins - m->counted < 4ull * t->cap)
+		return 0;
+	m->counted = ins;
 	return rtab_reclaim(t, t->cap / 2);
 }
