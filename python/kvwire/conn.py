@@ -516,20 +516,25 @@ class KVManager:
         CLOCK_MONOTONIC seconds by KVPoll value, None for a state it has
         not entered (or a table that does not measure); None when the
         room is not there (kvw_room_times)."""
+        t = self._times_ns(room)
+        return None if t is None else [x / 1e9 if x else None for x in t]
+
+    def _times_ns(self, room):
+        """kvw_room_times's array (ns, 0 for a state not entered), or None
+        when the room is not there."""
         t = (_lib.ctypes.c_uint64 * _lib.NSTATES)()
         if not self._read_row("kvw_room_times", lib.kvw_room_times, room, t):
             return None
-        return [x / 1e9 if x else None for x in t]
+        return t
 
     def _latency_ns(self, room):
         """The room's WaitingForInput-to-Success time on this side's table
-        in ns, None where it is not known (room_times without its list of
-        floats: a room's success reads it)."""
-        t = (_lib.ctypes.c_uint64 * _lib.NSTATES)()
-        if not self._read_row("kvw_room_times", lib.kvw_room_times, room, t):
+        in ns, None where it is not known (what a room's success reads:
+        room_times without its list of floats)."""
+        t = self._times_ns(room)
+        if t is None or not (t[_lib.SUCCESS] and t[_lib.WAITING]):
             return None
-        done, began = t[_lib.SUCCESS], t[_lib.WAITING]
-        return max(0, done - began) if done and began else None
+        return max(0, t[_lib.SUCCESS] - t[_lib.WAITING])
 
     def epoch(self):
         return lib.kvw_control_epoch(self._handle())

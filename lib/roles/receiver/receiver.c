@@ -17,6 +17,7 @@
 #include "base/proc.h"
 #include "mem/pool.h"
 #include "roles/authz.h"
+#include "roles/forget_cleared.h"
 #include "roles/malformed.h"
 #include "wire/dealers.h"
 #include "wire/wire.h"
@@ -485,19 +486,6 @@ static void ack_timers(struct receiver *r, uint64_t now)
 	r->next_ack_deadline = next;
 }
 
-/* Old Cleared rooms leave the table when it fills (rtab_reclaim_tick):
- * without it, a long-lived table's misses walk every slot. */
-static void forget_cleared(struct receiver *r, uint64_t now)
-{
-	int n = rtab_reclaim_tick(r->tab, now);
-
-	if (n > 0)
-		LOG(LOG_DEBUG, "room table: %d old Cleared rooms forgotten", n);
-	else if (n < 0)
-		LOG_RL(LOG_WARN, "room table: old Cleared rooms kept: %s",
-		       kvw_strerror(n));
-}
-
 /* Runs due timers; returns the poll timeout in ms. */
 static long timers(struct receiver *r)
 {
@@ -510,7 +498,7 @@ static long timers(struct receiver *r)
 	}
 	if (r->next_ack_deadline && now >= r->next_ack_deadline)
 		ack_timers(r, now);
-	forget_cleared(r, now);
+	forget_cleared(r->tab, now);
 	if ((r->npeers || r->nboots) && now >= r->next_sync_ns) {
 		receiver_peers_sync(r);
 		receiver_drain_scan(r);

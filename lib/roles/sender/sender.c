@@ -22,6 +22,7 @@
 #include "mem/pool.h"
 #include "plan/rankmap.h"
 #include "roles/authz.h"
+#include "roles/forget_cleared.h"
 #include "roles/malformed.h"
 #include "wire/chan.h"
 #include "wire/dealers.h"
@@ -356,19 +357,6 @@ int sender_run(struct sender *s, int ready_fd, char *err, size_t errlen)
 	return rc;
 }
 
-/* Old Cleared rooms leave the table when it fills (rtab_reclaim_tick):
- * without it, a long-lived table's misses walk every slot. */
-static void forget_cleared(struct sender *s, uint64_t now)
-{
-	int n = rtab_reclaim_tick(s->t, now);
-
-	if (n > 0)
-		LOG(LOG_DEBUG, "room table: %d old Cleared rooms forgotten", n);
-	else if (n < 0)
-		LOG_RL(LOG_WARN, "room table: old Cleared rooms kept: %s",
-		       kvw_strerror(n));
-}
-
 /* The poll loop: timers, then a wait on the sockets (wpoll: one poll(2)
  * per wakeup), then every socket that can have input is read. */
 static int loop(struct sender *s, char *err, size_t errlen)
@@ -399,7 +387,7 @@ static int loop(struct sender *s, char *err, size_t errlen)
 			sender_orphan_sweep(s, now);
 			s->next_orphan_ns = now + SENDER_ORPHAN_EVERY_NS;
 		}
-		forget_cleared(s, now);
+		forget_cleared(s->t, now);
 		next = s->rooms.m.n ? earliest(s->next_sweep_ns,
 					       s->next_notice_ns)
 				    : s->next_sweep_ns;
